@@ -1,1 +1,23 @@
-//! folio-kernels
+//! folio-kernels: folio's CPU compute kernels.
+//!
+//! # Layout
+//! - [`cpu`]: runtime feature detection and the ISA choice (`FOLIO_ISA` may force a lower one).
+//! - [`pool`]: a persistent thread pool; every parallel kernel runs on it.
+//! - [`quant_act`]: activations to int8 blocks of 32 (ggml q8_1 numerics).
+//! - [`matmul`]: weight matrices repacked at load time and the batched quantized matmul
+//!   (the kernel that decides folio's speed).
+//! - [`ops`]: rmsnorm, SwiGLU, rope, softmax, f16 KV-cache dot/axpy.
+//!
+//! Every SIMD kernel has a scalar reference and a test comparing the two. The crate is
+//! built without `target-cpu=native`: SIMD code lives in `#[target_feature]` functions
+//! chosen at run time, so one binary runs on any x86-64 (and other targets get scalar).
+
+pub mod cpu;
+pub mod matmul;
+pub mod ops;
+pub mod pool;
+pub mod quant_act;
+
+pub use cpu::{CpuFeatures, Isa};
+pub use matmul::{KernelError, QMatrix, WeightType};
+pub use pool::ThreadPool;

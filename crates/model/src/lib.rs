@@ -1,1 +1,33 @@
-//! folio-model
+//! folio-model: the transformer forward pass of the llama family on CPU.
+//!
+//! # Layout
+//!
+//! - [`config`]: hyper-parameters read from GGUF metadata (`general.architecture` picks the
+//!   variant: `llama`, `qwen2` with QKV bias, `qwen3` with per-head QK RMSNorm).
+//! - [`weights`]: tensors loaded once and repacked into the kernels' layouts.
+//! - [`batch`]: [`ForwardBatch`], the flat description of one engine iteration: the tokens of
+//!   many sequences (prefill chunks and decode tokens mixed), their positions, block tables
+//!   and slot mapping, and which rows need logits.
+//! - [`kv_cache`]: the paged KV storage the forward pass reads and writes through block
+//!   tables. Which blocks belong to whom is decided elsewhere (folio-core); this only holds
+//!   the bytes.
+//! - [`attention`]: causal grouped-query attention over the paged cache.
+//! - [`model`]: [`Model::forward`], one fused pass over the whole batch.
+//!
+//! The model never allocates KV blocks or decides what to compute: it is handed a batch and
+//! a cache and returns logits, so the scheduler stays pure and the same batch description
+//! could drive a GPU runner later.
+
+pub mod attention;
+pub mod batch;
+pub mod config;
+pub mod error;
+pub mod kv_cache;
+pub mod model;
+pub mod weights;
+
+pub use batch::{ForwardBatch, SeqSpan};
+pub use config::{Arch, ModelConfig};
+pub use error::ModelError;
+pub use kv_cache::{KvCache, KvFormat};
+pub use model::{ForwardStats, Model};

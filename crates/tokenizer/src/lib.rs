@@ -1,1 +1,33 @@
-//! folio-tokenizer
+//! folio-tokenizer: text ⇄ token ids for GGUF models, matching llama.cpp's ids exactly,
+//! plus the text-side pieces of serving: chat templates, streaming detokenization and
+//! stop strings.
+//!
+//! # Layout
+//!
+//! - [`spec`]: [`TokenizerSpec`], the tokenizer metadata read from a GGUF file.
+//! - `pretokenize`: llama.cpp's split regexes per `tokenizer.ggml.pre`.
+//! - `special`: splitting input at special-token texts before BPE.
+//! - `byte_level`: GPT-2's byte ⇄ char alphabet, for decoding.
+//! - [`Tokenizer`]: encode / decode / special ids / chat template.
+//! - `chat` + `date`: [`ChatMessage`] and the minijinja environment for chat templates.
+//! - [`IncrementalDecoder`]: token stream → complete UTF-8 text.
+//! - [`StopMatcher`]: stop strings over streamed text.
+//! - [`TokenizerError`]: the one error type.
+
+mod byte_level;
+mod chat;
+mod date;
+mod error;
+mod incremental;
+mod pretokenize;
+pub mod spec;
+mod special;
+mod stop;
+mod tokenizer;
+
+pub use chat::ChatMessage;
+pub use error::{Result, TokenizerError};
+pub use incremental::IncrementalDecoder;
+pub use spec::{token_type, TokenizerSpec};
+pub use stop::{StopMatcher, StopOutput};
+pub use tokenizer::{Tokenizer, MAX_VOCAB};

@@ -1,0 +1,146 @@
+//! `folio bench model`: raw forward-pass speed on this machine (no scheduler, no HTTP).
+//!
+//! Mirrors llama-bench: pp512 is one 512-token prefill from an empty cache; tg128 decodes 128
+//! tokens one at a time from an empty cache. Batched rows decode `b` sequences that each
+//! already hold `ctx` tokens of context, all in one forward per step, and report aggregate
+//! tokens/s: the figure continuous batching turns into throughput.
+
+use anyhow::Result;
+use folio_kernels::pool::ThreadPool;
+use folio_model::{ForwardBatch, KvFormat, Model};
+use serde::Serialize;
+use std::time::Instant;
+
+#[derive(Serialize)]
+pub struct Row {
+    pub test: String,
+    pub batch: usize,
+    pub context: usize,
+    pub tokens: usize,
+    pub seconds: f64,
+    pub tok_s: f64,
+    pub weight_bytes_per_step: usize,
+    pub weight_gb_s: f64,
+}
+
+const BLOCK: usize = 16;
+
+fn tokens(n: usize, seed: u64, vocab: usize) -> Vec<u32> {
+    // A fixed LCG: the same "prompt" every run, no dependence on a tokenizer.
+    let mut s = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    (0..n)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((s >> 33) % (vocab as u64 - 10)) as u32 + 5
+        })
+        .collect()
+}
+
+fn best_of<F: FnMut() -> Result<f64>>(reps: usize, mut f: F) -> Result<f64> {
+    let mut best = f64::INFINITY;
+    for _ in 0..reps {
+        best = best.min(f()?);
+    }
+    Ok(best)
+}
+
+pub fn prefill(model: &Model, n: usize, reps: usize) -> Result<f64> {
+    let pool = ThreadPool::global();
+    let blocks = n.div_ceil(BLOCK);
+    let mut kv = model.new_kv_cache(BLOCK, blocks, KvFormat::F16);
+    let toks = tokens(n, 1, model.config.vocab_size);
+    best_of(reps, || {
+        let mut b = ForwardBatch::new();
+        b.push(&toks, 0, (0..blocks as u32).collect(), 1);
+        let t = Instant::now();
+        model.forward(&b, &mut kv, pool)?;
+        Ok(t.elapsed().as_secs_f64())
+    })
+}
+
+/// Seconds for `steps` decode steps of `batch` sequences that start with `ctx` tokens.
+pub fn decode(model: &Model, batch: usize, ctx: usize, steps: usize) -> Result<f64> {
+    let pool = ThreadPool::global();
+    let per_seq = (ctx + steps).div_ceil(BLOCK);
+    let mut kv = model.new_kv_cache(BLOCK, per_seq * batch, KvFormat::F16);
+    let tables: Vec<Vec<u32>> = (0..batch)
+        .map(|s| ((s * per_seq) as u32..((s + 1) * per_seq) as u32).collect())
+        .collect();
+    let vocab = model.config.vocab_size;
+    if ctx > 0 {
+        // Fill the context in chunks of several sequences at once.
+        for group in (0..batch).collect::<Vec<_>>().chunks((2048 / ctx).max(1)) {
+            let mut b = ForwardBatch::new();
+            for &s in group {
+                b.push(&tokens(ctx, s as u64 + 7, vocab), 0, tables[s].clone(), 1);
+            }
+            model.forward(&b, &mut kv, pool)?;
+        }
+    }
+    let mut next: Vec<u32> = (0..batch)
+        .map(|s| tokens(1, s as u64 + 99, vocab)[0])
+        .collect();
+    let t = Instant::now();
+    for step in 0..steps {
+        let mut b = ForwardBatch::new();
+        for s in 0..batch {
+            b.push(&[next[s]], ctx + step, tables[s].clone(), 1);
+        }
+        let logits = model.forward(&b, &mut kv, pool)?;
+        for s in 0..batch {
+            next[s] = folio_engine::sampler::argmax(&logits[s * vocab..(s + 1) * vocab]) as u32;
+        }
+    }
+    Ok(t.elapsed().as_secs_f64())
+}
+
+pub fn run(model: &Model, quick: bool) -> Result<Vec<Row>> {
+    let wb = model.weights.bytes_per_step();
+    let mut rows = Vec::new();
+    let row = |test: &str, batch, context, tokens: usize, seconds: f64, steps: usize| Row {
+        test: test.into(),
+        batch,
+        context,
+        tokens,
+        seconds,
+        tok_s: tokens as f64 / seconds,
+        weight_bytes_per_step: wb,
+        weight_gb_s: wb as f64 * steps as f64 / seconds / 1e9,
+    };
+    let reps = if quick { 1 } else { 3 };
+    let s = prefill(model, 512, reps)?;
+    rows.push(row("pp512", 1, 0, 512, s, 1));
+    let tg = if quick { 32 } else { 128 };
+    let s = best_of(reps.min(2), || decode(model, 1, 0, tg))?;
+    rows.push(row(&format!("tg{tg}"), 1, 0, tg, s, tg));
+    let steps = if quick { 8 } else { 32 };
+    for b in [1usize, 4, 16, 64] {
+        let s = decode(model, b, 256, steps)?;
+        rows.push(row("decode", b, 256, b * steps, s, steps));
+    }
+    Ok(rows)
+}
+
+pub fn print_table(rows: &[Row]) {
+    println!(
+        "{:<8} {:>5} {:>7} {:>7} {:>9} {:>10} {:>12} {:>9}",
+        "test", "batch", "context", "tokens", "seconds", "tok/s", "weight MB/st", "weight GB/s"
+    );
+    for r in rows {
+        println!(
+            "{:<8} {:>5} {:>7} {:>7} {:>9.3} {:>10.1} {:>12.1} {:>9.1}",
+            r.test,
+            r.batch,
+            r.context,
+            r.tokens,
+            r.seconds,
+            r.tok_s,
+            r.weight_bytes_per_step as f64 / 1e6,
+            r.weight_gb_s
+        );
+    }
+}

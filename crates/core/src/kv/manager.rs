@@ -1,0 +1,730 @@
+//! The KV manager: the only writer of reference counts, block tables and cache entries.
+//!
+//! Ownership: it owns the block pool, the prefix cache, one [`BlockTable`] per sequence and
+//! the holds of in-flight steps. The scheduler asks it (check, then commit); the executor
+//! only reads block tables and slot numbers, and performs the copy and spill orders the
+//! manager hands out ([`CopyOp`], [`EvictedBlock`]) before running the step.
+//!
+//! Life of a block: free list → table reference(s) → (full and computed) committed to the
+//! prefix cache → last table reference dropped and no step holds it → back to the free
+//! list if not cached, otherwise *unreferenced cached* (evictable, still hittable) → evicted
+//! (reported for spilling) and reused.
+
+use std::collections::HashMap;
+
+use super::block_pool::BlockPool;
+use super::block_table::BlockTable;
+use super::error::KvError;
+use super::eviction::EvictionPolicy;
+use super::hash::BlockHash;
+use super::prefix_cache::PrefixCache;
+use super::stats::KvStats;
+use crate::cost::{CostModel, TierCost};
+
+/// Identity of one scheduled step; its holds are released by [`KvManager::release_step`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct StepId(pub u64);
+
+/// Settings of the KV manager.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KvConfig {
+    /// Number of physical blocks in the pool.
+    pub num_blocks: usize,
+    /// Tokens per block (`p`).
+    pub block_size: usize,
+    /// Reuse identical prefixes across requests.
+    pub prefix_cache: bool,
+    /// Which unreferenced cached block to evict first.
+    pub eviction: EvictionPolicy,
+    /// Recompute cost used to value cached blocks.
+    pub cost: CostModel,
+    /// Second tier costs, if the executor spills evicted blocks somewhere.
+    pub tier: Option<TierCost>,
+    /// Identifies model, adapter and KV format: blocks only match under the same salt.
+    pub salt: u64,
+}
+
+impl Default for KvConfig {
+    fn default() -> Self {
+        Self {
+            num_blocks: 1024,
+            block_size: 16,
+            prefix_cache: true,
+            eviction: EvictionPolicy::ValuePerByte,
+            cost: CostModel::CHAPTER,
+            tier: None,
+            salt: 0,
+        }
+    }
+}
+
+/// Order to copy the first `num_tokens` slots of block `src` into block `dst` before the
+/// step runs (copy-on-write of a shared, partially filled tail block).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CopyOp {
+    pub src: u32,
+    pub dst: u32,
+    pub num_tokens: usize,
+}
+
+/// A cached block that was evicted and whose physical block is about to be reused: the
+/// executor may spill its KV to a second tier (keyed by `hash`) before running the step.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EvictedBlock {
+    pub hash: BlockHash,
+    pub parent: Option<BlockHash>,
+    pub block: u32,
+    pub tokens: Vec<u32>,
+    /// Logical block index of the block in its chain.
+    pub depth: usize,
+}
+
+/// Result of a side-effect-free prefix probe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PrefixMatch {
+    /// Full blocks that would be reused.
+    pub num_blocks: usize,
+    /// Tokens that would come from cache (`num_blocks * block_size`).
+    pub num_tokens: usize,
+    /// How many of those blocks are currently unreferenced (they stop counting as available
+    /// capacity once attached).
+    pub num_unreferenced: usize,
+}
+
+#[derive(Debug, Clone)]
+struct SeqKv {
+    table: BlockTable,
+    /// Leading table blocks that are registered in the cache as this chain.
+    committed: usize,
+    /// False after a duplicate block: later blocks are not cached, so a referenced cached
+    /// block always has a referenced parent (keeps every unreferenced block evictable).
+    cache_open: bool,
+}
+
+/// Counters since creation.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Counters {
+    query_tokens: u64,
+    hit_tokens: u64,
+    tier_hit_tokens: u64,
+    evictions: u64,
+    restores: u64,
+    cow_copies: u64,
+}
+
+/// Paged KV memory manager. See the module docs.
+#[derive(Debug, Clone)]
+pub struct KvManager {
+    cfg: KvConfig,
+    pool: BlockPool,
+    cache: PrefixCache,
+    seqs: HashMap<u64, SeqKv>,
+    steps: HashMap<StepId, Vec<u32>>,
+    copies: Vec<CopyOp>,
+    evicted: Vec<EvictedBlock>,
+    /// Holds on copy-on-write sources not yet attached to a step.
+    pending_holds: Vec<u32>,
+    counters: Counters,
+}
+
+impl KvManager {
+    /// A manager with every block free.
+    pub fn new(cfg: KvConfig) -> Result<Self, KvError> {
+        if cfg.block_size == 0 {
+            return Err(KvError::BadConfig {
+                field: "block_size",
+                value: 0,
+                why: "must be > 0",
+            });
+        }
+        if cfg.num_blocks == 0 || cfg.num_blocks > u32::MAX as usize {
+            return Err(KvError::BadConfig {
+                field: "num_blocks",
+                value: cfg.num_blocks,
+                why: "must be in 1..=u32::MAX",
+            });
+        }
+        Ok(Self {
+            pool: BlockPool::new(cfg.num_blocks, cfg.block_size),
+            cache: PrefixCache::new(cfg.salt),
+            cfg,
+            seqs: HashMap::new(),
+            steps: HashMap::new(),
+            copies: Vec::new(),
+            evicted: Vec::new(),
+            pending_holds: Vec::new(),
+            counters: Counters::default(),
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &KvConfig {
+        &self.cfg
+    }
+
+    /// Tokens per block.
+    pub fn block_size(&self) -> usize {
+        self.cfg.block_size
+    }
+
+    /// Blocks in the pool.
+    pub fn num_blocks(&self) -> usize {
+        self.cfg.num_blocks
+    }
+
+    /// Blocks in the free list.
+    pub fn num_free(&self) -> usize {
+        self.pool.num_free()
+    }
+
+    /// Blocks obtainable right now: free plus unreferenced cached (evictable).
+    pub fn num_available(&self) -> usize {
+        self.pool.num_free() + self.cache.num_unreferenced()
+    }
+
+    /// Blocks needed for `tokens` positions.
+    pub fn blocks_for(&self, tokens: usize) -> usize {
+        BlockTable::blocks_for(tokens, self.cfg.block_size)
+    }
+
+    /// Whether `id` has a block table.
+    pub fn has_seq(&self, id: u64) -> bool {
+        self.seqs.contains_key(&id)
+    }
+
+    /// The block table of `id`.
+    pub fn table(&self, id: u64) -> Option<&BlockTable> {
+        self.seqs.get(&id).map(|s| &s.table)
+    }
+
+    /// Slot of token position `pos` of sequence `id`.
+    pub fn slot(&self, id: u64, pos: usize) -> Option<usize> {
+        self.table(id)?.slot(pos, self.cfg.block_size)
+    }
+
+    /// The pool (read-only: reference counts and free list, for tests and metrics).
+    pub fn pool(&self) -> &BlockPool {
+        &self.pool
+    }
+
+    /// The prefix cache index (read-only).
+    pub fn cache(&self) -> &PrefixCache {
+        &self.cache
+    }
+
+    /// Ids of all sequences with a table.
+    pub fn seq_ids(&self) -> impl Iterator<Item = u64> + '_ {
+        self.seqs.keys().copied()
+    }
+
+    /// Probes the prefix cache for `tokens` without side effects. The hit is capped so the
+    /// last token is always recomputed (it must produce logits): at most `len − 1` tokens,
+    /// rounded down to whole blocks.
+    pub fn match_prefix(&self, tokens: &[u32]) -> PrefixMatch {
+        if !self.cfg.prefix_cache {
+            return PrefixMatch::default();
+        }
+        let p = self.cfg.block_size;
+        let max_blocks = tokens.len().saturating_sub(1) / p;
+        let chain = self.cache.match_chain(tokens, p, max_blocks);
+        PrefixMatch {
+            num_blocks: chain.len(),
+            num_tokens: chain.len() * p,
+            num_unreferenced: chain
+                .iter()
+                .filter(|e| self.cache.is_unreferenced(e.block))
+                .count(),
+        }
+    }
+
+    /// Creates the table of a new sequence whose known tokens are `tokens`, attaching the
+    /// cached prefix. Returns the number of tokens that come from cache (their KV is valid).
+    pub fn create_seq(&mut self, id: u64, tokens: &[u32]) -> Result<usize, KvError> {
+        if self.seqs.contains_key(&id) {
+            return Err(KvError::SequenceExists(id));
+        }
+        let mut seq = SeqKv {
+            table: BlockTable::default(),
+            committed: 0,
+            cache_open: true,
+        };
+        if self.cfg.prefix_cache {
+            let p = self.cfg.block_size;
+            let max_blocks = tokens.len().saturating_sub(1) / p;
+            let hits: Vec<(BlockHash, u32)> = self
+                .cache
+                .match_chain(tokens, p, max_blocks)
+                .into_iter()
+                .map(|e| (e.hash, e.block))
+                .collect();
+            self.cache.note_lookup();
+            self.counters.query_tokens += tokens.len() as u64;
+            for &(h, b) in &hits {
+                if self.cache.record_hit(h) {
+                    self.counters.tier_hit_tokens += p as u64;
+                }
+                self.acquire(b);
+                seq.table.blocks.push(b);
+            }
+            seq.table.num_tokens = hits.len() * p;
+            seq.committed = hits.len();
+            self.counters.hit_tokens += seq.table.num_tokens as u64;
+        }
+        let cached = seq.table.num_tokens;
+        self.seqs.insert(id, seq);
+        Ok(cached)
+    }
+
+    /// Extra blocks `grow(id, total)` would take (new blocks plus a copy-on-write block).
+    pub fn blocks_needed(&self, id: u64, total_tokens: usize) -> Result<usize, KvError> {
+        let seq = self.seqs.get(&id).ok_or(KvError::UnknownSequence(id))?;
+        Ok(self.grow_plan(seq, total_tokens).0)
+    }
+
+    fn grow_plan(&self, seq: &SeqKv, total_tokens: usize) -> (usize, bool) {
+        let p = self.cfg.block_size;
+        let have = seq.table.blocks.len();
+        let want = BlockTable::blocks_for(total_tokens, p);
+        let new = want.saturating_sub(have);
+        let cur = seq.table.num_tokens;
+        let cow = total_tokens > cur && !cur.is_multiple_of(p) && {
+            let tail = seq.table.blocks[cur / p];
+            self.pool.refs(tail).table_refs > 1 || self.cache.hash_of_block(tail).is_some()
+        };
+        (new + cow as usize, cow)
+    }
+
+    /// Makes sequence `id` cover `total_tokens` positions, allocating blocks (evicting cached
+    /// ones if the free list is empty) and copying a shared partial tail before it is written.
+    /// All or nothing: on `OutOfBlocks` nothing changed.
+    pub fn grow(&mut self, id: u64, total_tokens: usize) -> Result<(), KvError> {
+        let seq = self.seqs.get(&id).ok_or(KvError::UnknownSequence(id))?;
+        let (needed, cow) = self.grow_plan(seq, total_tokens);
+        let available = self.num_available();
+        if needed > available {
+            return Err(KvError::OutOfBlocks { needed, available });
+        }
+        let mut fresh = Vec::with_capacity(needed);
+        for _ in 0..needed {
+            match self.alloc_block() {
+                Some(b) => fresh.push(b),
+                None => {
+                    // Only reachable if an unreferenced cached block was not a leaf; undo.
+                    for b in fresh {
+                        self.release_table_ref(b);
+                    }
+                    return Err(KvError::OutOfBlocks { needed, available });
+                }
+            }
+        }
+        let p = self.cfg.block_size;
+        let mut fresh = fresh.into_iter();
+        let seq = self.seqs.get_mut(&id).expect("checked above");
+        let mut src_dropped = None;
+        if cow {
+            let cur = seq.table.num_tokens;
+            let dst = fresh.next().expect("cow block allocated");
+            let src = std::mem::replace(&mut seq.table.blocks[cur / p], dst);
+            self.copies.push(CopyOp {
+                src,
+                dst,
+                num_tokens: cur % p,
+            });
+            self.counters.cow_copies += 1;
+            src_dropped = Some(src);
+        }
+        seq.table.blocks.extend(fresh);
+        seq.table.num_tokens = seq.table.num_tokens.max(total_tokens);
+        if let Some(src) = src_dropped {
+            // NOTE: the copy reads `src` before the step runs, so it is held (and cannot be
+            // handed out again) until the step that carries the copy finishes, even if this
+            // was its last table reference. The hold moves into the next `hold_step`.
+            self.pool.inc_hold(src);
+            self.pending_holds.push(src);
+            self.release_table_ref(src);
+        }
+        Ok(())
+    }
+
+    /// Gives `child` a table sharing every block of `parent` (full blocks and the partial
+    /// tail). The first append into a shared partial tail triggers copy-on-write.
+    pub fn fork(&mut self, parent: u64, child: u64) -> Result<(), KvError> {
+        if self.seqs.contains_key(&child) {
+            return Err(KvError::SequenceExists(child));
+        }
+        let seq = self
+            .seqs
+            .get(&parent)
+            .ok_or(KvError::UnknownSequence(parent))?
+            .clone();
+        for &b in &seq.table.blocks {
+            self.pool.inc_table(b);
+        }
+        self.seqs.insert(child, seq);
+        Ok(())
+    }
+
+    /// Drops sequence `id`'s table. Blocks still held by an in-flight step are released when
+    /// that step finishes (deferred release). Returns false if `id` was unknown.
+    pub fn free_seq(&mut self, id: u64) -> bool {
+        let Some(seq) = self.seqs.remove(&id) else {
+            return false;
+        };
+        // NOTE: tail first, so the free list hands back a sequence's last blocks first.
+        for &b in seq.table.blocks.iter().rev() {
+            self.release_table_ref(b);
+        }
+        true
+    }
+
+    /// Shrinks sequence `id` to `num_tokens` positions (speculative rollback), releasing
+    /// blocks past the new end. A committed block cut into becomes uncommitted for this
+    /// sequence (it stays cached; the next write into it copies it first).
+    pub fn truncate(&mut self, id: u64, num_tokens: usize) -> Result<(), KvError> {
+        let p = self.cfg.block_size;
+        let seq = self.seqs.get_mut(&id).ok_or(KvError::UnknownSequence(id))?;
+        if num_tokens >= seq.table.num_tokens {
+            return Ok(());
+        }
+        let keep = BlockTable::blocks_for(num_tokens, p);
+        let dropped: Vec<u32> = seq.table.blocks.drain(keep..).collect();
+        seq.table.num_tokens = num_tokens;
+        seq.committed = seq.committed.min(num_tokens / p);
+        for &b in dropped.iter().rev() {
+            self.release_table_ref(b);
+        }
+        Ok(())
+    }
+
+    /// Commits the full blocks of sequence `id` whose KV is computed (`num_computed` tokens
+    /// of `tokens`, the sequence's known tokens) to the prefix cache. A block whose content
+    /// is already cached under another physical block stays private, and so do all later
+    /// blocks of this sequence.
+    pub fn commit(&mut self, id: u64, tokens: &[u32], num_computed: usize) -> Result<(), KvError> {
+        if !self.cfg.prefix_cache {
+            return Ok(());
+        }
+        let p = self.cfg.block_size;
+        let seq = self.seqs.get_mut(&id).ok_or(KvError::UnknownSequence(id))?;
+        let full = (num_computed.min(tokens.len()) / p).min(seq.table.blocks.len());
+        while seq.cache_open && seq.committed < full {
+            let i = seq.committed;
+            let block = seq.table.blocks[i];
+            let chunk = &tokens[i * p..(i + 1) * p];
+            let parent = if i == 0 {
+                None
+            } else {
+                let prev = seq.table.blocks[i - 1];
+                Some(
+                    self.cache
+                        .hash_of_block(prev)
+                        .expect("committed block is cached"),
+                )
+            };
+            if self.cache.hash_of_block(block).is_some() {
+                // Already cached as this very block (shared through a fork).
+                seq.committed += 1;
+                continue;
+            }
+            match self.cache.insert(parent, block, chunk, i, false) {
+                Some(_) => {
+                    seq.committed += 1;
+                    // NOTE: a just-committed block is referenced by this table.
+                }
+                None => seq.cache_open = false,
+            }
+        }
+        Ok(())
+    }
+
+    /// Registers step `step` as reading every block of `seq_ids` (and the sources of copy
+    /// orders issued since the last step): none of them is reused before `release_step`.
+    pub fn hold_step(&mut self, step: StepId, seq_ids: &[u64]) {
+        let mut held = std::mem::take(&mut self.pending_holds);
+        for id in seq_ids {
+            if let Some(seq) = self.seqs.get(id) {
+                for &b in &seq.table.blocks {
+                    self.pool.inc_hold(b);
+                    held.push(b);
+                }
+            }
+        }
+        self.steps.entry(step).or_default().extend(held);
+    }
+
+    /// Releases the holds of `step`; blocks whose last reference this was become free or
+    /// evictable. Returns false if the step held nothing or was already released.
+    pub fn release_step(&mut self, step: StepId) -> bool {
+        let Some(held) = self.steps.remove(&step) else {
+            return false;
+        };
+        for b in held {
+            if self.pool.dec_hold(b) {
+                self.on_unreferenced(b);
+            }
+        }
+        true
+    }
+
+    /// Number of steps currently holding blocks.
+    pub fn num_steps_in_flight(&self) -> usize {
+        self.steps.len()
+    }
+
+    /// Re-registers a block whose content the executor fetched back from the second tier:
+    /// allocates a block, caches it under `parent` (which must be cached, or `None` for a
+    /// first block) with `tokens`, unreferenced, and returns its id. The executor must write
+    /// the fetched KV into it before the next step. It counts as a tier hit when first reused.
+    pub fn restore_block(
+        &mut self,
+        parent: Option<BlockHash>,
+        tokens: &[u32],
+    ) -> Result<u32, KvError> {
+        if !self.cfg.prefix_cache {
+            return Err(KvError::CacheDisabled);
+        }
+        let p = self.cfg.block_size;
+        if tokens.len() != p {
+            return Err(KvError::BadBlockLen {
+                got: tokens.len(),
+                block_size: p,
+            });
+        }
+        let hash = super::hash::block_hash(parent, self.cache.salt(), tokens);
+        if self.cache.get(hash).is_some() {
+            return Err(KvError::AlreadyCached(hash));
+        }
+        let (depth, pin) = match parent {
+            None => (0, None),
+            Some(ph) => {
+                let e = self.cache.get(ph).ok_or(KvError::MissingParent(ph))?;
+                (e.depth + 1, Some(e.block))
+            }
+        };
+        // Pin the parent so allocating the new block cannot evict it.
+        if let Some(pb) = pin {
+            self.pool.inc_hold(pb);
+            self.cache.set_unreferenced(pb, false);
+        }
+        let block = self.alloc_block();
+        if let Some(pb) = pin {
+            if self.pool.dec_hold(pb) {
+                self.on_unreferenced(pb);
+            }
+        }
+        let block = block.ok_or(KvError::OutOfBlocks {
+            needed: 1,
+            available: 0,
+        })?;
+        self.cache
+            .insert(parent, block, tokens, depth, true)
+            .expect("checked: new hash, parent cached");
+        self.counters.restores += 1;
+        if self.pool.dec_table(block) {
+            self.on_unreferenced(block);
+        }
+        Ok(block)
+    }
+
+    /// Evicts every unreferenced cached block (reported through `take_evicted`); returns how
+    /// many. With no sequences and no steps left, the whole pool is free afterwards.
+    pub fn evict_all(&mut self) -> usize {
+        let mut n = 0;
+        while self.cache.num_unreferenced() > 0 {
+            let p = self.cfg.block_size;
+            let Some(h) = self
+                .cache
+                .pick_victim(EvictionPolicy::Lru, p, &self.cfg.cost, None)
+            else {
+                break;
+            };
+            let e = self.cache.remove(h);
+            self.counters.evictions += 1;
+            self.pool.push_free(e.block);
+            self.evicted.push(EvictedBlock {
+                hash: e.hash,
+                parent: e.parent,
+                block: e.block,
+                tokens: e.tokens,
+                depth: e.depth,
+            });
+            n += 1;
+        }
+        n
+    }
+
+    /// Copy orders issued since the last call (perform before running the step).
+    pub fn take_copy_ops(&mut self) -> Vec<CopyOp> {
+        std::mem::take(&mut self.copies)
+    }
+
+    /// Evicted blocks since the last call (spill before their blocks are overwritten).
+    pub fn take_evicted(&mut self) -> Vec<EvictedBlock> {
+        std::mem::take(&mut self.evicted)
+    }
+
+    /// Current occupancy and counters.
+    pub fn stats(&self) -> KvStats {
+        let cached = self.cache.len();
+        let evictable = self.cache.num_unreferenced();
+        let free = self.pool.num_free();
+        KvStats {
+            block_size: self.cfg.block_size,
+            total_blocks: self.cfg.num_blocks,
+            free_blocks: free,
+            used_blocks: self.cfg.num_blocks - free - evictable,
+            cached_blocks: cached,
+            evictable_blocks: evictable,
+            prefix_query_tokens: self.counters.query_tokens,
+            prefix_hit_tokens: self.counters.hit_tokens,
+            tier_hit_tokens: self.counters.tier_hit_tokens,
+            evictions: self.counters.evictions,
+            restores: self.counters.restores,
+            cow_copies: self.counters.cow_copies,
+        }
+    }
+
+    /// Total table references over all sequences (counts a shared block once per table).
+    pub fn num_table_refs(&self) -> usize {
+        self.seqs.values().map(|s| s.table.blocks.len()).sum()
+    }
+
+    /// Checks every structural invariant; `Err` names the first one broken. For tests and
+    /// debug assertions; `O(blocks + table entries)`.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        let n = self.cfg.num_blocks;
+        let mut table_refs = vec![0u32; n];
+        for (id, s) in &self.seqs {
+            let want = BlockTable::blocks_for(s.table.num_tokens, self.cfg.block_size);
+            if s.table.blocks.len() != want {
+                return Err(format!(
+                    "seq {id}: {} blocks for {} tokens",
+                    s.table.blocks.len(),
+                    s.table.num_tokens
+                ));
+            }
+            for &b in &s.table.blocks {
+                table_refs[b as usize] += 1;
+            }
+            for i in 0..s.committed {
+                if self.cache.hash_of_block(s.table.blocks[i]).is_none() {
+                    return Err(format!("seq {id}: committed block {i} not cached"));
+                }
+            }
+        }
+        let mut holds = vec![0u32; n];
+        for b in self
+            .steps
+            .values()
+            .flatten()
+            .chain(self.pending_holds.iter())
+        {
+            holds[*b as usize] += 1;
+        }
+        let mut in_free = vec![false; n];
+        for b in self.pool.free_list() {
+            if std::mem::replace(&mut in_free[b as usize], true) {
+                return Err(format!("block {b} twice in free list"));
+            }
+        }
+        for b in 0..n {
+            let r = self.pool.refs(b as u32);
+            if r.table_refs != table_refs[b] || r.holds != holds[b] {
+                return Err(format!(
+                    "block {b}: refs {}/{} but tables {} holds {}",
+                    r.table_refs, r.holds, table_refs[b], holds[b]
+                ));
+            }
+            if r.free != in_free[b] {
+                return Err(format!(
+                    "block {b}: free flag {} but in free list {}",
+                    r.free, in_free[b]
+                ));
+            }
+            let cached = self.cache.hash_of_block(b as u32).is_some();
+            if in_free[b] && (!r.is_unreferenced() || cached) {
+                return Err(format!("block {b} free but referenced or cached"));
+            }
+            let unref = r.is_unreferenced();
+            if cached && unref != self.cache.is_unreferenced(b as u32) {
+                return Err(format!("block {b}: unreferenced set disagrees"));
+            }
+            if !cached && !in_free[b] && unref {
+                return Err(format!(
+                    "block {b} leaked: unreferenced, not cached, not free"
+                ));
+            }
+        }
+        let mut children: HashMap<BlockHash, u32> = HashMap::new();
+        for e in self.cache.entries() {
+            if e.tokens.len() != self.cfg.block_size {
+                return Err(format!(
+                    "cached block {} holds {} tokens",
+                    e.block,
+                    e.tokens.len()
+                ));
+            }
+            if super::hash::block_hash(e.parent, self.cache.salt(), &e.tokens) != e.hash {
+                return Err(format!("cached block {} hash mismatch", e.block));
+            }
+            if let Some(ph) = e.parent {
+                if self.cache.get(ph).is_none() {
+                    return Err(format!("cached block {} has a dangling parent", e.block));
+                }
+                *children.entry(ph).or_default() += 1;
+            }
+        }
+        for e in self.cache.entries() {
+            if e.children != children.get(&e.hash).copied().unwrap_or(0) {
+                return Err(format!("cached block {} child count wrong", e.block));
+            }
+        }
+        Ok(())
+    }
+
+    // ---- internals ----
+
+    /// Takes one block: the free list first, else evicts an unreferenced cached leaf.
+    fn alloc_block(&mut self) -> Option<u32> {
+        if let Some(b) = self.pool.pop_free() {
+            return Some(b);
+        }
+        let p = self.cfg.block_size;
+        let h =
+            self.cache
+                .pick_victim(self.cfg.eviction, p, &self.cfg.cost, self.cfg.tier.as_ref())?;
+        let e = self.cache.remove(h);
+        self.counters.evictions += 1;
+        self.pool.claim(e.block);
+        self.evicted.push(EvictedBlock {
+            hash: e.hash,
+            parent: e.parent,
+            block: e.block,
+            tokens: e.tokens,
+            depth: e.depth,
+        });
+        Some(e.block)
+    }
+
+    /// Takes a table reference on a block found in the cache.
+    fn acquire(&mut self, block: u32) {
+        if self.pool.refs(block).is_unreferenced() {
+            self.cache.set_unreferenced(block, false);
+        }
+        self.pool.inc_table(block);
+    }
+
+    fn release_table_ref(&mut self, block: u32) {
+        if self.pool.dec_table(block) {
+            self.on_unreferenced(block);
+        }
+    }
+
+    fn on_unreferenced(&mut self, block: u32) {
+        if self.cache.hash_of_block(block).is_some() {
+            self.cache.set_unreferenced(block, true);
+        } else {
+            self.pool.push_free(block);
+        }
+    }
+}

@@ -1,0 +1,19 @@
+//! Paged KV memory: blocks, tables, sharing, copy-on-write, prefix cache, eviction.
+
+pub mod block_pool;
+pub mod block_table;
+pub mod error;
+pub mod eviction;
+pub mod hash;
+pub mod manager;
+pub mod prefix_cache;
+pub mod stats;
+
+pub use block_pool::{BlockPool, BlockRefs};
+pub use block_table::BlockTable;
+pub use error::KvError;
+pub use eviction::EvictionPolicy;
+pub use hash::{block_hash, chain_hashes, BlockHash};
+pub use manager::{CopyOp, EvictedBlock, KvConfig, KvManager, PrefixMatch, StepId};
+pub use prefix_cache::{CachedBlock, PrefixCache};
+pub use stats::KvStats;

@@ -1,0 +1,68 @@
+//! What one `schedule()` hands the executor, and what `update()` takes back.
+
+use super::request::{FinishReason, RequestId};
+use crate::kv::{CopyOp, EvictedBlock, StepId};
+
+/// One request's share of a step.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScheduledRequest {
+    pub id: RequestId,
+    /// Tokens to compute: `tokens[start_pos..]` of prompt + output, then the drafts.
+    pub token_ids: Vec<u32>,
+    /// Position of `token_ids[0]`; the context attended to is `start_pos + token_ids.len()`.
+    pub start_pos: usize,
+    /// Physical blocks of the request, in logical order (attention reads through it).
+    pub block_table: Vec<u32>,
+    /// KV slot of every token in `token_ids`: `block_table[pos / p] * p + pos % p`.
+    pub slot_mapping: Vec<usize>,
+    /// The step reaches the end of the known tokens: sample (or verify drafts) from the
+    /// logits of the last `1 + num_draft_tokens` positions.
+    pub sample: bool,
+    /// Trailing entries of `token_ids` that are drafts to verify.
+    pub num_draft_tokens: usize,
+}
+
+/// One step's work, produced by `Scheduler::schedule`.
+///
+/// The executor must, in order: spill `evicted` blocks if it keeps a second tier, perform
+/// `copies`, run the forward over `requests`, then call `Scheduler::update`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SchedulerOutput {
+    pub step: StepId,
+    pub requests: Vec<ScheduledRequest>,
+    /// Requests preempted by this step (their KV was freed; they will be recomputed).
+    pub preempted: Vec<RequestId>,
+    /// Copy-on-write orders to perform before the step.
+    pub copies: Vec<CopyOp>,
+    /// Cached blocks evicted while allocating for this step (spill before reuse).
+    pub evicted: Vec<EvictedBlock>,
+    /// Tokens at prompt positions (prefill, including recompute of prompt tokens).
+    pub num_prefill_tokens: usize,
+    /// Tokens at output positions, drafts excluded (decode and recompute of outputs).
+    pub num_decode_tokens: usize,
+    /// Draft tokens to verify.
+    pub num_draft_tokens: usize,
+}
+
+impl SchedulerOutput {
+    /// True when nothing is scheduled.
+    pub fn is_empty(&self) -> bool {
+        self.requests.is_empty()
+    }
+
+    /// All tokens of the step.
+    pub fn num_tokens(&self) -> usize {
+        self.num_prefill_tokens + self.num_decode_tokens + self.num_draft_tokens
+    }
+}
+
+/// The executor's result for one scheduled request.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RequestResult {
+    pub id: RequestId,
+    /// Sampled tokens: none when the step did not sample, one normally, `1 + accepted`
+    /// after draft verification (accepted drafts, then the correction/bonus token).
+    pub new_token_ids: Vec<u32>,
+    /// Set when the engine decided the request is done (EOS, stop string, max tokens).
+    pub finish: Option<FinishReason>,
+}

@@ -1,0 +1,146 @@
+//! One request: its tokens and the counters the scheduler advances.
+//!
+//! ```text
+//! tokens:  | prompt ............................ | output ...... | draft .. |
+//!          |<- cached ->|<- computed ->|<- new (this step) ->|
+//!          0      num_cached     num_computed_tokens      num_tokens()
+//! ```
+//! There is no prefill or decode phase: `num_computed_tokens` (tokens whose KV is written)
+//! catches up with `num_tokens()` (prompt + output), one chunk per step. The last output
+//! token is never computed until the next step feeds it back.
+
+/// Identity of a request, chosen by the caller; also the KV sequence id.
+pub type RequestId = u64;
+
+/// Why a request ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FinishReason {
+    /// End-of-sequence token or stop string (decided by the engine).
+    Stop,
+    /// `max_tokens` outputs produced (enforced by the scheduler too).
+    Length,
+    /// Cancelled by the caller.
+    Aborted,
+}
+
+/// Where a request is in its life cycle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RequestStatus {
+    /// In the waiting queue, never admitted.
+    Waiting,
+    /// Admitted: holds KV blocks and is scheduled every step it can be.
+    Running,
+    /// Was running; its KV was freed under memory pressure, its tokens kept. Back in the
+    /// waiting queue (at the front) to be recomputed.
+    Preempted,
+    /// Done; never scheduled again.
+    Finished(FinishReason),
+}
+
+/// A request and its progress.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Request {
+    /// Caller-chosen identity.
+    pub id: RequestId,
+    /// Prompt then output token ids, in one vector so any span slices without copying.
+    tokens: Vec<u32>,
+    num_prompt_tokens: usize,
+    /// Most output tokens this request may produce.
+    pub max_tokens: usize,
+    /// Arrival time in seconds (caller's clock), for metrics and admission.
+    pub arrival_s: Option<f64>,
+    /// Time by which the last token must be out, seconds (caller's clock).
+    pub deadline_s: Option<f64>,
+    /// Life-cycle state.
+    pub status: RequestStatus,
+    /// Tokens whose KV is written (or scheduled to be, in the step in flight).
+    pub num_computed_tokens: usize,
+    /// Tokens served by the prefix cache at the latest admission.
+    pub num_cached_tokens: usize,
+    /// How many times this request was preempted.
+    pub num_preemptions: u32,
+    /// Tokens computed again after a preemption (work lost to recompute).
+    pub num_recomputed_tokens: usize,
+    /// Draft tokens to verify in the next step (speculative decoding); cleared by `update`.
+    pub draft: Vec<u32>,
+    /// Highest `num_computed_tokens` reached; computing below it again is recompute.
+    pub(crate) max_computed_tokens: usize,
+}
+
+impl Request {
+    /// A waiting request with `prompt` and at most `max_tokens` outputs.
+    pub fn new(id: RequestId, prompt: Vec<u32>, max_tokens: usize) -> Self {
+        Self {
+            id,
+            num_prompt_tokens: prompt.len(),
+            tokens: prompt,
+            max_tokens,
+            arrival_s: None,
+            deadline_s: None,
+            status: RequestStatus::Waiting,
+            num_computed_tokens: 0,
+            num_cached_tokens: 0,
+            num_preemptions: 0,
+            num_recomputed_tokens: 0,
+            draft: Vec::new(),
+            max_computed_tokens: 0,
+        }
+    }
+
+    /// Sets the arrival time (seconds).
+    pub fn with_arrival(mut self, t: f64) -> Self {
+        self.arrival_s = Some(t);
+        self
+    }
+
+    /// Sets the deadline (seconds, same clock as arrival).
+    pub fn with_deadline(mut self, t: f64) -> Self {
+        self.deadline_s = Some(t);
+        self
+    }
+
+    /// Prompt token ids.
+    pub fn prompt(&self) -> &[u32] {
+        &self.tokens[..self.num_prompt_tokens]
+    }
+
+    /// Output token ids so far.
+    pub fn output(&self) -> &[u32] {
+        &self.tokens[self.num_prompt_tokens..]
+    }
+
+    /// Prompt followed by output.
+    pub fn tokens(&self) -> &[u32] {
+        &self.tokens
+    }
+
+    /// Known tokens: prompt + output.
+    pub fn num_tokens(&self) -> usize {
+        self.tokens.len()
+    }
+
+    /// Prompt length.
+    pub fn num_prompt_tokens(&self) -> usize {
+        self.num_prompt_tokens
+    }
+
+    /// Output tokens so far.
+    pub fn num_output_tokens(&self) -> usize {
+        self.tokens.len() - self.num_prompt_tokens
+    }
+
+    /// KV positions the request holds when it ends with `max_tokens` outputs: the last
+    /// output is never fed back, so `prompt + max_tokens − 1` (SPEC §1).
+    pub fn final_kv_tokens(&self) -> usize {
+        (self.num_prompt_tokens + self.max_tokens.saturating_sub(1)).max(self.num_tokens())
+    }
+
+    /// True once finished.
+    pub fn is_finished(&self) -> bool {
+        matches!(self.status, RequestStatus::Finished(_))
+    }
+
+    pub(crate) fn push_output(&mut self, t: u32) {
+        self.tokens.push(t);
+    }
+}

@@ -1,0 +1,481 @@
+//! The scheduler: one budget loop, no prefill/decode phases (vLLM v1 style).
+//!
+//! Each step:
+//! 1. running requests that only need their newest token (decodes) take one token each
+//!    (plus drafts), then running requests still catching up take a chunk of at most
+//!    `max_chunk`; each takes `min(remaining, budget)`. When KV runs out the newest
+//!    not-yet-scheduled running request is preempted by recompute (possibly the one asking);
+//! 2. if nothing was preempted and the policy lets new requests in, waiting requests are
+//!    admitted FCFS while budget, `max_running` and KV (per the reservation mode) allow; a
+//!    prefix-cache hit starts them past their cached tokens.
+//!
+//! `num_computed_tokens` advances at schedule time (the step is committed to compute them);
+//! `update` rolls back rejected drafts, appends sampled tokens, commits full blocks to the
+//! prefix cache, finishes requests and releases the step's holds on KV blocks.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+
+use super::admission::{self, AdmissionEstimate, Rates, RejectReason};
+use super::config::{BatchPolicy, ConfigError, KvReservation, SchedulerConfig};
+use super::output::{RequestResult, ScheduledRequest, SchedulerOutput};
+use super::request::{FinishReason, Request, RequestId, RequestStatus};
+use crate::kv::{KvError, KvManager, KvStats, StepId};
+
+/// Error building a scheduler.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SchedulerError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Kv(#[from] KvError),
+}
+
+/// Counters since creation.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SchedStats {
+    pub steps: u64,
+    pub preemptions: u64,
+    /// Tokens computed again after preemption.
+    pub recomputed_tokens: u64,
+    pub prefill_tokens: u64,
+    pub decode_tokens: u64,
+    pub draft_tokens: u64,
+    pub accepted_draft_tokens: u64,
+    pub finished: u64,
+    pub aborted: u64,
+}
+
+/// The scheduler. Owns the requests, the queues and the KV manager.
+#[derive(Debug, Clone)]
+pub struct Scheduler {
+    cfg: SchedulerConfig,
+    kv: KvManager,
+    requests: HashMap<RequestId, Request>,
+    /// FCFS; preempted requests go back to the front.
+    waiting: VecDeque<RequestId>,
+    /// Admission order (oldest first); preemption victims come from the back.
+    running: Vec<RequestId>,
+    next_step: u64,
+    stats: SchedStats,
+}
+
+/// One request's planned share of the step being built.
+struct Planned {
+    id: RequestId,
+    start: usize,
+    num_known: usize,
+    num_draft: usize,
+}
+
+impl Scheduler {
+    /// A scheduler with an empty KV pool.
+    pub fn new(cfg: SchedulerConfig) -> Result<Self, SchedulerError> {
+        cfg.validate()?;
+        let kv = KvManager::new(cfg.kv.clone())?;
+        Ok(Self {
+            cfg,
+            kv,
+            requests: HashMap::new(),
+            waiting: VecDeque::new(),
+            running: Vec::new(),
+            next_step: 0,
+            stats: SchedStats::default(),
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &SchedulerConfig {
+        &self.cfg
+    }
+
+    /// The KV manager (read-only: tables, slots, cache, stats).
+    pub fn kv(&self) -> &KvManager {
+        &self.kv
+    }
+
+    /// The KV manager, for the executor's tier hooks (`restore_block`, `take_evicted`).
+    pub fn kv_mut(&mut self) -> &mut KvManager {
+        &mut self.kv
+    }
+
+    /// KV occupancy and counters.
+    pub fn kv_stats(&self) -> KvStats {
+        self.kv.stats()
+    }
+
+    /// Scheduler counters.
+    pub fn stats(&self) -> SchedStats {
+        self.stats
+    }
+
+    /// Requests waiting (including preempted).
+    pub fn num_waiting(&self) -> usize {
+        self.waiting.len()
+    }
+
+    /// Requests running.
+    pub fn num_running(&self) -> usize {
+        self.running.len()
+    }
+
+    /// True while any request is waiting or running.
+    pub fn has_unfinished(&self) -> bool {
+        !self.waiting.is_empty() || !self.running.is_empty()
+    }
+
+    /// A live (not finished) request.
+    pub fn request(&self, id: RequestId) -> Option<&Request> {
+        self.requests.get(&id)
+    }
+
+    /// Queues a request after static checks (non-empty prompt, `max_tokens ≥ 1`, unique id,
+    /// final KV fits the whole pool).
+    pub fn add_request(&mut self, mut req: Request) -> Result<(), RejectReason> {
+        if self.requests.contains_key(&req.id) {
+            return Err(RejectReason::DuplicateId(req.id));
+        }
+        admission::check_static(&req, self.kv.block_size(), self.kv.num_blocks())?;
+        req.status = RequestStatus::Waiting;
+        self.waiting.push_back(req.id);
+        self.requests.insert(req.id, req);
+        Ok(())
+    }
+
+    /// Full admission check of a not-yet-added request: static checks, then the deadline
+    /// against the prompt work already queued or running, at the measured `rates`.
+    pub fn check_admission(
+        &self,
+        req: &Request,
+        now_s: f64,
+        rates: &Rates,
+    ) -> Result<AdmissionEstimate, RejectReason> {
+        admission::check_static(req, self.kv.block_size(), self.kv.num_blocks())?;
+        let queued: usize = self
+            .waiting
+            .iter()
+            .chain(&self.running)
+            .map(|id| {
+                let r = &self.requests[id];
+                r.num_prompt_tokens().saturating_sub(r.num_computed_tokens)
+            })
+            .sum();
+        admission::check_deadline(req, now_s, rates, queued)
+    }
+
+    /// Sets the drafts to verify in the next step (speculative decoding). Capped so the
+    /// request cannot pass `max_tokens`. Returns false for an unknown or finished request.
+    pub fn set_draft(&mut self, id: RequestId, mut draft: Vec<u32>) -> bool {
+        let Some(r) = self.requests.get_mut(&id) else {
+            return false;
+        };
+        let room = r.max_tokens.saturating_sub(r.num_output_tokens() + 1);
+        draft.truncate(room);
+        r.draft = draft;
+        true
+    }
+
+    /// Cancels a request at any time: it is never scheduled again and its KV is released
+    /// as soon as no in-flight step reads it. Returns it (status `Finished(Aborted)`).
+    pub fn abort(&mut self, id: RequestId) -> Option<Request> {
+        let mut r = self.requests.remove(&id)?;
+        self.waiting.retain(|&w| w != id);
+        self.running.retain(|&w| w != id);
+        self.kv.free_seq(id);
+        r.status = RequestStatus::Finished(FinishReason::Aborted);
+        self.stats.aborted += 1;
+        Some(r)
+    }
+
+    /// Builds the next step. An empty output means nothing can run now.
+    pub fn schedule(&mut self) -> SchedulerOutput {
+        let step = StepId(self.next_step);
+        self.next_step += 1;
+        let mut budget = self.cfg.token_budget;
+        let mut planned: Vec<Planned> = Vec::new();
+        let mut done: HashSet<RequestId> = HashSet::new();
+        let mut preempted = Vec::new();
+
+        // Decodes first, then running requests still catching up, each in admission order.
+        let mut order: Vec<RequestId> = self.running.clone();
+        order.sort_by_key(|id| {
+            let r = &self.requests[id];
+            r.num_tokens() - r.num_computed_tokens.min(r.num_tokens()) > 1
+        });
+        for id in order {
+            if budget == 0 {
+                break;
+            }
+            if !self.running.contains(&id) {
+                continue; // preempted earlier in this loop
+            }
+            let Some((num_known, num_draft)) = self.plan_tokens(id, budget) else {
+                continue;
+            };
+            let start = self.requests[&id].num_computed_tokens;
+            let total = start + num_known + num_draft;
+            let mut fits = true;
+            while let Err(KvError::OutOfBlocks { .. }) = self.kv.grow(id, total) {
+                let victim = *self
+                    .running
+                    .iter()
+                    .rev()
+                    .find(|r| !done.contains(r))
+                    .expect("the asking request itself is not yet scheduled");
+                self.preempt(victim);
+                preempted.push(victim);
+                if victim == id {
+                    fits = false;
+                    break;
+                }
+            }
+            if fits {
+                budget -= num_known + num_draft;
+                done.insert(id);
+                planned.push(Planned {
+                    id,
+                    start,
+                    num_known,
+                    num_draft,
+                });
+            }
+        }
+
+        if preempted.is_empty() && self.admission_open() {
+            while budget > 0 && self.running.len() < self.cfg.effective_max_running() {
+                let Some(&id) = self.waiting.front() else {
+                    break;
+                };
+                let Some(p) = self.try_admit(id, budget) else {
+                    break;
+                };
+                budget -= p.num_known + p.num_draft;
+                planned.push(p);
+            }
+        }
+
+        self.build_output(step, planned, preempted)
+    }
+
+    /// Applies the executor's results for step `out`; returns the requests that finished.
+    pub fn update(&mut self, out: &SchedulerOutput, results: &[RequestResult]) -> Vec<Request> {
+        let by_id: HashMap<RequestId, &RequestResult> = results.iter().map(|r| (r.id, r)).collect();
+        let mut finished = Vec::new();
+        for sr in &out.requests {
+            let Some(r) = self.requests.get_mut(&sr.id) else {
+                continue;
+            }; // aborted meanwhile
+            let res = by_id.get(&sr.id);
+            let running = r.status == RequestStatus::Running;
+            if sr.sample {
+                let new = res.map(|x| x.new_token_ids.as_slice()).unwrap_or(&[]);
+                if running {
+                    if new.is_empty() {
+                        // No token came back: recompute the last position next step.
+                        r.num_computed_tokens = r
+                            .num_computed_tokens
+                            .saturating_sub(1 + sr.num_draft_tokens);
+                    } else {
+                        let accepted = (new.len() - 1).min(sr.num_draft_tokens);
+                        r.num_computed_tokens -= sr.num_draft_tokens - accepted;
+                        self.stats.accepted_draft_tokens += accepted as u64;
+                    }
+                    if sr.num_draft_tokens > 0 || new.is_empty() {
+                        self.kv
+                            .truncate(sr.id, r.num_computed_tokens)
+                            .expect("running request has KV");
+                    }
+                }
+                for &t in new {
+                    if r.num_output_tokens() >= r.max_tokens {
+                        break;
+                    }
+                    r.push_output(t);
+                }
+                r.draft.clear();
+            }
+            if running {
+                self.kv
+                    .commit(sr.id, r.tokens(), r.num_computed_tokens)
+                    .expect("running request has KV");
+            }
+            let reason = res.and_then(|x| x.finish).or_else(|| {
+                (r.num_output_tokens() >= r.max_tokens).then_some(FinishReason::Length)
+            });
+            if let Some(reason) = reason {
+                finished.push(self.finish(sr.id, reason));
+            }
+        }
+        self.kv.release_step(out.step);
+        finished
+    }
+
+    /// Releases step `step`'s KV holds without applying results (e.g. the executor failed).
+    /// Requests keep the counters advanced at schedule time; abort them if the step's work
+    /// is lost.
+    pub fn release_step(&mut self, step: StepId) {
+        self.kv.release_step(step);
+    }
+
+    // ---- helpers ----
+
+    /// Tokens request `id` computes this step: `(known, drafts)`, or `None` if it has
+    /// nothing to compute (its sampled token is still in flight).
+    fn plan_tokens(&self, id: RequestId, budget: usize) -> Option<(usize, usize)> {
+        let r = &self.requests[&id];
+        let remaining = r
+            .num_tokens()
+            .checked_sub(r.num_computed_tokens)
+            .filter(|&n| n > 0)?;
+        if remaining == 1 {
+            let n = (1 + r.draft.len()).min(budget);
+            Some((1, n - 1))
+        } else {
+            Some((remaining.min(self.cfg.max_chunk).min(budget), 0))
+        }
+    }
+
+    fn admission_open(&self) -> bool {
+        match self.cfg.policy {
+            BatchPolicy::Continuous | BatchPolicy::Serial => true,
+            BatchPolicy::Fixed => self.running.is_empty(),
+        }
+    }
+
+    /// Admits waiting request `id` if KV allows under the reservation mode.
+    fn try_admit(&mut self, id: RequestId, budget: usize) -> Option<Planned> {
+        let r = &self.requests[&id];
+        let m = self.kv.match_prefix(r.tokens());
+        let cached = m.num_tokens;
+        let remaining = r.num_tokens() - cached;
+        let n = if remaining > 1 {
+            remaining.min(self.cfg.max_chunk)
+        } else {
+            remaining
+        }
+        .min(budget);
+        let available = self.kv.num_available() - m.num_unreferenced;
+        let needed = match self.cfg.reservation {
+            KvReservation::OnDemand => self.kv.blocks_for(cached + n) - m.num_blocks,
+            KvReservation::ReserveFinal => {
+                let final_blocks = self.kv.blocks_for(r.final_kv_tokens()) - m.num_blocks;
+                final_blocks + self.outstanding_reservations()
+            }
+        };
+        if needed > available {
+            return None;
+        }
+        let got = self
+            .kv
+            .create_seq(id, r.tokens())
+            .expect("waiting request has no KV yet");
+        debug_assert_eq!(got, cached);
+        if self.kv.grow(id, cached + n).is_err() {
+            self.kv.free_seq(id);
+            return None;
+        }
+        self.waiting.pop_front();
+        self.running.push(id);
+        let r = self.requests.get_mut(&id).expect("waiting request exists");
+        r.status = RequestStatus::Running;
+        r.num_computed_tokens = cached;
+        r.num_cached_tokens = cached;
+        Some(Planned {
+            id,
+            start: cached,
+            num_known: n,
+            num_draft: 0,
+        })
+    }
+
+    /// Blocks running requests may still allocate to reach their final length.
+    fn outstanding_reservations(&self) -> usize {
+        self.running
+            .iter()
+            .map(|id| {
+                let r = &self.requests[id];
+                let have = self.kv.table(*id).map_or(0, |t| t.blocks.len());
+                self.kv.blocks_for(r.final_kv_tokens()).saturating_sub(have)
+            })
+            .sum()
+    }
+
+    /// Preemption by recompute: free the KV, keep the tokens, requeue at the front.
+    fn preempt(&mut self, id: RequestId) {
+        self.kv.free_seq(id);
+        self.running.retain(|&r| r != id);
+        self.waiting.push_front(id);
+        let r = self.requests.get_mut(&id).expect("running request exists");
+        r.status = RequestStatus::Preempted;
+        r.num_computed_tokens = 0;
+        r.num_preemptions += 1;
+        r.draft.clear();
+        self.stats.preemptions += 1;
+    }
+
+    fn finish(&mut self, id: RequestId, reason: FinishReason) -> Request {
+        let mut r = self.requests.remove(&id).expect("finishing a live request");
+        self.running.retain(|&x| x != id);
+        self.waiting.retain(|&x| x != id);
+        self.kv.free_seq(id);
+        r.status = RequestStatus::Finished(reason);
+        self.stats.finished += 1;
+        r
+    }
+
+    fn build_output(
+        &mut self,
+        step: StepId,
+        planned: Vec<Planned>,
+        preempted: Vec<RequestId>,
+    ) -> SchedulerOutput {
+        let p = self.kv.block_size();
+        let mut out = SchedulerOutput {
+            step,
+            preempted,
+            ..SchedulerOutput::default()
+        };
+        let ids: Vec<RequestId> = planned.iter().map(|x| x.id).collect();
+        for pl in planned {
+            let r = self
+                .requests
+                .get_mut(&pl.id)
+                .expect("planned request exists");
+            let end_known = pl.start + pl.num_known;
+            let mut token_ids = r.tokens()[pl.start..end_known].to_vec();
+            token_ids.extend_from_slice(&r.draft[..pl.num_draft]);
+            let prompt = r.num_prompt_tokens();
+            let n_prefill = prompt.clamp(pl.start, end_known) - pl.start;
+            out.num_prefill_tokens += n_prefill;
+            out.num_decode_tokens += pl.num_known - n_prefill;
+            out.num_draft_tokens += pl.num_draft;
+            // Work below the high-water mark was done before a preemption: recompute.
+            let recomputed = r.max_computed_tokens.clamp(pl.start, end_known) - pl.start;
+            r.num_recomputed_tokens += recomputed;
+            self.stats.recomputed_tokens += recomputed as u64;
+            r.num_computed_tokens = end_known + pl.num_draft;
+            r.max_computed_tokens = r.max_computed_tokens.max(end_known);
+            let table = self.kv.table(pl.id).expect("planned request has KV");
+            let block_table = table.blocks.clone();
+            let slot_mapping = (pl.start..end_known + pl.num_draft)
+                .map(|pos| block_table[pos / p] as usize * p + pos % p)
+                .collect();
+            out.requests.push(ScheduledRequest {
+                id: pl.id,
+                token_ids,
+                start_pos: pl.start,
+                block_table,
+                slot_mapping,
+                sample: end_known == r.num_tokens(),
+                num_draft_tokens: pl.num_draft,
+            });
+        }
+        out.copies = self.kv.take_copy_ops();
+        out.evicted = self.kv.take_evicted();
+        self.kv.hold_step(step, &ids);
+        self.stats.steps += 1;
+        self.stats.prefill_tokens += out.num_prefill_tokens as u64;
+        self.stats.decode_tokens += out.num_decode_tokens as u64;
+        self.stats.draft_tokens += out.num_draft_tokens as u64;
+        out
+    }
+}

@@ -1,0 +1,254 @@
+//! What callers (the server, `folio generate`, benchmarks) see of the engine.
+//!
+//! The engine runs on its own thread and owns all state; callers hold a cheap, cloneable
+//! [`EngineHandle`]. `submit` validates a request once into the engine's queue and returns
+//! a [`RequestStream`] of [`Event`]s. Dropping the stream aborts the request: the engine
+//! notices the closed channel, stops scheduling it and frees its KV once no in-flight step
+//! reads it.
+
+use crate::SamplingParams;
+use std::sync::Arc;
+use std::time::Instant;
+use tokio::sync::mpsc;
+
+/// Engine-wide request id.
+pub type RequestId = u64;
+
+/// A generation request, already tokenized.
+#[derive(Clone, Debug)]
+pub struct GenerateRequest {
+    pub prompt: Vec<u32>,
+    pub params: SamplingParams,
+    /// Upper bound on generated tokens (the engine also stops at the context length).
+    pub max_tokens: usize,
+    /// Strings that end generation; the matched text is not emitted and never split
+    /// across events.
+    pub stop: Vec<String>,
+    /// Token ids that end generation (in addition to the model's end-of-generation ids).
+    pub stop_token_ids: Vec<u32>,
+    /// Keep going past end-of-generation tokens (benchmarks).
+    pub ignore_eos: bool,
+    /// Return the log-probability of each sampled token and this many top alternatives.
+    pub logprobs: Option<usize>,
+    /// When the answer is due; admission control rejects requests that cannot make it.
+    pub deadline: Option<Instant>,
+    /// When the request arrived (for TTFT); defaults to submit time.
+    pub arrival: Option<Instant>,
+}
+
+impl GenerateRequest {
+    pub fn new(prompt: Vec<u32>, max_tokens: usize) -> GenerateRequest {
+        GenerateRequest {
+            prompt,
+            params: SamplingParams::default(),
+            max_tokens,
+            stop: Vec::new(),
+            stop_token_ids: Vec::new(),
+            ignore_eos: false,
+            logprobs: None,
+            deadline: None,
+            arrival: None,
+        }
+    }
+}
+
+/// Why a request ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FinishReason {
+    /// An end-of-generation token, a stop token id or a stop string.
+    Stop,
+    /// max_tokens or the context length.
+    Length,
+    /// Aborted by the caller.
+    Cancelled,
+    /// Rejected or failed; the message says why.
+    Error(String),
+}
+
+impl FinishReason {
+    /// The OpenAI `finish_reason` string.
+    pub fn as_openai(&self) -> &'static str {
+        match self {
+            FinishReason::Stop => "stop",
+            FinishReason::Length => "length",
+            FinishReason::Cancelled => "abort",
+            FinishReason::Error(_) => "error",
+        }
+    }
+}
+
+/// Log-probability of one sampled token with its top alternatives.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TokenLogprob {
+    pub token: u32,
+    pub logprob: f32,
+    pub top: Vec<(u32, f32)>,
+}
+
+/// Token counts of a finished request.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Usage {
+    pub prompt_tokens: usize,
+    pub completion_tokens: usize,
+    /// Prompt tokens served from the prefix cache.
+    pub cached_tokens: usize,
+}
+
+/// What a request's stream carries.
+#[derive(Clone, Debug)]
+pub enum Event {
+    /// Newly generated tokens and the text they complete (may be empty while a UTF-8
+    /// sequence or a possible stop string is pending).
+    Tokens {
+        ids: Vec<u32>,
+        text: String,
+        logprobs: Vec<TokenLogprob>,
+        at: Instant,
+    },
+    /// The last event of every stream.
+    Finished {
+        reason: FinishReason,
+        usage: Usage,
+        at: Instant,
+    },
+}
+
+/// The receiving end of one request. Dropping it aborts the request.
+pub struct RequestStream {
+    pub id: RequestId,
+    pub rx: mpsc::UnboundedReceiver<Event>,
+}
+
+impl RequestStream {
+    /// Next event, or `None` after `Finished`.
+    pub async fn next(&mut self) -> Option<Event> {
+        self.rx.recv().await
+    }
+
+    /// Blocking variant for synchronous callers (CLI, tests).
+    pub fn next_blocking(&mut self) -> Option<Event> {
+        self.rx.blocking_recv()
+    }
+}
+
+/// Why a request was refused at submit time.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum SubmitError {
+    /// Bad input: the message names the field, the limit and the value.
+    #[error("{0}")]
+    Invalid(String),
+    /// Admission control: cannot get KV space or cannot meet its deadline.
+    #[error("{0}")]
+    Rejected(String),
+    /// The engine is shutting down.
+    #[error("engine is shutting down")]
+    ShuttingDown,
+}
+
+/// Static facts about the running engine.
+#[derive(Clone, Debug)]
+pub struct EngineInfo {
+    pub model_name: String,
+    pub model_path: String,
+    pub context_length: usize,
+    pub vocab_size: usize,
+    pub block_size: usize,
+    pub num_blocks: usize,
+    /// KV capacity in tokens (num_blocks × block_size).
+    pub kv_capacity_tokens: usize,
+    pub kv_format: String,
+}
+
+/// Live counters and gauges the engine publishes after every step; read by /metrics.
+#[derive(Debug, Default)]
+pub struct EngineMetrics {
+    pub num_running: std::sync::atomic::AtomicUsize,
+    pub num_waiting: std::sync::atomic::AtomicUsize,
+    pub kv_blocks_used: std::sync::atomic::AtomicUsize,
+    pub kv_blocks_cached: std::sync::atomic::AtomicUsize,
+    pub prefix_queries_tokens: std::sync::atomic::AtomicU64,
+    pub prefix_hits_tokens: std::sync::atomic::AtomicU64,
+    pub preemptions: std::sync::atomic::AtomicU64,
+    pub rejected: std::sync::atomic::AtomicU64,
+    pub steps: std::sync::atomic::AtomicU64,
+    pub prompt_tokens: std::sync::atomic::AtomicU64,
+    pub generation_tokens: std::sync::atomic::AtomicU64,
+    pub recomputed_tokens: std::sync::atomic::AtomicU64,
+}
+
+pub(crate) enum Command {
+    Add {
+        id: RequestId,
+        req: Box<GenerateRequest>,
+        tx: mpsc::UnboundedSender<Event>,
+    },
+    Abort(RequestId),
+    Shutdown,
+}
+
+/// A cheap, cloneable handle to the engine thread.
+#[derive(Clone)]
+pub struct EngineHandle {
+    pub(crate) tx: std::sync::mpsc::Sender<Command>,
+    pub(crate) next_id: Arc<std::sync::atomic::AtomicU64>,
+    pub info: Arc<EngineInfo>,
+    pub metrics: Arc<EngineMetrics>,
+    pub tokenizer: Arc<folio_tokenizer::Tokenizer>,
+}
+
+impl EngineHandle {
+    /// Queues a request. Validation that needs no engine state happens here, so a bad
+    /// request never reaches the loop.
+    pub fn submit(&self, req: GenerateRequest) -> Result<RequestStream, SubmitError> {
+        let ctx = self.info.context_length;
+        if req.prompt.is_empty() {
+            return Err(SubmitError::Invalid(
+                "prompt: must contain at least 1 token, got 0".into(),
+            ));
+        }
+        if req.prompt.len() >= ctx {
+            return Err(SubmitError::Invalid(format!(
+                "prompt: {} tokens; the context length is {ctx}, so at most {} prompt tokens fit",
+                req.prompt.len(),
+                ctx - 1
+            )));
+        }
+        if let Some(&t) = req
+            .prompt
+            .iter()
+            .find(|&&t| t as usize >= self.info.vocab_size)
+        {
+            return Err(SubmitError::Invalid(format!(
+                "prompt: token id {t} >= vocab size {}",
+                self.info.vocab_size
+            )));
+        }
+        if req.max_tokens == 0 {
+            return Err(SubmitError::Invalid(
+                "max_tokens: must be >= 1, got 0".into(),
+            ));
+        }
+        let id = self
+            .next_id
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let (tx, rx) = mpsc::unbounded_channel();
+        self.tx
+            .send(Command::Add {
+                id,
+                req: Box::new(req),
+                tx,
+            })
+            .map_err(|_| SubmitError::ShuttingDown)?;
+        Ok(RequestStream { id, rx })
+    }
+
+    /// Aborts a request (also happens when its stream is dropped).
+    pub fn abort(&self, id: RequestId) {
+        let _ = self.tx.send(Command::Abort(id));
+    }
+
+    /// Asks the engine to finish: new submits fail, running requests are cancelled.
+    pub fn shutdown(&self) {
+        let _ = self.tx.send(Command::Shutdown);
+    }
+}

@@ -1,0 +1,249 @@
+//! Turning logits into tokens: temperature, top-k, top-p, min-p, penalties, per-request seed.
+//!
+//! Each request owns its [`Sampler`] (and so its RNG): a seeded request draws the same
+//! tokens whatever else shares its batch.
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+/// Per-request sampling settings (OpenAI / vLLM semantics).
+#[derive(Clone, Debug, PartialEq)]
+pub struct SamplingParams {
+    /// 0 means greedy.
+    pub temperature: f32,
+    /// 0 means disabled.
+    pub top_k: usize,
+    /// 1.0 means disabled.
+    pub top_p: f32,
+    /// 0.0 means disabled.
+    pub min_p: f32,
+    pub presence_penalty: f32,
+    pub frequency_penalty: f32,
+    /// 1.0 means disabled (llama.cpp/HF semantics: divide positive logits, multiply negative).
+    pub repetition_penalty: f32,
+    pub seed: Option<u64>,
+}
+
+impl Default for SamplingParams {
+    fn default() -> Self {
+        SamplingParams {
+            temperature: 0.0,
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.0,
+            presence_penalty: 0.0,
+            frequency_penalty: 0.0,
+            repetition_penalty: 1.0,
+            seed: None,
+        }
+    }
+}
+
+impl SamplingParams {
+    pub fn is_greedy(&self) -> bool {
+        self.temperature <= 0.0 || self.top_k == 1
+    }
+}
+
+/// A request's sampler: its settings and its own RNG.
+pub struct Sampler {
+    pub params: SamplingParams,
+    rng: StdRng,
+}
+
+/// Index of the largest value (lowest index wins ties, as llama.cpp's greedy does).
+pub fn argmax(x: &[f32]) -> usize {
+    let mut best = 0;
+    for (i, &v) in x.iter().enumerate() {
+        if v > x[best] {
+            best = i;
+        }
+    }
+    best
+}
+
+/// log-softmax of one row (for logprobs).
+pub fn log_softmax(x: &[f32]) -> Vec<f32> {
+    let m = x.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
+    let lse = m + x.iter().map(|v| (v - m).exp()).sum::<f32>().ln();
+    x.iter().map(|v| v - lse).collect()
+}
+
+impl Sampler {
+    pub fn new(params: SamplingParams) -> Sampler {
+        let rng = match params.seed {
+            Some(s) => StdRng::seed_from_u64(s),
+            None => StdRng::from_entropy(),
+        };
+        Sampler { params, rng }
+    }
+
+    /// Applies penalties in place given the tokens generated so far.
+    pub fn apply_penalties(&self, logits: &mut [f32], history: &[u32]) {
+        let p = &self.params;
+        if p.presence_penalty == 0.0 && p.frequency_penalty == 0.0 && p.repetition_penalty == 1.0 {
+            return;
+        }
+        let mut counts: std::collections::HashMap<u32, u32> = Default::default();
+        for &t in history {
+            *counts.entry(t).or_default() += 1;
+        }
+        for (&t, &c) in &counts {
+            if let Some(l) = logits.get_mut(t as usize) {
+                if p.repetition_penalty != 1.0 {
+                    *l = if *l > 0.0 {
+                        *l / p.repetition_penalty
+                    } else {
+                        *l * p.repetition_penalty
+                    };
+                }
+                *l -= p.presence_penalty + p.frequency_penalty * c as f32;
+            }
+        }
+    }
+
+    /// The filtered, normalized distribution the sampler would draw from, as (id, prob)
+    /// sorted by probability (descending). Used by sampling and by speculative verification.
+    pub fn distribution(&self, logits: &[f32]) -> Vec<(u32, f32)> {
+        let p = &self.params;
+        let t = p.temperature.max(1e-6);
+        let mut cand: Vec<(u32, f32)> = logits
+            .iter()
+            .enumerate()
+            .map(|(i, &l)| (i as u32, l / t))
+            .collect();
+        let k = if p.top_k == 0 {
+            cand.len()
+        } else {
+            p.top_k.min(cand.len())
+        };
+        if k < cand.len() {
+            cand.select_nth_unstable_by(k - 1, |a, b| b.1.total_cmp(&a.1));
+            cand.truncate(k);
+        }
+        cand.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        let m = cand[0].1;
+        let mut sum = 0.0;
+        for c in cand.iter_mut() {
+            c.1 = (c.1 - m).exp();
+            sum += c.1;
+        }
+        for c in cand.iter_mut() {
+            c.1 /= sum;
+        }
+        if p.min_p > 0.0 {
+            let floor = cand[0].1 * p.min_p;
+            cand.retain(|c| c.1 >= floor);
+        }
+        if p.top_p < 1.0 {
+            let mut acc = 0.0;
+            let mut keep = cand.len();
+            for (i, c) in cand.iter().enumerate() {
+                acc += c.1;
+                if acc >= p.top_p {
+                    keep = i + 1;
+                    break;
+                }
+            }
+            cand.truncate(keep.max(1));
+        }
+        let s: f32 = cand.iter().map(|c| c.1).sum();
+        for c in cand.iter_mut() {
+            c.1 /= s;
+        }
+        cand
+    }
+
+    /// Draws a token: greedy when temperature is 0.
+    pub fn sample(&mut self, logits: &[f32]) -> u32 {
+        if self.params.is_greedy() {
+            return argmax(logits) as u32;
+        }
+        let dist = self.distribution(logits);
+        let r: f32 = self.rng.gen();
+        let mut acc = 0.0;
+        for &(id, pr) in &dist {
+            acc += pr;
+            if r < acc {
+                return id;
+            }
+        }
+        dist.last()
+            .expect("distribution keeps at least one token")
+            .0
+    }
+
+    /// A uniform draw from this request's RNG (speculative acceptance tests).
+    pub fn uniform(&mut self) -> f32 {
+        self.rng.gen()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn greedy_picks_first_max() {
+        let mut s = Sampler::new(SamplingParams::default());
+        assert_eq!(s.sample(&[0.1, 3.0, 3.0, -1.0]), 1);
+    }
+
+    #[test]
+    fn top_k_and_top_p_filter() {
+        let s = Sampler::new(SamplingParams {
+            temperature: 1.0,
+            top_k: 2,
+            ..Default::default()
+        });
+        let d = s.distribution(&[0.0, 2.0, 1.0, -5.0]);
+        assert_eq!(d.iter().map(|x| x.0).collect::<Vec<_>>(), vec![1, 2]);
+        let s = Sampler::new(SamplingParams {
+            temperature: 1.0,
+            top_p: 0.5,
+            ..Default::default()
+        });
+        let d = s.distribution(&[0.0, 5.0, 1.0, -5.0]);
+        assert_eq!(d, vec![(1, 1.0)]);
+        let s = Sampler::new(SamplingParams {
+            temperature: 1.0,
+            min_p: 0.7,
+            ..Default::default()
+        });
+        let d = s.distribution(&[(0.4f32).ln(), (0.35f32).ln(), (0.25f32).ln()]);
+        assert_eq!(d.iter().map(|x| x.0).collect::<Vec<_>>(), vec![0, 1]);
+    }
+
+    #[test]
+    fn seeded_sampling_repeats() {
+        let p = SamplingParams {
+            temperature: 1.0,
+            seed: Some(7),
+            ..Default::default()
+        };
+        let logits: Vec<f32> = (0..50).map(|i| (i as f32 * 0.37).sin()).collect();
+        let a: Vec<u32> = {
+            let mut s = Sampler::new(p.clone());
+            (0..20).map(|_| s.sample(&logits)).collect()
+        };
+        let mut s = Sampler::new(p);
+        let b: Vec<u32> = (0..20).map(|_| s.sample(&logits)).collect();
+        assert_eq!(a, b);
+        assert!(
+            a.iter().any(|&t| t != a[0]),
+            "temperature 1 should vary: {a:?}"
+        );
+    }
+
+    #[test]
+    fn penalties_lower_seen_tokens() {
+        let s = Sampler::new(SamplingParams {
+            presence_penalty: 1.0,
+            frequency_penalty: 0.5,
+            ..Default::default()
+        });
+        let mut l = vec![1.0, 1.0, 1.0];
+        s.apply_penalties(&mut l, &[0, 0, 2]);
+        assert_eq!(l, vec![-1.0, 1.0, -0.5]);
+    }
+}

@@ -1,0 +1,243 @@
+//! [`GgufFile`]: an opened, validated GGUF file.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use crate::parse::{parse, Parsed};
+use crate::{dequant, GgufError, Result, TensorInfo, Value};
+
+/// The file's bytes: a read-only memory map for real models (weights are paged in on
+/// demand and shared with the page cache), or an owned buffer for tests and fuzzing.
+enum Storage {
+    Mmap(memmap2::Mmap),
+    Owned(Vec<u8>),
+}
+
+impl Storage {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Storage::Mmap(m) => m,
+            Storage::Owned(v) => v,
+        }
+    }
+}
+
+/// An opened GGUF file whose header has been fully parsed and validated: every tensor's
+/// data range lies inside the file, is aligned, and has a size consistent with its type.
+pub struct GgufFile {
+    storage: Storage,
+    version: u32,
+    alignment: usize,
+    /// Key/value pairs in file order (order matters to humans reading dumps).
+    metadata: Vec<(String, Value)>,
+    /// Key -> position in `metadata`.
+    key_index: HashMap<String, usize>,
+    tensors: Vec<TensorInfo>,
+    /// Tensor name -> position in `tensors`.
+    tensor_index: HashMap<String, usize>,
+    /// Absolute byte offset where the data section starts.
+    data_offset: u64,
+}
+
+impl GgufFile {
+    /// Memory-maps and validates the file at `path`.
+    pub fn open(path: &Path) -> Result<GgufFile> {
+        let io_err = |source| GgufError::Io {
+            path: path.to_owned(),
+            source,
+        };
+        let file = std::fs::File::open(path).map_err(io_err)?;
+        let len = file.metadata().map_err(io_err)?.len();
+        let storage = if len == 0 {
+            // NOTE: mapping an empty file fails on some platforms; parse reports BadMagic.
+            Storage::Owned(Vec::new())
+        } else {
+            // SAFETY: the map is read-only. Like every mmap-based model loader we assume
+            // the file is not truncated or rewritten while it is open; if it were, reads
+            // could fault or see changed bytes, which we accept for model files.
+            Storage::Mmap(unsafe { memmap2::Mmap::map(&file) }.map_err(io_err)?)
+        };
+        Self::from_storage(storage)
+    }
+
+    /// Validates a file held in memory.
+    pub fn from_bytes(bytes: Vec<u8>) -> Result<GgufFile> {
+        Self::from_storage(Storage::Owned(bytes))
+    }
+
+    fn from_storage(storage: Storage) -> Result<GgufFile> {
+        let Parsed {
+            version,
+            alignment,
+            metadata,
+            key_index,
+            tensors,
+            tensor_index,
+            data_offset,
+        } = parse(storage.bytes())?;
+        Ok(GgufFile {
+            storage,
+            version,
+            alignment,
+            metadata,
+            key_index,
+            tensors,
+            tensor_index,
+            data_offset,
+        })
+    }
+
+    /// GGUF version: 2 or 3.
+    pub fn version(&self) -> u32 {
+        self.version
+    }
+
+    /// `general.alignment`, or 32 when absent.
+    pub fn alignment(&self) -> usize {
+        self.alignment
+    }
+
+    /// Absolute byte offset of the data section.
+    pub fn data_offset(&self) -> u64 {
+        self.data_offset
+    }
+
+    /// The whole file.
+    pub fn bytes(&self) -> &[u8] {
+        self.storage.bytes()
+    }
+
+    /// All metadata, in file order.
+    pub fn metadata(&self) -> &[(String, Value)] {
+        &self.metadata
+    }
+
+    /// The value of `key`, if present.
+    pub fn get(&self, key: &str) -> Option<&Value> {
+        self.key_index.get(key).map(|&i| &self.metadata[i].1)
+    }
+
+    fn require(&self, key: &str) -> Result<&Value> {
+        self.get(key).ok_or_else(|| GgufError::MissingKey {
+            key: key.to_owned(),
+        })
+    }
+
+    fn wrong_type(key: &str, expected: &'static str, found: &Value) -> GgufError {
+        GgufError::WrongType {
+            key: key.to_owned(),
+            expected,
+            found: found.describe(),
+        }
+    }
+
+    /// An integer key as u64 (any integer type whose value is non-negative).
+    pub fn get_u64(&self, key: &str) -> Result<u64> {
+        let v = self.require(key)?;
+        v.as_u64()
+            .ok_or_else(|| Self::wrong_type(key, "a non-negative integer", v))
+    }
+
+    /// A float key as f32 (f32, f64 or an integer).
+    pub fn get_f32(&self, key: &str) -> Result<f32> {
+        let v = self.require(key)?;
+        v.as_f64()
+            .map(|f| f as f32)
+            .ok_or_else(|| Self::wrong_type(key, "a number", v))
+    }
+
+    /// A string key.
+    pub fn get_str(&self, key: &str) -> Result<&str> {
+        let v = self.require(key)?;
+        v.as_str()
+            .ok_or_else(|| Self::wrong_type(key, "a string", v))
+    }
+
+    fn get_array(&self, key: &str, expected: &'static str) -> Result<&[Value]> {
+        let v = self.require(key)?;
+        v.as_array()
+            .ok_or_else(|| Self::wrong_type(key, expected, v))
+    }
+
+    /// An array-of-strings key.
+    pub fn get_str_array(&self, key: &str) -> Result<Vec<&str>> {
+        const EXPECTED: &str = "an array of strings";
+        let v = self.require(key)?;
+        self.get_array(key, EXPECTED)?
+            .iter()
+            .map(|e| e.as_str().ok_or_else(|| Self::wrong_type(key, EXPECTED, v)))
+            .collect()
+    }
+
+    /// An array-of-integers key as i64 (any integer element type that fits).
+    pub fn get_i64_array(&self, key: &str) -> Result<Vec<i64>> {
+        const EXPECTED: &str = "an array of integers";
+        let v = self.require(key)?;
+        self.get_array(key, EXPECTED)?
+            .iter()
+            .map(|e| e.as_i64().ok_or_else(|| Self::wrong_type(key, EXPECTED, v)))
+            .collect()
+    }
+
+    /// An array-of-numbers key as f32.
+    pub fn get_f32_array(&self, key: &str) -> Result<Vec<f32>> {
+        const EXPECTED: &str = "an array of numbers";
+        let v = self.require(key)?;
+        self.get_array(key, EXPECTED)?
+            .iter()
+            .map(|e| {
+                e.as_f64()
+                    .map(|f| f as f32)
+                    .ok_or_else(|| Self::wrong_type(key, EXPECTED, v))
+            })
+            .collect()
+    }
+
+    /// All tensors, in file order.
+    pub fn tensors(&self) -> &[TensorInfo] {
+        &self.tensors
+    }
+
+    /// The tensor called `name`, if present.
+    pub fn tensor(&self, name: &str) -> Option<&TensorInfo> {
+        self.tensor_index.get(name).map(|&i| &self.tensors[i])
+    }
+
+    /// The raw bytes of a tensor of this file (bounds were validated at open). An `info`
+    /// from another file whose range does not fit this one yields an empty slice.
+    pub fn tensor_data(&self, info: &TensorInfo) -> &[u8] {
+        let start = info.offset as usize;
+        self.bytes()
+            .get(start..start.saturating_add(info.n_bytes))
+            .unwrap_or(&[])
+    }
+
+    /// A dequantized f32 copy of tensor `name` (any type [`dequant::dequantize`] supports).
+    pub fn tensor_f32(&self, name: &str) -> Result<Vec<f32>> {
+        let info = self.tensor(name).ok_or_else(|| GgufError::TensorNotFound {
+            name: name.to_owned(),
+        })?;
+        let n = usize::try_from(info.n_elements()).map_err(|_| {
+            GgufError::ElementCountOverflow {
+                dims: info.dims.clone(),
+            }
+            .in_tensor(name)
+        })?;
+        let mut out = vec![0.0f32; n];
+        dequant::dequantize(info.ggml_type, self.tensor_data(info), &mut out)
+            .map_err(|e| e.in_tensor(name))?;
+        Ok(out)
+    }
+}
+
+impl std::fmt::Debug for GgufFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GgufFile")
+            .field("version", &self.version)
+            .field("alignment", &self.alignment)
+            .field("n_bytes", &self.bytes().len())
+            .field("n_metadata", &self.metadata.len())
+            .field("n_tensors", &self.tensors.len())
+            .finish()
+    }
+}

@@ -1,0 +1,110 @@
+//! Runtime CPU feature detection and the choice of instruction set.
+//!
+//! folio is built without `-C target-cpu=native` so one binary runs everywhere; every SIMD
+//! kernel is a `#[target_feature(enable = "...")]` function chosen here at run time.
+
+use std::sync::OnceLock;
+
+/// The x86 features folio's kernels care about, detected once per process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct CpuFeatures {
+    /// AVX-512 F + BW + VL together (the 512-bit kernels need all three).
+    pub avx512: bool,
+    /// AVX-512 VNNI (`vpdpbusd`: u8 x i8 -> i32 dot products of 4), used by quantized matmul.
+    pub avx512_vnni: bool,
+    /// AVX2 (256-bit integer and float).
+    pub avx2: bool,
+    /// Fused multiply-add on 256-bit registers.
+    pub fma: bool,
+    /// Half-precision conversion instructions (`vcvtph2ps`).
+    pub f16c: bool,
+}
+
+/// Instruction-set level a kernel is run with, from least to most capable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Isa {
+    /// Portable Rust; the reference every SIMD kernel is tested against.
+    Scalar,
+    /// AVX2 + FMA + F16C.
+    Avx2,
+    /// AVX-512 F/BW/VL; quantized matmul also needs VNNI (else it runs its AVX2 kernel).
+    Avx512,
+}
+
+impl Isa {
+    /// Parses the `FOLIO_ISA` spelling (`scalar`, `avx2`, `avx512`).
+    pub fn parse(s: &str) -> Option<Isa> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "scalar" => Some(Isa::Scalar),
+            "avx2" => Some(Isa::Avx2),
+            "avx512" => Some(Isa::Avx512),
+            _ => None,
+        }
+    }
+
+    /// The ISA actually usable for `self` on this CPU: a request for more than the CPU has
+    /// is lowered, so forcing an ISA can never execute an unsupported instruction.
+    pub fn clamp(self) -> Isa {
+        self.min(best())
+    }
+
+    /// Every ISA this CPU can run, lowest first (tests compare each one to `Scalar`).
+    pub fn available() -> Vec<Isa> {
+        [Isa::Scalar, Isa::Avx2, Isa::Avx512]
+            .into_iter()
+            .filter(|&i| i <= best())
+            .collect()
+    }
+}
+
+/// Features of the running CPU (detected on first call).
+pub fn features() -> &'static CpuFeatures {
+    static F: OnceLock<CpuFeatures> = OnceLock::new();
+    F.get_or_init(detect)
+}
+
+#[cfg(target_arch = "x86_64")]
+fn detect() -> CpuFeatures {
+    use std::arch::is_x86_feature_detected as has;
+    CpuFeatures {
+        avx512: has!("avx512f") && has!("avx512bw") && has!("avx512vl"),
+        avx512_vnni: has!("avx512vnni"),
+        avx2: has!("avx2"),
+        fma: has!("fma"),
+        f16c: has!("f16c"),
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn detect() -> CpuFeatures {
+    CpuFeatures::default()
+}
+
+/// Best ISA the hardware supports, ignoring `FOLIO_ISA`.
+pub fn best() -> Isa {
+    let f = features();
+    // NOTE: the AVX-512 kernels also use 256-bit FMA/F16C forms, so require the AVX2 set too.
+    let avx2 = f.avx2 && f.fma && f.f16c;
+    if f.avx512 && avx2 {
+        Isa::Avx512
+    } else if avx2 {
+        Isa::Avx2
+    } else {
+        Isa::Scalar
+    }
+}
+
+/// The ISA kernels dispatch to: the best available, or a lower one forced with
+/// `FOLIO_ISA=scalar|avx2|avx512` (a higher one than the CPU has is ignored).
+pub fn isa() -> Isa {
+    static I: OnceLock<Isa> = OnceLock::new();
+    *I.get_or_init(|| {
+        let forced = std::env::var("FOLIO_ISA").ok().and_then(|s| Isa::parse(&s));
+        forced.map_or(best(), Isa::clamp)
+    })
+}
+
+/// Whether the quantized AVX-512 kernels (which need VNNI) can run.
+pub(crate) fn has_vnni512() -> bool {
+    best() == Isa::Avx512 && features().avx512_vnni
+}

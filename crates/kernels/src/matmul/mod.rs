@@ -1,0 +1,402 @@
+//! Weight matrices and the batched matmul `out = x W^T` that folio spends its time in.
+//!
+//! NOTE: these kernels are hand-written (not candle's) because candle's CPU Q4_1 dot product
+//! is a scalar loop, it quantizes activations serially, and a batch of 16 rows costs it ~15x
+//! one row: it re-reads the weights per row (see shared/MEASURED.md). Here:
+//! - weights are repacked at load time into 16-row panels (`packed`) so one AVX-512 VNNI
+//!   `vpdpbusd` computes 4 k-values for 16 output rows;
+//! - activations are quantized once per call to int8 blocks of 32 (`quant_act`, ggml's q8_1
+//!   numerics), in parallel over the pool for large batches;
+//! - each panel's unpacked weights are reused for up to 8 activation rows in registers, so
+//!   n activation rows share one read of W from memory;
+//! - output panels are spread over the persistent `ThreadPool`.
+//!
+//! Every weight type maps onto one of four packed layouts (see `ggml` for the mapping):
+//! Q4_1, Q4_0 and Q4_K keep 4-bit codes with per-32 scale and min; Q8_0 and Q6_K become
+//! 8-bit codes. F32/F16/BF16 use a dense FMA kernel.
+
+mod dense;
+mod ggml;
+mod kernel;
+mod packed;
+
+use crate::cpu::{self, Isa};
+use crate::pool::{SendPtr, ThreadPool};
+use crate::quant_act::QuantizedActs;
+use ggml::SubBlock;
+use half::{bf16, f16};
+use packed::{Layout, Packed, PANEL};
+use std::cell::RefCell;
+
+/// ggml tensor types folio can multiply with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[allow(non_camel_case_types)] // ggml's names
+pub enum WeightType {
+    F32,
+    F16,
+    BF16,
+    Q4_0,
+    Q4_1,
+    Q8_0,
+    Q4_K,
+    Q6_K,
+}
+
+impl WeightType {
+    /// `(values, bytes)` of one ggml block of this type.
+    pub fn block(self) -> (usize, usize) {
+        match self {
+            WeightType::F32 => (1, 4),
+            WeightType::F16 | WeightType::BF16 => (1, 2),
+            WeightType::Q4_0 => (32, 18),
+            WeightType::Q4_1 => (32, 20),
+            WeightType::Q8_0 => (32, 34),
+            WeightType::Q4_K => (256, 144),
+            WeightType::Q6_K => (256, 210),
+        }
+    }
+
+    /// Bytes of a `rows x cols` tensor in ggml layout (`None` if cols is not a whole
+    /// number of blocks or the size overflows).
+    pub fn ggml_bytes(self, rows: usize, cols: usize) -> Option<usize> {
+        let (bv, bb) = self.block();
+        if !cols.is_multiple_of(bv) {
+            return None;
+        }
+        (cols / bv).checked_mul(bb)?.checked_mul(rows)
+    }
+}
+
+/// Why a matrix could not be built.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KernelError {
+    #[error("{field} = {value} must be a multiple of {multiple}")]
+    NotMultiple {
+        field: &'static str,
+        multiple: usize,
+        value: usize,
+    },
+    #[error("{field} = {value} is below the minimum {min}")]
+    TooSmall {
+        field: &'static str,
+        min: usize,
+        value: usize,
+    },
+    #[error("{field} = {value} exceeds the limit {limit}")]
+    TooLarge {
+        field: &'static str,
+        limit: usize,
+        value: usize,
+    },
+    #[error("{field} has {value} bytes but the shape needs exactly {expected}")]
+    WrongLength {
+        field: &'static str,
+        expected: usize,
+        value: usize,
+    },
+}
+
+/// Largest accepted dimension: far above any real model, small enough that the products
+/// computed from it cannot overflow (a crafted file must not cause a huge allocation).
+pub const MAX_DIM: usize = 1 << 24;
+
+enum Storage {
+    Packed(Packed),
+    F32(Vec<f32>),
+    F16(Vec<f16>),
+}
+
+/// A weight matrix `W[rows = out features][cols = in features]`, repacked at load time
+/// into the layout its kernel streams.
+pub struct QMatrix {
+    ty: WeightType,
+    rows: usize,
+    cols: usize,
+    data: Storage,
+}
+
+thread_local! {
+    /// Quantized activations of the calling thread, reused across calls (no allocation on
+    /// the hot path once grown).
+    static ACTS: RefCell<QuantizedActs> = RefCell::new(QuantizedActs::new());
+}
+
+impl QMatrix {
+    /// Builds a matrix from the tensor bytes exactly as stored in GGUF (ggml block layouts,
+    /// row-major, each row `cols` values).
+    pub fn from_ggml(
+        ty: WeightType,
+        rows: usize,
+        cols: usize,
+        raw: &[u8],
+    ) -> Result<QMatrix, KernelError> {
+        for (field, value) in [("rows", rows), ("cols", cols)] {
+            if value == 0 {
+                return Err(KernelError::TooSmall {
+                    field,
+                    min: 1,
+                    value,
+                });
+            }
+            if value > MAX_DIM {
+                return Err(KernelError::TooLarge {
+                    field,
+                    limit: MAX_DIM,
+                    value,
+                });
+            }
+        }
+        let (bv, bb) = ty.block();
+        if !cols.is_multiple_of(bv) {
+            return Err(KernelError::NotMultiple {
+                field: "cols",
+                multiple: bv,
+                value: cols,
+            });
+        }
+        let row_bytes = cols / bv * bb;
+        let expected = row_bytes
+            .checked_mul(rows)
+            .filter(|&e| e <= isize::MAX as usize)
+            .ok_or(KernelError::TooLarge {
+                field: "rows * cols",
+                limit: isize::MAX as usize,
+                value: rows.saturating_mul(cols),
+            })?;
+        if raw.len() != expected {
+            return Err(KernelError::WrongLength {
+                field: "raw",
+                expected,
+                value: raw.len(),
+            });
+        }
+        let row = |r: usize| &raw[r * row_bytes..(r + 1) * row_bytes];
+        let nb = cols / 32;
+        let data = match ty {
+            WeightType::F32 => Storage::F32(
+                raw.chunks_exact(4)
+                    .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                    .collect(),
+            ),
+            WeightType::F16 => Storage::F16(
+                raw.chunks_exact(2)
+                    .map(|c| f16::from_le_bytes([c[0], c[1]]))
+                    .collect(),
+            ),
+            // NOTE: bf16 widens to f32 exactly; kept as f32 (one code path, 2x bytes).
+            WeightType::BF16 => Storage::F32(
+                raw.chunks_exact(2)
+                    .map(|c| bf16::from_le_bytes([c[0], c[1]]).to_f32())
+                    .collect(),
+            ),
+            WeightType::Q4_0 => {
+                Storage::Packed(Packed::build(Layout::Q4SymF16, rows, nb, |r, o| {
+                    per_block(row(r), 18, o, ggml::decode_q4_0)
+                }))
+            }
+            WeightType::Q4_1 => {
+                Storage::Packed(Packed::build(Layout::Q4MinF16, rows, nb, |r, o| {
+                    per_block(row(r), 20, o, ggml::decode_q4_1)
+                }))
+            }
+            WeightType::Q8_0 => {
+                Storage::Packed(Packed::build(Layout::Q8SymF16, rows, nb, |r, o| {
+                    per_block(row(r), 34, o, ggml::decode_q8_0)
+                }))
+            }
+            WeightType::Q4_K => {
+                Storage::Packed(Packed::build(Layout::Q4MinF32, rows, nb, |r, o| {
+                    for (blk, out) in row(r).chunks_exact(144).zip(o.chunks_exact_mut(8)) {
+                        ggml::decode_q4_k(blk, out);
+                    }
+                }))
+            }
+            WeightType::Q6_K => {
+                Storage::Packed(Packed::build(Layout::Q8SymF16, rows, nb, |r, o| {
+                    for (blk, out) in row(r).chunks_exact(210).zip(o.chunks_exact_mut(8)) {
+                        ggml::decode_q6_k(blk, out);
+                    }
+                }))
+            }
+        };
+        Ok(QMatrix {
+            ty,
+            rows,
+            cols,
+            data,
+        })
+    }
+
+    /// The ggml type it was built from.
+    pub fn weight_type(&self) -> WeightType {
+        self.ty
+    }
+
+    /// Output features.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Input features.
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// Bytes one matmul streams from memory (for bandwidth figures).
+    pub fn weight_bytes(&self) -> usize {
+        match &self.data {
+            Storage::Packed(p) => p.bytes().len(),
+            Storage::F32(v) => v.len() * 4,
+            Storage::F16(v) => v.len() * 2,
+        }
+    }
+
+    /// `out[b*rows + r] = sum_k x[b*cols + k] * W[r][k]` for `b in 0..n`; the n activation
+    /// rows share one read of W. Uses [`cpu::isa`].
+    ///
+    /// # Panics
+    /// If `x.len() != n * cols` or `out.len() != n * rows` (caller bugs, not input data).
+    pub fn matmul(&self, x: &[f32], n: usize, out: &mut [f32], pool: &ThreadPool) {
+        self.matmul_with(cpu::isa(), x, n, out, pool)
+    }
+
+    /// [`QMatrix::matmul`] with a forced ISA (clamped to what the CPU supports; the
+    /// quantized AVX-512 kernels need VNNI and otherwise run the AVX2 ones).
+    pub fn matmul_with(&self, isa: Isa, x: &[f32], n: usize, out: &mut [f32], pool: &ThreadPool) {
+        assert_eq!(
+            x.len(),
+            n * self.cols,
+            "x.len() must be n * cols = {n} * {}",
+            self.cols
+        );
+        assert_eq!(
+            out.len(),
+            n * self.rows,
+            "out.len() must be n * rows = {n} * {}",
+            self.rows
+        );
+        if n == 0 {
+            return;
+        }
+        let isa = isa.clamp();
+        let outp = SendPtr(out.as_mut_ptr());
+        match &self.data {
+            Storage::Packed(p) => {
+                let isa = if isa == Isa::Avx512 && !cpu::has_vnni512() {
+                    Isa::Avx2
+                } else {
+                    isa
+                };
+                ACTS.with(|cell| match cell.try_borrow_mut() {
+                    Ok(mut acts) => self.packed_matmul(p, isa, x, n, outp, pool, &mut acts),
+                    // Re-entered on this thread (a matmul inside a pool task): use a fresh buffer.
+                    Err(_) => {
+                        let mut acts = QuantizedActs::new();
+                        self.packed_matmul(p, isa, x, n, outp, pool, &mut acts)
+                    }
+                });
+            }
+            Storage::F32(w) => self.dense_matmul(w, isa, x, n, outp, pool),
+            Storage::F16(w) => self.dense_matmul(w, isa, x, n, outp, pool),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn packed_matmul(
+        &self,
+        p: &Packed,
+        isa: Isa,
+        x: &[f32],
+        n: usize,
+        out: SendPtr<f32>,
+        pool: &ThreadPool,
+        acts: &mut QuantizedActs,
+    ) {
+        acts.quantize(isa, x, n, self.cols, pool);
+        let acts = &*acts;
+        let (n_tasks, per) = split(p.panels, pool.n_threads(), n);
+        let rows = self.rows;
+        pool.run(n_tasks, &|t| {
+            let p0 = (t * per).min(p.panels);
+            let p1 = ((t + 1) * per).min(p.panels);
+            // SAFETY: task t owns panels p0..p1, i.e. output rows disjoint from other tasks;
+            // `out` has n * rows floats (checked above) and outlives `run`.
+            unsafe { kernel::run_panels(isa, p, p0, p1, acts, rows, out.get()) };
+        });
+    }
+
+    fn dense_matmul<T: dense::DenseElem>(
+        &self,
+        w: &[T],
+        isa: Isa,
+        x: &[f32],
+        n: usize,
+        out: SendPtr<f32>,
+        pool: &ThreadPool,
+    ) {
+        let (rows, cols) = (self.rows, self.cols);
+        let groups = rows.div_ceil(PANEL);
+        let (n_tasks, per) = split(groups, pool.n_threads(), n);
+        pool.run(n_tasks, &|t| {
+            let r0 = (t * per * PANEL).min(rows);
+            let r1 = ((t + 1) * per * PANEL).min(rows);
+            // SAFETY: task t owns rows r0..r1 of every output row; sizes checked above.
+            unsafe { dense::run_rows(isa, w, cols, rows, r0, r1, x, n, out.get()) };
+        });
+    }
+
+    /// Dequantizes row `r` into `out` (`cols` values): the embedding lookup.
+    /// For Q6_K this returns the requantized values the kernel uses (see `ggml`).
+    ///
+    /// # Panics
+    /// If `r >= rows` or `out.len() != cols`.
+    pub fn row_f32(&self, r: usize, out: &mut [f32]) {
+        assert!(r < self.rows, "row {r} out of range (rows = {})", self.rows);
+        assert_eq!(
+            out.len(),
+            self.cols,
+            "out.len() must be cols = {}",
+            self.cols
+        );
+        let c = self.cols;
+        match &self.data {
+            Storage::Packed(p) => p.row_f32(r, out),
+            Storage::F32(w) => out.copy_from_slice(&w[r * c..(r + 1) * c]),
+            Storage::F16(w) => {
+                for (o, v) in out.iter_mut().zip(&w[r * c..(r + 1) * c]) {
+                    *o = v.to_f32();
+                }
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for QMatrix {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QMatrix")
+            .field("ty", &self.ty)
+            .field("rows", &self.rows)
+            .field("cols", &self.cols)
+            .field("weight_bytes", &self.weight_bytes())
+            .finish()
+    }
+}
+
+fn per_block(row: &[u8], bytes: usize, out: &mut [SubBlock], f: fn(&[u8], &mut SubBlock)) {
+    for (blk, sb) in row.chunks_exact(bytes).zip(out.iter_mut()) {
+        f(blk, sb);
+    }
+}
+
+/// Splits `units` panels into `(tasks, units per task)`: a few tasks per thread so a
+/// thread slowed by another process does not hold up the call, but not so many that the
+/// per-task overhead shows. Large batches have more work per panel, so smaller tasks.
+fn split(units: usize, threads: usize, n: usize) -> (usize, usize) {
+    if threads <= 1 {
+        return (1, units);
+    }
+    let per_thread = if n >= 16 { 8 } else { 4 };
+    let tasks = units.min(threads * per_thread).max(1);
+    let per = units.div_ceil(tasks);
+    (units.div_ceil(per), per)
+}

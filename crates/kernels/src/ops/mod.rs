@@ -1,0 +1,207 @@
+//! Element-wise and vector ops of a transformer block, all f32 unless noted.
+//!
+//! Each op has a scalar reference (`scalar`) and AVX-512 / AVX2 versions (`x86`); the
+//! public functions dispatch on [`crate::cpu::isa`], the `*_with` forms take an explicit
+//! ISA (tests compare every ISA with the scalar one).
+//!
+//! # Panics
+//! On mismatched slice lengths (caller bugs).
+
+mod rope;
+mod scalar;
+#[cfg(target_arch = "x86_64")]
+mod x86;
+
+pub use rope::Rope;
+
+use crate::cpu::{isa, Isa};
+use half::f16;
+
+/// Runs the first arm whose ISA the (clamped) request allows.
+macro_rules! dispatch {
+    ($isa:expr, $avx512:expr, $avx2:expr, $scalar:expr) => {{
+        match $isa.clamp() {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: clamp() guarantees the CPU supports the ISA.
+            Isa::Avx512 => unsafe { $avx512 },
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => unsafe { $avx2 },
+            _ => $scalar,
+        }
+    }};
+}
+
+/// `out = x / rms(x) * weight` for one row (`rms = sqrt(mean(x^2) + eps)`).
+pub fn rmsnorm(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
+    rmsnorm_with(isa(), x, weight, eps, out)
+}
+
+/// [`rmsnorm`] with an explicit ISA.
+pub fn rmsnorm_with(isa: Isa, x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
+    assert!(
+        x.len() == weight.len() && out.len() == x.len(),
+        "rmsnorm: x ({}), weight ({}) and out ({}) lengths differ",
+        x.len(),
+        weight.len(),
+        out.len()
+    );
+    let ss = dispatch!(
+        isa,
+        x86::sum_sq_512(x),
+        x86::sum_sq_256(x),
+        scalar::sum_sq(x)
+    );
+    let s = scalar::rms_scale(ss, x.len(), eps);
+    dispatch!(
+        isa,
+        x86::scale_mul_512(x, weight, s, out),
+        x86::scale_mul_256(x, weight, s, out),
+        scalar::rmsnorm(x, weight, eps, out)
+    )
+}
+
+/// [`rmsnorm`] over consecutive rows of `weight.len()` values.
+pub fn rmsnorm_rows(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
+    rmsnorm_rows_with(isa(), x, weight, eps, out)
+}
+
+/// [`rmsnorm_rows`] with an explicit ISA.
+pub fn rmsnorm_rows_with(isa: Isa, x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
+    let d = weight.len();
+    assert!(
+        d > 0 && x.len().is_multiple_of(d) && out.len() == x.len(),
+        "rmsnorm_rows: x ({}) must be whole rows of weight.len() = {d}, out ({}) as long",
+        x.len(),
+        out.len()
+    );
+    for (xr, or) in x.chunks_exact(d).zip(out.chunks_exact_mut(d)) {
+        rmsnorm_with(isa, xr, weight, eps, or);
+    }
+}
+
+/// `gate = silu(gate) * up` (SwiGLU), `silu(g) = g / (1 + e^-g)`.
+pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
+    silu_mul_with(isa(), gate, up)
+}
+
+/// [`silu_mul`] with an explicit ISA.
+pub fn silu_mul_with(isa: Isa, gate: &mut [f32], up: &[f32]) {
+    assert_eq!(gate.len(), up.len(), "silu_mul: gate and up lengths differ");
+    dispatch!(
+        isa,
+        x86::silu_mul_512(gate, up),
+        x86::silu_mul_256(gate, up),
+        scalar::silu_mul(gate, up)
+    )
+}
+
+/// `x += y`.
+pub fn add_inplace(x: &mut [f32], y: &[f32]) {
+    add_inplace_with(isa(), x, y)
+}
+
+/// [`add_inplace`] with an explicit ISA.
+pub fn add_inplace_with(isa: Isa, x: &mut [f32], y: &[f32]) {
+    assert_eq!(x.len(), y.len(), "add_inplace: lengths differ");
+    dispatch!(
+        isa,
+        x86::add_512(x, y),
+        x86::add_256(x, y),
+        scalar::add_inplace(x, y)
+    )
+}
+
+/// `sum a[i] * b[i]`.
+pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+    dot_with(isa(), a, b)
+}
+
+/// [`dot`] with an explicit ISA.
+pub fn dot_with(isa: Isa, a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len(), "dot: lengths differ");
+    dispatch!(
+        isa,
+        x86::dot_512(a, b),
+        x86::dot_256(a, b),
+        scalar::dot(a, b)
+    )
+}
+
+/// `y += a * x`.
+pub fn axpy(a: f32, x: &[f32], y: &mut [f32]) {
+    axpy_with(isa(), a, x, y)
+}
+
+/// [`axpy`] with an explicit ISA.
+pub fn axpy_with(isa: Isa, a: f32, x: &[f32], y: &mut [f32]) {
+    assert_eq!(x.len(), y.len(), "axpy: lengths differ");
+    dispatch!(
+        isa,
+        x86::axpy_512(a, x, y),
+        x86::axpy_256(a, x, y),
+        scalar::axpy(a, x, y)
+    )
+}
+
+/// `sum a[i] * b[i]` with `b` in f16 (a query against a cached key).
+pub fn dot_f16(a: &[f32], b: &[f16]) -> f32 {
+    dot_f16_with(isa(), a, b)
+}
+
+/// [`dot_f16`] with an explicit ISA.
+pub fn dot_f16_with(isa: Isa, a: &[f32], b: &[f16]) -> f32 {
+    assert_eq!(a.len(), b.len(), "dot_f16: lengths differ");
+    dispatch!(
+        isa,
+        x86::dot_f16_512(a, b),
+        x86::dot_f16_256(a, b),
+        scalar::dot_f16(a, b)
+    )
+}
+
+/// `y += a * x` with `x` in f16 (accumulating a cached value row).
+pub fn axpy_f16(a: f32, x: &[f16], y: &mut [f32]) {
+    axpy_f16_with(isa(), a, x, y)
+}
+
+/// [`axpy_f16`] with an explicit ISA.
+pub fn axpy_f16_with(isa: Isa, a: f32, x: &[f16], y: &mut [f32]) {
+    assert_eq!(x.len(), y.len(), "axpy_f16: lengths differ");
+    dispatch!(
+        isa,
+        x86::axpy_f16_512(a, x, y),
+        x86::axpy_f16_256(a, x, y),
+        scalar::axpy_f16(a, x, y)
+    )
+}
+
+/// Converts to f16 with round-to-nearest-even (writing the KV cache).
+pub fn f32_to_f16(src: &[f32], dst: &mut [f16]) {
+    f32_to_f16_with(isa(), src, dst)
+}
+
+/// [`f32_to_f16`] with an explicit ISA.
+pub fn f32_to_f16_with(isa: Isa, src: &[f32], dst: &mut [f16]) {
+    assert_eq!(src.len(), dst.len(), "f32_to_f16: lengths differ");
+    dispatch!(
+        isa,
+        x86::f32_to_f16_512(src, dst),
+        x86::f32_to_f16_256(src, dst),
+        scalar::f32_to_f16(src, dst)
+    )
+}
+
+/// In-place softmax. `-inf` entries get exactly 0; a row of only `-inf` is left unchanged.
+pub fn softmax_inplace(x: &mut [f32]) {
+    softmax_inplace_with(isa(), x)
+}
+
+/// [`softmax_inplace`] with an explicit ISA.
+pub fn softmax_inplace_with(isa: Isa, x: &mut [f32]) {
+    dispatch!(
+        isa,
+        x86::softmax_512(x),
+        x86::softmax_256(x),
+        scalar::softmax_inplace(x)
+    )
+}

@@ -1,0 +1,266 @@
+//! Activation quantization to 8-bit blocks of 32 (ggml's q8_1 numerics).
+//!
+//! Per block of 32 values: `d = amax / 127` (kept as f16, as ggml stores it), `q =
+//! round_ties_even(x · 127/amax)` (exactly as ggml computes it), and the sum of the codes `isum` (for the min / offset term
+//! of the weight formats) plus `s = d * isum`. Every ISA computes the same bits: rounding is
+//! ties-to-even everywhere (the SIMD conversion's default mode) and amax/sums are exact.
+
+use crate::cpu::Isa;
+use crate::pool::{SendPtr, ThreadPool};
+
+/// Values per quantization block.
+pub const QK: usize = 32;
+
+/// `n` rows of `cols` activations quantized to blocks of [`QK`]; reused across calls so the
+/// hot path does not allocate once it has grown to the largest batch.
+#[derive(Default, Debug, Clone)]
+pub struct QuantizedActs {
+    n: usize,
+    cols: usize,
+    q: Vec<i8>,
+    d: Vec<f32>,
+    s: Vec<f32>,
+    isum: Vec<i32>,
+}
+
+impl QuantizedActs {
+    /// An empty buffer.
+    pub fn new() -> QuantizedActs {
+        QuantizedActs::default()
+    }
+
+    /// Rows held.
+    pub fn n(&self) -> usize {
+        self.n
+    }
+
+    /// Values per row (a multiple of [`QK`]).
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// All codes, row-major (`n * cols`).
+    pub fn codes(&self) -> &[i8] {
+        &self.q[..self.n * self.cols]
+    }
+
+    /// Block scales `d`, row-major (`n * cols / 32`).
+    pub fn scales(&self) -> &[f32] {
+        &self.d[..self.n * self.cols / QK]
+    }
+
+    /// `d * isum` per block (the factor of a weight block's min `m`).
+    pub fn sums(&self) -> &[f32] {
+        &self.s[..self.n * self.cols / QK]
+    }
+
+    /// Exact integer sums of the codes per block.
+    pub fn isums(&self) -> &[i32] {
+        &self.isum[..self.n * self.cols / QK]
+    }
+
+    /// Quantizes `x` (`n` rows of `cols`) with `isa` (clamped to what the CPU has), spreading
+    /// rows over `pool` when the batch is big enough to repay the hand-off.
+    ///
+    /// # Panics
+    /// If `cols` is not a multiple of 32 or `x.len() != n * cols` (caller bugs).
+    pub fn quantize(&mut self, isa: Isa, x: &[f32], n: usize, cols: usize, pool: &ThreadPool) {
+        assert!(
+            cols.is_multiple_of(QK),
+            "cols = {cols} must be a multiple of {QK}"
+        );
+        assert_eq!(x.len(), n * cols, "x.len() must be n * cols = {n} * {cols}");
+        let nb = cols / QK;
+        if self.q.len() < n * cols {
+            self.q.resize(n * cols, 0);
+        }
+        if self.d.len() < n * nb {
+            self.d.resize(n * nb, 0.0);
+            self.s.resize(n * nb, 0.0);
+            self.isum.resize(n * nb, 0);
+        }
+        self.n = n;
+        self.cols = cols;
+        let isa = isa.clamp();
+        // Below ~16K values the hand-off costs more than the work.
+        let threads = pool.n_threads();
+        if threads == 1 || n * cols < 16 * 1024 || n < 2 {
+            quantize_blocks(
+                isa,
+                x,
+                &mut self.q[..n * cols],
+                &mut self.d[..n * nb],
+                &mut self.s[..n * nb],
+                &mut self.isum[..n * nb],
+            );
+            return;
+        }
+        let n_tasks = n.min(threads * 4);
+        let per = n.div_ceil(n_tasks);
+        let (q, d, s, is) = (
+            SendPtr(self.q.as_mut_ptr()),
+            SendPtr(self.d.as_mut_ptr()),
+            SendPtr(self.s.as_mut_ptr()),
+            SendPtr(self.isum.as_mut_ptr()),
+        );
+        pool.run(n_tasks, &|t| {
+            let r0 = (t * per).min(n);
+            let r1 = ((t + 1) * per).min(n);
+            if r0 == r1 {
+                return;
+            }
+            let rows = r1 - r0;
+            // SAFETY: task t writes only rows r0..r1, disjoint from every other task; the
+            // buffers were sized above and outlive `run`.
+            unsafe {
+                quantize_blocks(
+                    isa,
+                    &x[r0 * cols..r1 * cols],
+                    std::slice::from_raw_parts_mut(q.get().add(r0 * cols), rows * cols),
+                    std::slice::from_raw_parts_mut(d.get().add(r0 * nb), rows * nb),
+                    std::slice::from_raw_parts_mut(s.get().add(r0 * nb), rows * nb),
+                    std::slice::from_raw_parts_mut(is.get().add(r0 * nb), rows * nb),
+                );
+            }
+        });
+    }
+}
+
+/// Quantizes consecutive blocks of 32: `x.len() == q.len() == 32 * d.len()`.
+pub fn quantize_blocks(
+    isa: Isa,
+    x: &[f32],
+    q: &mut [i8],
+    d: &mut [f32],
+    s: &mut [f32],
+    isum: &mut [i32],
+) {
+    let nb = d.len();
+    assert!(
+        x.len() == nb * QK && q.len() == nb * QK && s.len() == nb && isum.len() == nb,
+        "quantize_blocks: inconsistent buffer lengths"
+    );
+    match isa.clamp() {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: clamp() guarantees the CPU has the features.
+        Isa::Avx512 => unsafe { simd::quantize_avx512(x, q, d, s, isum) },
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => unsafe { simd::quantize_avx2(x, q, d, s, isum) },
+        _ => quantize_scalar(x, q, d, s, isum),
+    }
+}
+
+/// Rounds through f16 as ggml stores `d` and `s` in its q8_0/q8_1 blocks.
+///
+/// NOTE: matching llama.cpp's bits here is what keeps greedy outputs identical to its: this
+/// model's logits move by tenths of a nat when activation scales shift by 2^-11.
+#[inline]
+pub fn f16_round(x: f32) -> f32 {
+    half::f16::from_f32(x).to_f32()
+}
+
+/// The reference: one block at a time, plain Rust.
+pub fn quantize_scalar(x: &[f32], q: &mut [i8], d: &mut [f32], s: &mut [f32], isum: &mut [i32]) {
+    for b in 0..d.len() {
+        let xb = &x[b * QK..(b + 1) * QK];
+        let amax = xb.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        let db = amax / 127.0;
+        let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
+        let mut sum = 0i32;
+        for (j, &v) in xb.iter().enumerate() {
+            let c = (v * id).round_ties_even() as i32;
+            let c = c.clamp(-127, 127);
+            q[b * QK + j] = c as i8;
+            sum += c;
+        }
+        d[b] = f16_round(db);
+        isum[b] = sum;
+        s[b] = f16_round(db * sum as f32);
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod simd {
+    use super::QK;
+    use std::arch::x86_64::*;
+
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    pub unsafe fn quantize_avx512(
+        x: &[f32],
+        q: &mut [i8],
+        d: &mut [f32],
+        s: &mut [f32],
+        isum: &mut [i32],
+    ) {
+        let lim = _mm512_set1_epi32(127);
+        let nlim = _mm512_set1_epi32(-127);
+        for b in 0..d.len() {
+            let p = x.as_ptr().add(b * QK);
+            let v0 = _mm512_loadu_ps(p);
+            let v1 = _mm512_loadu_ps(p.add(16));
+            let a = _mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1));
+            let amax = _mm512_reduce_max_ps(a);
+            let db = amax / 127.0;
+            let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
+            let vid = _mm512_set1_ps(id);
+            let i0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, vid));
+            let i1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, vid));
+            let i0 = _mm512_max_epi32(_mm512_min_epi32(i0, lim), nlim);
+            let i1 = _mm512_max_epi32(_mm512_min_epi32(i1, lim), nlim);
+            let out = q.as_mut_ptr().add(b * QK) as *mut __m128i;
+            _mm_storeu_si128(out, _mm512_cvtepi32_epi8(i0));
+            _mm_storeu_si128(out.add(1), _mm512_cvtepi32_epi8(i1));
+            let sum = _mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1));
+            d[b] = super::f16_round(db);
+            isum[b] = sum;
+            s[b] = super::f16_round(db * sum as f32);
+        }
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn quantize_avx2(
+        x: &[f32],
+        q: &mut [i8],
+        d: &mut [f32],
+        s: &mut [f32],
+        isum: &mut [i32],
+    ) {
+        let sign = _mm256_set1_ps(-0.0);
+        let lim = _mm256_set1_epi32(127);
+        let nlim = _mm256_set1_epi32(-127);
+        for b in 0..d.len() {
+            let p = x.as_ptr().add(b * QK);
+            let v = [
+                _mm256_loadu_ps(p),
+                _mm256_loadu_ps(p.add(8)),
+                _mm256_loadu_ps(p.add(16)),
+                _mm256_loadu_ps(p.add(24)),
+            ];
+            let mut a = _mm256_andnot_ps(sign, v[0]);
+            for vi in &v[1..] {
+                a = _mm256_max_ps(a, _mm256_andnot_ps(sign, *vi));
+            }
+            let m4 = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+            let m2 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+            let m1 = _mm_max_ss(m2, _mm_movehdup_ps(m2));
+            let amax = _mm_cvtss_f32(m1);
+            let db = amax / 127.0;
+            let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
+            let vid = _mm256_set1_ps(id);
+            let mut codes = [0i32; QK];
+            for (k, vi) in v.iter().enumerate() {
+                let c = _mm256_cvtps_epi32(_mm256_mul_ps(*vi, vid));
+                let c = _mm256_max_epi32(_mm256_min_epi32(c, lim), nlim);
+                _mm256_storeu_si256(codes.as_mut_ptr().add(8 * k) as *mut __m256i, c);
+            }
+            let mut sum = 0i32;
+            for (j, &c) in codes.iter().enumerate() {
+                q[b * QK + j] = c as i8;
+                sum += c;
+            }
+            d[b] = super::f16_round(db);
+            isum[b] = sum;
+            s[b] = super::f16_round(db * sum as f32);
+        }
+    }
+}

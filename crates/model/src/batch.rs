@@ -1,0 +1,71 @@
+//! The flat description of one forward pass over many sequences.
+//!
+//! ```text
+//!  tokens:    | s0: 5 prefill tokens | s1: 1 decode | s2: 3 prefill (chunk) |
+//!  positions: | 0 1 2 3 4            | 17           | 32 33 34              |
+//!  slots:     table[pos / p] * p + pos % p, per token
+//! ```
+//! One batch mixes prefill chunks and decode tokens of different requests: continuous
+//! batching feeds exactly this, so b rows share one read of each weight matrix.
+
+/// One sequence's share of the batch.
+#[derive(Clone, Debug, Default)]
+pub struct SeqSpan {
+    /// Index of this sequence's first token in [`ForwardBatch::tokens`].
+    pub start: usize,
+    /// Number of new tokens this step (prefill chunk length, 1 for decode, 1 + drafts).
+    pub len: usize,
+    /// Position of the first new token; tokens before it are already in the cache.
+    pub pos: usize,
+    /// Physical block of each logical block, covering at least `pos + len` tokens.
+    pub block_table: Vec<u32>,
+    /// How many of this span's last tokens need logits (1 normally, 1 + drafts when
+    /// verifying speculation, 0 for a prefill chunk that does not end the prompt).
+    pub n_logits: usize,
+}
+
+/// The whole step: every new token of every scheduled sequence, flattened.
+#[derive(Clone, Debug, Default)]
+pub struct ForwardBatch {
+    pub tokens: Vec<u32>,
+    pub seqs: Vec<SeqSpan>,
+}
+
+impl ForwardBatch {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Appends a sequence's new tokens starting at position `pos`.
+    pub fn push(&mut self, tokens: &[u32], pos: usize, block_table: Vec<u32>, n_logits: usize) {
+        let start = self.tokens.len();
+        self.tokens.extend_from_slice(tokens);
+        self.seqs.push(SeqSpan {
+            start,
+            len: tokens.len(),
+            pos,
+            block_table,
+            n_logits,
+        });
+    }
+
+    pub fn n_tokens(&self) -> usize {
+        self.tokens.len()
+    }
+
+    /// Total logit rows the forward returns, in sequence order.
+    pub fn n_logit_rows(&self) -> usize {
+        self.seqs.iter().map(|s| s.n_logits).sum()
+    }
+
+    /// Causal query–key pairs this batch computes: Σ c·h + c(c+1)/2 (SPEC §2).
+    pub fn attention_pairs(&self) -> u64 {
+        self.seqs
+            .iter()
+            .map(|s| {
+                let (c, h) = (s.len as u64, s.pos as u64);
+                c * h + c * (c + 1) / 2
+            })
+            .sum()
+    }
+}

@@ -1,0 +1,278 @@
+//! The fused forward pass of the llama family over a [`ForwardBatch`].
+
+use crate::attention::{attention, AttnShape};
+use crate::weights::Weights;
+use crate::{Arch, ForwardBatch, KvCache, KvFormat, ModelConfig, ModelError};
+use folio_gguf::GgufFile;
+use folio_kernels::ops::{self, Rope};
+use folio_kernels::pool::ThreadPool;
+use std::path::Path;
+
+/// A loaded model: configuration, repacked weights and RoPE tables.
+pub struct Model {
+    pub config: ModelConfig,
+    pub weights: Weights,
+    rope: Rope,
+}
+
+/// Work done by one forward call, for bandwidth and FLOP figures.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ForwardStats {
+    pub tokens: usize,
+    pub weight_bytes: usize,
+    pub kv_bytes_read: usize,
+    pub flops: f64,
+}
+
+impl Model {
+    pub fn load(path: &Path) -> Result<Model, ModelError> {
+        let f = GgufFile::open(path)?;
+        Model::from_gguf(&f)
+    }
+
+    pub fn from_gguf(f: &GgufFile) -> Result<Model, ModelError> {
+        let config = ModelConfig::from_gguf(f)?;
+        let weights = Weights::load(f, &config)?;
+        let rope = Rope::new(
+            config.head_dim,
+            config.rope_dim,
+            config.rope_base,
+            config.rope_freq_scale,
+            config.arch.rope_neox(),
+        );
+        Ok(Model {
+            config,
+            weights,
+            rope,
+        })
+    }
+
+    /// A KV cache shaped for this model.
+    pub fn new_kv_cache(&self, block_size: usize, num_blocks: usize, format: KvFormat) -> KvCache {
+        let c = &self.config;
+        KvCache::new(
+            c.n_layers,
+            c.n_kv_heads,
+            c.head_dim,
+            block_size,
+            num_blocks,
+            format,
+        )
+    }
+
+    /// Checks a batch against the model and cache before touching anything.
+    fn validate(&self, batch: &ForwardBatch, kv: &KvCache) -> Result<(), ModelError> {
+        let vocab = self.config.vocab_size;
+        if let Some((i, &t)) = batch
+            .tokens
+            .iter()
+            .enumerate()
+            .find(|(_, &t)| t as usize >= vocab)
+        {
+            return Err(ModelError::Batch(format!(
+                "token {i}: id {t} >= vocab_size {vocab}"
+            )));
+        }
+        let mut expect = 0;
+        for (i, s) in batch.seqs.iter().enumerate() {
+            if s.start != expect || s.len == 0 || s.n_logits > s.len {
+                return Err(ModelError::Batch(format!(
+                    "seq {i}: start {} len {} n_logits {} (expected start {expect}, len > 0, n_logits <= len)",
+                    s.start, s.len, s.n_logits
+                )));
+            }
+            expect += s.len;
+            let end = s.pos + s.len;
+            if end > self.config.context_length {
+                return Err(ModelError::Batch(format!(
+                    "seq {i}: positions up to {end} exceed context_length {}",
+                    self.config.context_length
+                )));
+            }
+            let need = end.div_ceil(kv.block_size);
+            if s.block_table.len() < need {
+                return Err(ModelError::Batch(format!(
+                    "seq {i}: block table has {} blocks, {need} needed for {end} tokens",
+                    s.block_table.len()
+                )));
+            }
+            if let Some(&b) = s.block_table[..need]
+                .iter()
+                .find(|&&b| b as usize >= kv.num_blocks)
+            {
+                return Err(ModelError::Batch(format!(
+                    "seq {i}: block {b} >= num_blocks {}",
+                    kv.num_blocks
+                )));
+            }
+        }
+        if expect != batch.tokens.len() {
+            return Err(ModelError::Batch(format!(
+                "spans cover {expect} tokens, batch has {}",
+                batch.tokens.len()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Runs every layer over all tokens of the batch, writing their K/V into `kv` and
+    /// returning logits for the requested rows: `[n_logit_rows][vocab]`, in span order.
+    pub fn forward(
+        &self,
+        batch: &ForwardBatch,
+        kv: &mut KvCache,
+        pool: &ThreadPool,
+    ) -> Result<Vec<f32>, ModelError> {
+        self.validate(batch, kv)?;
+        let c = &self.config;
+        let (d, hd, nh, nkv) = (c.d_model, c.head_dim, c.n_heads, c.n_kv_heads);
+        let (qd, kvd) = (nh * hd, nkv * hd);
+        let qkv_dim = qd + 2 * kvd;
+        let n = batch.n_tokens();
+        let token_pos: Vec<(usize, usize)> = batch
+            .seqs
+            .iter()
+            .enumerate()
+            .flat_map(|(i, s)| (0..s.len).map(move |j| (i, s.pos + j)))
+            .collect();
+
+        let mut x = vec![0f32; n * d];
+        for (t, &id) in batch.tokens.iter().enumerate() {
+            self.weights
+                .token_embd
+                .row_f32(id as usize, &mut x[t * d..(t + 1) * d]);
+        }
+        let mut h = vec![0f32; n * d];
+        let mut qkv = vec![0f32; n * qkv_dim];
+        let mut q = vec![0f32; n * qd];
+        let mut attn = vec![0f32; n * qd];
+        let mut proj = vec![0f32; n * d];
+        let mut gu = vec![0f32; n * 2 * c.ffn_dim];
+        let mut act = vec![0f32; n * c.ffn_dim];
+        let shape = AttnShape {
+            n_heads: nh,
+            n_kv_heads: nkv,
+            head_dim: hd,
+        };
+
+        for (l, w) in self.weights.layers.iter().enumerate() {
+            ops::rmsnorm_rows(&x, &w.attn_norm, c.rms_eps, &mut h);
+            w.wqkv.matmul(&h, n, &mut qkv, pool);
+            for t in 0..n {
+                let row = &mut qkv[t * qkv_dim..(t + 1) * qkv_dim];
+                if !w.bqkv.is_empty() {
+                    ops::add_inplace(row, &w.bqkv);
+                }
+                let (qr, rest) = row.split_at_mut(qd);
+                let kr = &mut rest[..kvd];
+                if c.arch == Arch::Qwen3 {
+                    for hh in 0..nh {
+                        let s = &mut qr[hh * hd..(hh + 1) * hd];
+                        let tmp = s.to_vec();
+                        ops::rmsnorm(&tmp, &w.q_norm, c.rms_eps, s);
+                    }
+                    for hh in 0..nkv {
+                        let s = &mut kr[hh * hd..(hh + 1) * hd];
+                        let tmp = s.to_vec();
+                        ops::rmsnorm(&tmp, &w.k_norm, c.rms_eps, s);
+                    }
+                }
+                let pos = token_pos[t].1 as u32;
+                self.rope.apply(qr, nh, pos);
+                self.rope.apply(kr, nkv, pos);
+                q[t * qd..(t + 1) * qd].copy_from_slice(qr);
+            }
+            self.write_kv(batch, &token_pos, kv, l, &qkv, qkv_dim);
+            attention(batch, &token_pos, kv, l, shape, &q, &mut attn, pool);
+            w.wo.matmul(&attn, n, &mut proj, pool);
+            ops::add_inplace(&mut x, &proj);
+
+            ops::rmsnorm_rows(&x, &w.ffn_norm, c.rms_eps, &mut h);
+            w.w_gate_up.matmul(&h, n, &mut gu, pool);
+            let f = c.ffn_dim;
+            for t in 0..n {
+                let row = &mut gu[t * 2 * f..(t + 1) * 2 * f];
+                let (g, u) = row.split_at_mut(f);
+                ops::silu_mul(g, u);
+                act[t * f..(t + 1) * f].copy_from_slice(g);
+            }
+            w.w_down.matmul(&act, n, &mut proj, pool);
+            ops::add_inplace(&mut x, &proj);
+        }
+
+        // Only the rows that need logits go through the final norm and the head.
+        let rows: Vec<usize> = batch
+            .seqs
+            .iter()
+            .flat_map(|s| (s.start + s.len - s.n_logits)..(s.start + s.len))
+            .collect();
+        let m = rows.len();
+        let mut hn = vec![0f32; m * d];
+        for (i, &r) in rows.iter().enumerate() {
+            ops::rmsnorm(
+                &x[r * d..(r + 1) * d],
+                &self.weights.output_norm,
+                c.rms_eps,
+                &mut hn[i * d..(i + 1) * d],
+            );
+        }
+        let mut logits = vec![0f32; m * c.vocab_size];
+        if m > 0 {
+            self.weights.head().matmul(&hn, m, &mut logits, pool);
+        }
+        Ok(logits)
+    }
+
+    fn write_kv(
+        &self,
+        batch: &ForwardBatch,
+        token_pos: &[(usize, usize)],
+        kv: &mut KvCache,
+        layer: usize,
+        qkv: &[f32],
+        qkv_dim: usize,
+    ) {
+        let c = &self.config;
+        let (hd, nkv, qd) = (c.head_dim, c.n_kv_heads, c.n_heads * c.head_dim);
+        let kvd = nkv * hd;
+        let bs = kv.block_size;
+        let offsets: Vec<usize> = token_pos
+            .iter()
+            .flat_map(|&(s, pos)| {
+                let block = batch.seqs[s].block_table[pos / bs] as usize;
+                (0..nkv).map(move |h| (block, h, pos % bs))
+            })
+            .map(|(b, h, slot)| kv.offset(b, h, slot))
+            .collect();
+        let (kc, vc) = kv.layer_mut(layer);
+        for t in 0..token_pos.len() {
+            let row = &qkv[t * qkv_dim..(t + 1) * qkv_dim];
+            for h in 0..nkv {
+                let off = offsets[t * nkv + h];
+                ops::f32_to_f16(&row[qd + h * hd..qd + (h + 1) * hd], &mut kc[off..off + hd]);
+                ops::f32_to_f16(
+                    &row[qd + kvd + h * hd..qd + kvd + (h + 1) * hd],
+                    &mut vc[off..off + hd],
+                );
+            }
+        }
+    }
+
+    /// Weight bytes, KV bytes and FLOPs of one forward over `batch` (before it runs).
+    pub fn stats(&self, batch: &ForwardBatch, kv_bytes_per_token: usize) -> ForwardStats {
+        let kv_tokens: usize = batch
+            .seqs
+            .iter()
+            .map(|s| (s.pos + s.len) * s.len.min(1))
+            .sum();
+        let c = &self.config;
+        let attn_flops =
+            4.0 * batch.attention_pairs() as f64 * (c.n_heads * c.head_dim * c.n_layers) as f64;
+        ForwardStats {
+            tokens: batch.n_tokens(),
+            weight_bytes: self.weights.bytes_per_step(),
+            kv_bytes_read: kv_tokens * kv_bytes_per_token,
+            flops: c.matmul_flops_per_token() * batch.n_tokens() as f64 + attn_flops,
+        }
+    }
+}

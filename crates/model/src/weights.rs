@@ -1,0 +1,189 @@
+//! Model tensors, loaded once from the GGUF and repacked for the kernels.
+//!
+//! NOTE: Q, K and V are fused into one matrix (rows stacked), and so are the FFN gate and
+//! up projections: one matmul call instead of three (two) halves the thread-pool
+//! dispatches per layer, which matters at decode where each matmul is microseconds.
+
+use crate::{Arch, ModelConfig, ModelError};
+use folio_gguf::{GgmlType, GgufFile, TensorInfo};
+use folio_kernels::matmul::{QMatrix, WeightType};
+
+/// One transformer block.
+pub struct LayerWeights {
+    pub attn_norm: Vec<f32>,
+    /// Rows: n_heads·hd (Q) then n_kv·hd (K) then n_kv·hd (V).
+    pub wqkv: QMatrix,
+    /// Qwen2 biases for the fused QKV output (same row order); empty when absent.
+    pub bqkv: Vec<f32>,
+    /// Qwen3 per-head RMSNorm weights (head_dim each); empty when absent.
+    pub q_norm: Vec<f32>,
+    pub k_norm: Vec<f32>,
+    pub wo: QMatrix,
+    pub ffn_norm: Vec<f32>,
+    /// Rows: ffn gate then ffn up.
+    pub w_gate_up: QMatrix,
+    pub w_down: QMatrix,
+}
+
+/// All weights of a model.
+pub struct Weights {
+    pub token_embd: QMatrix,
+    pub layers: Vec<LayerWeights>,
+    pub output_norm: Vec<f32>,
+    /// `None` when the output head is tied to `token_embd`.
+    pub output: Option<QMatrix>,
+}
+
+pub(crate) fn weight_type(name: &str, t: GgmlType) -> Result<WeightType, ModelError> {
+    Ok(match t {
+        GgmlType::F32 => WeightType::F32,
+        GgmlType::F16 => WeightType::F16,
+        GgmlType::BF16 => WeightType::BF16,
+        GgmlType::Q4_0 => WeightType::Q4_0,
+        GgmlType::Q4_1 => WeightType::Q4_1,
+        GgmlType::Q8_0 => WeightType::Q8_0,
+        GgmlType::Q4_K => WeightType::Q4_K,
+        GgmlType::Q6_K => WeightType::Q6_K,
+        other => {
+            return Err(ModelError::Tensor {
+                name: name.into(),
+                what: format!("unsupported tensor type {other:?} (supported: F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q4_K Q6_K)"),
+            })
+        }
+    })
+}
+
+fn info<'a>(f: &'a GgufFile, name: &str) -> Result<&'a TensorInfo, ModelError> {
+    f.tensor(name).ok_or_else(|| ModelError::Tensor {
+        name: name.into(),
+        what: "missing".into(),
+    })
+}
+
+fn check_shape(name: &str, t: &TensorInfo, cols: usize, rows: usize) -> Result<(), ModelError> {
+    if t.cols() != cols || t.rows() != rows {
+        return Err(ModelError::Tensor {
+            name: name.into(),
+            what: format!("shape {:?}, expected [{cols}, {rows}]", t.dims),
+        });
+    }
+    Ok(())
+}
+
+fn vector(f: &GgufFile, name: &str, len: usize) -> Result<Vec<f32>, ModelError> {
+    let t = info(f, name)?;
+    if t.n_elements() != len as u64 {
+        return Err(ModelError::Tensor {
+            name: name.into(),
+            what: format!("{} elements, expected {len}", t.n_elements()),
+        });
+    }
+    Ok(f.tensor_f32(name)?)
+}
+
+fn matrix(f: &GgufFile, name: &str, cols: usize, rows: usize) -> Result<QMatrix, ModelError> {
+    stacked(f, &[(name, rows)], cols)
+}
+
+/// Stacks the rows of several tensors of the same type into one matrix.
+fn stacked(f: &GgufFile, parts: &[(&str, usize)], cols: usize) -> Result<QMatrix, ModelError> {
+    let first = info(f, parts[0].0)?;
+    let ty = first.ggml_type;
+    let wt = weight_type(parts[0].0, ty)?;
+    let mut raw = Vec::new();
+    let mut total_rows = 0;
+    for &(name, rows) in parts {
+        let t = info(f, name)?;
+        check_shape(name, t, cols, rows)?;
+        if t.ggml_type != ty {
+            // Mixed types cannot share one packed matrix; fall back to f32 for all parts.
+            return stacked_f32(f, parts, cols);
+        }
+        if parts.len() == 1 {
+            return Ok(QMatrix::from_ggml(wt, rows, cols, f.tensor_data(t))?);
+        }
+        raw.extend_from_slice(f.tensor_data(t));
+        total_rows += rows;
+    }
+    Ok(QMatrix::from_ggml(wt, total_rows, cols, &raw)?)
+}
+
+fn stacked_f32(f: &GgufFile, parts: &[(&str, usize)], cols: usize) -> Result<QMatrix, ModelError> {
+    let mut vals: Vec<f32> = Vec::new();
+    let mut rows = 0;
+    for &(name, r) in parts {
+        vals.extend(f.tensor_f32(name)?);
+        rows += r;
+    }
+    let raw: Vec<u8> = vals.iter().flat_map(|v| v.to_le_bytes()).collect();
+    Ok(QMatrix::from_ggml(WeightType::F32, rows, cols, &raw)?)
+}
+
+impl Weights {
+    pub fn load(f: &GgufFile, cfg: &ModelConfig) -> Result<Weights, ModelError> {
+        let d = cfg.d_model;
+        let q_rows = cfg.n_heads * cfg.head_dim;
+        let kv_rows = cfg.n_kv_heads * cfg.head_dim;
+        let token_embd = matrix(f, "token_embd.weight", d, cfg.vocab_size)?;
+        let mut layers = Vec::with_capacity(cfg.n_layers);
+        for i in 0..cfg.n_layers {
+            let n = |s: &str| format!("blk.{i}.{s}");
+            let (q, k, v) = (n("attn_q.weight"), n("attn_k.weight"), n("attn_v.weight"));
+            let wqkv = stacked(f, &[(&q, q_rows), (&k, kv_rows), (&v, kv_rows)], d)?;
+            let mut bqkv = Vec::new();
+            if cfg.arch == Arch::Qwen2 || f.tensor(&n("attn_q.bias")).is_some() {
+                bqkv.extend(vector(f, &n("attn_q.bias"), q_rows)?);
+                bqkv.extend(vector(f, &n("attn_k.bias"), kv_rows)?);
+                bqkv.extend(vector(f, &n("attn_v.bias"), kv_rows)?);
+            }
+            let (mut q_norm, mut k_norm) = (Vec::new(), Vec::new());
+            if cfg.arch == Arch::Qwen3 {
+                q_norm = vector(f, &n("attn_q_norm.weight"), cfg.head_dim)?;
+                k_norm = vector(f, &n("attn_k_norm.weight"), cfg.head_dim)?;
+            }
+            let (g, u) = (n("ffn_gate.weight"), n("ffn_up.weight"));
+            layers.push(LayerWeights {
+                attn_norm: vector(f, &n("attn_norm.weight"), d)?,
+                wqkv,
+                bqkv,
+                q_norm,
+                k_norm,
+                wo: matrix(f, &n("attn_output.weight"), q_rows, d)?,
+                ffn_norm: vector(f, &n("ffn_norm.weight"), d)?,
+                w_gate_up: stacked(f, &[(&g, cfg.ffn_dim), (&u, cfg.ffn_dim)], d)?,
+                w_down: matrix(f, &n("ffn_down.weight"), cfg.ffn_dim, d)?,
+            });
+        }
+        let output = if f.tensor("output.weight").is_some() {
+            Some(matrix(f, "output.weight", d, cfg.vocab_size)?)
+        } else {
+            None
+        };
+        Ok(Weights {
+            token_embd,
+            layers,
+            output_norm: vector(f, "output_norm.weight", d)?,
+            output,
+        })
+    }
+
+    /// The output head: `output.weight`, or the tied embedding.
+    pub fn head(&self) -> &QMatrix {
+        self.output.as_ref().unwrap_or(&self.token_embd)
+    }
+
+    /// Bytes of weights one forward step streams (every matrix once, embedding rows aside).
+    pub fn bytes_per_step(&self) -> usize {
+        let layers: usize = self
+            .layers
+            .iter()
+            .map(|l| {
+                l.wqkv.weight_bytes()
+                    + l.wo.weight_bytes()
+                    + l.w_gate_up.weight_bytes()
+                    + l.w_down.weight_bytes()
+            })
+            .sum();
+        layers + self.head().weight_bytes()
+    }
+}

@@ -1,0 +1,354 @@
+//! [`Tokenizer`]: text ⇄ token ids for a GGUF model, matching llama.cpp's ids.
+//!
+//! Encoding: split the input at special-token texts ([`crate::special`]), then run each
+//! plain fragment through a `tokenizers` BPE whose pre-tokenizer reproduces llama.cpp's
+//! split regexes ([`crate::pretokenize`]). Decoding: concatenate each token's raw bytes
+//! (precomputed once) and convert to UTF-8 at the very end.
+
+use std::collections::HashMap;
+
+use folio_gguf::GgufFile;
+use tokenizers::models::bpe::{Vocab, BPE};
+
+use crate::byte_level::ByteDecoder;
+use crate::chat::{ChatMessage, ChatTemplate};
+use crate::error::{Result, TokenizerError};
+use crate::pretokenize;
+use crate::spec::{token_type, TokenizerSpec};
+use crate::special::{self, Fragment, SpecialText};
+
+/// Largest vocabulary accepted. Ids are u32; the cap keeps a crafted file from making us
+/// allocate per-token tables of absurd size.
+pub const MAX_VOCAB: usize = 1 << 24;
+
+/// Token texts that end a turn in common chat formats. llama.cpp treats each one present
+/// in the vocabulary as end-of-generation, whatever the metadata says.
+const EOG_TEXTS: &[&str] = &[
+    "<|eot_id|>",
+    "<|im_end|>",
+    "<|end|>",
+    "<end_of_turn>",
+    "<|endoftext|>",
+    "<|eom_id|>",
+    "<EOT>",
+    "_<EOT>",
+];
+
+/// A byte-level BPE tokenizer built from GGUF metadata. `Send + Sync`; share it via `Arc`.
+pub struct Tokenizer {
+    /// BPE model + pre-tokenizer, with no added tokens: special tokens are matched by
+    /// [`special::partition`] so that `parse_special = false` can leave them as text.
+    bpe: tokenizers::Tokenizer,
+    /// Raw bytes of every token, indexed by id.
+    bytes: Vec<Vec<u8>>,
+    /// `tokenizer.ggml.token_type` per id.
+    types: Vec<i32>,
+    /// Control and user-defined tokens, in matching order (longest text first).
+    specials: Vec<SpecialText>,
+    bos_id: Option<u32>,
+    eos_id: Option<u32>,
+    eot_id: Option<u32>,
+    /// Sorted, without duplicates.
+    eog_ids: Vec<u32>,
+    add_bos: bool,
+    add_eos: bool,
+    template: Option<ChatTemplate>,
+}
+
+impl Tokenizer {
+    /// Reads the tokenizer from a GGUF file's metadata.
+    pub fn from_gguf(f: &GgufFile) -> Result<Tokenizer> {
+        Tokenizer::from_spec(TokenizerSpec::from_gguf(f)?)
+    }
+
+    /// Builds the tokenizer described by `spec`.
+    pub fn from_spec(spec: TokenizerSpec) -> Result<Tokenizer> {
+        if spec.model != "gpt2" {
+            return Err(TokenizerError::UnsupportedModel { model: spec.model });
+        }
+        let n = spec.tokens.len();
+        if n == 0 || n > MAX_VOCAB {
+            return Err(TokenizerError::VocabSize {
+                size: n,
+                limit: MAX_VOCAB,
+            });
+        }
+        let types = if spec.token_types.is_empty() {
+            vec![token_type::NORMAL; n]
+        } else if spec.token_types.len() == n {
+            spec.token_types.clone()
+        } else {
+            return Err(TokenizerError::LengthMismatch {
+                field: "tokenizer.ggml.token_type",
+                len: spec.token_types.len(),
+                vocab: n,
+            });
+        };
+        for (field, id) in [
+            ("tokenizer.ggml.bos_token_id", spec.bos_id),
+            ("tokenizer.ggml.eos_token_id", spec.eos_id),
+            ("tokenizer.ggml.eot_token_id", spec.eot_id),
+        ] {
+            if let Some(id) = id.filter(|&id| id as usize >= n) {
+                return Err(TokenizerError::IdOutOfRange {
+                    field,
+                    id: id.into(),
+                    vocab: n,
+                });
+            }
+        }
+
+        let rules = pretokenize::rules_for(spec.pre.as_deref())?;
+        let bpe = build_bpe(&spec.tokens, &spec.merges, rules.ignore_merges)?;
+        let mut bpe = tokenizers::Tokenizer::new(bpe);
+        bpe.with_pre_tokenizer(Some(pretokenize::build(&rules)?));
+
+        let decoder = ByteDecoder::new();
+        let bytes = spec
+            .tokens
+            .iter()
+            .zip(&types)
+            .map(|(text, &ty)| token_raw_bytes(&decoder, text, ty))
+            .collect();
+
+        let mut specials: Vec<SpecialText> = spec
+            .tokens
+            .iter()
+            .zip(&types)
+            .enumerate()
+            .filter(|(_, (_, &ty))| {
+                matches!(
+                    ty,
+                    token_type::CONTROL | token_type::USER_DEFINED | token_type::UNKNOWN
+                )
+            })
+            .map(|(id, (text, &ty))| SpecialText {
+                text: text.clone(),
+                id: id as u32,
+                always: ty == token_type::USER_DEFINED,
+            })
+            .collect();
+        special::sort_for_matching(&mut specials);
+
+        let by_text: HashMap<&str, u32> = spec
+            .tokens
+            .iter()
+            .enumerate()
+            .map(|(id, t)| (t.as_str(), id as u32))
+            .collect();
+        let eot_id = spec
+            .eot_id
+            .or_else(|| EOG_TEXTS.iter().find_map(|t| by_text.get(t).copied()));
+        let mut eog_ids: Vec<u32> = spec
+            .eos_id
+            .into_iter()
+            .chain(eot_id)
+            .chain(EOG_TEXTS.iter().filter_map(|t| by_text.get(t).copied()))
+            .collect();
+        eog_ids.sort_unstable();
+        eog_ids.dedup();
+
+        let template = spec.chat_template.as_deref().map(|src| {
+            let token_text = |id: Option<u32>| {
+                id.and_then(|id| spec.tokens.get(id as usize))
+                    .cloned()
+                    .unwrap_or_default()
+            };
+            ChatTemplate::new(src, token_text(spec.bos_id), token_text(spec.eos_id))
+        });
+
+        Ok(Tokenizer {
+            bpe,
+            bytes,
+            types,
+            specials,
+            bos_id: spec.bos_id,
+            eos_id: spec.eos_id,
+            eot_id,
+            eog_ids,
+            add_bos: spec.add_bos,
+            add_eos: spec.add_eos,
+            template,
+        })
+    }
+
+    /// Token ids for `text`. Adds BOS/EOS only when the model asks for it
+    /// (`add_bos_token` / `add_eos_token`). With `parse_special`, the text of a control
+    /// token (e.g. `<|im_start|>`) becomes that one token; without it, it is encoded as
+    /// ordinary text. User-defined tokens are always matched (as in llama.cpp).
+    pub fn encode(&self, text: &str, parse_special: bool) -> Result<Vec<u32>> {
+        let mut ids = Vec::with_capacity(text.len() / 3 + 2);
+        if self.add_bos {
+            ids.extend(self.bos_id);
+        }
+        for fragment in special::partition(text, &self.specials, parse_special) {
+            match fragment {
+                Fragment::Token(id) => ids.push(id),
+                Fragment::Text(s) => {
+                    let enc = self
+                        .bpe
+                        .encode(s, false)
+                        .map_err(|e| TokenizerError::Encode(e.to_string()))?;
+                    ids.extend_from_slice(enc.get_ids());
+                }
+            }
+        }
+        if self.add_eos {
+            ids.extend(self.eos_id);
+        }
+        Ok(ids)
+    }
+
+    /// The text of `ids`. With `skip_special`, special tokens (see [`Self::is_special`])
+    /// produce nothing. Ids outside the vocabulary are skipped. Invalid UTF-8 is replaced
+    /// by U+FFFD only after all bytes are joined, so multi-byte chars split across tokens
+    /// survive.
+    pub fn decode(&self, ids: &[u32], skip_special: bool) -> String {
+        let mut out = Vec::new();
+        for &id in ids {
+            if skip_special && self.is_special(id) {
+                continue;
+            }
+            if let Some(b) = self.bytes.get(id as usize) {
+                out.extend_from_slice(b);
+            }
+        }
+        String::from_utf8_lossy(&out).into_owned()
+    }
+
+    /// Raw bytes of one token: byte-level text decoded for ordinary tokens, the literal
+    /// text for control tokens. Empty for ids outside the vocabulary.
+    pub fn token_bytes(&self, id: u32) -> Vec<u8> {
+        self.token_bytes_ref(id).to_vec()
+    }
+
+    /// [`Self::token_bytes`] without the copy.
+    pub fn token_bytes_ref(&self, id: u32) -> &[u8] {
+        self.bytes.get(id as usize).map_or(&[], Vec::as_slice)
+    }
+
+    /// Number of tokens in the vocabulary.
+    pub fn vocab_size(&self) -> usize {
+        self.bytes.len()
+    }
+
+    /// Beginning-of-sequence token, if the model has one.
+    pub fn bos_id(&self) -> Option<u32> {
+        self.bos_id
+    }
+
+    /// End-of-sequence token, if the model has one.
+    pub fn eos_id(&self) -> Option<u32> {
+        self.eos_id
+    }
+
+    /// End-of-turn token: from metadata, else the first of the well-known end-of-turn
+    /// texts present in the vocabulary.
+    pub fn eot_id(&self) -> Option<u32> {
+        self.eot_id
+    }
+
+    /// Whether `encode` prepends BOS.
+    pub fn add_bos(&self) -> bool {
+        self.add_bos
+    }
+
+    /// Tokens that end generation (sorted): EOS, EOT, and every well-known end-of-turn
+    /// token text present in the vocabulary (`<|im_end|>`, `<|endoftext|>`, `<|eot_id|>`,
+    /// `<end_of_turn>`, …), as llama.cpp's `special_eog_ids`.
+    pub fn eog_ids(&self) -> &[u32] {
+        &self.eog_ids
+    }
+
+    /// Whether `id` ends generation.
+    pub fn is_eog(&self, id: u32) -> bool {
+        self.eog_ids.binary_search(&id).is_ok()
+    }
+
+    /// Whether `id` is a special token: control, unknown or unused (anything that is not
+    /// ordinary or user-defined text). False for ids outside the vocabulary.
+    pub fn is_special(&self, id: u32) -> bool {
+        self.types.get(id as usize).is_some_and(|&ty| {
+            !matches!(
+                ty,
+                token_type::NORMAL | token_type::USER_DEFINED | token_type::BYTE
+            )
+        })
+    }
+
+    /// The model's Jinja chat template, if it has one.
+    pub fn chat_template(&self) -> Option<&str> {
+        self.template.as_ref().map(ChatTemplate::source)
+    }
+
+    /// Renders `messages` with the model's chat template (Hugging Face semantics: the
+    /// template sees `messages`, `add_generation_prompt`, `bos_token` and `eos_token`).
+    pub fn apply_chat_template(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+    ) -> Result<String> {
+        self.template
+            .as_ref()
+            .ok_or(TokenizerError::NoChatTemplate)?
+            .render(messages, add_generation_prompt)
+    }
+}
+
+/// The `tokenizers` BPE for a GGUF vocabulary (id = position) and merge list.
+fn build_bpe(tokens: &[String], merges: &[String], ignore_merges: bool) -> Result<BPE> {
+    // NOTE: with duplicate token texts the last id wins, as in llama.cpp's `token_to_id`.
+    let vocab: Vocab = tokens
+        .iter()
+        .enumerate()
+        .map(|(id, t)| (t.clone(), id as u32))
+        .collect();
+    let mut pairs = Vec::with_capacity(merges.len());
+    for (index, merge) in merges.iter().enumerate() {
+        // llama.cpp searches for the separator from byte 1, so a left part may start with
+        // a space.
+        // (A space byte is never inside a multi-byte char, so byte positions are safe.)
+        let split = merge
+            .as_bytes()
+            .iter()
+            .skip(1)
+            .position(|&b| b == b' ')
+            .map(|p| p + 1)
+            .ok_or_else(|| TokenizerError::BadMerge {
+                index,
+                value: merge.clone(),
+            })?;
+        let (left, right) = (&merge[..split], &merge[split + 1..]);
+        // NOTE: `tokenizers` rejects a rule whose parts or result are not in the
+        // vocabulary; llama.cpp applies it and spells the unknown result as byte tokens.
+        // Dropping such rules (only broken vocabularies have them) keeps the model usable.
+        let joined = format!("{left}{right}");
+        if vocab.contains_key(left) && vocab.contains_key(right) && vocab.contains_key(&joined) {
+            pairs.push((left.to_owned(), right.to_owned()));
+        }
+    }
+    BPE::builder()
+        .vocab_and_merges(vocab, pairs)
+        .ignore_merges(ignore_merges)
+        .build()
+        .map_err(|e| TokenizerError::Build(e.to_string()))
+}
+
+/// What one token contributes to decoded output.
+fn token_raw_bytes(decoder: &ByteDecoder, text: &str, ty: i32) -> Vec<u8> {
+    match ty {
+        // Byte-level text; a user-defined token stored verbatim (chars outside the
+        // byte alphabet) is taken as is.
+        token_type::NORMAL | token_type::USER_DEFINED => decoder
+            .decode(text)
+            .unwrap_or_else(|| text.as_bytes().to_vec()),
+        _ => text.as_bytes().to_vec(),
+    }
+}
+
+/// Servers share one tokenizer across threads behind an `Arc`.
+const _: fn() = || {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<Tokenizer>();
+    assert_send_sync::<crate::IncrementalDecoder>();
+};
