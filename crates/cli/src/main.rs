@@ -1,14 +1,16 @@
 //! `folio`: serve, generate, bench, profile and plan, in one binary.
 
 mod bench_model;
-
+mod engine_args;
 mod generate;
+mod plan_cmd;
+mod serve;
 
 use anyhow::{Context, Result};
-use clap::{Args, Parser, Subcommand};
+use clap::{Parser, Subcommand};
+use engine_args::EngineArgs;
 use folio_engine::SamplingParams;
 use std::path::PathBuf;
-use std::sync::Arc;
 
 #[derive(Parser)]
 #[command(
@@ -21,19 +23,21 @@ struct Cli {
     cmd: Cmd,
 }
 
-#[derive(Args, Clone)]
-struct ModelArgs {
-    /// A local GGUF file; default: SmolLM2-135M-Instruct Q4_1, fetched on first use.
-    #[arg(long, global = true)]
-    model: Option<PathBuf>,
-}
-
 #[derive(Subcommand)]
 enum Cmd {
+    /// Serve the OpenAI-compatible HTTP API.
+    Serve {
+        #[command(flatten)]
+        engine: EngineArgs,
+        #[arg(long, default_value = "127.0.0.1")]
+        host: String,
+        #[arg(long, default_value_t = 8000)]
+        port: u16,
+    },
     /// Generate text for one prompt, streamed to stdout; figures go to stderr.
     Generate {
         #[command(flatten)]
-        model: ModelArgs,
+        engine: EngineArgs,
         /// The prompt; special-token text such as <|im_start|> is parsed as the token.
         #[arg(long)]
         prompt: String,
@@ -57,6 +61,8 @@ enum Cmd {
         #[arg(long)]
         ignore_eos: bool,
     },
+    /// Capacity, roofline, scheduling, cache, offload, speculation and design-desk arithmetic.
+    Plan(plan_cmd::PlanArgs),
     /// Benchmarks (commands that print figures).
     Bench {
         #[command(subcommand)]
@@ -68,8 +74,9 @@ enum Cmd {
 enum BenchCmd {
     /// Forward-pass speed: pp512, tg128, aggregate decode at batch 1/4/16/64.
     Model {
-        #[command(flatten)]
-        model: ModelArgs,
+        /// A local GGUF file; default: the default model.
+        #[arg(long)]
+        model: Option<PathBuf>,
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
@@ -79,22 +86,22 @@ enum BenchCmd {
     },
 }
 
-fn load(model: &ModelArgs) -> Result<(folio_model::Model, Arc<folio_tokenizer::Tokenizer>)> {
-    let path = folio_fetch::resolve_model(model.model.as_deref())?;
-    let gguf =
-        folio_gguf::GgufFile::open(&path).with_context(|| format!("opening {}", path.display()))?;
-    let m = folio_model::Model::from_gguf(&gguf)
-        .with_context(|| format!("loading {}", path.display()))?;
-    let tok = folio_tokenizer::Tokenizer::from_gguf(&gguf)
-        .with_context(|| format!("tokenizer of {}", path.display()))?;
-    Ok((m, Arc::new(tok)))
-}
-
 fn main() -> Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("FOLIO_LOG")
+                .unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
     let cli = Cli::parse();
     match cli.cmd {
+        Cmd::Serve { engine, host, port } => {
+            let h = engine.start()?;
+            serve::run(h, &host, port)
+        }
         Cmd::Generate {
-            model,
+            engine,
             prompt,
             chat,
             max_tokens,
@@ -105,7 +112,7 @@ fn main() -> Result<()> {
             seed,
             ignore_eos,
         } => {
-            let (m, tok) = load(&model)?;
+            let h = engine.start()?;
             let params = SamplingParams {
                 temperature,
                 top_k,
@@ -114,9 +121,8 @@ fn main() -> Result<()> {
                 seed,
                 ..Default::default()
             };
-            generate::run(
-                &m,
-                tok,
+            let r = generate::run(
+                &h,
                 &generate::GenerateArgs {
                     prompt,
                     chat,
@@ -124,12 +130,19 @@ fn main() -> Result<()> {
                     params,
                     ignore_eos,
                 },
-            )
+            );
+            h.shutdown();
+            r
         }
+        Cmd::Plan(args) => plan_cmd::run(args),
         Cmd::Bench {
             what: BenchCmd::Model { model, json, quick },
         } => {
-            let (m, _) = load(&model)?;
+            let path = folio_fetch::resolve_model(model.as_deref())?;
+            let gguf = folio_gguf::GgufFile::open(&path)
+                .with_context(|| format!("opening {}", path.display()))?;
+            let m = folio_model::Model::from_gguf(&gguf)
+                .with_context(|| format!("loading {}", path.display()))?;
             let rows = bench_model::run(&m, quick)?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&rows)?);

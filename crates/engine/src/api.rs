@@ -61,6 +61,9 @@ pub enum FinishReason {
     Length,
     /// Aborted by the caller.
     Cancelled,
+    /// Refused by admission control (no KV space, or the deadline cannot be met); the
+    /// message says which limit and value. Servers answer 429.
+    Rejected(String),
     /// Rejected or failed; the message says why.
     Error(String),
 }
@@ -72,6 +75,7 @@ impl FinishReason {
             FinishReason::Stop => "stop",
             FinishReason::Length => "length",
             FinishReason::Cancelled => "abort",
+            FinishReason::Rejected(_) => "rejected",
             FinishReason::Error(_) => "error",
         }
     }
@@ -174,6 +178,11 @@ pub struct EngineMetrics {
     pub prompt_tokens: std::sync::atomic::AtomicU64,
     pub generation_tokens: std::sync::atomic::AtomicU64,
     pub recomputed_tokens: std::sync::atomic::AtomicU64,
+    pub kv_blocks_total: std::sync::atomic::AtomicUsize,
+    pub cow_copies: std::sync::atomic::AtomicU64,
+    pub evictions: std::sync::atomic::AtomicU64,
+    /// The most recent steps (bounded), for profiling and benchmarks.
+    pub step_log: std::sync::Mutex<std::collections::VecDeque<crate::StepStats>>,
 }
 
 pub(crate) enum Command {

@@ -3,13 +3,23 @@
 //! # Layout
 //!
 //! - [`api`]: what callers see: [`EngineHandle`], [`GenerateRequest`], [`Event`] streams.
+//! - [`config`]: [`EngineConfig`], the scheduler settings plus KV memory and format.
+//! - [`engine`]: the engine thread: schedule → forward → sample → update, one fused
+//!   forward per iteration; [`spawn_engine`] starts it.
 //! - [`sampler`]: logits → token, per-request seeded RNG, penalties, logprobs helpers.
+//! - [`step_stats`]: the per-iteration step log (tokens by kind, bytes, FLOPs, wall time).
 
 pub mod api;
+pub mod config;
+pub mod engine;
 pub mod sampler;
+pub mod step_stats;
 
 pub use api::{
     EngineHandle, EngineInfo, EngineMetrics, Event, FinishReason, GenerateRequest, RequestId,
     RequestStream, SubmitError, TokenLogprob, Usage,
 };
+pub use config::EngineConfig;
+pub use engine::spawn_engine;
 pub use sampler::{Sampler, SamplingParams};
+pub use step_stats::StepStats;

@@ -1,0 +1,137 @@
+//! Engine flags shared by `serve`, `generate` and `bench`: parsed flags here, settings in
+//! [`folio_engine::EngineConfig`].
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, ValueEnum};
+use folio_core::kv::EvictionPolicy;
+use folio_core::sched::{BatchPolicy, KvReservation};
+use folio_engine::{EngineConfig, EngineHandle};
+use folio_model::KvFormat;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+#[derive(Copy, Clone, Debug, ValueEnum)]
+pub enum PolicyArg {
+    /// Iteration-level batching, decodes first, chunked prefill under the token budget.
+    Continuous,
+    /// Admit a group, retire it whole.
+    Fixed,
+    /// One request at a time.
+    Serial,
+}
+
+#[derive(Copy, Clone, Debug, ValueEnum)]
+pub enum ReserveArg {
+    /// Admit only when KV for prompt + max_tokens − 1 fits.
+    ReserveFinal,
+    /// Allocate as needed; preempt the newest request (recompute) when blocks run out.
+    OnDemand,
+}
+
+#[derive(Copy, Clone, Debug, ValueEnum)]
+pub enum EvictionArg {
+    /// Rank cached prefixes by expected saving per byte (V_h = p_h(T_r − T_f) − T_m).
+    Value,
+    /// Least recently used.
+    Lru,
+}
+
+#[derive(Copy, Clone, Debug, ValueEnum)]
+pub enum KvFormatArg {
+    F16,
+}
+
+/// Model and engine settings.
+#[derive(Args, Clone, Debug)]
+pub struct EngineArgs {
+    /// A local GGUF file; default: SmolLM2-135M-Instruct Q4_1, fetched on first use.
+    #[arg(long)]
+    pub model: Option<PathBuf>,
+    #[arg(long, value_enum, default_value = "continuous")]
+    pub policy: PolicyArg,
+    /// Most tokens (decodes + prefill chunks) in one iteration.
+    #[arg(long, default_value_t = 2048)]
+    pub token_budget: usize,
+    /// Most prompt tokens of one request per iteration (chunked prefill).
+    #[arg(long, default_value_t = 512)]
+    pub max_chunk: usize,
+    /// Most requests running at once.
+    #[arg(long, default_value_t = 64)]
+    pub max_running: usize,
+    #[arg(long, value_enum, default_value = "on-demand")]
+    pub kv_reservation: ReserveArg,
+    /// Tokens per KV block.
+    #[arg(long, default_value_t = 16)]
+    pub block_size: usize,
+    /// KV cache memory in bytes (suffixes k, m, g allowed: 512m, 2g).
+    #[arg(long, default_value = "1g")]
+    pub kv_cache_bytes: String,
+    #[arg(long, value_enum, default_value = "f16")]
+    pub kv_format: KvFormatArg,
+    /// Disable prefix caching across requests.
+    #[arg(long)]
+    pub no_prefix_cache: bool,
+    #[arg(long, value_enum, default_value = "value")]
+    pub eviction: EvictionArg,
+}
+
+/// "512m" → 536870912.
+pub fn parse_bytes(s: &str) -> Result<usize> {
+    let t = s.trim().to_ascii_lowercase();
+    let (num, mul) = match t.chars().last() {
+        Some('k') => (&t[..t.len() - 1], 1usize << 10),
+        Some('m') => (&t[..t.len() - 1], 1 << 20),
+        Some('g') => (&t[..t.len() - 1], 1 << 30),
+        _ => (&t[..], 1),
+    };
+    let v: f64 = num
+        .parse()
+        .with_context(|| format!("--kv-cache-bytes: expected a size like 512m or 2g, got {s:?}"))?;
+    if !(v > 0.0) || v * mul as f64 > 1e13 {
+        bail!("--kv-cache-bytes: must be in (0, 10 TB], got {s:?}");
+    }
+    Ok((v * mul as f64) as usize)
+}
+
+impl EngineArgs {
+    pub fn config(&self) -> Result<EngineConfig> {
+        Ok(EngineConfig {
+            policy: match self.policy {
+                PolicyArg::Continuous => BatchPolicy::Continuous,
+                PolicyArg::Fixed => BatchPolicy::Fixed,
+                PolicyArg::Serial => BatchPolicy::Serial,
+            },
+            token_budget: self.token_budget,
+            max_chunk: self.max_chunk,
+            max_running: self.max_running,
+            reservation: match self.kv_reservation {
+                ReserveArg::ReserveFinal => KvReservation::ReserveFinal,
+                ReserveArg::OnDemand => KvReservation::OnDemand,
+            },
+            block_size: self.block_size,
+            kv_cache_bytes: parse_bytes(&self.kv_cache_bytes)?,
+            kv_format: match self.kv_format {
+                KvFormatArg::F16 => KvFormat::F16,
+            },
+            prefix_cache: !self.no_prefix_cache,
+            eviction: match self.eviction {
+                EvictionArg::Value => EvictionPolicy::ValuePerByte,
+                EvictionArg::Lru => EvictionPolicy::Lru,
+            },
+            served_name: None,
+        })
+    }
+
+    /// Loads the model (fetching the default on first use) and starts the engine.
+    pub fn start(&self) -> Result<EngineHandle> {
+        let cfg = self.config()?;
+        let path = folio_fetch::resolve_model(self.model.as_deref())?;
+        let gguf = folio_gguf::GgufFile::open(&path)
+            .with_context(|| format!("opening {}", path.display()))?;
+        let model = folio_model::Model::from_gguf(&gguf)
+            .with_context(|| format!("loading {}", path.display()))?;
+        let tok = folio_tokenizer::Tokenizer::from_gguf(&gguf)
+            .with_context(|| format!("tokenizer of {}", path.display()))?;
+        folio_engine::spawn_engine(model, Arc::new(tok), &path, cfg)
+    }
+}

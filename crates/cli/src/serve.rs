@@ -1,0 +1,27 @@
+//! `folio serve`: runs the OpenAI-compatible server on an engine the caller built from
+//! the CLI flags.
+
+use anyhow::Context;
+use std::net::{IpAddr, SocketAddr};
+
+/// Serves `handle` on `host:port` until SIGINT/SIGTERM. Builds its own multi-threaded
+/// tokio runtime (the engine runs on its own thread; the runtime only does HTTP).
+pub fn run(handle: folio_engine::EngineHandle, host: &str, port: u16) -> anyhow::Result<()> {
+    let ip: IpAddr = match host {
+        "localhost" => IpAddr::from([127, 0, 0, 1]),
+        h => h
+            .parse()
+            .with_context(|| format!("--host: expected an IP address, got {h:?}"))?,
+    };
+    let addr = SocketAddr::new(ip, port);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("folio-http")
+        .build()
+        .context("cannot start the tokio runtime")?;
+    rt.block_on(folio_server::serve(
+        handle,
+        folio_server::ServerOptions::default(),
+        addr,
+    ))
+}

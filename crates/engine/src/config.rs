@@ -1,0 +1,45 @@
+//! Engine settings: the scheduler's, plus how much memory KV gets and in what format.
+
+use folio_core::kv::EvictionPolicy;
+use folio_core::sched::{BatchPolicy, KvReservation};
+use folio_model::KvFormat;
+
+/// Everything `spawn_engine` needs besides the model.
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    pub policy: BatchPolicy,
+    /// Most tokens computed in one step (decodes + prefill chunks).
+    pub token_budget: usize,
+    /// Most prompt tokens one request computes in one step.
+    pub max_chunk: usize,
+    /// Most requests running at once.
+    pub max_running: usize,
+    pub reservation: KvReservation,
+    /// Tokens per KV block.
+    pub block_size: usize,
+    /// KV memory budget in bytes; the block count follows from the format's bytes/token.
+    pub kv_cache_bytes: usize,
+    pub kv_format: KvFormat,
+    pub prefix_cache: bool,
+    pub eviction: EvictionPolicy,
+    /// Name reported by the API (`model` field).
+    pub served_name: Option<String>,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            policy: BatchPolicy::Continuous,
+            token_budget: 2048,
+            max_chunk: 512,
+            max_running: 64,
+            reservation: KvReservation::OnDemand,
+            block_size: 16,
+            kv_cache_bytes: 1 << 30,
+            kv_format: KvFormat::F16,
+            prefix_cache: true,
+            eviction: EvictionPolicy::ValuePerByte,
+            served_name: None,
+        }
+    }
+}

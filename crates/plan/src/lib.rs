@@ -1,0 +1,44 @@
+//! folio-plan: the chapter's arithmetic done before running anything — does it fit, can it
+//! finish in time, what does a good result cost.
+//!
+//! Every analysis is a pure function returning a serializable struct; each struct renders to
+//! [`Table`]s with one line saying which formula produced them. [`sections`] assembles them
+//! into what `folio plan` prints, defaulting to the chapter's case (Qwen3-8B on an RTX PRO
+//! 6000, 12 GiB of KV).
+//!
+//! # Layout
+//!
+//! - profiles: [`model`] (shapes → parameter and KV bytes), [`hardware`] (peaks, links, the
+//!   measured machine profile JSON), [`format`] (KV formats), [`efficiency`] (experiment 8-1's
+//!   measured rounds and MFU, and interpolation over them).
+//! - analyses: [`capacity`] (KV per token/request, capacity, sharing, paging, branches, LoRA),
+//!   [`roofline`] (`d(b,L)`, `b_KV`, bounds, MBU/MFU), [`schedule`] (folio-core's scheduler
+//!   through its simulator), [`cache`] (`V_h`), [`compress`], [`offload`], [`spec`], [`desk`],
+//!   [`serving`] (Little, goodput, Amdahl, cost), [`machine`] (predictions on a measured machine).
+//! - output: [`table`], [`sections`].
+
+pub mod cache;
+pub mod capacity;
+pub mod compress;
+pub mod desk;
+pub mod efficiency;
+pub mod error;
+pub mod format;
+pub mod hardware;
+pub mod machine;
+pub mod model;
+pub mod offload;
+pub mod roofline;
+pub mod schedule;
+pub mod sections;
+pub mod serving;
+pub mod spec;
+pub mod table;
+pub mod units;
+
+pub use error::{PlanError, Result};
+pub use format::KvFormat;
+pub use hardware::{HardwareProfile, MachineProfile, RoundFit};
+pub use model::ModelProfile;
+pub use sections::{render, render_json, run_all, run_section, PlanInput, Section, SectionOutput};
+pub use table::Table;

@@ -1,0 +1,363 @@
+//! Model profiles: the shapes the arithmetic needs (layers, heads, sizes), built in or JSON.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{PlanError, Result};
+use crate::format::KvFormat;
+
+/// A weight file of the model in some format (used by the unified-memory fit check).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WeightFile {
+    pub format: String,
+    pub bytes: u64,
+}
+
+/// A transformer's shape. Parameter counts are derived from it, so a user profile needs only
+/// the shape (and, for a quantized file, the bytes actually read per step).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelProfile {
+    pub name: String,
+    pub layers: u64,
+    pub hidden: u64,
+    pub heads: u64,
+    pub kv_heads: u64,
+    pub head_dim: u64,
+    /// FFN width (of one expert for MoE models).
+    pub ffn: u64,
+    pub vocab: u64,
+    /// Output head shares the embedding matrix.
+    #[serde(default)]
+    pub tied_embeddings: bool,
+    /// Per-head RMSNorm on Q and K (Qwen3).
+    #[serde(default)]
+    pub qk_norm: bool,
+    /// Experts per layer; 0 or 1 = dense.
+    #[serde(default)]
+    pub experts: u64,
+    /// Experts each token uses.
+    #[serde(default)]
+    pub active_experts: u64,
+    /// Bytes per weight value in the planned format (2 for BF16).
+    #[serde(default = "two")]
+    pub weight_bytes_per_param: f64,
+    /// Bytes read per decode step when known directly (e.g. a quantized file), overriding
+    /// `read_params × weight_bytes_per_param`.
+    #[serde(default)]
+    pub weight_read_bytes: Option<u64>,
+    /// KV storage format of the engine being planned.
+    #[serde(default = "bf16")]
+    pub kv_format: KvFormat,
+    /// Known weight files (format and size).
+    #[serde(default)]
+    pub weight_files: Vec<WeightFile>,
+}
+
+fn two() -> f64 {
+    2.0
+}
+
+fn bf16() -> KvFormat {
+    KvFormat::Bf16
+}
+
+impl ModelProfile {
+    fn is_moe(&self) -> bool {
+        self.experts > 1
+    }
+
+    /// Attention projections of one layer: Q, K, V, O.
+    pub fn attn_params_per_layer(&self) -> u64 {
+        let q = self.heads * self.head_dim;
+        let kv = self.kv_heads * self.head_dim;
+        self.hidden * q + 2 * self.hidden * kv + q * self.hidden
+    }
+
+    /// Gate, up and down projections of one FFN (one expert).
+    pub fn ffn_params_per_expert(&self) -> u64 {
+        3 * self.hidden * self.ffn
+    }
+
+    /// Matrix parameters one token multiplies through in one layer.
+    pub fn active_matmul_params_per_layer(&self) -> u64 {
+        if self.is_moe() {
+            self.attn_params_per_layer()
+                + self.active_experts * self.ffn_params_per_expert()
+                + self.hidden * self.experts
+        } else {
+            self.attn_params_per_layer() + self.ffn_params_per_expert()
+        }
+    }
+
+    /// Matrix parameters stored per layer.
+    pub fn matmul_params_per_layer(&self) -> u64 {
+        if self.is_moe() {
+            self.attn_params_per_layer()
+                + self.experts * self.ffn_params_per_expert()
+                + self.hidden * self.experts
+        } else {
+            self.active_matmul_params_per_layer()
+        }
+    }
+
+    /// Non-embedding matrix parameters one token uses (`P` in `2·P` FLOP per token).
+    pub fn active_matmul_params(&self) -> u64 {
+        self.layers * self.active_matmul_params_per_layer()
+    }
+
+    /// Norm weights: two RMSNorms per layer (+ Q/K norms), one final.
+    pub fn norm_params(&self) -> u64 {
+        let qk = if self.qk_norm { 2 * self.head_dim } else { 0 };
+        self.layers * (2 * self.hidden + qk) + self.hidden
+    }
+
+    /// Output head (`vocab × hidden`).
+    pub fn lm_head_params(&self) -> u64 {
+        self.vocab * self.hidden
+    }
+
+    /// Parameters read for one decode step: every active matrix, the norms and the output
+    /// head; the input embedding table is only indexed, not read (unless tied).
+    pub fn read_params(&self) -> u64 {
+        self.active_matmul_params() + self.norm_params() + self.lm_head_params()
+    }
+
+    /// All stored parameters.
+    pub fn total_params(&self) -> u64 {
+        let emb = if self.tied_embeddings {
+            0
+        } else {
+            self.vocab * self.hidden
+        };
+        self.layers * self.matmul_params_per_layer()
+            + self.norm_params()
+            + self.lm_head_params()
+            + emb
+    }
+
+    /// `D_w`: weight bytes read per decode step.
+    pub fn weight_read_bytes(&self) -> u64 {
+        self.weight_read_bytes
+            .unwrap_or_else(|| (self.read_params() as f64 * self.weight_bytes_per_param) as u64)
+    }
+
+    /// Values of K and V per token over all layers: `2 × layers × kv_heads × head_dim`.
+    pub fn kv_values_per_token(&self) -> u64 {
+        2 * self.layers * self.kv_heads * self.head_dim
+    }
+
+    /// `k`: KV bytes per token in `format`.
+    pub fn kv_bytes_per_token_in(&self, format: KvFormat) -> u64 {
+        format.bytes_for(self.kv_values_per_token())
+    }
+
+    /// `k` in the profile's own KV format.
+    pub fn kv_bytes_per_token(&self) -> u64 {
+        self.kv_bytes_per_token_in(self.kv_format)
+    }
+
+    /// FLOPs of one forward over `c` new tokens after `h` cached ones, `sampled` of which go
+    /// through the output head: `2·P·c + 4·layers·heads·head_dim·pairs(h, c) + 2·V·d·sampled`.
+    pub fn forward_flops(&self, h: u64, c: u64, sampled: u64) -> f64 {
+        let pairs = folio_core::CostModel::pairs(h as usize, c as usize) as f64;
+        2.0 * self.active_matmul_params() as f64 * c as f64
+            + 4.0 * (self.layers * self.heads * self.head_dim) as f64 * pairs
+            + 2.0 * self.lm_head_params() as f64 * sampled as f64
+    }
+
+    /// FLOPs of one decode token at context `l` (the weight part and the attention part).
+    pub fn decode_flops(&self, l: u64) -> f64 {
+        self.forward_flops(l, 1, 1)
+    }
+
+    /// Checks the shape is usable.
+    pub fn validate(&self) -> Result<()> {
+        for (field, v) in [
+            ("layers", self.layers),
+            ("hidden", self.hidden),
+            ("heads", self.heads),
+            ("kv_heads", self.kv_heads),
+            ("head_dim", self.head_dim),
+            ("ffn", self.ffn),
+            ("vocab", self.vocab),
+        ] {
+            crate::error::at_least_one(field, v)?;
+        }
+        crate::error::positive("weight_bytes_per_param", self.weight_bytes_per_param)?;
+        if self.is_moe() && (self.active_experts == 0 || self.active_experts > self.experts) {
+            return Err(PlanError::Invalid {
+                field: "active_experts",
+                value: self.active_experts.to_string(),
+                why: "must lie in 1..=experts for a MoE model",
+            });
+        }
+        Ok(())
+    }
+
+    /// Reads a JSON profile.
+    pub fn from_json_file(path: &str) -> Result<Self> {
+        let text = std::fs::read_to_string(path).map_err(|source| PlanError::Io {
+            path: path.into(),
+            source,
+        })?;
+        let m: Self = serde_json::from_str(&text).map_err(|source| PlanError::Json {
+            path: path.into(),
+            source,
+        })?;
+        m.validate()?;
+        Ok(m)
+    }
+
+    /// A built-in name (case-insensitive) or a path to a JSON profile.
+    pub fn resolve(name_or_path: &str) -> Result<Self> {
+        if let Some(m) = builtin_models()
+            .into_iter()
+            .find(|m| m.name.eq_ignore_ascii_case(name_or_path))
+        {
+            return Ok(m);
+        }
+        if std::path::Path::new(name_or_path).is_file() {
+            return Self::from_json_file(name_or_path);
+        }
+        Err(PlanError::UnknownProfile {
+            kind: "model",
+            name: name_or_path.into(),
+            known: builtin_models()
+                .iter()
+                .map(|m| m.name.to_lowercase())
+                .collect::<Vec<_>>()
+                .join(", "),
+        })
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn dense(
+    name: &str,
+    layers: u64,
+    hidden: u64,
+    heads: u64,
+    kv_heads: u64,
+    head_dim: u64,
+    ffn: u64,
+    vocab: u64,
+) -> ModelProfile {
+    ModelProfile {
+        name: name.into(),
+        layers,
+        hidden,
+        heads,
+        kv_heads,
+        head_dim,
+        ffn,
+        vocab,
+        tied_embeddings: false,
+        qk_norm: false,
+        experts: 0,
+        active_experts: 0,
+        weight_bytes_per_param: 2.0,
+        weight_read_bytes: None,
+        kv_format: KvFormat::Bf16,
+        weight_files: Vec::new(),
+    }
+}
+
+/// Qwen3-8B in BF16, the chapter's model: `D_w` = 15,136,811,008 B, 144 KiB of KV per token.
+pub fn qwen3_8b() -> ModelProfile {
+    ModelProfile {
+        qk_norm: true,
+        ..dense("Qwen3-8B", 36, 4096, 32, 8, 128, 12288, 151_936)
+    }
+}
+
+pub fn llama31_8b() -> ModelProfile {
+    dense("Llama-3.1-8B", 32, 4096, 32, 8, 128, 14336, 128_256)
+}
+
+/// Llama-2-13B: no GQA (40 KV heads), the companion notes' 54 GB KV example.
+pub fn llama2_13b() -> ModelProfile {
+    ModelProfile {
+        kv_format: KvFormat::F16,
+        ..dense("Llama-2-13B", 40, 5120, 40, 40, 128, 13824, 32_000)
+    }
+}
+
+/// Qwen3-235B-A22B (MoE, 128 experts, 8 active) with the chapter's two 2-bit GGUF files.
+pub fn qwen3_235b_a22b() -> ModelProfile {
+    ModelProfile {
+        qk_norm: true,
+        experts: 128,
+        active_experts: 8,
+        kv_format: KvFormat::F16,
+        weight_files: vec![
+            WeightFile {
+                format: "Q2_K".into(),
+                bytes: (79.81 * crate::units::GIB) as u64,
+            },
+            WeightFile {
+                format: "UD-Q2_K_XL".into(),
+                bytes: (81.97 * crate::units::GIB) as u64,
+            },
+        ],
+        ..dense("Qwen3-235B-A22B", 94, 4096, 64, 4, 128, 1536, 151_936)
+    }
+}
+
+/// SmolLM2-135M-Instruct, folio's default model, as the Q4_1 GGUF file folio runs (tied
+/// Q8_0 embedding read as the output head, so the whole file is read per step) with f16 KV.
+pub fn smollm2_135m() -> ModelProfile {
+    ModelProfile {
+        tied_embeddings: true,
+        weight_bytes_per_param: 2.0,
+        weight_read_bytes: Some(98_362_432),
+        kv_format: KvFormat::F16,
+        weight_files: vec![WeightFile {
+            format: "Q4_1".into(),
+            bytes: 98_362_432,
+        }],
+        ..dense("SmolLM2-135M", 30, 576, 9, 3, 64, 1536, 49_152)
+    }
+}
+
+pub fn builtin_models() -> Vec<ModelProfile> {
+    vec![
+        qwen3_8b(),
+        llama31_8b(),
+        llama2_13b(),
+        qwen3_235b_a22b(),
+        smollm2_135m(),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn qwen3_8b_counts() {
+        let m = qwen3_8b();
+        assert_eq!(m.weight_read_bytes(), 15_136_811_008);
+        assert_eq!(m.total_params(), 8_190_735_360);
+        assert_eq!(m.kv_bytes_per_token(), 147_456);
+    }
+
+    #[test]
+    fn moe_active_is_about_22b_of_235b() {
+        let m = qwen3_235b_a22b();
+        let total = m.total_params() as f64 / 1e9;
+        let active = m.read_params() as f64 / 1e9;
+        assert!((234.0..236.0).contains(&total), "{total}");
+        assert!((21.0..23.0).contains(&active), "{active}");
+        assert_eq!(m.kv_bytes_per_token(), 192_512);
+    }
+
+    #[test]
+    fn smollm2_kv() {
+        assert_eq!(smollm2_135m().kv_bytes_per_token(), 23_040);
+    }
+
+    #[test]
+    fn resolve_rejects_unknown() {
+        let e = ModelProfile::resolve("gpt-9").unwrap_err().to_string();
+        assert!(e.contains("gpt-9") && e.contains("qwen3-8b"), "{e}");
+    }
+}

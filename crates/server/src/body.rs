@@ -1,0 +1,100 @@
+//! Request bodies: bytes → a JSON object, every failure an OpenAI-shaped 4xx.
+//!
+//! NOTE: bodies are parsed into a `serde_json::Value` first and fields are read one by one
+//! (see `fields`), rather than derived into structs, so that a wrong type is reported as
+//! "temperature: must be a number, got string \"hot\"" instead of serde's
+//! position-only message. serde_json's recursion limit (128) turns deeply nested input
+//! into a 400 instead of a stack overflow.
+
+use crate::error::ApiError;
+use axum::body::Bytes;
+use axum::extract::{FromRequest, Request};
+use axum::http::StatusCode;
+use serde_json::{Map, Value};
+
+/// A request body that is a JSON object.
+pub struct JsonObject(pub Map<String, Value>);
+
+impl<S: Send + Sync> FromRequest<S> for JsonObject {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let bytes = Bytes::from_request(req, state).await.map_err(|r| {
+            let status = r.status();
+            if status == StatusCode::PAYLOAD_TOO_LARGE {
+                ApiError::new(
+                    status,
+                    format!("request body: larger than the limit ({})", r.body_text()),
+                    "body_too_large",
+                )
+            } else {
+                ApiError::new(
+                    status,
+                    format!("request body: {}", r.body_text()),
+                    "invalid_body",
+                )
+            }
+        })?;
+        parse_object(&bytes).map(JsonObject)
+    }
+}
+
+/// Parses `bytes` as one JSON object.
+pub fn parse_object(bytes: &[u8]) -> Result<Map<String, Value>, ApiError> {
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Err(ApiError::bad_request(
+            "request body: expected a JSON object, got an empty body",
+            "invalid_json",
+        ));
+    }
+    let value: Value = serde_json::from_slice(bytes).map_err(|e| {
+        ApiError::bad_request(format!("request body: invalid JSON: {e}"), "invalid_json")
+    })?;
+    match value {
+        Value::Object(m) => Ok(m),
+        other => Err(ApiError::bad_request(
+            format!(
+                "request body: expected a JSON object, got {}",
+                crate::fields::type_name(&other)
+            ),
+            "invalid_json",
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rejects_non_objects_and_garbage() {
+        assert_eq!(
+            parse_object(b"[1,2]").unwrap_err().message,
+            "request body: expected a JSON object, got an array"
+        );
+        assert_eq!(
+            parse_object(b"  ").unwrap_err().message,
+            "request body: expected a JSON object, got an empty body"
+        );
+        let e = parse_object(b"\xff\xfe{").unwrap_err();
+        assert_eq!(e.status, StatusCode::BAD_REQUEST);
+        assert!(
+            e.message.starts_with("request body: invalid JSON: "),
+            "{}",
+            e.message
+        );
+        assert!(parse_object(br#"{"a": 1e999}"#).is_err());
+    }
+
+    #[test]
+    fn deep_nesting_is_a_400_not_a_crash() {
+        let deep = format!("{{\"a\":{}{}}}", "[".repeat(100_000), "]".repeat(100_000));
+        let e = parse_object(deep.as_bytes()).unwrap_err();
+        assert_eq!(e.status, StatusCode::BAD_REQUEST);
+        assert!(
+            e.message.contains("recursion limit exceeded"),
+            "{}",
+            e.message
+        );
+    }
+}

@@ -1,0 +1,160 @@
+//! The one error type of the HTTP layer, rendered in OpenAI's JSON shape:
+//! `{"error": {"message", "type", "param", "code"}}` with the matching status.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use folio_engine::SubmitError;
+use serde_json::json;
+
+/// An error answer. Messages name the field, the limit and the value received.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub message: String,
+    /// The request field at fault, if one is.
+    pub param: Option<String>,
+    /// A short machine-readable code (`invalid_parameter`, `context_length_exceeded`, …).
+    pub code: &'static str,
+}
+
+impl ApiError {
+    /// 400 for a bad field: `"{param}: {detail}"`.
+    pub fn param(param: impl Into<String>, detail: impl std::fmt::Display) -> ApiError {
+        let param = param.into();
+        ApiError {
+            status: StatusCode::BAD_REQUEST,
+            message: format!("{param}: {detail}"),
+            param: Some(param),
+            code: "invalid_parameter",
+        }
+    }
+
+    /// 400 without a single field to blame (malformed JSON, …).
+    pub fn bad_request(message: impl Into<String>, code: &'static str) -> ApiError {
+        ApiError {
+            status: StatusCode::BAD_REQUEST,
+            message: message.into(),
+            param: None,
+            code,
+        }
+    }
+
+    pub fn new(status: StatusCode, message: impl Into<String>, code: &'static str) -> ApiError {
+        ApiError {
+            status,
+            message: message.into(),
+            param: None,
+            code,
+        }
+    }
+
+    /// OpenAI's `type` string for this status.
+    pub fn kind(&self) -> &'static str {
+        match self.status.as_u16() {
+            400 | 405 | 413 | 415 | 422 => "invalid_request_error",
+            404 => "not_found_error",
+            429 => "rate_limit_error",
+            503 => "service_unavailable_error",
+            _ => "internal_error",
+        }
+    }
+
+    /// The JSON body.
+    pub fn body(&self) -> serde_json::Value {
+        json!({
+            "error": {
+                "message": self.message,
+                "type": self.kind(),
+                "param": self.param,
+                "code": self.code,
+            }
+        })
+    }
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.status.as_u16(), self.message)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.status, axum::Json(self.body())).into_response()
+    }
+}
+
+impl From<SubmitError> for ApiError {
+    /// NOTE: admission rejections are 429 (retry later), shutdown is 503 (go elsewhere).
+    fn from(e: SubmitError) -> ApiError {
+        match e {
+            SubmitError::Invalid(m) => {
+                let param = m
+                    .split_once(':')
+                    .map(|(p, _)| p.to_string())
+                    .filter(|p| !p.contains(' '));
+                let code = if m.contains("context length") {
+                    "context_length_exceeded"
+                } else {
+                    "invalid_parameter"
+                };
+                ApiError {
+                    status: StatusCode::BAD_REQUEST,
+                    message: m,
+                    param,
+                    code,
+                }
+            }
+            SubmitError::Rejected(m) => ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                format!("request rejected: {m}"),
+                "overloaded",
+            ),
+            SubmitError::ShuttingDown => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "server is shutting down",
+                "shutting_down",
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn param_error_has_openai_shape() {
+        let e = ApiError::param("temperature", "must be in [0, 2], got 5");
+        assert_eq!(e.status, StatusCode::BAD_REQUEST);
+        assert_eq!(
+            e.body(),
+            json!({"error": {
+                "message": "temperature: must be in [0, 2], got 5",
+                "type": "invalid_request_error",
+                "param": "temperature",
+                "code": "invalid_parameter"
+            }})
+        );
+    }
+
+    #[test]
+    fn submit_errors_map_to_statuses() {
+        let e: ApiError = SubmitError::Rejected("KV cache full".into()).into();
+        assert_eq!(e.status, StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(e.message, "request rejected: KV cache full");
+        assert_eq!(e.kind(), "rate_limit_error");
+        let e: ApiError = SubmitError::ShuttingDown.into();
+        assert_eq!(e.status, StatusCode::SERVICE_UNAVAILABLE);
+        let e: ApiError =
+            SubmitError::Invalid("prompt: 9000 tokens; the context length is 8192".into()).into();
+        assert_eq!(
+            (e.status, e.param.as_deref(), e.code),
+            (
+                StatusCode::BAD_REQUEST,
+                Some("prompt"),
+                "context_length_exceeded"
+            )
+        );
+    }
+}

@@ -1,0 +1,229 @@
+//! The generation endpoints: validate → tokenize → submit n requests per prompt → stream
+//! SSE or collect one response.
+
+use crate::choice_state::{usage_sum, ChoiceState};
+use crate::choices::Choices;
+use crate::error::ApiError;
+use crate::fields::Fields;
+use crate::openai::{new_id, unix_now, Job};
+use crate::params::{self, resolve_max_tokens, Api};
+use crate::prompt::{self, check_len, PromptInput};
+use crate::sse;
+use crate::state::{AppState, InFlight};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use folio_engine::{FinishReason, GenerateRequest, RequestStream};
+use serde_json::{Map, Value};
+use std::time::Instant;
+
+/// Handles one /v1/completions or /v1/chat/completions body.
+pub async fn generate(
+    st: AppState,
+    api: Api,
+    body: Map<String, Value>,
+    arrival: Instant,
+) -> Result<Response, ApiError> {
+    let s = &st.0;
+    let info = &s.engine.info;
+    let ctx = info.context_length;
+    let f = Fields::new(&body);
+    if let Some(m) = f.get("model") {
+        if !m.is_string() {
+            return Err(ApiError::param(
+                "model",
+                format!("must be a string, got {}", crate::fields::show(m)),
+            ));
+        }
+    }
+    let p = params::parse(&f, api, st.limits())?;
+    let inputs = match api {
+        Api::Completions => prompt::completion_prompts(&f, info.vocab_size)?,
+        Api::Chat => vec![prompt::chat_prompt(&f)?],
+    };
+    let prompts = tokenize_all(&st, api, inputs).await?;
+    let fields: Vec<String> = (0..prompts.len())
+        .map(|i| field_name(api, i, prompts.len()))
+        .collect();
+    let mut max_tokens = Vec::with_capacity(prompts.len());
+    for (ids, field) in prompts.iter().zip(&fields) {
+        check_len(field, ids.len(), ctx)?;
+        max_tokens.push(resolve_max_tokens(
+            p.max_tokens,
+            ids.len(),
+            ctx,
+            s.opts.default_max_tokens,
+        )?);
+    }
+
+    let permit = st.reserve(prompts.len() * p.n)?;
+    let mut streams: Vec<RequestStream> = Vec::with_capacity(prompts.len() * p.n);
+    for (ids, &max) in prompts.iter().zip(&max_tokens) {
+        for j in 0..p.n {
+            let req = GenerateRequest {
+                prompt: ids.clone(),
+                params: p.sampling_for(j),
+                max_tokens: max,
+                stop: p.stop.clone(),
+                stop_token_ids: p.stop_token_ids.clone(),
+                ignore_eos: p.ignore_eos,
+                logprobs: p.logprobs,
+                deadline: None,
+                arrival: Some(arrival),
+            };
+            match s.engine.submit(req) {
+                Ok(rs) => streams.push(rs),
+                Err(e) => {
+                    for rs in &streams {
+                        s.engine.abort(rs.id);
+                    }
+                    let e = ApiError::from(e);
+                    s.metrics.rejected(e.status.as_u16());
+                    return Err(e);
+                }
+            }
+        }
+    }
+    let job = Job {
+        api,
+        id: new_id(api),
+        created: unix_now(),
+        model: s.model_name.clone(),
+        n: p.n,
+        prompt_lens: prompts.iter().map(Vec::len).collect(),
+        logprobs: p.logprobs,
+        stream: p.stream,
+        include_usage: p.include_usage,
+        arrival,
+    };
+    let mut choices = Choices::new(streams, Some(s.engine.clone()));
+    if let Err(reason) = choices.admitted().await {
+        let e = refusal(reason);
+        s.metrics.rejected(e.status.as_u16());
+        return Err(e);
+    }
+    if p.stream {
+        Ok(sse::respond(st.clone(), job, choices, permit))
+    } else {
+        collect(st, job, choices, permit).await
+    }
+}
+
+/// The HTTP answer to a request the engine refused before its first token.
+fn refusal(reason: FinishReason) -> ApiError {
+    match reason {
+        FinishReason::Rejected(m) => ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            format!("request rejected: {m}"),
+            "overloaded",
+        ),
+        FinishReason::Error(m) if m.contains("shutting down") => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("server is shutting down: {m}"),
+            "shutting_down",
+        ),
+        FinishReason::Error(m) => ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("generation failed: {m}"),
+            "generation_failed",
+        ),
+        other => ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("unexpected end: {}", other.as_openai()),
+            "internal",
+        ),
+    }
+}
+
+fn field_name(api: Api, i: usize, count: usize) -> String {
+    match api {
+        Api::Chat => "messages".into(),
+        Api::Completions if count == 1 => "prompt".into(),
+        Api::Completions => format!("prompt[{i}]"),
+    }
+}
+
+/// Tokenizes off the async threads: a 4 MiB prompt takes a while.
+async fn tokenize_all(
+    st: &AppState,
+    api: Api,
+    inputs: Vec<PromptInput>,
+) -> Result<Vec<Vec<u32>>, ApiError> {
+    let tok = st.0.engine.tokenizer.clone();
+    tokio::task::spawn_blocking(move || {
+        let count = inputs.len();
+        inputs
+            .iter()
+            .enumerate()
+            .map(|(i, input)| prompt::tokenize(&tok, input, &field_name(api, i, count)))
+            .collect::<Result<Vec<_>, _>>()
+    })
+    .await
+    .map_err(|e| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("tokenizer task failed: {e}"),
+            "internal",
+        )
+    })?
+}
+
+/// Waits for every choice and answers with one JSON response. If the client goes away,
+/// this future is dropped and with it `choices`, which aborts the requests.
+async fn collect(
+    st: AppState,
+    job: Job,
+    mut choices: Choices,
+    _permit: InFlight,
+) -> Result<Response, ApiError> {
+    let s = &st.0;
+    let tok = &s.engine.tokenizer;
+    let mut states = vec![ChoiceState::default(); choices.count()];
+    while let Some((i, ev)) = choices.next().await {
+        states[i].apply(i, ev, &job, tok, &s.metrics);
+    }
+    log_finished(&job, &states, "complete");
+    if let Some(FinishReason::Error(m)) = states.iter().find_map(|c| {
+        c.finish
+            .clone()
+            .filter(|f| matches!(f, FinishReason::Error(_)))
+    }) {
+        return Err(ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("generation failed: {m}"),
+            "generation_failed",
+        ));
+    }
+    let usage = usage_sum(&job, &states);
+    let out = states
+        .iter_mut()
+        .map(|c| {
+            let lp = c.final_logprobs(&job, tok);
+            (std::mem::take(&mut c.text), lp, c.finish_reason())
+        })
+        .collect();
+    Ok(axum::Json(job.response(out, usage)).into_response())
+}
+
+/// The one structured log line per request.
+pub fn log_finished(job: &Job, states: &[ChoiceState], outcome: &str) {
+    let u = usage_sum(job, states);
+    let ttft_ms = states
+        .iter()
+        .filter_map(|c| c.first_at)
+        .min()
+        .map(|t| t.saturating_duration_since(job.arrival).as_secs_f64() * 1e3);
+    let reasons: Vec<&str> = states.iter().map(ChoiceState::finish_reason).collect();
+    tracing::info!(
+        id = %job.id,
+        stream = job.stream,
+        choices = states.len(),
+        prompt_tokens = u.prompt_tokens,
+        completion_tokens = u.completion_tokens,
+        cached_tokens = u.cached_tokens,
+        ttft_ms = ttft_ms.unwrap_or(f64::NAN),
+        e2e_ms = job.arrival.elapsed().as_secs_f64() * 1e3,
+        finish_reason = %reasons.join(","),
+        outcome,
+        "request finished"
+    );
+}

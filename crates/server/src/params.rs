@@ -1,0 +1,342 @@
+//! Generation parameters shared by /v1/completions and /v1/chat/completions, validated
+//! once into [`Params`] (OpenAI and vLLM names, OpenAI ranges).
+
+use crate::error::ApiError;
+use crate::fields::{show, Fields};
+use folio_engine::SamplingParams;
+use serde_json::Value;
+
+/// Which endpoint a request came through; decides field names and response shapes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Api {
+    Completions,
+    Chat,
+}
+
+/// Bounds that depend on the served model and the server's options.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    pub context_length: usize,
+    pub vocab_size: usize,
+    pub max_n: usize,
+}
+
+/// Most stop strings per request (OpenAI allows 4; vLLM any number).
+pub const MAX_STOP: usize = 16;
+/// Longest stop string in bytes.
+pub const MAX_STOP_LEN: usize = 256;
+/// Most extra stop token ids per request.
+pub const MAX_STOP_TOKEN_IDS: usize = 64;
+/// Most top alternatives per token (OpenAI's limit).
+pub const MAX_LOGPROBS: i64 = 20;
+
+/// A validated request, apart from its prompt.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Params {
+    pub sampling: SamplingParams,
+    /// What the client asked for; `None` means "the rest of the context, capped".
+    pub max_tokens: Option<usize>,
+    pub stop: Vec<String>,
+    pub stop_token_ids: Vec<u32>,
+    /// Choices per prompt.
+    pub n: usize,
+    pub ignore_eos: bool,
+    /// Top alternatives per token, when logprobs were asked for.
+    pub logprobs: Option<usize>,
+    pub stream: bool,
+    /// `stream_options.include_usage`: a last chunk with usage and no choices.
+    pub include_usage: bool,
+    pub user: Option<String>,
+}
+
+impl Params {
+    /// The sampling settings of choice `j`: seeds are offset so that n seeded choices differ
+    /// but the request as a whole stays reproducible.
+    pub fn sampling_for(&self, j: usize) -> SamplingParams {
+        let mut s = self.sampling.clone();
+        s.seed = s.seed.map(|seed| seed.wrapping_add(j as u64));
+        s
+    }
+}
+
+/// Reads and checks every generation parameter of `f`.
+pub fn parse(f: &Fields, api: Api, lim: Limits) -> Result<Params, ApiError> {
+    let ctx = lim.context_length as i64;
+    let max_tokens = match api {
+        Api::Chat => match f.int("max_completion_tokens", 1, ctx)? {
+            Some(m) => Some(m),
+            None => f.int("max_tokens", 1, ctx)?,
+        },
+        Api::Completions => f.int("max_tokens", 1, ctx)?,
+    };
+    let top_k = f.int("top_k", -1, lim.vocab_size as i64)?.unwrap_or(0);
+    let sampling = SamplingParams {
+        temperature: f.number("temperature", 0.0, 2.0, false)?.unwrap_or(1.0) as f32,
+        top_k: top_k.max(0) as usize,
+        top_p: f.number("top_p", 0.0, 1.0, true)?.unwrap_or(1.0) as f32,
+        min_p: f.number("min_p", 0.0, 1.0, false)?.unwrap_or(0.0) as f32,
+        presence_penalty: f
+            .number("presence_penalty", -2.0, 2.0, false)?
+            .unwrap_or(0.0) as f32,
+        frequency_penalty: f
+            .number("frequency_penalty", -2.0, 2.0, false)?
+            .unwrap_or(0.0) as f32,
+        repetition_penalty: f
+            .number("repetition_penalty", 0.0, 10.0, true)?
+            .unwrap_or(1.0) as f32,
+        // NOTE: negative seeds are accepted (Python clients send any int) and reinterpreted.
+        seed: f.int("seed", i64::MIN, i64::MAX)?.map(|s| s as u64),
+    };
+    let n = f.int("n", 1, lim.max_n as i64)?.unwrap_or(1) as usize;
+    if let Some(b) = f.int("best_of", 1, lim.max_n as i64)? {
+        if b as usize != n {
+            return Err(ApiError::param(
+                "best_of",
+                format!("only best_of == n is supported (n = {n}), got {b}"),
+            ));
+        }
+    }
+    let logprobs = match api {
+        Api::Completions => f.int("logprobs", 0, MAX_LOGPROBS)?.map(|k| k as usize),
+        Api::Chat => {
+            let on = f.bool("logprobs", false)?;
+            let top = f.int("top_logprobs", 0, MAX_LOGPROBS)?;
+            match (on, top) {
+                (false, Some(t)) if t > 0 => {
+                    return Err(ApiError::param(
+                        "top_logprobs",
+                        format!("requires logprobs to be true, got {t} with logprobs false"),
+                    ))
+                }
+                (true, t) => Some(t.unwrap_or(0) as usize),
+                (false, _) => None,
+            }
+        }
+    };
+    let stream = f.bool("stream", false)?;
+    let include_usage = match f.get("stream_options") {
+        None => false,
+        Some(_) if !stream => {
+            return Err(ApiError::param(
+                "stream_options",
+                "only allowed when stream is true, got stream false",
+            ))
+        }
+        Some(Value::Object(o)) => {
+            let inner = Fields::new(o);
+            inner
+                .bool("include_usage", false)
+                .map_err(|e| ApiError::param("stream_options.include_usage", strip(&e)))?
+        }
+        Some(v) => {
+            return Err(ApiError::param(
+                "stream_options",
+                format!("must be an object, got {}", show(v)),
+            ))
+        }
+    };
+    let stop_token_ids = match f.get("stop_token_ids") {
+        None => Vec::new(),
+        Some(Value::Array(a)) if a.len() <= MAX_STOP_TOKEN_IDS => a
+            .iter()
+            .enumerate()
+            .map(|(i, v)| match v.as_u64() {
+                Some(t) if (t as usize) < lim.vocab_size => Ok(t as u32),
+                _ => Err(ApiError::param(
+                    format!("stop_token_ids[{i}]"),
+                    format!(
+                        "must be a token id in [0, {}), got {}",
+                        lim.vocab_size,
+                        show(v)
+                    ),
+                )),
+            })
+            .collect::<Result<_, _>>()?,
+        Some(v) => {
+            return Err(ApiError::param(
+                "stop_token_ids",
+                format!(
+                    "must be an array of at most {MAX_STOP_TOKEN_IDS} token ids, got {}",
+                    show(v)
+                ),
+            ))
+        }
+    };
+    f.unsupported("logit_bias", |v| {
+        v.as_object().is_some_and(|o| o.is_empty())
+    })?;
+    match api {
+        Api::Completions => {
+            f.unsupported("echo", |v| v == &Value::Bool(false))?;
+            f.unsupported("suffix", |v| v.as_str() == Some(""))?;
+        }
+        Api::Chat => {
+            f.unsupported("tools", |v| v.as_array().is_some_and(|a| a.is_empty()))?;
+            f.unsupported("response_format", |v| {
+                v.get("type").and_then(Value::as_str) == Some("text")
+            })?;
+        }
+    }
+    Ok(Params {
+        sampling,
+        max_tokens: max_tokens.map(|m| m as usize),
+        stop: f.strings("stop", MAX_STOP, MAX_STOP_LEN)?,
+        stop_token_ids,
+        n,
+        ignore_eos: f.bool("ignore_eos", false)?,
+        logprobs,
+        stream,
+        include_usage,
+        user: f.str("user")?.map(str::to_string),
+    })
+}
+
+/// The detail of a field error, without its "field: " prefix.
+fn strip(e: &ApiError) -> String {
+    e.message
+        .split_once(": ")
+        .map_or(e.message.clone(), |(_, d)| d.to_string())
+}
+
+/// Tokens to generate for a prompt of `prompt_len` tokens: the request's `max_tokens`
+/// (which must fit in the context), else the rest of the context capped at `default_cap`.
+pub fn resolve_max_tokens(
+    requested: Option<usize>,
+    prompt_len: usize,
+    ctx: usize,
+    default_cap: usize,
+) -> Result<usize, ApiError> {
+    let room = ctx.saturating_sub(prompt_len);
+    match requested {
+        Some(m) if m > room => Err(ApiError {
+            code: "context_length_exceeded",
+            ..ApiError::param(
+                "max_tokens",
+                format!("{m} + {prompt_len} prompt tokens exceeds the context length of {ctx} tokens (at most {room} fit)"),
+            )
+        }),
+        Some(m) => Ok(m),
+        None => Ok(room.min(default_cap).max(1)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const LIM: Limits = Limits {
+        context_length: 8192,
+        vocab_size: 49152,
+        max_n: 8,
+    };
+
+    fn parse_json(v: Value, api: Api) -> Result<Params, ApiError> {
+        let o = v.as_object().unwrap().clone();
+        parse(&Fields::new(&o), api, LIM)
+    }
+
+    #[test]
+    fn defaults_follow_openai() {
+        let p = parse_json(json!({"prompt": "x"}), Api::Completions).unwrap();
+        assert_eq!(p.sampling.temperature, 1.0);
+        assert_eq!(p.sampling.top_p, 1.0);
+        assert_eq!(
+            (p.n, p.max_tokens, p.logprobs, p.stream, p.include_usage),
+            (1, None, None, false, false)
+        );
+    }
+
+    #[test]
+    fn all_fields_are_read() {
+        let p = parse_json(
+            json!({"max_completion_tokens": 7, "max_tokens": 9, "temperature": 0.5, "top_p": 0.9, "top_k": -1,
+                   "min_p": 0.1, "seed": -1, "stop": ["\n", "END"], "n": 3, "logprobs": true, "top_logprobs": 2,
+                   "presence_penalty": 1, "frequency_penalty": -1, "repetition_penalty": 1.1, "ignore_eos": true,
+                   "user": "u", "stream": true, "stream_options": {"include_usage": true}, "stop_token_ids": [2]}),
+            Api::Chat,
+        )
+        .unwrap();
+        assert_eq!(p.max_tokens, Some(7));
+        assert_eq!(p.sampling.top_k, 0);
+        assert_eq!(p.sampling.seed, Some(u64::MAX));
+        assert_eq!(p.sampling_for(2).seed, Some(1));
+        assert_eq!(p.stop, vec!["\n", "END"]);
+        assert_eq!(
+            (p.n, p.logprobs, p.include_usage, p.ignore_eos),
+            (3, Some(2), true, true)
+        );
+        assert_eq!(p.stop_token_ids, vec![2]);
+        assert_eq!(p.user.as_deref(), Some("u"));
+    }
+
+    #[test]
+    fn out_of_range_values_name_the_field() {
+        let cases = [
+            (json!({"n": 9}), "n: must be an integer in [1, 8], got 9"),
+            (
+                json!({"max_tokens": 0}),
+                "max_tokens: must be an integer in [1, 8192], got 0",
+            ),
+            (
+                json!({"max_tokens": "5"}),
+                "max_tokens: must be an integer in [1, 8192], got string \"5\"",
+            ),
+            (
+                json!({"logprobs": 21}),
+                "logprobs: must be an integer in [0, 20], got 21",
+            ),
+            (
+                json!({"presence_penalty": -3}),
+                "presence_penalty: must be in [-2, 2], got -3",
+            ),
+            (
+                json!({"top_k": 50000}),
+                "top_k: must be an integer in [-1, 49152], got 50000",
+            ),
+            (
+                json!({"stream_options": {"include_usage": true}}),
+                "stream_options: only allowed when stream is true, got stream false",
+            ),
+            (
+                json!({"stream": true, "stream_options": {"include_usage": 1}}),
+                "stream_options.include_usage: must be a boolean, got 1",
+            ),
+            (
+                json!({"stop_token_ids": [49152]}),
+                "stop_token_ids[0]: must be a token id in [0, 49152), got 49152",
+            ),
+            (
+                json!({"best_of": 2}),
+                "best_of: only best_of == n is supported (n = 1), got 2",
+            ),
+            (
+                json!({"echo": true}),
+                "echo: not supported by folio, got true",
+            ),
+            (
+                json!({"logit_bias": {"1": 5}}),
+                "logit_bias: not supported by folio, got an object with 1 keys",
+            ),
+        ];
+        for (body, msg) in cases {
+            assert_eq!(parse_json(body, Api::Completions).unwrap_err().message, msg);
+        }
+        let e = parse_json(json!({"top_logprobs": 3}), Api::Chat).unwrap_err();
+        assert_eq!(
+            e.message,
+            "top_logprobs: requires logprobs to be true, got 3 with logprobs false"
+        );
+        assert!(parse_json(json!({"echo": false, "logit_bias": {}}), Api::Completions).is_ok());
+    }
+
+    #[test]
+    fn max_tokens_default_and_limit() {
+        assert_eq!(resolve_max_tokens(None, 100, 8192, 4096).unwrap(), 4096);
+        assert_eq!(resolve_max_tokens(None, 8000, 8192, 4096).unwrap(), 192);
+        assert_eq!(resolve_max_tokens(Some(10), 100, 8192, 4096).unwrap(), 10);
+        let e = resolve_max_tokens(Some(200), 8000, 8192, 4096).unwrap_err();
+        assert_eq!(e.message, "max_tokens: 200 + 8000 prompt tokens exceeds the context length of 8192 tokens (at most 192 fit)");
+        assert_eq!(e.code, "context_length_exceeded");
+    }
+}

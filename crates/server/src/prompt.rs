@@ -1,0 +1,328 @@
+//! Prompts: the shapes clients send (`prompt` as text, token ids or a batch of either;
+//! chat `messages`) and their tokenization.
+
+use crate::error::ApiError;
+use crate::fields::{show, Fields};
+use folio_tokenizer::{ChatMessage, Tokenizer};
+use serde_json::Value;
+
+/// Most prompts in one /v1/completions batch.
+pub const MAX_PROMPTS: usize = 32;
+/// Most chat messages in one request.
+pub const MAX_MESSAGES: usize = 1024;
+
+/// One prompt before tokenization.
+#[derive(Clone, Debug, PartialEq)]
+pub enum PromptInput {
+    Text(String),
+    Tokens(Vec<u32>),
+    Chat {
+        messages: Vec<ChatMessage>,
+        add_generation_prompt: bool,
+    },
+}
+
+/// The `prompt` field of /v1/completions: a string, an array of strings, an array of token
+/// ids, or an array of arrays of token ids.
+pub fn completion_prompts(f: &Fields, vocab: usize) -> Result<Vec<PromptInput>, ApiError> {
+    let v = f
+        .get("prompt")
+        .ok_or_else(|| ApiError::param("prompt", "required, got nothing"))?;
+    let items = match v {
+        Value::String(s) => return Ok(vec![PromptInput::Text(s.clone())]),
+        Value::Array(a) => a,
+        v => {
+            return Err(ApiError::param(
+                "prompt",
+                format!(
+                    "must be a string, an array of strings or an array of token ids, got {}",
+                    show(v)
+                ),
+            ))
+        }
+    };
+    if items.is_empty() {
+        return Err(ApiError::param("prompt", "must not be an empty array"));
+    }
+    if items.iter().all(Value::is_number) {
+        return token_ids("prompt", items, vocab).map(|t| vec![PromptInput::Tokens(t)]);
+    }
+    if items.len() > MAX_PROMPTS {
+        return Err(ApiError::param(
+            "prompt",
+            format!(
+                "at most {MAX_PROMPTS} prompts in a batch, got {}",
+                items.len()
+            ),
+        ));
+    }
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, item)| match item {
+            Value::String(s) => Ok(PromptInput::Text(s.clone())),
+            Value::Array(a) => {
+                token_ids(&format!("prompt[{i}]"), a, vocab).map(PromptInput::Tokens)
+            }
+            v => Err(ApiError::param(
+                format!("prompt[{i}]"),
+                format!("must be a string or an array of token ids, got {}", show(v)),
+            )),
+        })
+        .collect()
+}
+
+fn token_ids(name: &str, items: &[Value], vocab: usize) -> Result<Vec<u32>, ApiError> {
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, v)| match v.as_u64() {
+            Some(t) if (t as usize) < vocab => Ok(t as u32),
+            _ => Err(ApiError::param(
+                format!("{name}[{i}]"),
+                format!("must be a token id in [0, {vocab}), got {}", show(v)),
+            )),
+        })
+        .collect()
+}
+
+/// The `messages` field of /v1/chat/completions (and /tokenize).
+pub fn chat_prompt(f: &Fields) -> Result<PromptInput, ApiError> {
+    let v = f
+        .get("messages")
+        .ok_or_else(|| ApiError::param("messages", "required, got nothing"))?;
+    let Value::Array(items) = v else {
+        return Err(ApiError::param(
+            "messages",
+            format!("must be an array of messages, got {}", show(v)),
+        ));
+    };
+    if items.is_empty() || items.len() > MAX_MESSAGES {
+        return Err(ApiError::param(
+            "messages",
+            format!(
+                "must hold 1 to {MAX_MESSAGES} messages, got {}",
+                items.len()
+            ),
+        ));
+    }
+    let messages = items
+        .iter()
+        .enumerate()
+        .map(|(i, m)| message(i, m))
+        .collect::<Result<_, _>>()?;
+    Ok(PromptInput::Chat {
+        messages,
+        add_generation_prompt: f.bool("add_generation_prompt", true)?,
+    })
+}
+
+fn message(i: usize, m: &Value) -> Result<ChatMessage, ApiError> {
+    let name = |field: &str| format!("messages[{i}].{field}");
+    let Value::Object(o) = m else {
+        return Err(ApiError::param(
+            format!("messages[{i}]"),
+            format!("must be an object, got {}", show(m)),
+        ));
+    };
+    let f = Fields::new(o);
+    let role = f
+        .str("role")
+        .map_err(|_| {
+            ApiError::param(
+                name("role"),
+                format!("must be a string, got {}", show(&o["role"])),
+            )
+        })?
+        .ok_or_else(|| ApiError::param(name("role"), "required, got nothing"))?;
+    let content = match f.get("content") {
+        None => String::new(),
+        Some(Value::String(s)) => s.clone(),
+        // Content parts: only text is supported; parts are joined by newlines, as vLLM does.
+        Some(Value::Array(parts)) => {
+            let mut texts = Vec::with_capacity(parts.len());
+            for (j, p) in parts.iter().enumerate() {
+                let kind = p.get("type").and_then(Value::as_str);
+                match (kind, p.get("text").and_then(Value::as_str)) {
+                    (Some("text"), Some(t)) => texts.push(t),
+                    _ => {
+                        return Err(ApiError::param(
+                            format!("messages[{i}].content[{j}]"),
+                            format!(
+                            "only {{\"type\": \"text\", \"text\": …}} parts are supported, got {}",
+                            show(p)
+                        ),
+                        ))
+                    }
+                }
+            }
+            texts.join("\n")
+        }
+        Some(v) => {
+            return Err(ApiError::param(
+                name("content"),
+                format!("must be a string or an array of parts, got {}", show(v)),
+            ))
+        }
+    };
+    Ok(ChatMessage::new(role, content))
+}
+
+/// Token ids of one prompt. `field` names it in errors (`prompt`, `prompt[2]`, `messages`).
+/// Text is encoded with special-token parsing, as Hugging Face tokenizers do.
+pub fn tokenize(tok: &Tokenizer, input: &PromptInput, field: &str) -> Result<Vec<u32>, ApiError> {
+    match input {
+        PromptInput::Tokens(t) => Ok(t.clone()),
+        PromptInput::Text(s) => tok
+            .encode(s, true)
+            .map_err(|e| ApiError::param(field, format!("cannot tokenize: {e}"))),
+        PromptInput::Chat {
+            messages,
+            add_generation_prompt,
+        } => {
+            let text = tok
+                .apply_chat_template(messages, *add_generation_prompt)
+                .map_err(|e| ApiError::param(field, format!("chat template failed: {e}")))?;
+            let mut ids = tok
+                .encode(&text, true)
+                .map_err(|e| ApiError::param(field, format!("cannot tokenize: {e}")))?;
+            // The template usually writes the BOS text itself; do not add a second one.
+            if let Some(bos) = tok.bos_id() {
+                if ids.len() >= 2 && ids[0] == bos && ids[1] == bos {
+                    ids.remove(0);
+                }
+            }
+            Ok(ids)
+        }
+    }
+}
+
+/// Checks a tokenized prompt against the context: at least one token, and room for one
+/// generated token.
+pub fn check_len(field: &str, len: usize, ctx: usize) -> Result<(), ApiError> {
+    if len == 0 {
+        return Err(ApiError::param(
+            field,
+            "must contain at least 1 token, got 0",
+        ));
+    }
+    if len >= ctx {
+        return Err(ApiError {
+            code: "context_length_exceeded",
+            ..ApiError::param(
+                field,
+                format!("{len} tokens, but the context length is {ctx} tokens (at most {} prompt tokens fit)", ctx - 1),
+            )
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn prompts(v: Value) -> Result<Vec<PromptInput>, ApiError> {
+        let o = json!({ "prompt": v });
+        completion_prompts(&Fields::new(o.as_object().unwrap()), 100)
+    }
+
+    #[test]
+    fn prompt_shapes() {
+        assert_eq!(
+            prompts(json!("hi")).unwrap(),
+            vec![PromptInput::Text("hi".into())]
+        );
+        assert_eq!(
+            prompts(json!([1, 2])).unwrap(),
+            vec![PromptInput::Tokens(vec![1, 2])]
+        );
+        assert_eq!(
+            prompts(json!(["a", [3]])).unwrap(),
+            vec![PromptInput::Text("a".into()), PromptInput::Tokens(vec![3])]
+        );
+        assert_eq!(
+            prompts(json!([])).unwrap_err().message,
+            "prompt: must not be an empty array"
+        );
+        assert_eq!(
+            prompts(json!([1, 100])).unwrap_err().message,
+            "prompt[1]: must be a token id in [0, 100), got 100"
+        );
+        assert_eq!(
+            prompts(json!([-1])).unwrap_err().message,
+            "prompt[0]: must be a token id in [0, 100), got -1"
+        );
+        assert_eq!(
+            prompts(json!(["a", {}])).unwrap_err().message,
+            "prompt[1]: must be a string or an array of token ids, got an object with 0 keys"
+        );
+        assert_eq!(
+            prompts(json!(5)).unwrap_err().message,
+            "prompt: must be a string, an array of strings or an array of token ids, got 5"
+        );
+        let o = json!({});
+        assert_eq!(
+            completion_prompts(&Fields::new(o.as_object().unwrap()), 100)
+                .unwrap_err()
+                .message,
+            "prompt: required, got nothing"
+        );
+    }
+
+    #[test]
+    fn chat_messages() {
+        let o = json!({"messages": [
+            {"role": "system", "content": "be brief"},
+            {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+            {"role": "assistant", "content": null}
+        ]});
+        let p = chat_prompt(&Fields::new(o.as_object().unwrap())).unwrap();
+        assert_eq!(
+            p,
+            PromptInput::Chat {
+                messages: vec![
+                    ChatMessage::new("system", "be brief"),
+                    ChatMessage::new("user", "a\nb"),
+                    ChatMessage::new("assistant", "")
+                ],
+                add_generation_prompt: true
+            }
+        );
+        let bad = [
+            (json!({"messages": []}), "messages: must hold 1 to 1024 messages, got 0"),
+            (json!({"messages": "hi"}), "messages: must be an array of messages, got string \"hi\""),
+            (json!({"messages": [{"content": "x"}]}), "messages[0].role: required, got nothing"),
+            (json!({"messages": [{"role": 1}]}), "messages[0].role: must be a string, got 1"),
+            (json!({"messages": [{"role": "user", "content": 3}]}), "messages[0].content: must be a string or an array of parts, got 3"),
+            (
+                json!({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}),
+                "messages[0].content[0]: only {\"type\": \"text\", \"text\": …} parts are supported, got an object with 1 keys",
+            ),
+        ];
+        for (body, msg) in bad {
+            assert_eq!(
+                chat_prompt(&Fields::new(body.as_object().unwrap()))
+                    .unwrap_err()
+                    .message,
+                msg
+            );
+        }
+    }
+
+    #[test]
+    fn length_checks() {
+        assert_eq!(
+            check_len("prompt", 0, 10).unwrap_err().message,
+            "prompt: must contain at least 1 token, got 0"
+        );
+        let e = check_len("prompt", 10, 10).unwrap_err();
+        assert_eq!(
+            e.message,
+            "prompt: 10 tokens, but the context length is 10 tokens (at most 9 prompt tokens fit)"
+        );
+        assert_eq!(e.code, "context_length_exceeded");
+        assert!(check_len("prompt", 9, 10).is_ok());
+    }
+}

@@ -1,0 +1,221 @@
+//! Shared by the integration tests: start folio on the real model on an ephemeral port,
+//! and a tiny blocking HTTP/1.1 client (no extra dependencies; `Connection: close`).
+
+#![allow(dead_code)]
+
+use serde_json::Value;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A running server and its engine.
+pub struct Server {
+    pub addr: SocketAddr,
+    pub engine: folio_engine::EngineHandle,
+    /// Fires the server's shutdown future.
+    pub stop: std::sync::Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
+    /// Signals when `serve_listener` returned.
+    pub stopped: std::sync::Mutex<std::sync::mpsc::Receiver<anyhow::Result<()>>>,
+}
+
+/// Loads the real model, or prints why the test is skipped.
+pub fn engine() -> Option<folio_engine::EngineHandle> {
+    let path = match folio_fetch::test_model() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("SKIPPED: no test model ({e:#})");
+            return None;
+        }
+    };
+    let f = folio_gguf::GgufFile::open(&path).expect("model file opens");
+    let model = folio_model::Model::from_gguf(&f).expect("model loads");
+    let tok = Arc::new(folio_tokenizer::Tokenizer::from_gguf(&f).expect("tokenizer loads"));
+    Some(
+        folio_engine::spawn_engine(model, tok, &path, folio_engine::EngineConfig::default())
+            .expect("engine starts"),
+    )
+}
+
+/// Starts a server for `engine` on 127.0.0.1:0 on its own runtime thread.
+pub fn start(engine: folio_engine::EngineHandle, opts: folio_server::ServerOptions) -> Server {
+    let (addr_tx, addr_rx) = std::sync::mpsc::channel();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    let handle = engine.clone();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(async move {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+                .await
+                .expect("bind");
+            addr_tx
+                .send(listener.local_addr().expect("addr"))
+                .expect("send addr");
+            let r = folio_server::serve_listener(handle, opts, listener, async move {
+                // Only an explicit stop shuts down (and with it the shared engine); dropping
+                // the `Server` does not.
+                if stop_rx.await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+            })
+            .await;
+            let _ = done_tx.send(r);
+        });
+    });
+    let addr = addr_rx.recv().expect("server thread reports its address");
+    Server {
+        addr,
+        engine,
+        stop: std::sync::Mutex::new(Some(stop_tx)),
+        stopped: std::sync::Mutex::new(done_rx),
+    }
+}
+
+/// A response.
+#[derive(Debug)]
+pub struct Resp {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Resp {
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("body is not JSON ({e}): {}", self.text()))
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The JSON payloads of an SSE body, and whether it ended with `data: [DONE]`.
+    pub fn sse(&self) -> (Vec<Value>, bool) {
+        let text = self.text();
+        let mut out = Vec::new();
+        let mut done = false;
+        for frame in text.split("\n\n").filter(|f| !f.is_empty()) {
+            assert!(!done, "frame after [DONE]: {frame:?}");
+            if frame.starts_with(':') {
+                continue;
+            }
+            let data = frame
+                .strip_prefix("data: ")
+                .unwrap_or_else(|| panic!("not an SSE data frame: {frame:?}"));
+            if data == "[DONE]" {
+                done = true;
+            } else {
+                out.push(
+                    serde_json::from_str(data)
+                        .unwrap_or_else(|e| panic!("bad chunk {data:?}: {e}")),
+                );
+            }
+        }
+        (out, done)
+    }
+}
+
+/// Raw request bytes for `method path` with `body`.
+pub fn raw_request(method: &str, path: &str, body: &[u8]) -> Vec<u8> {
+    let mut req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: folio\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    req.extend_from_slice(body);
+    req
+}
+
+/// Sends one request and reads the whole response.
+pub fn request(addr: SocketAddr, method: &str, path: &str, body: &[u8]) -> Resp {
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(300)))
+        .expect("timeout");
+    // The server may answer (413) before reading a large body: write from another thread
+    // while this one reads, and ignore write errors.
+    let mut w = s.try_clone().expect("clone socket");
+    let req = raw_request(method, path, body);
+    let writer = std::thread::spawn(move || {
+        let _ = w.write_all(&req);
+    });
+    let mut buf = Vec::new();
+    let _ = s.read_to_end(&mut buf);
+    let _ = s.shutdown(std::net::Shutdown::Both);
+    let _ = writer.join();
+    parse_response(&buf)
+}
+
+pub fn post(addr: SocketAddr, path: &str, body: &Value) -> Resp {
+    request(addr, "POST", path, body.to_string().as_bytes())
+}
+
+pub fn get(addr: SocketAddr, path: &str) -> Resp {
+    request(addr, "GET", path, b"")
+}
+
+/// Parses a complete HTTP/1.1 response (plain or chunked body).
+pub fn parse_response(buf: &[u8]) -> Resp {
+    let split = buf
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .unwrap_or_else(|| panic!("no header end in {:?}", String::from_utf8_lossy(buf)));
+    let head = String::from_utf8_lossy(&buf[..split]).into_owned();
+    let mut lines = head.split("\r\n");
+    let status_line = lines.next().expect("status line");
+    let status: u16 = status_line
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .expect("status code");
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        .collect();
+    let raw = &buf[split + 4..];
+    let chunked = headers
+        .iter()
+        .any(|(k, v)| k.eq_ignore_ascii_case("transfer-encoding") && v.contains("chunked"));
+    let body = if chunked { dechunk(raw) } else { raw.to_vec() };
+    Resp {
+        status,
+        headers,
+        body,
+    }
+}
+
+fn dechunk(mut raw: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let Some(eol) = raw.windows(2).position(|w| w == b"\r\n") else {
+            return out;
+        };
+        let size = usize::from_str_radix(String::from_utf8_lossy(&raw[..eol]).trim(), 16)
+            .expect("chunk size");
+        if size == 0 || raw.len() < eol + 2 + size {
+            return out;
+        }
+        out.extend_from_slice(&raw[eol + 2..eol + 2 + size]);
+        raw = &raw[(eol + 4 + size).min(raw.len())..];
+    }
+}
+
+/// The value of an unlabelled or labelled sample line `name… value` in /metrics text.
+pub fn metric(text: &str, name_and_labels: &str) -> Option<f64> {
+    text.lines().find_map(|l| {
+        l.strip_prefix(name_and_labels)
+            .and_then(|rest| rest.strip_prefix(' '))
+            .and_then(|v| v.parse().ok())
+    })
+}

@@ -1,0 +1,60 @@
+#!/usr/bin/env python3
+"""Checks folio against the official `openai` Python client (pip install openai).
+
+Streams a chat completion with stream_options.include_usage and asserts that content and a
+final usage chunk arrive; also runs a non-streaming completion.
+
+Usage: openai_client_check.py [BASE_URL]   (default: $FOLIO_BASE_URL or http://127.0.0.1:8000/v1)
+"""
+import os
+import sys
+
+from openai import OpenAI
+
+
+def main() -> int:
+    base_url = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("FOLIO_BASE_URL", "http://127.0.0.1:8000/v1")
+    client = OpenAI(base_url=base_url, api_key=os.environ.get("OPENAI_API_KEY", "folio"))
+
+    models = client.models.list()
+    model = models.data[0].id
+    print(f"models: {[m.id for m in models.data]}")
+
+    stream = client.chat.completions.create(
+        model=model,
+        messages=[{"role": "user", "content": "Say hello in five words."}],
+        max_tokens=24,
+        temperature=0,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    text, usage, roles, finish = [], None, [], None
+    for chunk in stream:
+        if chunk.usage is not None:
+            usage = chunk.usage
+        for choice in chunk.choices:
+            if choice.delta.role:
+                roles.append(choice.delta.role)
+            if choice.delta.content:
+                text.append(choice.delta.content)
+            if choice.finish_reason:
+                finish = choice.finish_reason
+    content = "".join(text)
+    print(f"stream: content={content!r} roles={roles} finish_reason={finish} usage={usage}")
+    assert roles[:1] == ["assistant"], f"first delta must carry role assistant, got {roles}"
+    assert content, "no content streamed"
+    assert finish in ("stop", "length"), f"finish_reason {finish!r}"
+    assert usage is not None, "no usage chunk although stream_options.include_usage was set"
+    assert usage.completion_tokens > 0 and usage.prompt_tokens > 0, usage
+    assert usage.total_tokens == usage.prompt_tokens + usage.completion_tokens, usage
+
+    comp = client.completions.create(model=model, prompt="The capital of France is", max_tokens=8, temperature=0)
+    print(f"completion: text={comp.choices[0].text!r} usage={comp.usage}")
+    assert comp.choices[0].finish_reason in ("stop", "length") and comp.usage.completion_tokens > 0, comp
+
+    print("openai client check: ok")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
