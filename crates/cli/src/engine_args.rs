@@ -5,7 +5,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use folio_core::kv::EvictionPolicy;
 use folio_core::sched::{BatchPolicy, KvReservation};
-use folio_engine::{EngineConfig, EngineHandle};
+use folio_engine::{EngineConfig, EngineHandle, SpecMethod};
 use folio_model::KvFormat;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -34,6 +34,16 @@ pub enum EvictionArg {
     Value,
     /// Least recently used.
     Lru,
+}
+
+#[derive(Copy, Clone, Debug, ValueEnum)]
+pub enum SpecArg {
+    Off,
+    /// Context lookup: drafts copied from n-gram matches in the prompt and output.
+    Ngram,
+    /// Self-drafting with the model's first layers.
+    #[value(name = "self")]
+    SelfDraft,
 }
 
 #[derive(Copy, Clone, Debug, ValueEnum)]
@@ -73,6 +83,15 @@ pub struct EngineArgs {
     pub no_prefix_cache: bool,
     #[arg(long, value_enum, default_value = "value")]
     pub eviction: EvictionArg,
+    /// Speculative decoding proposer.
+    #[arg(long, value_enum, default_value = "off")]
+    pub spec: SpecArg,
+    /// Fixed draft length; adaptive (marginal rule) when omitted.
+    #[arg(long)]
+    pub spec_tokens: Option<usize>,
+    /// Layers of the self-draft (default: three quarters of the model).
+    #[arg(long, default_value_t = 0)]
+    pub spec_draft_layers: usize,
 }
 
 /// "512m" → 536870912.
@@ -119,13 +138,28 @@ impl EngineArgs {
                 EvictionArg::Lru => EvictionPolicy::Lru,
             },
             served_name: None,
+            spec: match self.spec {
+                SpecArg::Off => SpecMethod::Off,
+                SpecArg::Ngram => SpecMethod::Ngram,
+                SpecArg::SelfDraft => SpecMethod::SelfDraft,
+            },
+            spec_tokens: self.spec_tokens,
+            spec_max_tokens: self.spec_tokens.unwrap_or(8).max(1),
+            spec_draft_layers: self.spec_draft_layers,
         })
     }
 
     /// Loads the model (fetching the default on first use) and starts the engine.
     pub fn start(&self) -> Result<EngineHandle> {
-        let cfg = self.config()?;
-        let path = folio_fetch::resolve_model(self.model.as_deref())?;
+        start_with(self, self.config()?)
+    }
+}
+
+/// Starts the engine on `args`' model with an explicit config.
+pub fn start_with(args: &EngineArgs, cfg: EngineConfig) -> Result<EngineHandle> {
+    {
+        let self_ = args;
+        let path = folio_fetch::resolve_model(self_.model.as_deref())?;
         let gguf = folio_gguf::GgufFile::open(&path)
             .with_context(|| format!("opening {}", path.display()))?;
         let model = folio_model::Model::from_gguf(&gguf)

@@ -1,6 +1,7 @@
 //! `folio`: serve, generate, bench, profile and plan, in one binary.
 
 mod bench_model;
+mod bench_spec;
 mod engine_args;
 mod generate;
 mod plan_cmd;
@@ -84,6 +85,17 @@ enum BenchCmd {
         #[arg(long)]
         quick: bool,
     },
+    /// Speculative decoding on an extraction workload: per proposer and batch size.
+    Spec {
+        #[command(flatten)]
+        engine: EngineArgs,
+        #[arg(long, value_delimiter = ',', default_value = "1,4,16")]
+        batch: Vec<usize>,
+        #[arg(long, default_value_t = 160)]
+        max_tokens: usize,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 fn main() -> Result<()> {
@@ -135,6 +147,23 @@ fn main() -> Result<()> {
             r
         }
         Cmd::Plan(args) => plan_cmd::run(args),
+        Cmd::Bench {
+            what:
+                BenchCmd::Spec {
+                    engine,
+                    batch,
+                    max_tokens,
+                    json,
+                },
+        } => {
+            let rows = bench_spec::run(&engine, &batch, max_tokens)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&rows)?);
+            } else {
+                bench_spec::print(&rows);
+            }
+            Ok(())
+        }
         Cmd::Bench {
             what: BenchCmd::Model { model, json, quick },
         } => {

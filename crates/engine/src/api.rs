@@ -34,6 +34,9 @@ pub struct GenerateRequest {
     pub deadline: Option<Instant>,
     /// When the request arrived (for TTFT); defaults to submit time.
     pub arrival: Option<Instant>,
+    /// Per-request speculation override (method, fixed draft length).
+    pub spec: Option<crate::SpecMethod>,
+    pub spec_tokens: Option<usize>,
 }
 
 impl GenerateRequest {
@@ -48,6 +51,8 @@ impl GenerateRequest {
             logprobs: None,
             deadline: None,
             arrival: None,
+            spec: None,
+            spec_tokens: None,
         }
     }
 }
@@ -181,6 +186,8 @@ pub struct EngineMetrics {
     pub kv_blocks_total: std::sync::atomic::AtomicUsize,
     pub cow_copies: std::sync::atomic::AtomicU64,
     pub evictions: std::sync::atomic::AtomicU64,
+    /// Speculative decoding counters (drafted, accepted, by position, ΣT/ΣN).
+    pub spec: std::sync::Mutex<folio_spec::SpecStats>,
     /// The most recent steps (bounded), for profiling and benchmarks.
     pub step_log: std::sync::Mutex<std::collections::VecDeque<crate::StepStats>>,
 }

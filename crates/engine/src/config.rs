@@ -4,6 +4,27 @@ use folio_core::kv::EvictionPolicy;
 use folio_core::sched::{BatchPolicy, KvReservation};
 use folio_model::KvFormat;
 
+/// Where speculative drafts come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SpecMethod {
+    Off,
+    /// Context lookup: n-gram matches in the request's own prompt and output.
+    Ngram,
+    /// Self-drafting with the target's first layers (reads the target's KV for them).
+    SelfDraft,
+}
+
+impl SpecMethod {
+    pub fn parse(s: &str) -> Option<SpecMethod> {
+        match s {
+            "off" | "none" => Some(SpecMethod::Off),
+            "ngram" => Some(SpecMethod::Ngram),
+            "self" => Some(SpecMethod::SelfDraft),
+            _ => None,
+        }
+    }
+}
+
 /// Everything `spawn_engine` needs besides the model.
 #[derive(Clone, Debug)]
 pub struct EngineConfig {
@@ -24,6 +45,15 @@ pub struct EngineConfig {
     pub eviction: EvictionPolicy,
     /// Name reported by the API (`model` field).
     pub served_name: Option<String>,
+    /// Default speculation for requests that do not choose.
+    pub spec: SpecMethod,
+    /// Fixed draft length; `None` = adaptive (marginal rule).
+    pub spec_tokens: Option<usize>,
+    /// Longest draft the adaptive controller may choose.
+    pub spec_max_tokens: usize,
+    /// Layers of the self-draft (0 = three quarters of the model: earlier exits of small
+    /// models rarely agree with the full model).
+    pub spec_draft_layers: usize,
 }
 
 impl Default for EngineConfig {
@@ -40,6 +70,10 @@ impl Default for EngineConfig {
             prefix_cache: true,
             eviction: EvictionPolicy::ValuePerByte,
             served_name: None,
+            spec: SpecMethod::Off,
+            spec_tokens: None,
+            spec_max_tokens: 8,
+            spec_draft_layers: 0,
         }
     }
 }

@@ -11,7 +11,8 @@ use crate::api::{
     Command, EngineHandle, EngineInfo, EngineMetrics, Event, FinishReason, TokenLogprob, Usage,
 };
 use crate::sampler::{log_softmax, Sampler};
-use crate::{EngineConfig, GenerateRequest, RequestId, StepStats};
+use crate::speculate::{CostFit, SpecState};
+use crate::{EngineConfig, GenerateRequest, RequestId, SpecMethod, StepStats};
 use folio_core::kv::KvConfig;
 use folio_core::sched::admission::Rates;
 use folio_core::{
@@ -39,6 +40,7 @@ struct Live {
     prompt_len: usize,
     output: Vec<u32>,
     cached_tokens: usize,
+    spec: Option<SpecState>,
 }
 
 pub(crate) struct Engine {
@@ -54,6 +56,17 @@ pub(crate) struct Engine {
     epoch: Instant,
     rates: Option<Rates>,
     shutting_down: bool,
+    /// Speculation defaults from the config.
+    spec: (SpecMethod, Option<usize>, usize),
+    /// Layers the self-draft runs through.
+    draft_layers: usize,
+    /// Scratch KV blocks for self-draft positions past a request's own blocks.
+    scratch_base: usize,
+    scratch_per_req: usize,
+    scratch_slots: usize,
+    /// Fitted step cost (for draft lengths) and the self-draft's cost per draft token.
+    cost_fit: CostFit,
+    draft_cost_s: f64,
 }
 
 /// Builds the engine and starts its thread.
@@ -102,7 +115,23 @@ pub fn spawn_engine(
         },
     };
     let sched = Scheduler::new(sched_cfg).map_err(|e| anyhow::anyhow!("scheduler config: {e}"))?;
-    let kv = model.new_kv_cache(cfg.block_size, num_blocks, cfg.kv_format);
+    // Scratch blocks past the scheduler's pool hold self-draft K/V beyond a request's blocks.
+    let scratch_per_req = (cfg.spec_max_tokens + 1).div_ceil(cfg.block_size) + 1;
+    let scratch_slots = if cfg.spec == SpecMethod::Off {
+        cfg.max_running.min(16)
+    } else {
+        cfg.max_running
+    };
+    let kv = model.new_kv_cache(
+        cfg.block_size,
+        num_blocks + scratch_per_req * scratch_slots,
+        cfg.kv_format,
+    );
+    let draft_layers = if cfg.spec_draft_layers == 0 {
+        (c.n_layers * 3 / 4).max(1)
+    } else {
+        cfg.spec_draft_layers.min(c.n_layers)
+    };
     let name = cfg.served_name.clone().unwrap_or_else(|| {
         model_path
             .file_stem()
@@ -136,6 +165,13 @@ pub fn spawn_engine(
         epoch: Instant::now(),
         rates: None,
         shutting_down: false,
+        spec: (cfg.spec, cfg.spec_tokens, cfg.spec_max_tokens),
+        draft_layers,
+        scratch_base: num_blocks,
+        scratch_per_req,
+        scratch_slots,
+        cost_fit: CostFit::new(),
+        draft_cost_s: 0.0,
     };
     std::thread::Builder::new()
         .name("folio-engine".into())
@@ -225,6 +261,7 @@ impl Engine {
         let prompt_len = req.prompt.len();
         // The context bounds the output too: at most ctx − prompt tokens are generated.
         let max_tokens = req.max_tokens.min(ctx.saturating_sub(prompt_len)).max(1);
+        let prompt_copy = req.prompt.clone();
         let mut r = Request::new(id, req.prompt, max_tokens);
         let now = self.epoch.elapsed().as_secs_f64();
         r = r.with_arrival(req.arrival.map(|a| self.secs(a)).unwrap_or(now));
@@ -241,6 +278,16 @@ impl Engine {
             self.metrics.rejected.fetch_add(1, Relaxed);
             return finish(&tx, FinishReason::Rejected(reason.to_string()));
         }
+        let method = req.spec.unwrap_or(self.spec.0);
+        let spec = (method != SpecMethod::Off).then(|| {
+            let fixed = req.spec_tokens.or(self.spec.1);
+            SpecState::new(
+                method,
+                self.spec.2.max(fixed.unwrap_or(0)),
+                fixed,
+                &prompt_copy,
+            )
+        });
         self.live.insert(
             id,
             Live {
@@ -254,6 +301,7 @@ impl Engine {
                 prompt_len,
                 output: Vec::new(),
                 cached_tokens: 0,
+                spec,
             },
         );
         self.metrics
@@ -339,6 +387,7 @@ impl Engine {
         let mut results = Vec::with_capacity(out.requests.len());
         let mut row = 0;
         let now = Instant::now();
+        let forward_s = t0.elapsed().as_secs_f64();
         for sr in &out.requests {
             if !sr.sample {
                 results.push(RequestResult {
@@ -365,13 +414,22 @@ impl Engine {
                 continue;
             };
             live.cached_tokens = cached;
-            let (tok, finish, event) = sample_one(live, &l[..vocab], &self.eog, now);
-            if let Some(ev) = event {
-                let _ = live.tx.send(ev);
+            let drafts = &sr.token_ids[sr.token_ids.len() - sr.num_draft_tokens..];
+            let (toks, logprobs) = choose_tokens(live, l, vocab, drafts, &self.eog);
+            if !drafts.is_empty() {
+                let accepted = toks.len() - 1;
+                if let Some(sp) = live.spec.as_mut() {
+                    sp.control.observe(drafts.len(), accepted);
+                }
+                if let Ok(mut st) = self.metrics.spec.lock() {
+                    st.record(drafts.len(), accepted, toks.len(), forward_s);
+                }
             }
+            let (kept, finish, event) = emit(live, &toks, logprobs, &self.eog, now);
+            let _ = live.tx.send(event);
             results.push(RequestResult {
                 id: sr.id,
-                new_token_ids: vec![tok],
+                new_token_ids: kept,
                 finish,
             });
         }
@@ -412,7 +470,136 @@ impl Engine {
             }
         }
         let wall = t0.elapsed().as_secs_f64();
+        self.cost_fit.add(out.num_tokens(), wall);
         self.record(&out, wall, fstats);
+        self.propose();
+    }
+
+    /// Drafts for every decoding request that speculates, set on the scheduler for the
+    /// next step. Draft lengths follow each request's controller (marginal rule).
+    fn propose(&mut self) {
+        let cost = self.cost_fit.cost();
+        let batch = self.sched.num_running().max(1);
+        let mut self_draft: Vec<(RequestId, usize)> = Vec::new();
+        let ids: Vec<RequestId> = self.live.keys().copied().collect();
+        for id in ids {
+            let Some(r) = self.sched.request(id) else {
+                continue;
+            };
+            // Only requests whose every token but the newest sampled one is computed.
+            if r.num_computed_tokens + 1 != r.num_tokens() || r.num_output_tokens() == 0 {
+                continue;
+            }
+            let room = r.max_tokens.saturating_sub(r.num_output_tokens() + 1);
+            let live = self.live.get_mut(&id).expect("listed above");
+            let Some(sp) = live.spec.as_mut() else {
+                continue;
+            };
+            let draft_cost = if sp.method == SpecMethod::SelfDraft {
+                self.draft_cost_s
+            } else {
+                0.0
+            };
+            let k = sp.control.choose(&cost, batch, draft_cost).min(room);
+            if k == 0 {
+                continue;
+            }
+            match sp.method {
+                SpecMethod::Ngram => {
+                    let d = sp.index.propose(k);
+                    if !d.is_empty() {
+                        self.sched.set_draft(id, d);
+                    }
+                }
+                SpecMethod::SelfDraft => self_draft.push((id, k)),
+                SpecMethod::Off => {}
+            }
+        }
+        if !self_draft.is_empty() {
+            self.self_draft(&self_draft);
+        }
+    }
+
+    /// Runs the target's first layers autoregressively for the listed requests (batched
+    /// across requests), k steps at most, and sets the drafts.
+    fn self_draft(&mut self, reqs: &[(RequestId, usize)]) {
+        let t0 = Instant::now();
+        let bs = self.kv.block_size;
+        let vocab = self.model.config.vocab_size;
+        let reqs: Vec<(RequestId, usize)> = reqs.iter().copied().take(self.scratch_slots).collect();
+        // Per request: draft block table, next position, last token, drafts so far.
+        let mut st: Vec<(Vec<u32>, usize, u32, Vec<u32>)> = Vec::new();
+        for (i, &(id, k)) in reqs.iter().enumerate() {
+            let r = self.sched.request(id).expect("running");
+            let pos = r.num_tokens() - 1;
+            let last = *r.tokens().last().expect("has tokens");
+            let mut table = self
+                .sched
+                .kv()
+                .table(id)
+                .map(|t| t.blocks.clone())
+                .unwrap_or_default();
+            let need = (pos + k).div_ceil(bs);
+            let base = self.scratch_base + i * self.scratch_per_req;
+            let mut j = 0;
+            while table.len() < need {
+                table.push((base + j) as u32);
+                j += 1;
+            }
+            st.push((table, pos, last, Vec::new()));
+            if let Some(l) = self.live.get_mut(&id) {
+                if let Some(sp) = l.spec.as_mut() {
+                    sp.draft_q.clear();
+                }
+            }
+        }
+        let kmax = reqs.iter().map(|r| r.1).max().unwrap_or(0);
+        for step in 0..kmax {
+            let mut batch = ForwardBatch::new();
+            let mut who = Vec::new();
+            for (i, &(_, k)) in reqs.iter().enumerate() {
+                if step < k {
+                    let (table, pos, last, _) = &st[i];
+                    batch.push(&[*last], *pos, table.clone(), 1);
+                    who.push(i);
+                }
+            }
+            let logits =
+                match self
+                    .model
+                    .forward_layers(&batch, &mut self.kv, self.pool, self.draft_layers)
+                {
+                    Ok(l) => l,
+                    Err(e) => {
+                        tracing::warn!("self-draft failed: {e}");
+                        return;
+                    }
+                };
+            for (row, &i) in who.iter().enumerate() {
+                let l = &logits[row * vocab..(row + 1) * vocab];
+                let id = reqs[i].0;
+                let live = self.live.get_mut(&id).expect("drafting a live request");
+                let tok = if live.sampler.params.is_greedy() {
+                    crate::sampler::argmax(l) as u32
+                } else {
+                    let dist = live.sampler.distribution(l);
+                    let t = live.sampler.draw(&dist);
+                    live.spec.as_mut().expect("speculating").draft_q.push(dist);
+                    t
+                };
+                let s = &mut st[i];
+                s.1 += 1;
+                s.2 = tok;
+                s.3.push(tok);
+            }
+        }
+        let n: usize = st.iter().map(|s| s.3.len()).sum();
+        for (i, &(id, _)) in reqs.iter().enumerate() {
+            let d = std::mem::take(&mut st[i].3);
+            self.sched.set_draft(id, d);
+        }
+        let per_token = t0.elapsed().as_secs_f64() / n.max(1) as f64 * reqs.len() as f64;
+        self.draft_cost_s = 0.8 * self.draft_cost_s + 0.2 * per_token;
     }
 
     /// Gauges and counters from the scheduler's state; called after every step and after
@@ -486,67 +673,120 @@ impl Engine {
     }
 }
 
-/// Samples one token for `live`, decides whether it ends the request and builds the event.
-fn sample_one(
+/// Chooses this step's tokens for one request: one sampled token, or the verified prefix of
+/// its drafts plus the correction/bonus token. Returns them with their logprobs.
+fn choose_tokens(
     live: &mut Live,
-    logits: &[f32],
+    rows: &[f32],
+    vocab: usize,
+    drafts: &[u32],
     eog: &[u32],
-    now: Instant,
-) -> (u32, Option<CoreFinish>, Option<Event>) {
-    let mut l = logits.to_vec();
-    if live.ignore_eos {
-        for &e in eog {
-            if let Some(x) = l.get_mut(e as usize) {
-                *x = f32::NEG_INFINITY;
+) -> (Vec<u32>, Vec<TokenLogprob>) {
+    let n_rows = drafts.len() + 1;
+    // Row i's history: output so far plus the drafts before it.
+    let prepare = |live: &Live, i: usize| {
+        let mut l = rows[i * vocab..(i + 1) * vocab].to_vec();
+        if live.ignore_eos {
+            for &e in eog {
+                if let Some(x) = l.get_mut(e as usize) {
+                    *x = f32::NEG_INFINITY;
+                }
             }
         }
-    }
-    live.sampler.apply_penalties(&mut l, &live.output);
-    let tok = live.sampler.sample(&l);
-    live.output.push(tok);
+        let mut hist = live.output.clone();
+        hist.extend_from_slice(&drafts[..i]);
+        live.sampler.apply_penalties(&mut l, &hist);
+        l
+    };
+    let toks: Vec<u32> = if drafts.is_empty() {
+        let l = prepare(live, 0);
+        vec![live.sampler.sample(&l)]
+    } else if live.sampler.params.is_greedy() {
+        let targets: Vec<u32> = (0..n_rows)
+            .map(|i| crate::sampler::argmax(&prepare(live, i)) as u32)
+            .collect();
+        folio_spec::verify_greedy(drafts, &targets).tokens
+    } else {
+        let p: Vec<Vec<(u32, f32)>> = (0..n_rows)
+            .map(|i| live.sampler.distribution(&prepare(live, i)))
+            .collect();
+        let q: Vec<Vec<(u32, f32)>> = match live.spec.as_ref() {
+            Some(sp) if sp.draft_q.len() == drafts.len() => sp.draft_q.clone(),
+            // Deterministic proposers (n-gram lookup) put all mass on their draft.
+            _ => drafts.iter().map(|&d| vec![(d, 1.0)]).collect(),
+        };
+        folio_spec::verify_sampled(drafts, &p, &q, live.sampler.rng()).tokens
+    };
     let logprobs = match live.logprobs {
-        Some(k) => {
-            let lp = log_softmax(logits);
-            let mut top: Vec<(u32, f32)> = Vec::new();
-            if k > 0 {
-                let mut idx: Vec<u32> = (0..lp.len() as u32).collect();
-                let k = k.min(idx.len());
-                idx.select_nth_unstable_by(k - 1, |&a, &b| {
-                    lp[b as usize].total_cmp(&lp[a as usize])
-                });
-                idx.truncate(k);
-                idx.sort_by(|&a, &b| lp[b as usize].total_cmp(&lp[a as usize]));
-                top = idx.into_iter().map(|i| (i, lp[i as usize])).collect();
-            }
-            vec![TokenLogprob {
-                token: tok,
-                logprob: lp[tok as usize],
-                top,
-            }]
-        }
+        Some(k) => toks
+            .iter()
+            .enumerate()
+            .map(|(i, &tok)| {
+                let lp = log_softmax(&rows[i * vocab..(i + 1) * vocab]);
+                let mut top: Vec<(u32, f32)> = Vec::new();
+                if k > 0 {
+                    let mut idx: Vec<u32> = (0..lp.len() as u32).collect();
+                    let k = k.min(idx.len());
+                    idx.select_nth_unstable_by(k - 1, |&a, &b| {
+                        lp[b as usize].total_cmp(&lp[a as usize])
+                    });
+                    idx.truncate(k);
+                    idx.sort_by(|&a, &b| lp[b as usize].total_cmp(&lp[a as usize]));
+                    top = idx.into_iter().map(|i| (i, lp[i as usize])).collect();
+                }
+                TokenLogprob {
+                    token: tok,
+                    logprob: lp[tok as usize],
+                    top,
+                }
+            })
+            .collect(),
         None => Vec::new(),
     };
-    let is_end = (!live.ignore_eos && eog.contains(&tok)) || live.stop_ids.contains(&tok);
-    if is_end {
-        let ev = Event::Tokens {
-            ids: vec![tok],
-            text: String::new(),
-            logprobs,
-            at: now,
-        };
-        return (tok, Some(CoreFinish::Stop), Some(ev));
+    (toks, logprobs)
+}
+
+/// Appends chosen tokens to the request one by one, stopping at an end token, a stop token
+/// id or a stop string; returns the tokens kept, the finish reason and the event.
+fn emit(
+    live: &mut Live,
+    toks: &[u32],
+    mut logprobs: Vec<TokenLogprob>,
+    eog: &[u32],
+    now: Instant,
+) -> (Vec<u32>, Option<CoreFinish>, Event) {
+    let mut kept = Vec::with_capacity(toks.len());
+    let mut text = String::new();
+    let mut finish = None;
+    for &tok in toks {
+        kept.push(tok);
+        live.output.push(tok);
+        if let Some(sp) = live.spec.as_mut() {
+            if sp.method == SpecMethod::Ngram {
+                sp.index.extend(&[tok]);
+            }
+        }
+        if (!live.ignore_eos && eog.contains(&tok)) || live.stop_ids.contains(&tok) {
+            finish = Some(CoreFinish::Stop);
+            break;
+        }
+        let piece = live.decoder.push(tok);
+        let so = live.stop.push(&piece);
+        text.push_str(&so.text_to_emit);
+        if so.stopped {
+            finish = Some(CoreFinish::Stop);
+            break;
+        }
     }
-    let piece = live.decoder.push(tok);
-    let so = live.stop.push(&piece);
-    let finish = so.stopped.then_some(CoreFinish::Stop);
+    logprobs.truncate(kept.len());
     (
-        tok,
+        kept.clone(),
         finish,
-        Some(Event::Tokens {
-            ids: vec![tok],
-            text: so.text_to_emit,
+        Event::Tokens {
+            ids: kept,
+            text,
             logprobs,
             at: now,
-        }),
+        },
     )
 }

@@ -7,19 +7,21 @@
 //! - [`engine`]: the engine thread: schedule → forward → sample → update, one fused
 //!   forward per iteration; [`spawn_engine`] starts it.
 //! - [`sampler`]: logits → token, per-request seeded RNG, penalties, logprobs helpers.
+//! - `speculate`: drafts after a step (n-gram lookup, self-draft) and their verification.
 //! - [`step_stats`]: the per-iteration step log (tokens by kind, bytes, FLOPs, wall time).
 
 pub mod api;
 pub mod config;
 pub mod engine;
 pub mod sampler;
+mod speculate;
 pub mod step_stats;
 
 pub use api::{
     EngineHandle, EngineInfo, EngineMetrics, Event, FinishReason, GenerateRequest, RequestId,
     RequestStream, SubmitError, TokenLogprob, Usage,
 };
-pub use config::EngineConfig;
+pub use config::{EngineConfig, SpecMethod};
 pub use engine::spawn_engine;
 pub use sampler::{Sampler, SamplingParams};
 pub use step_stats::StepStats;

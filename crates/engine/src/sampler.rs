@@ -177,6 +177,26 @@ impl Sampler {
     pub fn uniform(&mut self) -> f32 {
         self.rng.gen()
     }
+
+    /// This request's RNG (rejection sampling draws from it so seeded requests repeat).
+    pub fn rng(&mut self) -> &mut StdRng {
+        &mut self.rng
+    }
+
+    /// Draws from an already-filtered distribution (see [`Sampler::distribution`]).
+    pub fn draw(&mut self, dist: &[(u32, f32)]) -> u32 {
+        let r: f32 = self.rng.gen();
+        let mut acc = 0.0;
+        for &(id, pr) in dist {
+            acc += pr;
+            if r < acc {
+                return id;
+            }
+        }
+        dist.last()
+            .expect("distribution keeps at least one token")
+            .0
+    }
 }
 
 #[cfg(test)]

@@ -168,3 +168,56 @@ fn stop_strings_eos_and_cancel() {
         0
     );
 }
+
+/// Speculative decoding never changes greedy outputs: each proposer, several draft
+/// lengths (and adaptive), alone and in a batch of 16.
+#[test]
+fn speculation_keeps_greedy_outputs() {
+    use folio_engine::SpecMethod;
+    let base = EngineConfig {
+        prefix_cache: false,
+        ..EngineConfig::default()
+    };
+    // A prompt that invites copying, plus the varied ones.
+    let (plain, _, _) = run_all(base.clone(), N, true);
+    let cases = [
+        (SpecMethod::Ngram, Some(1)),
+        (SpecMethod::Ngram, Some(4)),
+        (SpecMethod::Ngram, None),
+        (SpecMethod::SelfDraft, Some(2)),
+        (SpecMethod::SelfDraft, None),
+    ];
+    for (method, k) in cases {
+        let cfg = EngineConfig {
+            spec: method,
+            spec_tokens: k,
+            spec_max_tokens: k.unwrap_or(8),
+            ..base.clone()
+        };
+        let h = engine(cfg.clone());
+        let ps = prompts(&h, N);
+        // Alone.
+        for (i, p) in ps.iter().take(3).enumerate() {
+            let o = collect(h.submit(greedy(p, MAX)).unwrap());
+            assert_eq!(
+                o.ids, plain[i],
+                "{method:?} k={k:?}: request {i} alone differs from no speculation"
+            );
+        }
+        // Batch of 16.
+        let streams: Vec<_> = ps
+            .iter()
+            .map(|p| h.submit(greedy(p, MAX)).unwrap())
+            .collect();
+        for (i, s) in streams.into_iter().enumerate() {
+            assert_eq!(
+                collect(s).ids,
+                plain[i],
+                "{method:?} k={k:?}: request {i} in a batch of 16 differs"
+            );
+        }
+        let st = h.metrics.spec.lock().unwrap().clone();
+        assert!(st.drafted > 0, "{method:?} k={k:?}: nothing was drafted");
+        h.shutdown();
+    }
+}

@@ -7,11 +7,14 @@
 //! - [`matmul`]: weight matrices repacked at load time and the batched quantized matmul
 //!   (the kernel that decides folio's speed).
 //! - [`ops`]: rmsnorm, SwiGLU, rope, softmax, f16 KV-cache dot/axpy.
+//! - [`attn`]: KV storage formats (f16, bf16, q8_0, q4_0) and the paged attention kernel
+//!   that reads each format in place.
 //!
 //! Every SIMD kernel has a scalar reference and a test comparing the two. The crate is
 //! built without `target-cpu=native`: SIMD code lives in `#[target_feature]` functions
 //! chosen at run time, so one binary runs on any x86-64 (and other targets get scalar).
 
+pub mod attn;
 pub mod cpu;
 pub mod matmul;
 pub mod ops;

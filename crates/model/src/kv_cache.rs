@@ -1,35 +1,19 @@
-//! Paged KV storage: the bytes of every physical block, per layer.
+//! Paged KV storage: the bytes of every physical block, per layer, in one [`KvFormat`].
 //!
 //! ```text
 //! layer l, K (V alike):  [block 0][block 1] ... [block N-1]
-//! one block:             [kv_head 0: slot 0..p × head_dim][kv_head 1: ...] ...
+//! one block:             [kv_head 0: slot 0..p rows][kv_head 1: ...] ...
+//! one row:               head_dim values in the format (q8_0/q4_0: groups of 32 along
+//!                        head_dim, each with its f16 scale)
 //! ```
-//! Heads are outermost inside a block so attention streams one head's keys contiguously.
-//! Ownership of blocks (tables, ref counts, prefix cache) lives in folio-core; this type
-//! only stores values at the slots it is told to.
+//! Heads are outermost inside a block so attention streams one head's rows contiguously.
+//! Values are encoded when written ([`KvCache::write_row`]) and decoded by the attention
+//! kernel as it reads them. Ownership of blocks (tables, ref counts, prefix cache) lives
+//! in folio-core; this type only stores values at the slots it is told to.
 
-use half::f16;
+use folio_kernels::attn::{self, PagedKv};
 
-/// Storage format of cached K/V values.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum KvFormat {
-    /// IEEE half precision, the default (what llama.cpp stores).
-    F16,
-}
-
-impl KvFormat {
-    /// Bytes per stored value (averaged over a quantization block).
-    pub fn bytes_per_value(&self) -> f64 {
-        match self {
-            KvFormat::F16 => 2.0,
-        }
-    }
-    pub fn name(&self) -> &'static str {
-        match self {
-            KvFormat::F16 => "f16",
-        }
-    }
-}
+pub use folio_kernels::attn::KvFormat;
 
 /// The paged cache of one model: `num_blocks` blocks of `block_size` token slots.
 pub struct KvCache {
@@ -39,8 +23,10 @@ pub struct KvCache {
     pub n_layers: usize,
     pub n_kv_heads: usize,
     pub head_dim: usize,
-    k: Vec<Vec<f16>>,
-    v: Vec<Vec<f16>>,
+    /// Bytes of one (token, head) row: `format.row_bytes(head_dim)`.
+    row_bytes: usize,
+    k: Vec<Vec<u8>>,
+    v: Vec<Vec<u8>>,
 }
 
 impl KvCache {
@@ -52,7 +38,8 @@ impl KvCache {
         num_blocks: usize,
         format: KvFormat,
     ) -> KvCache {
-        let per_layer = num_blocks * block_size * n_kv_heads * head_dim;
+        let row_bytes = format.row_bytes(head_dim);
+        let per_layer = num_blocks * block_size * n_kv_heads * row_bytes;
         KvCache {
             format,
             block_size,
@@ -60,42 +47,113 @@ impl KvCache {
             n_layers,
             n_kv_heads,
             head_dim,
-            k: (0..n_layers).map(|_| vec![f16::ZERO; per_layer]).collect(),
-            v: (0..n_layers).map(|_| vec![f16::ZERO; per_layer]).collect(),
+            row_bytes,
+            // Zero bytes decode to 0.0 in every format (a zero scale for q8_0/q4_0).
+            k: (0..n_layers).map(|_| vec![0u8; per_layer]).collect(),
+            v: (0..n_layers).map(|_| vec![0u8; per_layer]).collect(),
         }
     }
 
-    /// Bytes of K+V one token occupies in this cache.
+    /// Bytes of K+V one token occupies in this cache (all layers and heads).
     pub fn bytes_per_token(&self) -> usize {
-        (2.0 * (self.n_layers * self.n_kv_heads * self.head_dim) as f64
-            * self.format.bytes_per_value()) as usize
+        2 * self.n_layers * self.n_kv_heads * self.row_bytes
     }
 
-    /// Offset of (block, head, slot-in-block) in a layer buffer.
+    /// Bytes of one (token, head) row of K or V.
+    pub fn row_bytes(&self) -> usize {
+        self.row_bytes
+    }
+
+    /// Bytes of one block of one layer's K (or V): every head's `block_size` rows.
+    pub fn block_bytes(&self) -> usize {
+        self.n_kv_heads * self.block_size * self.row_bytes
+    }
+
+    /// Byte offset of (block, head, slot-in-block) in a layer buffer.
     #[inline]
     pub fn offset(&self, block: usize, head: usize, slot: usize) -> usize {
-        ((block * self.n_kv_heads + head) * self.block_size + slot) * self.head_dim
+        ((block * self.n_kv_heads + head) * self.block_size + slot) * self.row_bytes
     }
 
-    /// The keys and values of one layer.
-    pub fn layer(&self, layer: usize) -> (&[f16], &[f16]) {
-        (&self.k[layer], &self.v[layer])
+    /// One KV head of one layer as the attention kernel reads it.
+    pub fn head_view(&self, layer: usize, head: usize) -> PagedKv<'_> {
+        PagedKv {
+            k: &self.k[layer],
+            v: &self.v[layer],
+            format: self.format,
+            head_dim: self.head_dim,
+            block_size: self.block_size,
+            block_stride: self.block_bytes(),
+            head_offset: head * self.block_size * self.row_bytes,
+        }
     }
 
-    pub fn layer_mut(&mut self, layer: usize) -> (&mut [f16], &mut [f16]) {
-        (&mut self.k[layer], &mut self.v[layer])
+    /// Encodes one token's K and V rows (`head_dim` values each) for one head into
+    /// (layer, block, slot).
+    ///
+    /// # Panics
+    /// If the position is outside the cache or a row is not `head_dim` long (caller bugs:
+    /// the model validates block tables first).
+    pub fn write_row(
+        &mut self,
+        layer: usize,
+        block: usize,
+        head: usize,
+        slot: usize,
+        k: &[f32],
+        v: &[f32],
+    ) {
+        assert!(
+            k.len() == self.head_dim && v.len() == self.head_dim,
+            "write_row: k ({}) and v ({}) must hold head_dim = {} values",
+            k.len(),
+            v.len(),
+            self.head_dim
+        );
+        let off = self.offset(block, head, slot);
+        let rb = self.row_bytes;
+        attn::store_row(self.format, k, &mut self.k[layer][off..off + rb]);
+        attn::store_row(self.format, v, &mut self.v[layer][off..off + rb]);
+    }
+
+    /// Decodes the K and V rows at (layer, block, head, slot) into `k` and `v`
+    /// (`head_dim` values each): what attention sees, for tests and inspection.
+    #[allow(clippy::too_many_arguments)]
+    pub fn read_row(
+        &self,
+        layer: usize,
+        block: usize,
+        head: usize,
+        slot: usize,
+        k: &mut [f32],
+        v: &mut [f32],
+    ) {
+        let off = self.offset(block, head, slot);
+        let rb = self.row_bytes;
+        attn::load_row_scalar(self.format, &self.k[layer][off..off + rb], k);
+        attn::load_row_scalar(self.format, &self.v[layer][off..off + rb], v);
     }
 
     /// Copies the first `n_slots` slots of block `src` into block `dst` in every layer
-    /// (copy-on-write of a shared partial tail block).
+    /// (copy-on-write of a shared partial tail block). Encoded bytes are copied as they
+    /// are, so the copy is exact in every format.
+    ///
+    /// # Panics
+    /// If a block is `>= num_blocks` or `n_slots > block_size` (caller bugs).
     pub fn copy_block(&mut self, src: usize, dst: usize, n_slots: usize) {
-        let hd = self.head_dim;
+        assert!(
+            src < self.num_blocks && dst < self.num_blocks && n_slots <= self.block_size,
+            "copy_block: src {src}, dst {dst} (num_blocks {}), n_slots {n_slots} (block_size {})",
+            self.num_blocks,
+            self.block_size
+        );
+        let n = n_slots * self.row_bytes;
         for l in 0..self.n_layers {
             for h in 0..self.n_kv_heads {
                 let s = self.offset(src, h, 0);
                 let d = self.offset(dst, h, 0);
-                self.k[l].copy_within(s..s + n_slots * hd, d);
-                self.v[l].copy_within(s..s + n_slots * hd, d);
+                self.k[l].copy_within(s..s + n, d);
+                self.v[l].copy_within(s..s + n, d);
             }
         }
     }

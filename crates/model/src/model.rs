@@ -123,6 +123,19 @@ impl Model {
         kv: &mut KvCache,
         pool: &ThreadPool,
     ) -> Result<Vec<f32>, ModelError> {
+        self.forward_layers(batch, kv, pool, self.config.n_layers)
+    }
+
+    /// Like [`Model::forward`] but through the first `n_layers` blocks only, then the final
+    /// norm and head: the self-draft of speculative decoding. Its KV for those layers is
+    /// exactly the target's (same weights, same inputs), so it reads the target's cache.
+    pub fn forward_layers(
+        &self,
+        batch: &ForwardBatch,
+        kv: &mut KvCache,
+        pool: &ThreadPool,
+        n_layers: usize,
+    ) -> Result<Vec<f32>, ModelError> {
         self.validate(batch, kv)?;
         let c = &self.config;
         let (d, hd, nh, nkv) = (c.d_model, c.head_dim, c.n_heads, c.n_kv_heads);
@@ -155,7 +168,7 @@ impl Model {
             head_dim: hd,
         };
 
-        for (l, w) in self.weights.layers.iter().enumerate() {
+        for (l, w) in self.weights.layers.iter().enumerate().take(n_layers) {
             ops::rmsnorm_rows(&x, &w.attn_norm, c.rms_eps, &mut h);
             w.wqkv.matmul(&h, n, &mut qkv, pool);
             for t in 0..n {
@@ -223,6 +236,8 @@ impl Model {
         Ok(logits)
     }
 
+    /// Encodes the new tokens' K and V rows (after RoPE) into their slots, in the cache's
+    /// format.
     fn write_kv(
         &self,
         batch: &ForwardBatch,
@@ -236,23 +251,17 @@ impl Model {
         let (hd, nkv, qd) = (c.head_dim, c.n_kv_heads, c.n_heads * c.head_dim);
         let kvd = nkv * hd;
         let bs = kv.block_size;
-        let offsets: Vec<usize> = token_pos
-            .iter()
-            .flat_map(|&(s, pos)| {
-                let block = batch.seqs[s].block_table[pos / bs] as usize;
-                (0..nkv).map(move |h| (block, h, pos % bs))
-            })
-            .map(|(b, h, slot)| kv.offset(b, h, slot))
-            .collect();
-        let (kc, vc) = kv.layer_mut(layer);
-        for t in 0..token_pos.len() {
-            let row = &qkv[t * qkv_dim..(t + 1) * qkv_dim];
+        for (t, &(s, pos)) in token_pos.iter().enumerate() {
+            let block = batch.seqs[s].block_table[pos / bs] as usize;
+            let row = &qkv[t * qkv_dim + qd..(t + 1) * qkv_dim];
             for h in 0..nkv {
-                let off = offsets[t * nkv + h];
-                ops::f32_to_f16(&row[qd + h * hd..qd + (h + 1) * hd], &mut kc[off..off + hd]);
-                ops::f32_to_f16(
-                    &row[qd + kvd + h * hd..qd + kvd + (h + 1) * hd],
-                    &mut vc[off..off + hd],
+                kv.write_row(
+                    layer,
+                    block,
+                    h,
+                    pos % bs,
+                    &row[h * hd..(h + 1) * hd],
+                    &row[kvd + h * hd..kvd + (h + 1) * hd],
                 );
             }
         }

@@ -67,8 +67,12 @@ pub async fn generate(
                 stop_token_ids: p.stop_token_ids.clone(),
                 ignore_eos: p.ignore_eos,
                 logprobs: p.logprobs,
-                deadline: None,
+                deadline: p
+                    .deadline_ms
+                    .map(|d| arrival + std::time::Duration::from_millis(d)),
                 arrival: Some(arrival),
+                spec: p.spec,
+                spec_tokens: p.spec_tokens,
             };
             match s.engine.submit(req) {
                 Ok(rs) => streams.push(rs),

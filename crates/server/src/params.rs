@@ -47,6 +47,13 @@ pub struct Params {
     /// `stream_options.include_usage`: a last chunk with usage and no choices.
     pub include_usage: bool,
     pub user: Option<String>,
+    /// folio extension: `speculative` = "off" | "ngram" | "self" overrides the server's
+    /// proposer for this request; `num_speculative_tokens` fixes its draft length.
+    pub spec: Option<folio_engine::SpecMethod>,
+    pub spec_tokens: Option<usize>,
+    /// folio extension: `deadline_ms` from arrival; admission control rejects (429) a
+    /// request that cannot finish in time.
+    pub deadline_ms: Option<u64>,
 }
 
 impl Params {
@@ -188,6 +195,17 @@ pub fn parse(f: &Fields, api: Api, lim: Limits) -> Result<Params, ApiError> {
         stream,
         include_usage,
         user: f.str("user")?.map(str::to_string),
+        spec: match f.str("speculative")? {
+            None => None,
+            Some(m) => Some(folio_engine::SpecMethod::parse(m).ok_or_else(|| {
+                ApiError::param(
+                    "speculative",
+                    format!("must be one of off, ngram, self; got {m:?}"),
+                )
+            })?),
+        },
+        spec_tokens: f.int("num_speculative_tokens", 0, 32)?.map(|k| k as usize),
+        deadline_ms: f.int("deadline_ms", 1, 86_400_000)?.map(|d| d as u64),
     })
 }
 

@@ -1,0 +1,36 @@
+//! folio's measurement tools: the chapter's method is to measure before choosing.
+//!
+//! # Layout
+//!
+//! Load generator (`folio bench serve`), for any OpenAI-compatible server:
+//! - [`workload`]: prompts generated locally (random, shared-prefix, multi-turn agent replay,
+//!   retrieval with known answers), as conversations of one or more turns;
+//! - [`arrivals`]: scheduled arrival times (Poisson, gamma burstiness, all at once);
+//! - [`client`]: a small HTTP/1.1 client over tokio that streams SSE events with timestamps;
+//! - [`runner`]: sends the workload on schedule, one [`record::RequestRecord`] per turn;
+//! - [`record`], [`stats`], [`slo`], [`report`]: per-request latencies measured from the
+//!   scheduled arrival, percentiles, goodput, the table and the JSON result file;
+//! - [`prom`]: reads the server's `/metrics` counters (prefix-cache hits and queries).
+//!
+//! Plots (`folio bench plot`): [`plot`] draws SVG line charts from result files.
+//!
+//! Step profiler (`folio profile`): [`profile`] probes memory bandwidth and matmul FLOP/s,
+//! times decode rounds and prefills of the model directly, prints the MBU/MFU table and
+//! builds the planner's `MachineProfile`.
+
+pub mod arrivals;
+pub mod client;
+pub mod plot;
+pub mod profile;
+pub mod prom;
+pub mod record;
+pub mod report;
+pub mod runner;
+pub mod slo;
+pub mod stats;
+pub mod workload;
+
+pub use record::RequestRecord;
+pub use report::{ResultFile, RunReport};
+pub use slo::Slo;
+pub use stats::{percentile, Summary};

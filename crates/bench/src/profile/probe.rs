@@ -1,0 +1,78 @@
+//! Machine probes: memory read bandwidth and the matmul kernel's FLOP/s.
+
+use folio_kernels::pool::ThreadPool;
+use folio_kernels::{QMatrix, WeightType};
+use std::hint::black_box;
+use std::time::Instant;
+
+/// Best-of-`reps` read bandwidth (bytes/s) summing a `bytes`-sized buffer with `threads`
+/// threads, each reading its own contiguous slice (STREAM's "sum" kernel, read only).
+///
+/// NOTE: the buffer is written once before timing so its pages are real memory (a fresh
+/// zeroed allocation maps one shared zero page and would read from cache).
+pub fn read_bandwidth(bytes: usize, threads: usize, reps: usize) -> f64 {
+    let n = (bytes / 8).max(1024);
+    let data: Vec<u64> = (0..n as u64).collect();
+    let threads = threads.max(1);
+    let per = n.div_ceil(threads);
+    let mut best = f64::INFINITY;
+    for _ in 0..reps.max(1) {
+        let t = Instant::now();
+        std::thread::scope(|s| {
+            for part in data.chunks(per) {
+                s.spawn(move || black_box(sum(part)));
+            }
+        });
+        best = best.min(t.elapsed().as_secs_f64());
+    }
+    (n * 8) as f64 / best
+}
+
+/// Eight independent accumulators so the loop vectorizes and is not latency-bound.
+fn sum(v: &[u64]) -> u64 {
+    let mut acc = [0u64; 8];
+    let chunks = v.chunks_exact(8);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for i in 0..8 {
+            acc[i] = acc[i].wrapping_add(c[i]);
+        }
+    }
+    let mut s = rest.iter().fold(0u64, |a, &x| a.wrapping_add(x));
+    for a in acc {
+        s = s.wrapping_add(a);
+    }
+    s
+}
+
+/// Best-of-`reps` FLOP/s of `QMatrix::matmul` on a `rows × cols` Q4_1 matrix times a batch
+/// of `batch` activation rows (2·rows·cols·batch FLOPs per call): the peak the model's
+/// kernels reach when a large batch shares each weight read.
+pub fn matmul_flops(rows: usize, cols: usize, batch: usize, reps: usize, pool: &ThreadPool) -> f64 {
+    let blocks = rows * cols / 32;
+    let mut raw = Vec::with_capacity(blocks * 20);
+    let mut s: u32 = 12345;
+    for _ in 0..blocks {
+        raw.extend_from_slice(&half::f16::from_f32(0.01).to_le_bytes());
+        raw.extend_from_slice(&half::f16::from_f32(-0.08).to_le_bytes());
+        for _ in 0..16 {
+            s = s.wrapping_mul(1_103_515_245).wrapping_add(12345);
+            raw.push((s >> 16) as u8);
+        }
+    }
+    let m = QMatrix::from_ggml(WeightType::Q4_1, rows, cols, &raw)
+        .expect("probe shape is a whole number of Q4_1 blocks");
+    let x: Vec<f32> = (0..batch * cols)
+        .map(|i| ((i % 17) as f32 - 8.0) * 0.05)
+        .collect();
+    let mut out = vec![0f32; batch * rows];
+    m.matmul(&x, batch, &mut out, pool); // warm-up: repack caches, thread wake-up
+    let mut best = f64::INFINITY;
+    for _ in 0..reps.max(1) {
+        let t = Instant::now();
+        m.matmul(&x, batch, &mut out, pool);
+        best = best.min(t.elapsed().as_secs_f64());
+        black_box(&out);
+    }
+    2.0 * rows as f64 * cols as f64 * batch as f64 / best
+}

@@ -1,0 +1,467 @@
+//! Workloads generated locally from a seed (no downloads), as conversations of turns.
+//!
+//! Prompts are made of common English words that byte-level BPE vocabularies (GPT-2,
+//! Llama, SmolLM, Qwen) hold as single tokens with their leading space, so a prompt of `n`
+//! words is about `n` tokens on any server; the server's usage reports the exact count.
+//!
+//! - `random`: independent prompts of `input_tokens` (± `range_ratio`) words;
+//! - `shared-prefix`: `num_prefixes` system prompts of `prefix_tokens` words shared by many
+//!   requests (round robin), each followed by a distinct suffix of `input_tokens` words;
+//! - `multi-turn`: agent-style conversations: a shared tool-definition prefix, a task, then
+//!   rounds that append the model's answer and a tool output to the growing history; turn
+//!   k + 1 is sent when turn k's answer has arrived;
+//! - `retrieval`: a document of records `key NNNN: DDDDDD` (six-digit values) and a
+//!   question about one key; the answer is correct iff its six digits appear in the output.
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde::{Deserialize, Serialize};
+
+/// Which workload to generate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum WorkloadKind {
+    Random,
+    SharedPrefix,
+    MultiTurn,
+    Retrieval,
+}
+
+impl WorkloadKind {
+    pub fn parse(s: &str) -> Result<Self, String> {
+        match s {
+            "random" => Ok(Self::Random),
+            "shared-prefix" => Ok(Self::SharedPrefix),
+            "multi-turn" => Ok(Self::MultiTurn),
+            "retrieval" => Ok(Self::Retrieval),
+            other => Err(format!(
+                "--workload {other:?} is unknown (expected random, shared-prefix, multi-turn or retrieval)"
+            )),
+        }
+    }
+
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Random => "random",
+            Self::SharedPrefix => "shared-prefix",
+            Self::MultiTurn => "multi-turn",
+            Self::Retrieval => "retrieval",
+        }
+    }
+}
+
+/// Sizes of a workload; token counts are approximate (words), see the module doc.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WorkloadSpec {
+    pub kind: WorkloadKind,
+    /// Requests in all (turns, for multi-turn).
+    pub num_requests: usize,
+    pub input_tokens: usize,
+    pub output_tokens: usize,
+    /// Lengths drawn uniformly from `[x·(1 − r), x·(1 + r)]`.
+    pub range_ratio: f64,
+    /// Shared-prefix (and multi-turn tool definitions) length.
+    pub prefix_tokens: usize,
+    pub num_prefixes: usize,
+    /// Turns per conversation (multi-turn).
+    pub turns: usize,
+    /// Words of tool output appended per turn (multi-turn).
+    pub tool_tokens: usize,
+    /// Records per document (retrieval); 0 = derived from `input_tokens`.
+    pub records: usize,
+    pub seed: u64,
+}
+
+/// One request's part of a conversation: the text appended to the history before it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Turn {
+    pub append: String,
+    pub max_tokens: usize,
+    /// Text whose presence in the output makes the answer correct.
+    pub expected: Option<String>,
+}
+
+/// Turns sent in order, each prompt = everything before + the previous answers.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Conversation {
+    pub turns: Vec<Turn>,
+}
+
+/// Single-token words of common BPE vocabularies (each used with a leading space).
+const WORDS: &[&str] = &[
+    "the",
+    "of",
+    "and",
+    "to",
+    "in",
+    "is",
+    "that",
+    "for",
+    "it",
+    "as",
+    "was",
+    "with",
+    "be",
+    "by",
+    "on",
+    "not",
+    "he",
+    "this",
+    "are",
+    "or",
+    "his",
+    "from",
+    "at",
+    "which",
+    "but",
+    "have",
+    "an",
+    "had",
+    "they",
+    "you",
+    "were",
+    "their",
+    "one",
+    "all",
+    "we",
+    "can",
+    "her",
+    "has",
+    "there",
+    "been",
+    "if",
+    "more",
+    "when",
+    "will",
+    "would",
+    "who",
+    "so",
+    "no",
+    "time",
+    "out",
+    "up",
+    "into",
+    "than",
+    "them",
+    "only",
+    "other",
+    "new",
+    "some",
+    "could",
+    "these",
+    "two",
+    "may",
+    "first",
+    "then",
+    "do",
+    "any",
+    "like",
+    "my",
+    "now",
+    "over",
+    "such",
+    "our",
+    "man",
+    "me",
+    "even",
+    "most",
+    "made",
+    "after",
+    "also",
+    "did",
+    "many",
+    "before",
+    "must",
+    "through",
+    "back",
+    "years",
+    "where",
+    "much",
+    "your",
+    "way",
+    "well",
+    "down",
+    "should",
+    "because",
+    "each",
+    "just",
+    "those",
+    "people",
+    "how",
+    "too",
+    "little",
+    "state",
+    "good",
+    "very",
+    "make",
+    "world",
+    "still",
+    "own",
+    "see",
+    "men",
+    "work",
+    "long",
+    "get",
+    "here",
+    "between",
+    "both",
+    "life",
+    "being",
+    "under",
+    "never",
+    "day",
+    "same",
+    "another",
+    "know",
+    "while",
+    "last",
+    "might",
+    "us",
+    "great",
+    "old",
+    "year",
+    "off",
+    "come",
+    "since",
+    "against",
+    "go",
+    "came",
+    "right",
+    "used",
+    "take",
+    "three",
+    "house",
+    "use",
+    "during",
+    "without",
+    "again",
+    "place",
+    "around",
+    "however",
+    "home",
+    "small",
+    "found",
+    "thought",
+    "went",
+    "say",
+    "part",
+    "once",
+    "general",
+    "high",
+    "upon",
+    "school",
+    "every",
+    "don",
+    "does",
+    "got",
+    "left",
+    "number",
+    "course",
+    "war",
+    "until",
+    "always",
+    "away",
+    "something",
+    "fact",
+    "water",
+    "though",
+    "less",
+    "public",
+    "put",
+    "think",
+    "almost",
+    "hand",
+    "enough",
+    "far",
+    "took",
+    "head",
+    "yet",
+    "system",
+    "better",
+    "set",
+    "told",
+    "nothing",
+    "night",
+    "end",
+    "why",
+    "called",
+    "didn",
+    "eyes",
+    "find",
+    "going",
+    "look",
+    "asked",
+    "later",
+    "point",
+    "knew",
+    "city",
+    "next",
+    "program",
+    "business",
+    "give",
+    "group",
+    "toward",
+    "young",
+    "days",
+    "let",
+    "room",
+    "president",
+    "side",
+    "social",
+    "given",
+    "present",
+    "several",
+    "order",
+    "national",
+    "second",
+    "possible",
+    "rather",
+    "per",
+    "face",
+    "among",
+    "form",
+    "often",
+    "important",
+    "things",
+    "looked",
+    "early",
+    "white",
+    "case",
+    "large",
+    "big",
+];
+
+fn words<R: Rng>(n: usize, rng: &mut R) -> String {
+    let mut s = String::with_capacity(n * 6);
+    for _ in 0..n {
+        s.push(' ');
+        s.push_str(WORDS[rng.gen_range(0..WORDS.len())]);
+    }
+    s
+}
+
+fn around<R: Rng>(x: usize, ratio: f64, rng: &mut R) -> usize {
+    if ratio <= 0.0 || x == 0 {
+        return x.max(1);
+    }
+    let lo = ((x as f64) * (1.0 - ratio)).floor().max(1.0) as usize;
+    let hi = ((x as f64) * (1.0 + ratio)).ceil() as usize;
+    rng.gen_range(lo..=hi.max(lo))
+}
+
+/// Generates the workload; the same spec always yields the same conversations.
+pub fn generate(spec: &WorkloadSpec) -> Vec<Conversation> {
+    let mut rng = StdRng::seed_from_u64(spec.seed);
+    let n = spec.num_requests;
+    let single = |append: String, max_tokens: usize, expected: Option<String>| Conversation {
+        turns: vec![Turn {
+            append,
+            max_tokens,
+            expected,
+        }],
+    };
+    match spec.kind {
+        WorkloadKind::Random => (0..n)
+            .map(|_| {
+                let inp = around(spec.input_tokens, spec.range_ratio, &mut rng);
+                let out = around(spec.output_tokens, spec.range_ratio, &mut rng);
+                single(words(inp, &mut rng), out, None)
+            })
+            .collect(),
+        WorkloadKind::SharedPrefix => {
+            let k = spec.num_prefixes.max(1);
+            let prefixes: Vec<String> = (0..k)
+                .map(|i| {
+                    format!(
+                        "System prompt {i}. You are a helpful assistant.{}\n",
+                        words(spec.prefix_tokens, &mut rng)
+                    )
+                })
+                .collect();
+            (0..n)
+                .map(|i| {
+                    let inp = around(spec.input_tokens, spec.range_ratio, &mut rng);
+                    let text = format!(
+                        "{}User:{}\nAssistant:",
+                        prefixes[i % k],
+                        words(inp, &mut rng)
+                    );
+                    single(text, spec.output_tokens, None)
+                })
+                .collect()
+        }
+        WorkloadKind::MultiTurn => {
+            let turns = spec.turns.max(1);
+            let tools = format!(
+                "You are an agent. Tools: read_file(path), run(cmd), search(query).{}\n",
+                words(spec.prefix_tokens, &mut rng)
+            );
+            let mut left = n;
+            let mut out = Vec::new();
+            while left > 0 {
+                let t = turns.min(left);
+                left -= t;
+                let turns = (0..t)
+                    .map(|j| {
+                        let append = if j == 0 {
+                            format!(
+                                "{tools}User: task{}\nAssistant:",
+                                words(spec.input_tokens, &mut rng)
+                            )
+                        } else {
+                            format!(
+                                "\nTool output:{}\nAssistant:",
+                                words(spec.tool_tokens, &mut rng)
+                            )
+                        };
+                        Turn {
+                            append,
+                            max_tokens: spec.output_tokens,
+                            expected: None,
+                        }
+                    })
+                    .collect();
+                out.push(Conversation { turns });
+            }
+            out
+        }
+        WorkloadKind::Retrieval => (0..n)
+            .map(|_| {
+                let (text, answer) = retrieval_task(spec, &mut rng);
+                single(text, spec.output_tokens, Some(answer))
+            })
+            .collect(),
+    }
+}
+
+/// Tokens one record line costs with per-digit tokenizers ("key", 4 digits, ":", 6 digits,
+/// newline and spaces): used to size documents from `input_tokens`.
+const TOKENS_PER_RECORD: usize = 14;
+
+/// A document of records and a question about one of them; returns (prompt, answer).
+pub fn retrieval_task<R: Rng>(spec: &WorkloadSpec, rng: &mut R) -> (String, String) {
+    let n = if spec.records > 0 {
+        spec.records
+    } else {
+        (spec.input_tokens / TOKENS_PER_RECORD).max(2)
+    };
+    let n = n.min(9000);
+    // Distinct four-digit keys: a shuffled window of 1000..10000.
+    let start = rng.gen_range(1000..(10_000 - n).max(1001));
+    let mut keys: Vec<usize> = (start..start + n).collect();
+    for i in (1..keys.len()).rev() {
+        keys.swap(i, rng.gen_range(0..=i));
+    }
+    let values: Vec<u32> = (0..n).map(|_| rng.gen_range(100_000..1_000_000)).collect();
+    let mut doc =
+        String::from("Below is a list of records. Each line gives a key and its value.\n");
+    for (k, v) in keys.iter().zip(&values) {
+        doc.push_str(&format!("key {k}: {v}\n"));
+    }
+    let q = rng.gen_range(0..n);
+    doc.push_str(&format!(
+        "\nQuestion: what is the value of key {}?\nAnswer: the value of key {} is",
+        keys[q], keys[q]
+    ));
+    (doc, values[q].to_string())
+}

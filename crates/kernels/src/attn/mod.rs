@@ -1,0 +1,187 @@
+//! Attention of one token's query heads over one KV head's paged cache, in any
+//! [`KvFormat`], reading K/V rows in place through a block table.
+//!
+//! ```text
+//! layer buffer:  [block 0][block 1] ... each block_stride bytes
+//! one block:     ... [head h: row 0 | row 1 | ... | row p-1] ...   (at head_offset)
+//! one row:       format.row_bytes(head_dim) bytes
+//! ```
+//!
+//! [`attend`] takes the G query heads that share the KV head (GQA) and makes three passes:
+//! scores for all G heads per key row (each row loaded and decoded once), a softmax per
+//! head, then the weighted sum of value rows for all G heads per row. The numerics are
+//! llama.cpp's for an f16 cache: the caller rounds Q to f16 precision, scores are scaled by
+//! `scale` and soft-maxed in f32, and the probabilities are rounded to f16 before they
+//! weight V. Quantized rows are decoded on the fly inside the kernel (`q * d`), never into
+//! a contiguous copy of the context.
+//!
+//! The AVX-512 kernel reproduces the per-row `ops::dot_f16` / `ops::axpy_f16` sequence bit
+//! for bit (same FMA chains, same horizontal reduction), so switching to it changes no
+//! output. Other ISAs run [`generic`]: one row decoded to f32, then the `ops` kernels of
+//! that ISA; with [`Isa::Scalar`] it is the reference the SIMD kernel is tested against.
+//!
+//! # Panics
+//! On mismatched lengths or a block table that points outside the buffers (caller bugs:
+//! the model validates block ids before attention runs).
+
+mod format;
+mod generic;
+#[cfg(target_arch = "x86_64")]
+mod x86;
+
+pub use format::{f32_to_bf16_bits, load_row_scalar, store_row_scalar, KvFormat, GROUP};
+
+use crate::cpu::{isa, Isa};
+
+/// One KV head's rows in a paged layer buffer (K and V share the layout).
+#[derive(Clone, Copy, Debug)]
+pub struct PagedKv<'a> {
+    /// The whole layer's keys.
+    pub k: &'a [u8],
+    /// The whole layer's values.
+    pub v: &'a [u8],
+    pub format: KvFormat,
+    pub head_dim: usize,
+    /// Token slots per block.
+    pub block_size: usize,
+    /// Bytes from one physical block to the next.
+    pub block_stride: usize,
+    /// Byte offset of this head's first row inside a block.
+    pub head_offset: usize,
+}
+
+impl PagedKv<'_> {
+    /// Bytes of one row.
+    #[inline]
+    pub fn row_bytes(&self) -> usize {
+        self.format.row_bytes(self.head_dim)
+    }
+
+    /// Byte offset of physical block `block`'s row `slot` (this head) in `k` / `v`.
+    #[inline]
+    pub fn row_offset(&self, block: usize, slot: usize) -> usize {
+        block * self.block_stride + self.head_offset + slot * self.row_bytes()
+    }
+
+    /// Checks that every row `attend` will touch lies inside both buffers, so the SIMD
+    /// kernel may use unchecked pointer reads.
+    fn check(&self, table: &[u32], n_ctx: usize) {
+        let bs = self.block_size;
+        assert!(bs > 0 && self.head_dim > 0, "attend: empty block or head");
+        let n_blocks = n_ctx.div_ceil(bs);
+        assert!(
+            table.len() >= n_blocks,
+            "attend: block table has {} blocks, {n_ctx} positions need {n_blocks}",
+            table.len()
+        );
+        let len = self.k.len().min(self.v.len());
+        for &b in &table[..n_blocks] {
+            let end = self.row_offset(b as usize, bs);
+            assert!(
+                end <= len,
+                "attend: block {b} ends at byte {end}, buffers hold {len}"
+            );
+        }
+    }
+}
+
+/// Causal attention of `n_q` query heads (`q`: `[n_q][head_dim]`, already rounded to f16
+/// precision) over the first `n_ctx` positions of `kv` reached through `table`. Writes
+/// `out`: `[n_q][head_dim]`. `scores` is scratch (reused across calls to avoid allocation).
+#[allow(clippy::too_many_arguments)]
+pub fn attend(
+    kv: &PagedKv,
+    table: &[u32],
+    n_ctx: usize,
+    q: &[f32],
+    n_q: usize,
+    scale: f32,
+    scores: &mut Vec<f32>,
+    out: &mut [f32],
+) {
+    attend_with(isa(), kv, table, n_ctx, q, n_q, scale, scores, out)
+}
+
+/// [`attend`] with an explicit ISA.
+#[allow(clippy::too_many_arguments)]
+pub fn attend_with(
+    isa: Isa,
+    kv: &PagedKv,
+    table: &[u32],
+    n_ctx: usize,
+    q: &[f32],
+    n_q: usize,
+    scale: f32,
+    scores: &mut Vec<f32>,
+    out: &mut [f32],
+) {
+    let hd = kv.head_dim;
+    assert!(
+        q.len() == n_q * hd && out.len() == n_q * hd,
+        "attend: q ({}) and out ({}) must hold n_q ({n_q}) x head_dim ({hd})",
+        q.len(),
+        out.len()
+    );
+    out.fill(0.0);
+    if n_ctx == 0 || n_q == 0 {
+        return;
+    }
+    kv.check(table, n_ctx);
+    #[cfg(target_arch = "x86_64")]
+    if isa.clamp() == Isa::Avx512 && x86::supports(kv.format, hd) {
+        scores.resize(n_q * n_ctx, 0.0);
+        // SAFETY: clamp() guarantees AVX-512; `check` bounds every row read.
+        unsafe { x86::attend_512(kv, table, n_ctx, q, n_q, scale, scores, out) };
+        return;
+    }
+    generic::attend(isa.clamp(), kv, table, n_ctx, q, n_q, scale, scores, out)
+}
+
+/// Rounds every value to the nearest f16 (ties to even) and back: the query rounding
+/// [`attend`] expects (llama.cpp converts Q to f16 against an f16 cache).
+pub fn round_to_f16(x: &mut [f32]) {
+    round_to_f16_with(isa(), x)
+}
+
+/// [`round_to_f16`] with an explicit ISA.
+pub fn round_to_f16_with(isa: Isa, x: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if isa.clamp() == Isa::Avx512 {
+        // SAFETY: clamp() guarantees AVX-512.
+        return unsafe { x86::round_f16_512(x) };
+    }
+    let _ = isa;
+    for v in x {
+        *v = half::f16::from_f32(*v).to_f32();
+    }
+}
+
+/// Encodes one row of `src.len()` values into `dst` (`format.row_bytes(src.len())` bytes),
+/// rounding as ggml does (see [`store_row_scalar`]).
+pub fn store_row(format: KvFormat, src: &[f32], dst: &mut [u8]) {
+    store_row_with(isa(), format, src, dst)
+}
+
+/// [`store_row`] with an explicit ISA (only f16 has a SIMD path; it rounds identically).
+pub fn store_row_with(isa: Isa, format: KvFormat, src: &[f32], dst: &mut [u8]) {
+    assert_eq!(
+        dst.len(),
+        format.row_bytes(src.len()),
+        "store_row: {} values of {} need {} bytes, dst has {}",
+        src.len(),
+        format.name(),
+        format.row_bytes(src.len()),
+        dst.len()
+    );
+    #[cfg(target_arch = "x86_64")]
+    if format == KvFormat::F16 {
+        match isa.clamp() {
+            // SAFETY: clamp() guarantees the CPU supports the ISA; lengths checked above.
+            Isa::Avx512 => return unsafe { x86::store_f16_512(src, dst) },
+            Isa::Avx2 => return unsafe { x86::store_f16_256(src, dst) },
+            Isa::Scalar => {}
+        }
+    }
+    let _ = isa;
+    store_row_scalar(format, src, dst)
+}

@@ -1,0 +1,297 @@
+//! The AVX-512 attention kernel and the SIMD f16 row store.
+//!
+//! Rows are read in chunks of 16 values; [`Rows`] decodes one chunk of a row in each
+//! format, so the passes below are written once. Up to 4 query heads are processed per
+//! pass (their accumulators stay in registers); a larger group runs in sub-groups.
+
+use super::{store_row_scalar, KvFormat, PagedKv};
+use crate::cpu::Isa;
+use crate::ops;
+use std::arch::x86_64::*;
+
+/// Largest number of query heads one pass keeps in registers.
+const MAX_G: usize = 4;
+
+/// Whether the AVX-512 kernel handles this format and head size (whole 16-value chunks,
+/// whole 32-value groups for the quantized formats); others run the generic path.
+pub fn supports(format: KvFormat, hd: usize) -> bool {
+    let unit = if format.group_bytes().is_some() {
+        32
+    } else {
+        16
+    };
+    hd > 0 && hd.is_multiple_of(unit)
+}
+
+/// Decodes chunk `c` (values `16c .. 16c + 16`) of the row at `row` to f32.
+trait Rows {
+    unsafe fn chunk(row: *const u8, c: usize) -> __m512;
+}
+
+/// The f16 scale at `p`, broadcast.
+#[inline(always)]
+unsafe fn scale_at(p: *const u8) -> __m512 {
+    let bits = (p as *const u16).read_unaligned();
+    _mm512_broadcastss_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)))
+}
+
+struct F16Rows;
+impl Rows for F16Rows {
+    #[inline(always)]
+    unsafe fn chunk(row: *const u8, c: usize) -> __m512 {
+        _mm512_cvtph_ps(_mm256_loadu_si256(row.add(c * 32) as *const __m256i))
+    }
+}
+
+struct Bf16Rows;
+impl Rows for Bf16Rows {
+    #[inline(always)]
+    unsafe fn chunk(row: *const u8, c: usize) -> __m512 {
+        let h = _mm256_loadu_si256(row.add(c * 32) as *const __m256i);
+        _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16))
+    }
+}
+
+struct Q8Rows;
+impl Rows for Q8Rows {
+    #[inline(always)]
+    unsafe fn chunk(row: *const u8, c: usize) -> __m512 {
+        let g = row.add((c >> 1) * 34);
+        let q = _mm_loadu_si128(g.add(2 + (c & 1) * 16) as *const __m128i);
+        _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)), scale_at(g))
+    }
+}
+
+struct Q4Rows;
+impl Rows for Q4Rows {
+    #[inline(always)]
+    unsafe fn chunk(row: *const u8, c: usize) -> __m512 {
+        let g = row.add((c >> 1) * 18);
+        let b = _mm_loadu_si128(g.add(2) as *const __m128i);
+        // Values 0..15 are the low nibbles, 16..31 the high ones (ggml's q4_0 order).
+        let b = if c & 1 == 0 { b } else { _mm_srli_epi16(b, 4) };
+        let nib = _mm_and_si128(b, _mm_set1_epi8(0x0f));
+        let v = _mm512_sub_epi32(_mm512_cvtepu8_epi32(nib), _mm512_set1_epi32(8));
+        _mm512_mul_ps(_mm512_cvtepi32_ps(v), scale_at(g))
+    }
+}
+
+/// Physical rows of the sequence, block by block: `(first row pointer, first position,
+/// rows in this block)`.
+#[inline(always)]
+fn blocks<'a>(
+    base: *const u8,
+    kv: &'a PagedKv,
+    table: &'a [u32],
+    n_ctx: usize,
+) -> impl Iterator<Item = (*const u8, usize, usize)> + 'a {
+    let bs = kv.block_size;
+    table
+        .iter()
+        .take(n_ctx.div_ceil(bs))
+        .enumerate()
+        .map(move |(i, &b)| {
+            let j = i * bs;
+            // wrapping_add: the pointer stays in bounds (checked by PagedKv::check), this
+            // only avoids an unsafe block inside the iterator.
+            (
+                base.wrapping_add(kv.row_offset(b as usize, 0)),
+                j,
+                bs.min(n_ctx - j),
+            )
+        })
+}
+
+/// `s[g * s_stride + j] = (q_g · k_j) * scale` for G heads. The FMA chains and the final
+/// reduction are those of `ops::dot_f16` (even chunks in `s0`, odd in `s1`), so the
+/// scores are bit-identical to the per-row kernel.
+#[inline(always)]
+unsafe fn scores_pass<R: Rows, const G: usize>(
+    kv: &PagedKv,
+    table: &[u32],
+    n_ctx: usize,
+    q: *const f32,
+    scale: f32,
+    s: *mut f32,
+    s_stride: usize,
+) {
+    let (hd, rb) = (kv.head_dim, kv.row_bytes());
+    let nc = hd / 16;
+    for (mut row, j, n) in blocks(kv.k.as_ptr(), kv, table, n_ctx) {
+        for r in 0..n {
+            let mut s0 = [_mm512_setzero_ps(); G];
+            let mut s1 = [_mm512_setzero_ps(); G];
+            let mut c = 0;
+            while c + 2 <= nc {
+                let k0 = R::chunk(row, c);
+                let k1 = R::chunk(row, c + 1);
+                for g in 0..G {
+                    let qg = q.add(g * hd + c * 16);
+                    s0[g] = _mm512_fmadd_ps(_mm512_loadu_ps(qg), k0, s0[g]);
+                    s1[g] = _mm512_fmadd_ps(_mm512_loadu_ps(qg.add(16)), k1, s1[g]);
+                }
+                c += 2;
+            }
+            if c < nc {
+                let k0 = R::chunk(row, c);
+                for g in 0..G {
+                    s0[g] = _mm512_fmadd_ps(_mm512_loadu_ps(q.add(g * hd + c * 16)), k0, s0[g]);
+                }
+            }
+            for g in 0..G {
+                *s.add(g * s_stride + j + r) =
+                    _mm512_reduce_add_ps(_mm512_add_ps(s0[g], s1[g])) * scale;
+            }
+            row = row.add(rb);
+        }
+    }
+}
+
+/// `out_g += Σ_j p[g * p_stride + j] · v_j` for G heads, rows in position order per
+/// output value (the order of repeated `ops::axpy_f16`, hence bit-identical).
+#[inline(always)]
+unsafe fn values_pass<R: Rows, const G: usize>(
+    kv: &PagedKv,
+    table: &[u32],
+    n_ctx: usize,
+    p: *const f32,
+    p_stride: usize,
+    out: *mut f32,
+) {
+    let (hd, rb) = (kv.head_dim, kv.row_bytes());
+    for (rows, j, n) in blocks(kv.v.as_ptr(), kv, table, n_ctx) {
+        for c in 0..hd / 16 {
+            let mut acc = [_mm512_setzero_ps(); G];
+            for (g, a) in acc.iter_mut().enumerate() {
+                *a = _mm512_loadu_ps(out.add(g * hd + c * 16));
+            }
+            let mut row = rows;
+            for r in 0..n {
+                let v = R::chunk(row, c);
+                for (g, a) in acc.iter_mut().enumerate() {
+                    let w = _mm512_set1_ps(*p.add(g * p_stride + j + r));
+                    *a = _mm512_fmadd_ps(w, v, *a);
+                }
+                row = row.add(rb);
+            }
+            for (g, a) in acc.iter().enumerate() {
+                _mm512_storeu_ps(out.add(g * hd + c * 16), *a);
+            }
+        }
+    }
+}
+
+/// Rounds probabilities to f16 precision (llama.cpp multiplies V by f16 weights).
+#[inline(always)]
+unsafe fn round_f16(x: &mut [f32]) {
+    let p = x.as_mut_ptr();
+    let mut i = 0;
+    while i < x.len() {
+        let rest = x.len() - i;
+        let m: __mmask16 = if rest >= 16 { 0xffff } else { (1 << rest) - 1 };
+        let v = _mm512_maskz_loadu_ps(m, p.add(i));
+        let h = _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        _mm512_mask_storeu_ps(p.add(i), m, _mm512_cvtph_ps(h));
+        i += 16;
+    }
+}
+
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn run<R: Rows>(
+    kv: &PagedKv,
+    table: &[u32],
+    n_ctx: usize,
+    q: &[f32],
+    n_q: usize,
+    scale: f32,
+    scores: &mut [f32],
+    out: &mut [f32],
+) {
+    let hd = kv.head_dim;
+    let s = scores.as_mut_ptr();
+    let mut g0 = 0;
+    while g0 < n_q {
+        let (qp, sp) = (q.as_ptr().add(g0 * hd), s.add(g0 * n_ctx));
+        match (n_q - g0).min(MAX_G) {
+            1 => scores_pass::<R, 1>(kv, table, n_ctx, qp, scale, sp, n_ctx),
+            2 => scores_pass::<R, 2>(kv, table, n_ctx, qp, scale, sp, n_ctx),
+            3 => scores_pass::<R, 3>(kv, table, n_ctx, qp, scale, sp, n_ctx),
+            _ => scores_pass::<R, 4>(kv, table, n_ctx, qp, scale, sp, n_ctx),
+        }
+        g0 += MAX_G;
+    }
+    for p in scores.chunks_exact_mut(n_ctx) {
+        ops::softmax_inplace_with(Isa::Avx512, p);
+        round_f16(p);
+    }
+    let (s, o) = (scores.as_ptr(), out.as_mut_ptr());
+    let mut g0 = 0;
+    while g0 < n_q {
+        let (sp, op) = (s.add(g0 * n_ctx), o.add(g0 * hd));
+        match (n_q - g0).min(MAX_G) {
+            1 => values_pass::<R, 1>(kv, table, n_ctx, sp, n_ctx, op),
+            2 => values_pass::<R, 2>(kv, table, n_ctx, sp, n_ctx, op),
+            3 => values_pass::<R, 3>(kv, table, n_ctx, sp, n_ctx, op),
+            _ => values_pass::<R, 4>(kv, table, n_ctx, sp, n_ctx, op),
+        }
+        g0 += MAX_G;
+    }
+}
+
+/// # Safety
+/// AVX-512 F/BW/VL, AVX2, FMA and F16C must be present; `kv.check(table, n_ctx)` must
+/// have passed; `supports(kv.format, kv.head_dim)`; `scores.len() == n_q * n_ctx`;
+/// `q` and `out` hold `n_q * head_dim` values; `out` is zeroed.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn attend_512(
+    kv: &PagedKv,
+    table: &[u32],
+    n_ctx: usize,
+    q: &[f32],
+    n_q: usize,
+    scale: f32,
+    scores: &mut [f32],
+    out: &mut [f32],
+) {
+    match kv.format {
+        KvFormat::F16 => run::<F16Rows>(kv, table, n_ctx, q, n_q, scale, scores, out),
+        KvFormat::Bf16 => run::<Bf16Rows>(kv, table, n_ctx, q, n_q, scale, scores, out),
+        KvFormat::Q8_0 => run::<Q8Rows>(kv, table, n_ctx, q, n_q, scale, scores, out),
+        KvFormat::Q4_0 => run::<Q4Rows>(kv, table, n_ctx, q, n_q, scale, scores, out),
+    }
+}
+
+/// [`round_f16`] as a dispatch target.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,f16c")]
+pub unsafe fn round_f16_512(x: &mut [f32]) {
+    round_f16(x)
+}
+
+/// f32 -> f16 bytes, round to nearest even (as `half::f16::from_f32`).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+pub unsafe fn store_f16_512(src: &[f32], dst: &mut [u8]) {
+    let mut i = 0;
+    while i < src.len() {
+        let rest = src.len() - i;
+        let m: __mmask16 = if rest >= 16 { 0xffff } else { (1 << rest) - 1 };
+        let v = _mm512_maskz_loadu_ps(m, src.as_ptr().add(i));
+        let h = _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        _mm256_mask_storeu_epi16(dst.as_mut_ptr().add(2 * i) as *mut i16, m, h);
+        i += 16;
+    }
+}
+
+/// [`store_f16_512`] with F16C on 8 values at a time.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn store_f16_256(src: &[f32], dst: &mut [u8]) {
+    let mut i = 0;
+    while i + 8 <= src.len() {
+        let v = _mm256_loadu_ps(src.as_ptr().add(i));
+        let h = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT);
+        _mm_storeu_si128(dst.as_mut_ptr().add(2 * i) as *mut __m128i, h);
+        i += 8;
+    }
+    store_row_scalar(KvFormat::F16, &src[i..], &mut dst[2 * i..]);
+}

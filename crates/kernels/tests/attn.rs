@@ -1,0 +1,353 @@
+//! The paged attention kernel and the KV row formats: exact encodings, every SIMD path
+//! against the scalar reference, the AVX-512 f16 kernel bit-identical to the per-row ops it
+//! replaced, and both against a plain f64 attention.
+
+use folio_kernels::attn::{self, KvFormat, PagedKv};
+use folio_kernels::ops;
+use folio_kernels::Isa;
+use half::f16;
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+
+fn rand_vec(n: usize, r: &mut StdRng, lim: f32) -> Vec<f32> {
+    (0..n).map(|_| r.gen_range(-lim..lim)).collect()
+}
+
+fn round_f16(v: &mut [f32]) {
+    for x in v {
+        *x = f16::from_f32(*x).to_f32();
+    }
+}
+
+/// A layer buffer of `num_blocks` blocks × `heads` heads × `bs` slots in `format`, every
+/// row random, plus a shuffled block table.
+struct Cache {
+    k: Vec<u8>,
+    v: Vec<u8>,
+    format: KvFormat,
+    hd: usize,
+    bs: usize,
+    heads: usize,
+    table: Vec<u32>,
+}
+
+impl Cache {
+    fn new(format: KvFormat, hd: usize, bs: usize, heads: usize, n_ctx: usize, seed: u64) -> Cache {
+        let mut r = StdRng::seed_from_u64(seed);
+        let n_blocks = n_ctx.div_ceil(bs) + 2;
+        let rb = format.row_bytes(hd);
+        let rows = n_blocks * heads * bs;
+        let (mut k, mut v) = (vec![0u8; rows * rb], vec![0u8; rows * rb]);
+        for i in 0..rows {
+            let kr = rand_vec(hd, &mut r, 2.0);
+            let vr = rand_vec(hd, &mut r, 1.0);
+            attn::store_row_scalar(format, &kr, &mut k[i * rb..(i + 1) * rb]);
+            attn::store_row_scalar(format, &vr, &mut v[i * rb..(i + 1) * rb]);
+        }
+        let mut table: Vec<u32> = (0..n_blocks as u32).collect();
+        table.shuffle(&mut r);
+        Cache {
+            k,
+            v,
+            format,
+            hd,
+            bs,
+            heads,
+            table,
+        }
+    }
+
+    fn view(&self, head: usize) -> PagedKv<'_> {
+        let rb = self.format.row_bytes(self.hd);
+        PagedKv {
+            k: &self.k,
+            v: &self.v,
+            format: self.format,
+            head_dim: self.hd,
+            block_size: self.bs,
+            block_stride: self.heads * self.bs * rb,
+            head_offset: head * self.bs * rb,
+        }
+    }
+
+    /// Decoded (K, V) row of position `j`.
+    fn row(&self, head: usize, j: usize) -> (Vec<f32>, Vec<f32>) {
+        let kv = self.view(head);
+        let off = kv.row_offset(self.table[j / self.bs] as usize, j % self.bs);
+        let rb = kv.row_bytes();
+        let (mut k, mut v) = (vec![0.0; self.hd], vec![0.0; self.hd]);
+        attn::load_row_scalar(self.format, &self.k[off..off + rb], &mut k);
+        attn::load_row_scalar(self.format, &self.v[off..off + rb], &mut v);
+        (k, v)
+    }
+}
+
+fn run(isa: Isa, c: &Cache, head: usize, n_ctx: usize, q: &[f32], n_q: usize) -> Vec<f32> {
+    let scale = 1.0 / (c.hd as f32).sqrt();
+    let mut out = vec![f32::NAN; n_q * c.hd];
+    let mut scratch = Vec::new();
+    attn::attend_with(
+        isa,
+        &c.view(head),
+        &c.table,
+        n_ctx,
+        q,
+        n_q,
+        scale,
+        &mut scratch,
+        &mut out,
+    );
+    out
+}
+
+/// Plain attention in f64 over the decoded rows (no f16 rounding of the weights).
+fn plain(c: &Cache, head: usize, n_ctx: usize, q: &[f32], n_q: usize) -> Vec<f32> {
+    let hd = c.hd;
+    let rows: Vec<_> = (0..n_ctx).map(|j| c.row(head, j)).collect();
+    let mut out = vec![0f32; n_q * hd];
+    for g in 0..n_q {
+        let qg = &q[g * hd..(g + 1) * hd];
+        let s: Vec<f64> = rows
+            .iter()
+            .map(|(k, _)| {
+                qg.iter()
+                    .zip(k)
+                    .map(|(&a, &b)| a as f64 * b as f64)
+                    .sum::<f64>()
+                    / (hd as f64).sqrt()
+            })
+            .collect();
+        let m = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        let e: Vec<f64> = s.iter().map(|x| (x - m).exp()).collect();
+        let z: f64 = e.iter().sum();
+        for d in 0..hd {
+            out[g * hd + d] = rows
+                .iter()
+                .zip(&e)
+                .map(|((_, v), w)| w / z * v[d] as f64)
+                .sum::<f64>() as f32;
+        }
+    }
+    out
+}
+
+fn close(a: &[f32], b: &[f32], tol: f32, what: &str) {
+    assert_eq!(a.len(), b.len(), "{what}: lengths");
+    for (i, (&x, &y)) in a.iter().zip(b).enumerate() {
+        assert!((x - y).abs() <= tol, "{what}[{i}]: {x} vs {y}");
+    }
+}
+
+const SHAPES: [(usize, usize); 6] = [(1, 1), (5, 4), (16, 16), (17, 16), (50, 4), (200, 16)];
+
+#[test]
+fn every_isa_matches_scalar_and_plain_attention() {
+    for format in KvFormat::ALL {
+        // 64 and 128: SIMD path; 48: 16-wide f16 chunks but a padded q group; 40: generic.
+        for hd in [64, 128, 48, 40] {
+            for n_q in [1, 2, 3, 4, 5, 8, 9] {
+                for &(n_ctx, bs) in &SHAPES {
+                    let c = Cache::new(format, hd, bs, 3, n_ctx, (hd * 1000 + n_ctx) as u64);
+                    let mut r = StdRng::seed_from_u64(n_q as u64);
+                    let mut q = rand_vec(n_q * hd, &mut r, 1.0);
+                    round_f16(&mut q);
+                    let what = format!("{} hd={hd} n_q={n_q} n_ctx={n_ctx} bs={bs}", format.name());
+                    let reference = run(Isa::Scalar, &c, 1, n_ctx, &q, n_q);
+                    // Weights rounded to f16 move each output by at most ~2^-11 of Σ|p v|.
+                    close(&reference, &plain(&c, 1, n_ctx, &q, n_q), 2e-3, &what);
+                    for isa in Isa::available() {
+                        let got = run(isa, &c, 1, n_ctx, &q, n_q);
+                        close(&got, &reference, 2e-3, &format!("{what} {isa:?}"));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The AVX-512 kernel must not change any output of the per-row `ops` sequence it replaced
+/// (dot_f16 per row, softmax, weights rounded to f16, axpy_f16 per row).
+#[test]
+fn avx512_f16_is_bit_identical_to_per_row_ops() {
+    if !Isa::available().contains(&Isa::Avx512) {
+        eprintln!("skipped: no AVX-512 on this CPU");
+        return;
+    }
+    for hd in [64, 128, 80] {
+        for &(n_ctx, bs) in &SHAPES {
+            let n_q = 3;
+            let c = Cache::new(KvFormat::F16, hd, bs, 2, n_ctx, 7 + n_ctx as u64);
+            let mut r = StdRng::seed_from_u64(11);
+            let mut q = rand_vec(n_q * hd, &mut r, 1.0);
+            round_f16(&mut q);
+            let got = run(Isa::Avx512, &c, 1, n_ctx, &q, n_q);
+            let scale = 1.0 / (hd as f32).sqrt();
+            let kv = c.view(1);
+            let rows: Vec<(Vec<f16>, Vec<f16>)> = (0..n_ctx)
+                .map(|j| {
+                    let off = kv.row_offset(c.table[j / bs] as usize, j % bs);
+                    let h = |b: &[u8]| -> Vec<f16> {
+                        b[off..off + 2 * hd]
+                            .chunks_exact(2)
+                            .map(|x| f16::from_le_bytes([x[0], x[1]]))
+                            .collect()
+                    };
+                    (h(&c.k), h(&c.v))
+                })
+                .collect();
+            let mut want = vec![0f32; n_q * hd];
+            for g in 0..n_q {
+                let qg = &q[g * hd..(g + 1) * hd];
+                let mut s: Vec<f32> = rows
+                    .iter()
+                    .map(|(k, _)| ops::dot_f16_with(Isa::Avx512, qg, k) * scale)
+                    .collect();
+                ops::softmax_inplace_with(Isa::Avx512, &mut s);
+                round_f16(&mut s);
+                for (p, (_, v)) in s.iter().zip(&rows) {
+                    ops::axpy_f16_with(Isa::Avx512, *p, v, &mut want[g * hd..(g + 1) * hd]);
+                }
+            }
+            assert_eq!(got, want, "hd={hd} n_ctx={n_ctx} bs={bs}");
+        }
+    }
+}
+
+#[test]
+fn one_position_returns_its_value_row() {
+    // softmax over one score is exactly 1, so the output is V's row for every head.
+    for format in KvFormat::ALL {
+        let c = Cache::new(format, 64, 4, 3, 1, 5);
+        let q = vec![0.25f32; 2 * 64];
+        let (_, v) = c.row(2, 0);
+        for isa in Isa::available() {
+            let out = run(isa, &c, 2, 1, &q, 2);
+            assert_eq!(&out[..64], &v[..], "{} {isa:?}", format.name());
+            assert_eq!(&out[64..], &v[..], "{} {isa:?}", format.name());
+        }
+    }
+}
+
+#[test]
+fn empty_context_gives_zeros() {
+    let c = Cache::new(KvFormat::Q8_0, 64, 4, 1, 4, 1);
+    for isa in Isa::available() {
+        assert_eq!(run(isa, &c, 0, 0, &[1.0; 64], 1), vec![0.0; 64]);
+    }
+}
+
+#[test]
+#[should_panic(expected = "attend: block")]
+fn table_outside_the_buffer_is_refused() {
+    let mut c = Cache::new(KvFormat::F16, 64, 4, 1, 8, 1);
+    c.table[1] = 1000;
+    run(folio_kernels::cpu::isa(), &c, 0, 8, &[1.0; 64], 1);
+}
+
+#[test]
+fn formats_parse_name_and_size() {
+    for f in KvFormat::ALL {
+        assert_eq!(KvFormat::parse(f.name()), Some(f));
+        assert_eq!(KvFormat::parse(&f.name().to_uppercase()), Some(f));
+    }
+    assert_eq!(KvFormat::parse("q4_1"), None);
+    let bpv: Vec<f64> = KvFormat::ALL.iter().map(|f| f.bytes_per_value()).collect();
+    assert_eq!(bpv, [2.0, 2.0, 34.0 / 32.0, 18.0 / 32.0]);
+    let rows: Vec<usize> = KvFormat::ALL.iter().map(|f| f.row_bytes(64)).collect();
+    assert_eq!(rows, [128, 128, 68, 36]);
+    // A partial last group is padded: 40 values take 2 groups.
+    assert_eq!(KvFormat::Q8_0.row_bytes(40), 68);
+}
+
+#[test]
+fn q8_0_encoding_is_ggml_reference() {
+    // amax 127 -> d = 1 exactly; q = round(x), half away from zero.
+    let mut x = [0f32; 32];
+    x[0] = 127.0;
+    x[1] = -2.5;
+    x[2] = 2.5;
+    x[3] = 0.49;
+    x[31] = -127.0;
+    let mut b = [0u8; 34];
+    attn::store_row_scalar(KvFormat::Q8_0, &x, &mut b);
+    assert_eq!(&b[..2], &f16::from_f32(1.0).to_le_bytes());
+    assert_eq!(b[2] as i8, 127);
+    assert_eq!(b[3] as i8, -3);
+    assert_eq!(b[4] as i8, 3);
+    assert_eq!(b[5] as i8, 0);
+    assert_eq!(b[33] as i8, -127);
+    let mut back = [0f32; 32];
+    attn::load_row_scalar(KvFormat::Q8_0, &b, &mut back);
+    assert_eq!(&back[..4], &[127.0, -3.0, 3.0, 0.0]);
+}
+
+#[test]
+fn q4_0_encoding_is_ggml_reference() {
+    // Largest magnitude -8 -> d = 1; q = min(15, trunc(x + 8.5)); x[j] low nibble,
+    // x[j + 16] high nibble of byte j.
+    let mut x = [0f32; 32];
+    x[0] = -8.0;
+    x[1] = 7.0;
+    x[16] = 3.2;
+    x[17] = -1.6;
+    let mut b = [0u8; 18];
+    attn::store_row_scalar(KvFormat::Q4_0, &x, &mut b);
+    assert_eq!(&b[..2], &f16::from_f32(1.0).to_le_bytes());
+    // d = max / -8 = 1; x/d + 8.5: -8 -> 0, 7 -> 15, 3.2 -> 11, -1.6 -> 6, 0 -> 8.
+    assert_eq!(b[2], 0 | (11 << 4));
+    assert_eq!(b[3], 15 | (6 << 4));
+    assert_eq!(b[4], 8 | (8 << 4));
+    let mut back = [0f32; 32];
+    attn::load_row_scalar(KvFormat::Q4_0, &b, &mut back);
+    assert_eq!(
+        [back[0], back[1], back[2], back[16], back[17]],
+        [-8.0, 7.0, 0.0, 3.0, -2.0]
+    );
+    // An all-zero group has scale 0 and decodes to zeros.
+    attn::store_row_scalar(KvFormat::Q4_0, &[0.0; 32], &mut b);
+    attn::load_row_scalar(KvFormat::Q4_0, &b, &mut back);
+    assert_eq!(back, [0.0; 32]);
+}
+
+#[test]
+fn bf16_and_f16_rows_round_to_nearest_even() {
+    let x = [
+        1.0f32,
+        1.0 + 1.0 / 256.0,
+        1.0 + 3.0 / 256.0,
+        -3.3e38,
+        65504.0,
+        1e-8,
+    ];
+    let mut b = [0u8; 12];
+    attn::store_row_scalar(KvFormat::Bf16, &x, &mut b);
+    let bits: Vec<u16> = b
+        .chunks(2)
+        .map(|c| u16::from_le_bytes([c[0], c[1]]))
+        .collect();
+    // 1 + 2^-8 is a tie -> even (1.0); 1 + 3·2^-8 ties up to 1 + 2^-6.
+    assert_eq!(&bits[..3], &[0x3f80, 0x3f80, 0x3f82]);
+    for isa in Isa::available() {
+        let src: Vec<f32> = (0..37).map(|i| (i as f32 - 18.0) * 0.3711).collect();
+        let (mut a, mut s) = (vec![0u8; 74], vec![0u8; 74]);
+        attn::store_row_with(isa, KvFormat::F16, &src, &mut a);
+        attn::store_row_scalar(KvFormat::F16, &src, &mut s);
+        assert_eq!(a, s, "{isa:?}");
+    }
+}
+
+#[test]
+fn round_to_f16_matches_half_on_every_isa() {
+    let mut r = StdRng::seed_from_u64(3);
+    let src: Vec<f32> = (0..53)
+        .map(|_| r.gen_range(-70000.0f32..70000.0) * r.gen::<f32>().powi(9))
+        .collect();
+    let mut want = src.clone();
+    round_f16(&mut want);
+    for isa in Isa::available() {
+        let mut got = src.clone();
+        attn::round_to_f16_with(isa, &mut got);
+        assert_eq!(got, want, "{isa:?}");
+    }
+}

@@ -1,0 +1,28 @@
+//! folio-spec: speculative decoding without the model: draft proposers, exact
+//! verification, draft-length control and accounting.
+//!
+//! # Layout
+//!
+//! - [`ngram`]: context lookup: drafts copied from the request's own prompt and output after
+//!   the latest earlier occurrence of its last n tokens (no weights, no KV).
+//! - [`verify`]: greedy acceptance (up to the first mismatch, then the target's token or a
+//!   bonus) and rejection sampling (accept x with min(1, p/q), else resample from
+//!   norm([p − q]+)), so outputs are distributed exactly as the target's.
+//! - [`control`]: adaptive draft length from observed acceptance and measured step costs by
+//!   the marginal rule ΔT/ΔN < T/N; it turns speculation down when a large batch already
+//!   shares the weight reads.
+//! - [`stats`]: drafted / accepted counts, acceptance by position, and time per token as
+//!   ΣT/ΣN (never a mean of per-step ratios).
+//!
+//! The self-draft proposer (a layer subset of the target) needs the model, so it lives in
+//! the engine; it uses [`verify`] and [`control`] like the others.
+
+pub mod control;
+pub mod ngram;
+pub mod stats;
+pub mod verify;
+
+pub use control::{expected_tokens, DraftControl, StepCost};
+pub use ngram::NgramIndex;
+pub use stats::SpecStats;
+pub use verify::{verify_greedy, verify_sampled, Verdict};
