@@ -76,8 +76,8 @@ fn fmt_tick(v: f64) -> String {
 impl Chart {
     /// The chart as an SVG document.
     pub fn svg(&self) -> String {
-        let (w, h) = (760.0, 460.0);
-        let (l, r, t, b) = (80.0, 230.0, 50.0, 60.0);
+        let (w, h) = (880.0, 460.0);
+        let (l, r, t, b) = (80.0, 350.0, 50.0, 60.0);
         let pw = w - l - r;
         let ph = h - t - b;
         let pts = self.series.iter().flat_map(|s| s.points.iter());
@@ -92,7 +92,7 @@ impl Chart {
         let mut s = String::new();
         let _ = write!(
             s,
-            r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="sans-serif" font-size="12">
+            r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="DejaVu Sans, Arial, Helvetica, sans-serif" font-size="12">
 <rect width="100%" height="100%" fill="white"/>
 <text x="{}" y="28" text-anchor="middle" font-size="16">{}</text>
 "#,
@@ -311,8 +311,23 @@ pub fn charts(files: &[ResultFile]) -> Vec<(String, Chart)> {
     out
 }
 
-/// Reads result files (a [`ResultFile`] or a bare [`RunReport`] each).
+/// Reads result files (a [`ResultFile`] or a bare [`RunReport`] each). Files that share a
+/// label get their file name appended, so every series stays distinguishable.
 pub fn load(paths: &[PathBuf]) -> Result<Vec<ResultFile>> {
+    let mut files = read_all(paths)?;
+    let labels: Vec<String> = files.iter().map(|f| f.label.clone()).collect();
+    for (f, p) in files.iter_mut().zip(paths) {
+        if labels.iter().filter(|l| **l == f.label).count() > 1 {
+            let stem = p
+                .file_stem()
+                .map_or(String::new(), |s| s.to_string_lossy().into_owned());
+            f.label = format!("{} ({stem})", f.label);
+        }
+    }
+    Ok(files)
+}
+
+fn read_all(paths: &[PathBuf]) -> Result<Vec<ResultFile>> {
     paths
         .iter()
         .map(|p| {
@@ -336,8 +351,8 @@ pub fn load(paths: &[PathBuf]) -> Result<Vec<ResultFile>> {
 }
 
 /// Writes every chart of `files` into `dir`; returns the paths written. When `png` is set
-/// and `rsvg-convert` or ImageMagick's `convert` is installed, a PNG is written beside
-/// each SVG (best effort).
+/// and `resvg`, `rsvg-convert` or ImageMagick's `convert` is installed, a PNG is written
+/// beside each SVG (best effort).
 pub fn write_all(files: &[ResultFile], dir: &Path, png: bool) -> Result<Vec<PathBuf>> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let mut written = Vec::new();
@@ -348,21 +363,32 @@ pub fn write_all(files: &[ResultFile], dir: &Path, png: bool) -> Result<Vec<Path
         written.push(path.clone());
         if png {
             let out = path.with_extension("png");
-            let ok = std::process::Command::new("rsvg-convert")
-                .arg("-o")
-                .arg(&out)
-                .arg(&path)
-                .status()
-                .is_ok_and(|s| s.success())
-                || std::process::Command::new("convert")
-                    .arg(&path)
-                    .arg(&out)
-                    .status()
-                    .is_ok_and(|s| s.success());
-            if ok {
+            if to_png(&path, &out) {
                 written.push(out);
             }
         }
     }
     Ok(written)
+}
+
+/// Converts with the first SVG rasterizer found on PATH; false when none worked.
+fn to_png(svg: &Path, png: &Path) -> bool {
+    use std::process::{Command, Stdio};
+    let tries: [(&str, Vec<&std::ffi::OsStr>); 3] = [
+        ("resvg", vec![svg.as_os_str(), png.as_os_str()]),
+        (
+            "rsvg-convert",
+            vec!["-o".as_ref(), png.as_os_str(), svg.as_os_str()],
+        ),
+        ("convert", vec![svg.as_os_str(), png.as_os_str()]),
+    ];
+    tries.iter().any(|(cmd, args)| {
+        Command::new(cmd)
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+            && png.is_file()
+    })
 }

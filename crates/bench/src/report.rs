@@ -192,11 +192,7 @@ impl RunReport {
             );
         }
         line(&mut t, "SLO:", self.slo.describe());
-        line(
-            &mut t,
-            "Good (correct and on time):",
-            self.good.to_string(),
-        );
+        line(&mut t, "Good (correct and on time):", self.good.to_string());
         line(
             &mut t,
             "Goodput (req/s):",

@@ -42,6 +42,9 @@ pub struct RunConfig {
     pub progress: bool,
     /// Probe `/health` and `/metrics` at this interval during the run.
     pub monitor: Option<Duration>,
+    /// Send nothing new after this long (a soak: many requests, bounded time); requests
+    /// not sent by then are left out of the report, not counted as failures.
+    pub duration: Option<Duration>,
 }
 
 /// What one streamed request returned.
@@ -206,6 +209,10 @@ pub async fn run(cfg: &RunConfig, setup: RunSetup, convs: Vec<Conversation>) -> 
                     Some(s) => Some(s.clone().acquire_owned().await.expect("never closed")),
                     None => None,
                 };
+                if cfg.duration.is_some_and(|d| start.elapsed() > d) {
+                    pb.inc((conv.turns.len() - ti) as u64);
+                    break;
+                }
                 let o = stream_one(&cfg, &history, turn.max_tokens).await;
                 drop(permit);
                 pb.inc(1);

@@ -350,8 +350,25 @@ fn around<R: Rng>(x: usize, ratio: f64, rng: &mut R) -> usize {
 }
 
 /// Generates the workload; the same spec always yields the same conversations.
+///
+/// NOTE: the RNG seed mixes the seed with the workload's shape, so runs of different shapes
+/// against one long-lived server never share prompt prefixes by accident (a prefix-caching
+/// server would otherwise serve a later run's prompts from an earlier run's KV). Rerunning
+/// the same command does repeat its prompts: change `--seed` between such runs.
 pub fn generate(spec: &WorkloadSpec) -> Vec<Conversation> {
-    let mut rng = StdRng::seed_from_u64(spec.seed);
+    let mut mix = spec.seed ^ 0x9e37_79b9_7f4a_7c15;
+    for x in [
+        spec.kind as u64,
+        spec.input_tokens as u64,
+        spec.output_tokens as u64,
+        spec.prefix_tokens as u64,
+        spec.num_requests as u64,
+        spec.tool_tokens as u64,
+        spec.records as u64,
+    ] {
+        mix = (mix ^ x).wrapping_mul(0x100_0000_01b3).rotate_left(17);
+    }
+    let mut rng = StdRng::seed_from_u64(mix);
     let n = spec.num_requests;
     let single = |append: String, max_tokens: usize, expected: Option<String>| Conversation {
         turns: vec![Turn {

@@ -130,6 +130,7 @@ fn config(base: BaseUrl, rate: Option<f64>, conc: Option<usize>) -> RunConfig {
         timeout: Duration::from_secs(30),
         progress: false,
         monitor: Some(Duration::from_millis(5)),
+        duration: None,
     }
 }
 
@@ -273,4 +274,24 @@ async fn http_errors_are_counted_as_failures_with_the_reason() {
         rep.errors
     );
     assert!(rep.ttft_ms.is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_duration_limit_stops_sending_and_leaves_unsent_requests_out() {
+    let (base, fake) = start(Fake::default()).await;
+    let mut cfg = config(base, Some(1.0), None);
+    // A zero-length window has passed before the first request could be sent.
+    cfg.duration = Some(Duration::ZERO);
+    let convs = workload::generate(&spec(WorkloadKind::Random, 3, 2));
+    let rep = runner::run(&cfg, RunSetup::default(), convs.clone())
+        .await
+        .unwrap();
+    assert_eq!((rep.records.len(), rep.completed, rep.failed), (0, 0, 0));
+    assert!(fake.bodies.lock().unwrap().is_empty());
+    // A long window sends everything.
+    cfg.duration = Some(Duration::from_secs(3600));
+    cfg.request_rate = None;
+    let rep = runner::run(&cfg, RunSetup::default(), convs).await.unwrap();
+    assert_eq!((rep.records.len(), rep.completed), (3, 3));
+    assert_eq!(fake.bodies.lock().unwrap().len(), rep.records.len());
 }

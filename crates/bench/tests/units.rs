@@ -230,7 +230,29 @@ fn base_urls_parse_and_join() {
     let b = BaseUrl::parse("http://localhost:8000/").unwrap();
     assert_eq!(b.path("/v1/models"), "/v1/models");
     let b = BaseUrl::parse("http://h/proxy").unwrap();
-    assert_eq!((b.port, b.path("/metrics").as_str()), (80, "/proxy/metrics"));
-    assert!(BaseUrl::parse("https://h:1").unwrap_err().to_string().contains("http://"));
-    assert!(BaseUrl::parse("http://h:99999").unwrap_err().to_string().contains("99999"));
+    assert_eq!(
+        (b.port, b.path("/metrics").as_str()),
+        (80, "/proxy/metrics")
+    );
+    assert!(BaseUrl::parse("https://h:1")
+        .unwrap_err()
+        .to_string()
+        .contains("http://"));
+    assert!(BaseUrl::parse("http://h:99999")
+        .unwrap_err()
+        .to_string()
+        .contains("99999"));
+}
+
+#[test]
+fn workloads_of_different_shapes_share_no_prompt_prefix() {
+    let a = workload::generate(&spec(WorkloadKind::Random, 2));
+    let mut longer = spec(WorkloadKind::Random, 2);
+    longer.input_tokens = 80;
+    let b = workload::generate(&longer);
+    let first_words = |s: &str| s.split_whitespace().take(8).collect::<Vec<_>>().join(" ");
+    assert_ne!(
+        first_words(&a[0].turns[0].append),
+        first_words(&b[0].turns[0].append)
+    );
 }

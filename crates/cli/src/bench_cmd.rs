@@ -96,6 +96,10 @@ pub struct ServeBenchArgs {
     /// Longest silence tolerated within one request, seconds.
     #[arg(long, default_value_t = 600.0)]
     pub timeout_s: f64,
+    /// Stop sending new requests after this many seconds (a soak with a large
+    /// --num-requests); unsent requests are left out of the report.
+    #[arg(long)]
+    pub duration_s: Option<f64>,
     /// Probe /health and /metrics every this many ms during the run.
     #[arg(long)]
     pub monitor_ms: Option<u64>,
@@ -288,6 +292,10 @@ pub fn run_serve(a: ServeBenchArgs) -> Result<()> {
                     timeout: Duration::from_secs_f64(a.timeout_s.max(1.0)),
                     progress: !a.no_progress,
                     monitor: a.monitor_ms.map(Duration::from_millis),
+                    duration: a
+                        .duration_s
+                        .filter(|d| d.is_finite() && *d > 0.0)
+                        .map(Duration::from_secs_f64),
                 };
                 let setup = RunSetup {
                     workload: kind.name().into(),

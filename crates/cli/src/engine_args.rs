@@ -83,6 +83,13 @@ pub struct EngineArgs {
     pub no_prefix_cache: bool,
     #[arg(long, value_enum, default_value = "value")]
     pub eviction: EvictionArg,
+    /// Second KV tier: evicted prefix blocks spilled to this directory and fetched back
+    /// instead of recomputed (kept across restarts).
+    #[arg(long)]
+    pub kv_disk_dir: Option<PathBuf>,
+    /// Byte cap of the second KV tier (suffixes k, m, g).
+    #[arg(long, default_value = "4g")]
+    pub kv_disk_bytes: String,
     /// Speculative decoding proposer.
     #[arg(long, value_enum, default_value = "off")]
     pub spec: SpecArg,
@@ -95,7 +102,7 @@ pub struct EngineArgs {
 }
 
 /// "512m" → 536870912.
-pub fn parse_bytes(s: &str) -> Result<usize> {
+pub fn parse_bytes(flag: &str, s: &str) -> Result<usize> {
     let t = s.trim().to_ascii_lowercase();
     let (num, mul) = match t.chars().last() {
         Some('k') => (&t[..t.len() - 1], 1usize << 10),
@@ -105,9 +112,9 @@ pub fn parse_bytes(s: &str) -> Result<usize> {
     };
     let v: f64 = num
         .parse()
-        .with_context(|| format!("--kv-cache-bytes: expected a size like 512m or 2g, got {s:?}"))?;
+        .with_context(|| format!("{flag}: expected a size like 512m or 2g, got {s:?}"))?;
     if !(v > 0.0) || v * mul as f64 > 1e13 {
-        bail!("--kv-cache-bytes: must be in (0, 10 TB], got {s:?}");
+        bail!("{flag}: must be in (0, 10 TB], got {s:?}");
     }
     Ok((v * mul as f64) as usize)
 }
@@ -128,7 +135,7 @@ impl EngineArgs {
                 ReserveArg::OnDemand => KvReservation::OnDemand,
             },
             block_size: self.block_size,
-            kv_cache_bytes: parse_bytes(&self.kv_cache_bytes)?,
+            kv_cache_bytes: parse_bytes("--kv-cache-bytes", &self.kv_cache_bytes)?,
             kv_format: match self.kv_format {
                 KvFormatArg::F16 => KvFormat::F16,
             },
@@ -146,6 +153,8 @@ impl EngineArgs {
             spec_tokens: self.spec_tokens,
             spec_max_tokens: self.spec_tokens.unwrap_or(8).max(1),
             spec_draft_layers: self.spec_draft_layers,
+            kv_disk_dir: self.kv_disk_dir.clone(),
+            kv_disk_bytes: parse_bytes("--kv-disk-bytes", &self.kv_disk_bytes)? as u64,
         })
     }
 

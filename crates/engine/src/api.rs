@@ -185,6 +185,11 @@ pub struct EngineMetrics {
     pub recomputed_tokens: std::sync::atomic::AtomicU64,
     pub kv_blocks_total: std::sync::atomic::AtomicUsize,
     pub cow_copies: std::sync::atomic::AtomicU64,
+    /// Blocks written to / read back from the second KV tier.
+    pub tier_spills: std::sync::atomic::AtomicU64,
+    pub tier_fetches: std::sync::atomic::AtomicU64,
+    /// Prompt tokens served from blocks fetched back from the second tier.
+    pub tier_hit_tokens: std::sync::atomic::AtomicU64,
     pub evictions: std::sync::atomic::AtomicU64,
     /// Speculative decoding counters (drafted, accepted, by position, ΣT/ΣN).
     pub spec: std::sync::Mutex<folio_spec::SpecStats>,

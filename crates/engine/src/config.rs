@@ -51,6 +51,11 @@ pub struct EngineConfig {
     pub spec_tokens: Option<usize>,
     /// Longest draft the adaptive controller may choose.
     pub spec_max_tokens: usize,
+    /// Directory of the second KV tier (evicted prefix blocks on disk, kept across
+    /// restarts); `None` = no second tier.
+    pub kv_disk_dir: Option<std::path::PathBuf>,
+    /// Byte cap of the second tier.
+    pub kv_disk_bytes: u64,
     /// Layers of the self-draft (0 = three quarters of the model: earlier exits of small
     /// models rarely agree with the full model).
     pub spec_draft_layers: usize,
@@ -74,6 +79,8 @@ impl Default for EngineConfig {
             spec_tokens: None,
             spec_max_tokens: 8,
             spec_draft_layers: 0,
+            kv_disk_dir: None,
+            kv_disk_bytes: 4 << 30,
         }
     }
 }

@@ -12,6 +12,7 @@ use crate::api::{
 };
 use crate::sampler::{log_softmax, Sampler};
 use crate::speculate::{CostFit, SpecState};
+use crate::tier::DiskTier;
 use crate::{EngineConfig, GenerateRequest, RequestId, SpecMethod, StepStats};
 use folio_core::kv::KvConfig;
 use folio_core::sched::admission::Rates;
@@ -54,7 +55,6 @@ pub(crate) struct Engine {
     info: Arc<EngineInfo>,
     pool: &'static ThreadPool,
     epoch: Instant,
-    rates: Option<Rates>,
     shutting_down: bool,
     /// Speculation defaults from the config.
     spec: (SpecMethod, Option<usize>, usize),
@@ -67,6 +67,9 @@ pub(crate) struct Engine {
     /// Fitted step cost (for draft lengths) and the self-draft's cost per draft token.
     cost_fit: CostFit,
     draft_cost_s: f64,
+    /// The second KV tier, if configured.
+    tier: Option<DiskTier>,
+    salt: u64,
 }
 
 /// Builds the engine and starts its thread.
@@ -111,6 +114,12 @@ pub fn spawn_engine(
             prefix_cache: cfg.prefix_cache,
             eviction: cfg.eviction,
             salt,
+            // Fetching a block from local disk is far cheaper than recomputing it; the
+            // estimate only ranks blocks for eviction, the engine measures real fetches.
+            tier: cfg.kv_disk_dir.as_ref().map(|_| folio_core::TierCost {
+                fetch_per_token_s: 2e-5,
+                maintain_per_token_s: 2e-5,
+            }),
             ..KvConfig::default()
         },
     };
@@ -127,6 +136,19 @@ pub fn spawn_engine(
         num_blocks + scratch_per_req * scratch_slots,
         cfg.kv_format,
     );
+    let tier = match &cfg.kv_disk_dir {
+        Some(dir) => Some(
+            DiskTier::open(
+                dir,
+                cfg.kv_disk_bytes,
+                salt,
+                kv.block_payload_bytes(),
+                cfg.block_size,
+            )
+            .map_err(|e| anyhow::anyhow!("kv_disk_dir {}: {e}", dir.display()))?,
+        ),
+        None => None,
+    };
     let draft_layers = if cfg.spec_draft_layers == 0 {
         (c.n_layers * 3 / 4).max(1)
     } else {
@@ -163,7 +185,6 @@ pub fn spawn_engine(
         info: info.clone(),
         pool: ThreadPool::global(),
         epoch: Instant::now(),
-        rates: None,
         shutting_down: false,
         spec: (cfg.spec, cfg.spec_tokens, cfg.spec_max_tokens),
         draft_layers,
@@ -172,6 +193,8 @@ pub fn spawn_engine(
         scratch_slots,
         cost_fit: CostFit::new(),
         draft_cost_s: 0.0,
+        tier,
+        salt,
     };
     std::thread::Builder::new()
         .name("folio-engine".into())
@@ -267,13 +290,20 @@ impl Engine {
         r = r.with_arrival(req.arrival.map(|a| self.secs(a)).unwrap_or(now));
         if let Some(d) = req.deadline {
             r = r.with_deadline(self.secs(d));
-            if let Some(rates) = self.rates {
-                if let Err(reason) = self.sched.check_admission(&r, now, &rates) {
-                    self.metrics.rejected.fetch_add(1, Relaxed);
-                    return finish(&tx, FinishReason::Rejected(reason.to_string()));
-                }
+            // Rates from the fitted step cost: prefill at 1/β tokens/s, decode at one token
+            // per step of the current batch.
+            let c = self.cost_fit.cost();
+            let batch = (self.sched.num_running() + 1) as f64;
+            let rates = Rates {
+                prefill_tokens_per_s: 1.0 / c.per_token_s,
+                decode_tokens_per_s: 1.0 / (c.fixed_s + c.per_token_s * batch),
+            };
+            if let Err(reason) = self.sched.check_admission(&r, now, &rates) {
+                self.metrics.rejected.fetch_add(1, Relaxed);
+                return finish(&tx, FinishReason::Rejected(reason.to_string()));
             }
         }
+        self.restore_prefix(r.prompt());
         if let Err(reason) = self.sched.add_request(r) {
             self.metrics.rejected.fetch_add(1, Relaxed);
             return finish(&tx, FinishReason::Rejected(reason.to_string()));
@@ -307,6 +337,59 @@ impl Engine {
         self.metrics
             .prompt_tokens
             .fetch_add(prompt_len as u64, Relaxed);
+    }
+
+    fn spill(&mut self, evicted: &[folio_core::kv::EvictedBlock]) {
+        let Some(tier) = self.tier.as_mut() else {
+            return;
+        };
+        for e in evicted {
+            let payload = self.kv.export_block(e.block as usize);
+            if let Err(err) = tier.spill(e.hash, e.parent, &e.tokens, &payload) {
+                tracing::warn!("kv tier: spill failed: {err}");
+            }
+        }
+        self.metrics.tier_spills.store(tier.stats.spills, Relaxed);
+    }
+
+    /// Brings back from the second tier the blocks of `prompt`'s prefix that are there but
+    /// no longer in memory, when fetching is cheaper than recomputing (T_f < T_r).
+    fn restore_prefix(&mut self, prompt: &[u32]) {
+        if self.tier.is_none() {
+            return;
+        }
+        let bs = self.kv.block_size;
+        // Like the prefix cache, leave the last prompt token to be computed for logits.
+        let usable = prompt.len().saturating_sub(1) / bs * bs;
+        let chain = folio_core::kv::chain_hashes(self.salt, &prompt[..usable], bs);
+        let have = self.sched.kv().match_prefix(prompt).num_blocks;
+        let recompute_s = self.cost_fit.cost().per_token_s * bs as f64;
+        for i in have..chain.len() {
+            let tokens = &prompt[i * bs..(i + 1) * bs];
+            let tier = self.tier.as_mut().expect("checked above");
+            if !tier.contains(chain[i], tokens) {
+                break;
+            }
+            let fetch_s = tier.stats.fetch_s_per_block;
+            if fetch_s > 0.0 && fetch_s >= recompute_s {
+                break;
+            }
+            let Some(payload) = tier.fetch(chain[i]) else {
+                break;
+            };
+            let parent = if i == 0 { None } else { Some(chain[i - 1]) };
+            let block = match self.sched.kv_mut().restore_block(parent, tokens) {
+                Ok(b) => b,
+                Err(_) => break,
+            };
+            // Making room may have evicted other blocks: spill them before overwriting.
+            let evicted = self.sched.kv_mut().take_evicted();
+            self.spill(&evicted);
+            if self.kv.import_block(block as usize, &payload).is_err() {
+                break;
+            }
+            self.metrics.tier_fetches.fetch_add(1, Relaxed);
+        }
     }
 
     /// Seconds since the engine's epoch (instants before it count as 0).
@@ -349,6 +432,8 @@ impl Engine {
 
     fn step(&mut self, out: SchedulerOutput) {
         let t0 = Instant::now();
+        // Evicted blocks still hold their data: spill before this step overwrites them.
+        self.spill(&out.evicted);
         for c in &out.copies {
             self.kv
                 .copy_block(c.src as usize, c.dst as usize, c.num_tokens);
@@ -619,6 +704,7 @@ impl Engine {
         m.recomputed_tokens.store(st.recomputed_tokens, Relaxed);
         m.cow_copies.store(kv.cow_copies, Relaxed);
         m.evictions.store(kv.evictions, Relaxed);
+        m.tier_hit_tokens.store(kv.tier_hit_tokens, Relaxed);
     }
 
     fn record(&mut self, out: &SchedulerOutput, wall_s: f64, f: folio_model::ForwardStats) {
@@ -645,30 +731,6 @@ impl Engine {
                 log.pop_front();
             }
             log.push_back(s);
-        }
-        // Measured rates for deadline admission: exponentially smoothed.
-        let mix = |old: f64, new: f64| {
-            if old > 0.0 {
-                0.8 * old + 0.2 * new
-            } else {
-                new
-            }
-        };
-        let mut r = self.rates.unwrap_or(Rates {
-            prefill_tokens_per_s: 0.0,
-            decode_tokens_per_s: 0.0,
-        });
-        if out.num_prefill_tokens >= 64 {
-            r.prefill_tokens_per_s = mix(
-                r.prefill_tokens_per_s,
-                out.num_prefill_tokens as f64 / wall_s,
-            );
-        }
-        if out.num_decode_tokens > 0 && out.num_prefill_tokens == 0 {
-            r.decode_tokens_per_s = mix(r.decode_tokens_per_s, 1.0 / wall_s);
-        }
-        if r.prefill_tokens_per_s > 0.0 && r.decode_tokens_per_s > 0.0 {
-            self.rates = Some(r);
         }
     }
 }

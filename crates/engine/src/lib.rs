@@ -8,6 +8,8 @@
 //!   forward per iteration; [`spawn_engine`] starts it.
 //! - [`sampler`]: logits → token, per-request seeded RNG, penalties, logprobs helpers.
 //! - `speculate`: drafts after a step (n-gram lookup, self-draft) and their verification.
+//! - [`tier`]: the second KV tier: evicted prefix blocks on local disk, checksummed,
+//!   bounded, reloaded after a restart.
 //! - [`step_stats`]: the per-iteration step log (tokens by kind, bytes, FLOPs, wall time).
 
 pub mod api;
@@ -16,6 +18,7 @@ pub mod engine;
 pub mod sampler;
 mod speculate;
 pub mod step_stats;
+pub mod tier;
 
 pub use api::{
     EngineHandle, EngineInfo, EngineMetrics, Event, FinishReason, GenerateRequest, RequestId,

@@ -158,3 +158,41 @@ impl KvCache {
         }
     }
 }
+
+/// Whole-block export and import, for the second KV tier (spill to disk, fetch back).
+impl KvCache {
+    /// Bytes of one block across all layers, K and V: the payload of a spilled block.
+    pub fn block_payload_bytes(&self) -> usize {
+        2 * self.n_layers * self.block_bytes()
+    }
+
+    /// Copies out block `block` of every layer (K then V per layer), in the cache's format.
+    pub fn export_block(&self, block: usize) -> Vec<u8> {
+        let bb = self.block_bytes();
+        let mut out = Vec::with_capacity(self.block_payload_bytes());
+        for l in 0..self.n_layers {
+            out.extend_from_slice(&self.k[l][block * bb..(block + 1) * bb]);
+            out.extend_from_slice(&self.v[l][block * bb..(block + 1) * bb]);
+        }
+        out
+    }
+
+    /// Writes a payload produced by [`KvCache::export_block`] into block `block`.
+    pub fn import_block(&mut self, block: usize, payload: &[u8]) -> Result<(), String> {
+        let bb = self.block_bytes();
+        if block >= self.num_blocks || payload.len() != self.block_payload_bytes() {
+            return Err(format!(
+                "import_block: block {block} (num_blocks {}), payload {} bytes (expected {})",
+                self.num_blocks,
+                payload.len(),
+                self.block_payload_bytes()
+            ));
+        }
+        for l in 0..self.n_layers {
+            let o = 2 * l * bb;
+            self.k[l][block * bb..(block + 1) * bb].copy_from_slice(&payload[o..o + bb]);
+            self.v[l][block * bb..(block + 1) * bb].copy_from_slice(&payload[o + bb..o + 2 * bb]);
+        }
+        Ok(())
+    }
+}

@@ -267,6 +267,89 @@ impl ServerMetrics {
             ld(&m.prefix_hits_tokens) as f64,
         );
         one(
+            "folio_kv_tier_spills_total",
+            "counter",
+            "KV blocks spilled to the second (disk) tier.",
+            "",
+            ld(&m.tier_spills) as f64,
+        );
+        one(
+            "folio_kv_tier_fetches_total",
+            "counter",
+            "KV blocks fetched back from the second tier instead of recomputed.",
+            "",
+            ld(&m.tier_fetches) as f64,
+        );
+        one(
+            "folio_kv_tier_hits_tokens_total",
+            "counter",
+            "Prompt tokens served from blocks fetched back from the second tier.",
+            "",
+            ld(&m.tier_hit_tokens) as f64,
+        );
+        one(
+            "folio_kv_evictions_total",
+            "counter",
+            "Cached KV blocks evicted from memory.",
+            "",
+            ld(&m.evictions) as f64,
+        );
+        {
+            let sp = m.spec.lock().map(|s| s.clone()).unwrap_or_default();
+            let mn0 = format!("model_name=\"{}\"", escape(model_name));
+            for (name, help, v) in [
+                (
+                    "folio_spec_rounds_total",
+                    "Verification steps with drafts.",
+                    sp.rounds as f64,
+                ),
+                (
+                    "folio_spec_draft_tokens_total",
+                    "Draft tokens proposed.",
+                    sp.drafted as f64,
+                ),
+                (
+                    "folio_spec_accepted_tokens_total",
+                    "Draft tokens accepted.",
+                    sp.accepted as f64,
+                ),
+                (
+                    "folio_spec_emitted_tokens_total",
+                    "Tokens fixed by verification steps.",
+                    sp.emitted as f64,
+                ),
+                (
+                    "vllm:spec_decode_num_drafts_total",
+                    "Number of spec decoding drafts.",
+                    sp.rounds as f64,
+                ),
+                (
+                    "vllm:spec_decode_num_draft_tokens_total",
+                    "Number of draft tokens.",
+                    sp.drafted as f64,
+                ),
+                (
+                    "vllm:spec_decode_num_accepted_tokens_total",
+                    "Number of accepted tokens.",
+                    sp.accepted as f64,
+                ),
+            ] {
+                let labels = if name.starts_with("vllm:") {
+                    mn0.clone()
+                } else {
+                    String::new()
+                };
+                one(name, "counter", help, &labels, v);
+            }
+            one(
+                "folio_spec_tokens_per_step",
+                "gauge",
+                "Mean tokens fixed per verification step (sum over sum).",
+                "",
+                sp.tokens_per_round(),
+            );
+        }
+        one(
             "folio_preemptions_total",
             "counter",
             "Requests preempted to free KV.",
@@ -461,6 +544,23 @@ impl ServerMetrics {
                     continue;
                 }
                 h.render(&mut out, &format!("{prefix}{name}"), help, labels);
+            }
+        }
+        // Accepted draft tokens by position (one family, one sample per position).
+        let sp = m.spec.lock().map(|s| s.clone()).unwrap_or_default();
+        if !sp.accepted_by_position.is_empty() {
+            let name = "vllm:spec_decode_num_accepted_tokens_per_pos_total";
+            let _ = writeln!(
+                out,
+                "# HELP {name} Accepted draft tokens per draft position.\n# TYPE {name} counter"
+            );
+            for (i, &a) in sp.accepted_by_position.iter().enumerate() {
+                let _ = writeln!(
+                    out,
+                    "{name}{{model_name=\"{}\",position=\"{i}\"}} {}",
+                    escape(model_name),
+                    fmt_f(a as f64)
+                );
             }
         }
         out

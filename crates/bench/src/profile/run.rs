@@ -143,7 +143,7 @@ pub fn run(
 ///
 /// `mbu` and `round_overhead_s` come from `round = overhead + bytes/(β·MBU)` fitted to the
 /// rounds of batch ≤ 4 (where reads, not math, bound a decode round); `mfu` is the prefill
-/// MFU of the longest prompt measured; `decode_fit` covers every decode round and prefill.
+/// MFU of the longest prompt measured; `decode_fit` is fitted to every decode round.
 pub fn machine_profile(
     opts: &ProfileOptions,
     threads: usize,
@@ -175,15 +175,12 @@ pub fn machine_profile(
         .iter()
         .max_by_key(|p| p.tokens)
         .map(|p| (p.flops / p.seconds / peak).min(1.0));
-    let mut pts: Vec<(f64, f64, f64)> = decode
+    // NOTE: decode rounds only. Prefill attention runs a different kernel path whose cost
+    // per pair differs; mixing it in skewed the decode fit by up to 30 % on this machine.
+    let pts: Vec<(f64, f64, f64)> = decode
         .iter()
         .map(|d| (d.new_tokens as f64, d.pairs as f64, d.round_s))
         .collect();
-    pts.extend(
-        prefill
-            .iter()
-            .map(|p| (p.tokens as f64, p.pairs as f64, p.seconds)),
-    );
     let decode_fit = round_fit(&pts).map(|(f, t, p)| RoundFit {
         model: Some(opts.model_name.clone()),
         fixed_s: f,

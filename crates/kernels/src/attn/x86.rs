@@ -26,6 +26,12 @@ pub fn supports(format: KvFormat, hd: usize) -> bool {
 /// Decodes chunk `c` (values `16c .. 16c + 16`) of the row at `row` to f32.
 trait Rows {
     unsafe fn chunk(row: *const u8, c: usize) -> __m512;
+
+    /// Chunks `c` and `c + 1` (`c` even: one quantization group, decoded once).
+    #[inline(always)]
+    unsafe fn pair(row: *const u8, c: usize) -> (__m512, __m512) {
+        (Self::chunk(row, c), Self::chunk(row, c + 1))
+    }
 }
 
 /// The f16 scale at `p`, broadcast.
@@ -60,6 +66,18 @@ impl Rows for Q8Rows {
         let q = _mm_loadu_si128(g.add(2 + (c & 1) * 16) as *const __m128i);
         _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)), scale_at(g))
     }
+
+    #[inline(always)]
+    unsafe fn pair(row: *const u8, c: usize) -> (__m512, __m512) {
+        let g = row.add((c >> 1) * 34);
+        let d = scale_at(g);
+        let q0 = _mm_loadu_si128(g.add(2) as *const __m128i);
+        let q1 = _mm_loadu_si128(g.add(18) as *const __m128i);
+        (
+            _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q0)), d),
+            _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q1)), d),
+        )
+    }
 }
 
 struct Q4Rows;
@@ -74,37 +92,122 @@ impl Rows for Q4Rows {
         let v = _mm512_sub_epi32(_mm512_cvtepu8_epi32(nib), _mm512_set1_epi32(8));
         _mm512_mul_ps(_mm512_cvtepi32_ps(v), scale_at(g))
     }
+
+    #[inline(always)]
+    unsafe fn pair(row: *const u8, c: usize) -> (__m512, __m512) {
+        let g = row.add((c >> 1) * 18);
+        let d = scale_at(g);
+        let b = _mm_loadu_si128(g.add(2) as *const __m128i);
+        let m = _mm_set1_epi8(0x0f);
+        let eight = _mm512_set1_epi32(8);
+        let lo = _mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_and_si128(b, m)), eight);
+        let hi = _mm512_sub_epi32(
+            _mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(b, 4), m)),
+            eight,
+        );
+        (
+            _mm512_mul_ps(_mm512_cvtepi32_ps(lo), d),
+            _mm512_mul_ps(_mm512_cvtepi32_ps(hi), d),
+        )
+    }
 }
 
 /// Physical rows of the sequence, block by block: `(first row pointer, first position,
-/// rows in this block)`.
+/// rows in this block, next block's first row pointer and row count)`.
 #[inline(always)]
 fn blocks<'a>(
     base: *const u8,
     kv: &'a PagedKv,
     table: &'a [u32],
     n_ctx: usize,
-) -> impl Iterator<Item = (*const u8, usize, usize)> + 'a {
+) -> impl Iterator<Item = (*const u8, usize, usize, *const u8, usize)> + 'a {
     let bs = kv.block_size;
-    table
-        .iter()
-        .take(n_ctx.div_ceil(bs))
-        .enumerate()
-        .map(move |(i, &b)| {
-            let j = i * bs;
-            // wrapping_add: the pointer stays in bounds (checked by PagedKv::check), this
-            // only avoids an unsafe block inside the iterator.
-            (
-                base.wrapping_add(kv.row_offset(b as usize, 0)),
-                j,
-                bs.min(n_ctx - j),
-            )
-        })
+    let n_blocks = n_ctx.div_ceil(bs);
+    // wrapping_add: the pointers stay in bounds (checked by PagedKv::check) or are never
+    // read (a next block past the end has 0 rows); this only avoids an unsafe block here.
+    let at = move |i: usize| base.wrapping_add(kv.row_offset(table[i] as usize, 0));
+    (0..n_blocks).map(move |i| {
+        let j = i * bs;
+        let next = if i + 1 < n_blocks { at(i + 1) } else { base };
+        let next_n = n_ctx.saturating_sub(j + bs).min(bs);
+        (at(i), j, bs.min(n_ctx - j), next, next_n)
+    })
 }
 
-/// `s[g * s_stride + j] = (q_g · k_j) * scale` for G heads. The FMA chains and the final
-/// reduction are those of `ops::dot_f16` (even chunks in `s0`, odd in `s1`), so the
-/// scores are bit-identical to the per-row kernel.
+/// Asks for the next block's rows (one per row processed, so the misses in flight stay
+/// few) while the current one is processed: blocks sit at
+/// unrelated addresses, so the hardware prefetcher cannot run ahead across them, and at
+/// large batch the context is far larger than the caches (the kernel is memory bound).
+#[inline(always)]
+unsafe fn prefetch_rows(p: *const u8, bytes: usize) {
+    let mut off = 0;
+    while off < bytes {
+        _mm_prefetch(p.wrapping_add(off) as *const i8, _MM_HINT_T0);
+        off += 64;
+    }
+}
+
+/// The horizontal sums of 16 vectors at once: lane `r` of the result is the sum of
+/// `v[r]`'s lanes, added in exactly the tree `_mm512_reduce_add_ps` uses (halves, then
+/// quarters, eighths, pairs), so each sum is bit-identical to reducing `v[r]` alone, at
+/// about a third of the shuffles.
+#[inline(always)]
+unsafe fn reduce16(v: &[__m512; 16]) -> __m512 {
+    // Lanes i and i + 8: rows (2p, 2p + 1) in the two 256-bit halves.
+    let mut w = [_mm512_setzero_ps(); 8];
+    for (p, w) in w.iter_mut().enumerate() {
+        let (a, b) = (v[2 * p], v[2 * p + 1]);
+        *w = _mm512_add_ps(
+            _mm512_shuffle_f32x4(a, b, 0b01_00_01_00),
+            _mm512_shuffle_f32x4(a, b, 0b11_10_11_10),
+        );
+    }
+    // Lanes i and i + 4: 128-bit lane k of x[m] holds row 4m + k.
+    let mut x = [_mm512_setzero_ps(); 4];
+    for (m, x) in x.iter_mut().enumerate() {
+        let (a, b) = (w[2 * m], w[2 * m + 1]);
+        *x = _mm512_add_ps(
+            _mm512_shuffle_f32x4(a, b, 0b10_00_10_00),
+            _mm512_shuffle_f32x4(a, b, 0b11_01_11_01),
+        );
+    }
+    // Lanes i and i + 2: lane k of y[n] holds rows 8n + k (elements 0, 1), 8n + 4 + k.
+    let y0 = _mm512_add_ps(
+        _mm512_shuffle_ps(x[0], x[1], 0x44),
+        _mm512_shuffle_ps(x[0], x[1], 0xee),
+    );
+    let y1 = _mm512_add_ps(
+        _mm512_shuffle_ps(x[2], x[3], 0x44),
+        _mm512_shuffle_ps(x[2], x[3], 0xee),
+    );
+    // Lanes 0 and 1: element 4k + e holds row 4e + k; put row r at element r.
+    let z = _mm512_add_ps(
+        _mm512_shuffle_ps(y0, y1, 0x88),
+        _mm512_shuffle_ps(y0, y1, 0xdd),
+    );
+    let idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    _mm512_permutexvar_ps(idx, z)
+}
+
+/// Stores the first `k` of 16 reduced, scaled scores of each head at `s + g * s_stride`.
+#[inline(always)]
+unsafe fn flush<const G: usize>(
+    sums: &[[__m512; 16]; G],
+    s: *mut f32,
+    s_stride: usize,
+    k: usize,
+    vscale: __m512,
+) {
+    let m: __mmask16 = if k >= 16 { 0xffff } else { (1 << k) - 1 };
+    for (g, v) in sums.iter().enumerate() {
+        let r = _mm512_mul_ps(reduce16(v), vscale);
+        _mm512_mask_storeu_ps(s.add(g * s_stride), m, r);
+    }
+}
+
+/// `s[g * s_stride + j] = (q_g · k_j) * scale` for G heads. The FMA chains are those of
+/// `ops::dot_f16` (even chunks in `s0`, odd in `s1`) and [`reduce16`] reduces like it, so
+/// the scores are bit-identical to the per-row kernel.
 #[inline(always)]
 unsafe fn scores_pass<R: Rows, const G: usize>(
     kv: &PagedKv,
@@ -117,14 +220,20 @@ unsafe fn scores_pass<R: Rows, const G: usize>(
 ) {
     let (hd, rb) = (kv.head_dim, kv.row_bytes());
     let nc = hd / 16;
-    for (mut row, j, n) in blocks(kv.k.as_ptr(), kv, table, n_ctx) {
+    let vscale = _mm512_set1_ps(scale);
+    // Per-row partial sums of 16 consecutive positions, reduced together.
+    let mut sums = [[_mm512_setzero_ps(); 16]; G];
+    let mut k = 0;
+    for (mut row, j, n, next, next_n) in blocks(kv.k.as_ptr(), kv, table, n_ctx) {
         for r in 0..n {
+            if r < next_n {
+                prefetch_rows(next.wrapping_add(r * rb), rb);
+            }
             let mut s0 = [_mm512_setzero_ps(); G];
             let mut s1 = [_mm512_setzero_ps(); G];
             let mut c = 0;
             while c + 2 <= nc {
-                let k0 = R::chunk(row, c);
-                let k1 = R::chunk(row, c + 1);
+                let (k0, k1) = R::pair(row, c);
                 for g in 0..G {
                     let qg = q.add(g * hd + c * 16);
                     s0[g] = _mm512_fmadd_ps(_mm512_loadu_ps(qg), k0, s0[g]);
@@ -139,16 +248,27 @@ unsafe fn scores_pass<R: Rows, const G: usize>(
                 }
             }
             for g in 0..G {
-                *s.add(g * s_stride + j + r) =
-                    _mm512_reduce_add_ps(_mm512_add_ps(s0[g], s1[g])) * scale;
+                sums[g][k] = _mm512_add_ps(s0[g], s1[g]);
+            }
+            k += 1;
+            if k == 16 {
+                flush(&sums, s.add(j + r + 1 - 16), s_stride, 16, vscale);
+                k = 0;
             }
             row = row.add(rb);
         }
     }
+    if k > 0 {
+        for v in sums.iter_mut() {
+            v[k..].fill(_mm512_setzero_ps());
+        }
+        flush(&sums, s.add(n_ctx - k), s_stride, k, vscale);
+    }
 }
 
 /// `out_g += Σ_j p[g * p_stride + j] · v_j` for G heads, rows in position order per
-/// output value (the order of repeated `ops::axpy_f16`, hence bit-identical).
+/// output value (the order of repeated `ops::axpy_f16`, hence bit-identical). Chunks go
+/// in pairs so a quantized group is decoded once per row.
 #[inline(always)]
 unsafe fn values_pass<R: Rows, const G: usize>(
     kv: &PagedKv,
@@ -159,8 +279,36 @@ unsafe fn values_pass<R: Rows, const G: usize>(
     out: *mut f32,
 ) {
     let (hd, rb) = (kv.head_dim, kv.row_bytes());
-    for (rows, j, n) in blocks(kv.v.as_ptr(), kv, table, n_ctx) {
-        for c in 0..hd / 16 {
+    let nc = hd / 16;
+    for (rows, j, n, next, next_n) in blocks(kv.v.as_ptr(), kv, table, n_ctx) {
+        let mut c = 0;
+        while c + 2 <= nc {
+            let mut a0 = [_mm512_setzero_ps(); G];
+            let mut a1 = [_mm512_setzero_ps(); G];
+            for g in 0..G {
+                a0[g] = _mm512_loadu_ps(out.add(g * hd + c * 16));
+                a1[g] = _mm512_loadu_ps(out.add(g * hd + c * 16 + 16));
+            }
+            let mut row = rows;
+            for r in 0..n {
+                if c == 0 && r < next_n {
+                    prefetch_rows(next.wrapping_add(r * rb), rb);
+                }
+                let (v0, v1) = R::pair(row, c);
+                for g in 0..G {
+                    let w = _mm512_set1_ps(*p.add(g * p_stride + j + r));
+                    a0[g] = _mm512_fmadd_ps(w, v0, a0[g]);
+                    a1[g] = _mm512_fmadd_ps(w, v1, a1[g]);
+                }
+                row = row.add(rb);
+            }
+            for g in 0..G {
+                _mm512_storeu_ps(out.add(g * hd + c * 16), a0[g]);
+                _mm512_storeu_ps(out.add(g * hd + c * 16 + 16), a1[g]);
+            }
+            c += 2;
+        }
+        if c < nc {
             let mut acc = [_mm512_setzero_ps(); G];
             for (g, a) in acc.iter_mut().enumerate() {
                 *a = _mm512_loadu_ps(out.add(g * hd + c * 16));

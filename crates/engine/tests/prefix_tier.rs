@@ -1,0 +1,138 @@
+//! The prefix cache and the second (disk) tier never change outputs: greedy outputs are
+//! identical with the prefix cache on and off, at block sizes 1, 16 and 32, for a request
+//! whose prefix was evicted and fetched back from disk, and after a restart that reloads
+//! the disk tier.
+
+mod common;
+use common::*;
+use folio_core::kv::EvictionPolicy;
+use folio_engine::EngineConfig;
+use std::sync::atomic::Ordering::Relaxed;
+
+fn text(seed: usize, words: usize) -> String {
+    let w = [
+        "alpha", "river", "stone", "cloud", "seven", "green", "table", "north", "quiet", "lamp",
+    ];
+    (0..words)
+        .map(|i| {
+            format!(
+                "{}{}",
+                w[(i * 7 + seed * 3) % w.len()],
+                (i * 31 + seed * 17) % 97
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[test]
+fn prefix_cache_and_block_sizes_keep_outputs() {
+    let shared = format!("System: {}\n", text(1, 120));
+    let suffixes = ["Question one?", "Another question here.", "Third."];
+    let run = |cfg: EngineConfig| -> Vec<Vec<u32>> {
+        let h = engine(cfg);
+        let mut outs = Vec::new();
+        // Twice, so the second round hits the cache.
+        for _ in 0..2 {
+            for s in suffixes {
+                let p = h.tokenizer.encode(&format!("{shared}{s}"), true).unwrap();
+                outs.push(collect(h.submit(greedy(&p, 12)).unwrap()).ids);
+            }
+        }
+        let hits = h.metrics.prefix_hits_tokens.load(Relaxed);
+        h.shutdown();
+        if outs.is_empty() || hits == u64::MAX {
+            unreachable!();
+        }
+        outs
+    };
+    let off = run(EngineConfig {
+        prefix_cache: false,
+        ..EngineConfig::default()
+    });
+    for bs in [1usize, 16, 32] {
+        let on = run(EngineConfig {
+            prefix_cache: true,
+            block_size: bs,
+            ..EngineConfig::default()
+        });
+        assert_eq!(
+            on, off,
+            "block size {bs}: outputs differ with the prefix cache on"
+        );
+    }
+}
+
+#[test]
+fn evicted_prefix_comes_back_from_disk_and_survives_restart() {
+    let dir = std::env::temp_dir().join(format!("folio-tier-e2e-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    // 60 blocks of 16 tokens: far less than the three long prompts below.
+    let cfg = EngineConfig {
+        kv_cache_bytes: 23_040 * 16 * 60,
+        eviction: EvictionPolicy::Lru,
+        kv_disk_dir: Some(dir.clone()),
+        ..EngineConfig::default()
+    };
+    let h = engine(cfg.clone());
+    let a = h
+        .tokenizer
+        .encode(&format!("{}\nSummarize.", text(2, 200)), true)
+        .unwrap();
+    assert!(
+        a.len() > 400,
+        "prompt A should span many blocks: {}",
+        a.len()
+    );
+    let first = collect(h.submit(greedy(&a, 8)).unwrap());
+    for seed in [3, 4] {
+        let other = h
+            .tokenizer
+            .encode(&format!("{}\nSummarize.", text(seed, 250)), true)
+            .unwrap();
+        let o = collect(h.submit(greedy(&other, 4)).unwrap());
+        assert_eq!(
+            o.ids.len(),
+            4,
+            "prompt of {} tokens: {:?}",
+            other.len(),
+            o.reason
+        );
+    }
+    assert!(
+        h.metrics.tier_spills.load(Relaxed) > 0,
+        "A's blocks should have been spilled"
+    );
+    let again = collect(h.submit(greedy(&a, 8)).unwrap());
+    assert_eq!(
+        again.ids, first.ids,
+        "output after fetching the prefix back from disk differs"
+    );
+    assert!(
+        h.metrics.tier_fetches.load(Relaxed) > 0,
+        "A's prefix should come back from disk"
+    );
+    assert!(
+        again.usage.cached_tokens >= 16 * 20,
+        "cached tokens {}",
+        again.usage.cached_tokens
+    );
+    h.shutdown();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+
+    // A new engine on the same directory: the prefix is served from disk at once.
+    let h = engine(cfg);
+    let after = collect(h.submit(greedy(&a, 8)).unwrap());
+    assert_eq!(after.ids, first.ids, "output after a restart differs");
+    assert!(
+        h.metrics.tier_fetches.load(Relaxed) > 0,
+        "the restarted engine should fetch from disk"
+    );
+    assert!(
+        after.usage.cached_tokens >= 16 * 20,
+        "cached tokens after restart {}",
+        after.usage.cached_tokens
+    );
+    h.shutdown();
+    let _ = std::fs::remove_dir_all(&dir);
+}
