@@ -14,6 +14,7 @@ struct Cli {
 }
 
 #[derive(Subcommand)]
+#[allow(clippy::large_enum_variant)]
 enum Cmd {
     #[command(flatten)]
     Bench(bench_cmd::BenchServeCmds),

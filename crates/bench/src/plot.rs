@@ -181,6 +181,7 @@ impl Chart {
 }
 
 type Pick = fn(&RunReport) -> Option<f64>;
+type PickSummary = fn(&RunReport) -> Option<Summary>;
 
 fn rate_series(files: &[ResultFile], name: &str, pick: Pick, dashed: bool) -> Vec<Series> {
     files
@@ -212,7 +213,7 @@ fn concurrency(r: &RunReport) -> Option<f64> {
 /// and throughput versus concurrency (charts without data are left out).
 pub fn charts(files: &[ResultFile]) -> Vec<(String, Chart)> {
     let mut out = Vec::new();
-    let lat: [(&str, &str, fn(&RunReport) -> Option<Summary>); 4] = [
+    let lat: [(&str, &str, PickSummary); 4] = [
         ("ttft", "TTFT", |r| r.ttft_ms),
         ("tpot", "TPOT", |r| r.tpot_ms),
         ("itl", "ITL", |r| r.itl_ms),

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 /// The `folio bench` subcommands this module provides.
 #[derive(Subcommand)]
+#[allow(clippy::large_enum_variant)] // parsed once per process
 pub enum BenchServeCmds {
     /// Load-test any OpenAI-compatible server (streaming /v1/completions).
     Serve(ServeBenchArgs),

@@ -1,5 +1,7 @@
 //! `folio`: serve, generate, bench, profile and plan, in one binary.
 
+mod bench_cmd;
+mod bench_engine;
 mod bench_model;
 mod bench_spec;
 mod engine_args;
@@ -25,6 +27,7 @@ struct Cli {
 }
 
 #[derive(Subcommand)]
+#[allow(clippy::large_enum_variant)]
 enum Cmd {
     /// Serve the OpenAI-compatible HTTP API.
     Serve {
@@ -62,6 +65,8 @@ enum Cmd {
         #[arg(long)]
         ignore_eos: bool,
     },
+    /// Measure this machine: the chapter's MBU/MFU table and a machine profile JSON.
+    Profile(bench_cmd::ProfileArgs),
     /// Capacity, roofline, scheduling, cache, offload, speculation and design-desk arithmetic.
     Plan(plan_cmd::PlanArgs),
     /// Benchmarks (commands that print figures).
@@ -73,6 +78,8 @@ enum Cmd {
 
 #[derive(Subcommand)]
 enum BenchCmd {
+    #[command(flatten)]
+    Load(bench_cmd::BenchServeCmds),
     /// Forward-pass speed: pp512, tg128, aggregate decode at batch 1/4/16/64.
     Model {
         /// A local GGUF file; default: the default model.
@@ -84,6 +91,19 @@ enum BenchCmd {
         /// Fewer repetitions (a smoke run).
         #[arg(long)]
         quick: bool,
+    },
+    /// Continuous batching through the engine: aggregate tok/s, TTFT and ITL per concurrency.
+    Engine {
+        #[command(flatten)]
+        engine: EngineArgs,
+        #[arg(long, value_delimiter = ',', default_value = "1,4,16,64")]
+        concurrency: Vec<usize>,
+        #[arg(long, default_value_t = 256)]
+        input_tokens: usize,
+        #[arg(long, default_value_t = 128)]
+        output_tokens: usize,
+        #[arg(long)]
+        json: bool,
     },
     /// Speculative decoding on an extraction workload: per proposer and batch size.
     Spec {
@@ -147,6 +167,31 @@ fn main() -> Result<()> {
             r
         }
         Cmd::Plan(args) => plan_cmd::run(args),
+        Cmd::Profile(a) => bench_cmd::run_profile(a),
+        Cmd::Bench {
+            what: BenchCmd::Load(bench_cmd::BenchServeCmds::Serve(a)),
+        } => bench_cmd::run_serve(a),
+        Cmd::Bench {
+            what: BenchCmd::Load(bench_cmd::BenchServeCmds::Plot(a)),
+        } => bench_cmd::run_plot(a),
+        Cmd::Bench {
+            what:
+                BenchCmd::Engine {
+                    engine,
+                    concurrency,
+                    input_tokens,
+                    output_tokens,
+                    json,
+                },
+        } => {
+            let rows = bench_engine::run(&engine, &concurrency, input_tokens, output_tokens)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&rows)?);
+            } else {
+                bench_engine::print(&rows);
+            }
+            Ok(())
+        }
         Cmd::Bench {
             what:
                 BenchCmd::Spec {

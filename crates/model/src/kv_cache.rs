@@ -49,8 +49,8 @@ impl KvCache {
             head_dim,
             row_bytes,
             // Zero bytes decode to 0.0 in every format (a zero scale for q8_0/q4_0).
-            k: (0..n_layers).map(|_| vec![0u8; per_layer]).collect(),
-            v: (0..n_layers).map(|_| vec![0u8; per_layer]).collect(),
+            k: (0..n_layers).map(|_| zeroed(per_layer)).collect(),
+            v: (0..n_layers).map(|_| zeroed(per_layer)).collect(),
         }
     }
 
@@ -194,5 +194,34 @@ impl KvCache {
             self.v[l][block * bb..(block + 1) * bb].copy_from_slice(&payload[o + bb..o + 2 * bb]);
         }
         Ok(())
+    }
+}
+
+/// A zeroed buffer, backed by transparent huge pages where the OS offers them: attention
+/// jumps between blocks all over the cache, and with 4 KiB pages nearly every block costs
+/// a TLB miss (a page walk) at large batch.
+fn zeroed(n: usize) -> Vec<u8> {
+    let v = vec![0u8; n];
+    #[cfg(target_os = "linux")]
+    advise_huge(&v);
+    v
+}
+
+#[cfg(target_os = "linux")]
+fn advise_huge(v: &[u8]) {
+    const HUGE: usize = 2 << 20;
+    const MADV_HUGEPAGE: i32 = 14;
+    extern "C" {
+        fn madvise(addr: *mut std::ffi::c_void, len: usize, advice: i32) -> i32;
+    }
+    let start = (v.as_ptr() as usize).next_multiple_of(HUGE);
+    let end = (v.as_ptr() as usize + v.len()) / HUGE * HUGE;
+    if end > start {
+        // SAFETY: the range lies inside `v`'s allocation; MADV_HUGEPAGE only changes how
+        // the kernel backs those pages, never their contents. A failure (no THP) is
+        // harmless, so the result is ignored.
+        unsafe {
+            madvise(start as *mut std::ffi::c_void, end - start, MADV_HUGEPAGE);
+        }
     }
 }

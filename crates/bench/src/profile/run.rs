@@ -213,13 +213,14 @@ impl ProfileReport {
             self.kv_bytes_per_token
         );
         t.push_str(&format!(
-            "{:>5} {:>7} {:>10} {:>9} {:>9} {:>9} {:>10} {:>7} {:>9} {:>11}\n",
+            "{:>5} {:>7} {:>10} {:>9} {:>9} {:>9} {:>8} {:>10} {:>7} {:>9} {:>11}\n",
             "batch",
             "context",
             "read MB",
             "bound ms",
             "math ms",
             "round ms",
+            "best ms",
             "tok/s",
             "MBU %",
             "MFU %",
@@ -237,13 +238,14 @@ impl ProfileReport {
                     format!("{:.0} %", 100.0 * p.flops / p.seconds / self.peak_flops)
                 });
             t.push_str(&format!(
-                "{:>5} {:>7} {:>10.1} {:>9.2} {:>9.2} {:>9.2} {:>10.1} {:>7.0} {:>9.0} {:>11}\n",
+                "{:>5} {:>7} {:>10.1} {:>9.2} {:>9.2} {:>9.2} {:>8.2} {:>10.1} {:>7.0} {:>9.0} {:>11}\n",
                 d.batch,
                 d.context,
                 bytes / 1e6,
                 bound * 1e3,
                 math * 1e3,
                 d.round_s * 1e3,
+                d.best_round_s * 1e3,
                 d.batch as f64 / d.round_s,
                 100.0 * bound / d.round_s,
                 100.0 * math / d.round_s,
@@ -252,7 +254,7 @@ impl ProfileReport {
         }
         t.push_str(
             "\nread MB = weights + b·L·k per decode round; bound = read/β; math = b·F/P; \
-             MBU = bound/round; MFU = math/round;\nprefill MFU = FLOPs of one L-token prefill / (time·P).\n",
+             MBU = bound/round (median round); MFU = math/round;\nprefill MFU = FLOPs of one L-token prefill / (time·P).\n",
         );
         for p in &self.prefill {
             t.push_str(&format!(
