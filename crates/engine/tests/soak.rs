@@ -13,9 +13,11 @@ use std::time::{Duration, Instant};
 
 #[test]
 fn two_thousand_requests_end_without_leaks() {
-    // 24 blocks of 16 tokens for up to 64 running requests: preemption is certain.
+    // 48 blocks of 4 tokens for up to 64 running requests that each grow by several
+    // blocks: preemption is certain.
     let h = engine(EngineConfig {
-        kv_cache_bytes: 23_040 * 16 * 24,
+        block_size: 4,
+        kv_cache_bytes: 23_040 * 4 * 48,
         prefix_cache: false,
         ..EngineConfig::default()
     });

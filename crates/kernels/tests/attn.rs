@@ -295,7 +295,7 @@ fn q4_0_encoding_is_ggml_reference() {
     attn::store_row_scalar(KvFormat::Q4_0, &x, &mut b);
     assert_eq!(&b[..2], &f16::from_f32(1.0).to_le_bytes());
     // d = max / -8 = 1; x/d + 8.5: -8 -> 0, 7 -> 15, 3.2 -> 11, -1.6 -> 6, 0 -> 8.
-    assert_eq!(b[2], 0 | (11 << 4));
+    assert_eq!(b[2], 11 << 4); // low nibble 0, high nibble 11
     assert_eq!(b[3], 15 | (6 << 4));
     assert_eq!(b[4], 8 | (8 << 4));
     let mut back = [0f32; 32];

@@ -41,6 +41,7 @@ pub struct AttnShape {
 
 /// `q`: [n_tokens][n_heads·hd] (RoPE applied); the layer's K/V for every new token must
 /// already be in `kv`. Writes `out`: [n_tokens][n_heads·hd].
+#[allow(clippy::too_many_arguments)]
 pub fn attention(
     batch: &ForwardBatch,
     token_pos: &[(usize, usize)],

@@ -243,8 +243,8 @@ unsafe fn scores_pass<R: Rows, const G: usize>(
             }
             if c < nc {
                 let k0 = R::chunk(row, c);
-                for g in 0..G {
-                    s0[g] = _mm512_fmadd_ps(_mm512_loadu_ps(q.add(g * hd + c * 16)), k0, s0[g]);
+                for (g, s0) in s0.iter_mut().enumerate() {
+                    *s0 = _mm512_fmadd_ps(_mm512_loadu_ps(q.add(g * hd + c * 16)), k0, *s0);
                 }
             }
             for g in 0..G {
