@@ -48,7 +48,16 @@ pub enum SpecArg {
 
 #[derive(Copy, Clone, Debug, ValueEnum)]
 pub enum KvFormatArg {
+    /// IEEE half precision (what llama.cpp stores).
     F16,
+    /// bfloat16.
+    Bf16,
+    /// 32 values + f16 scale = 34 bytes (8.5 bits/value).
+    #[value(name = "q8_0")]
+    Q8_0,
+    /// 16 bytes + f16 scale = 18 bytes per 32 values (4.5 bits/value).
+    #[value(name = "q4_0")]
+    Q4_0,
 }
 
 /// Model and engine settings.
@@ -138,6 +147,9 @@ impl EngineArgs {
             kv_cache_bytes: parse_bytes("--kv-cache-bytes", &self.kv_cache_bytes)?,
             kv_format: match self.kv_format {
                 KvFormatArg::F16 => KvFormat::F16,
+                KvFormatArg::Bf16 => KvFormat::Bf16,
+                KvFormatArg::Q8_0 => KvFormat::Q8_0,
+                KvFormatArg::Q4_0 => KvFormat::Q4_0,
             },
             prefix_cache: !self.no_prefix_cache,
             eviction: match self.eviction {
