@@ -3,9 +3,11 @@
 //! Mirrors llama-bench: pp512 is one 512-token prefill from an empty cache; tg128 decodes 128
 //! tokens one at a time from an empty cache. Batched rows decode `b` sequences that each
 //! already hold `ctx` tokens of context, all in one forward per step, and report aggregate
-//! tokens/s: the figure continuous batching turns into throughput.
+//! tokens/s (median round, as `folio profile` measures it): the figure continuous batching
+//! turns into throughput.
 
 use anyhow::Result;
+use folio_bench::profile::rounds::tokens;
 use folio_kernels::pool::ThreadPool;
 use folio_model::{ForwardBatch, KvFormat, Model};
 use serde::Serialize;
@@ -24,21 +26,6 @@ pub struct Row {
 }
 
 const BLOCK: usize = 16;
-
-fn tokens(n: usize, seed: u64, vocab: usize) -> Vec<u32> {
-    // A fixed LCG: the same "prompt" every run, no dependence on a tokenizer.
-    let mut s = seed
-        .wrapping_mul(6364136223846793005)
-        .wrapping_add(1442695040888963407);
-    (0..n)
-        .map(|_| {
-            s = s
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((s >> 33) % (vocab as u64 - 10)) as u32 + 5
-        })
-        .collect()
-}
 
 fn best_of<F: FnMut() -> Result<f64>>(reps: usize, mut f: F) -> Result<f64> {
     let mut best = f64::INFINITY;
@@ -117,10 +104,20 @@ pub fn run(model: &Model, quick: bool) -> Result<Vec<Row>> {
     let tg = if quick { 32 } else { 128 };
     let s = best_of(reps.min(2), || decode(model, 1, 0, tg))?;
     rows.push(row(&format!("tg{tg}"), 1, 0, tg, s, tg));
+    // Batched rows: the same measurement as `folio profile` (median round of `steps`
+    // rounds at a fixed 256-token context), so the two commands agree by method.
     let steps = if quick { 8 } else { 32 };
     for b in [1usize, 4, 16, 64] {
-        let s = decode(model, b, 256, steps)?;
-        rows.push(row("decode", b, 256, b * steps, s, steps));
+        let p =
+            folio_bench::profile::rounds::decode_round(model, ThreadPool::global(), b, 256, steps)?;
+        rows.push(row(
+            "decode",
+            b,
+            256,
+            b * steps,
+            p.round_s * steps as f64,
+            steps,
+        ));
     }
     Ok(rows)
 }

@@ -85,6 +85,9 @@ pub struct EngineArgs {
     /// KV cache memory in bytes (suffixes k, m, g allowed: 512m, 2g).
     #[arg(long, default_value = "1g")]
     pub kv_cache_bytes: String,
+    /// KV cache memory as a fraction of this machine's RAM (overrides --kv-cache-bytes).
+    #[arg(long)]
+    pub kv_cache_fraction: Option<f64>,
     #[arg(long, value_enum, default_value = "f16")]
     pub kv_format: KvFormatArg,
     /// Disable prefix caching across requests.
@@ -128,6 +131,22 @@ pub fn parse_bytes(flag: &str, s: &str) -> Result<usize> {
     Ok((v * mul as f64) as usize)
 }
 
+/// `f` × MemTotal from /proc/meminfo.
+fn fraction_of_ram(f: f64) -> Result<usize> {
+    if !(f > 0.0 && f <= 0.9) {
+        bail!("--kv-cache-fraction: must be in (0, 0.9], got {f}");
+    }
+    let info = std::fs::read_to_string("/proc/meminfo")
+        .context("--kv-cache-fraction: reading /proc/meminfo")?;
+    let kb: f64 = info
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .context("--kv-cache-fraction: no MemTotal in /proc/meminfo")?;
+    Ok((kb * 1024.0 * f) as usize)
+}
+
 impl EngineArgs {
     pub fn config(&self) -> Result<EngineConfig> {
         Ok(EngineConfig {
@@ -144,7 +163,10 @@ impl EngineArgs {
                 ReserveArg::OnDemand => KvReservation::OnDemand,
             },
             block_size: self.block_size,
-            kv_cache_bytes: parse_bytes("--kv-cache-bytes", &self.kv_cache_bytes)?,
+            kv_cache_bytes: match self.kv_cache_fraction {
+                Some(f) => fraction_of_ram(f)?,
+                None => parse_bytes("--kv-cache-bytes", &self.kv_cache_bytes)?,
+            },
             kv_format: match self.kv_format {
                 KvFormatArg::F16 => KvFormat::F16,
                 KvFormatArg::Bf16 => KvFormat::Bf16,

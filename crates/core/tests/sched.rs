@@ -368,3 +368,64 @@ fn add_request_rejects_with_reasons() {
         "invalid scheduler config: token_budget = 0 (must be at least 1)"
     );
 }
+
+/// n > 1 samples: a child forked after the parent's prefill shares every prompt block
+/// (exact ids), gets its own first token, and copies the partial tail on its first append.
+#[test]
+fn fork_shares_prompt_blocks_and_copies_the_tail() {
+    use folio_core::kv::KvConfig;
+    use folio_core::{Request, RequestResult, Scheduler, SchedulerConfig};
+    let cfg = SchedulerConfig {
+        kv: KvConfig {
+            num_blocks: 16,
+            block_size: 4,
+            prefix_cache: false,
+            ..KvConfig::default()
+        },
+        ..SchedulerConfig::default()
+    };
+    let mut s = Scheduler::new(cfg).unwrap();
+    s.add_request(Request::new(1, vec![10, 11, 12, 13, 14, 15], 4))
+        .unwrap();
+    let out = s.schedule();
+    assert_eq!(out.requests[0].block_table, vec![0, 1]);
+    s.fork(1, 2, 4, 77).unwrap();
+    assert_eq!(
+        s.kv().table(2).unwrap().blocks,
+        vec![0, 1],
+        "child shares both prompt blocks"
+    );
+    s.update(
+        &out,
+        &[RequestResult {
+            id: 1,
+            new_token_ids: vec![70],
+            finish: None,
+        }],
+    );
+    assert_eq!(s.request(2).unwrap().output(), &[77]);
+    // Next step: both decode; the child's append into shared block 1 copies it first.
+    let out = s.schedule();
+    let ids: Vec<u64> = out.requests.iter().map(|r| r.id).collect();
+    assert_eq!(ids, vec![1, 2]);
+    assert_eq!(out.requests[1].token_ids, vec![77]);
+    assert_eq!(out.requests[1].start_pos, 6);
+    assert_eq!(
+        out.copies.len(),
+        1,
+        "one copy-on-write of the shared partial tail"
+    );
+    assert_eq!(out.copies[0].src, 1);
+    assert_ne!(
+        out.requests[0].block_table[1],
+        out.requests[1].block_table[1]
+    );
+    assert_eq!(
+        out.requests[0].block_table[0], out.requests[1].block_table[0],
+        "full block stays shared"
+    );
+    assert!(
+        s.fork(1, 3, 4, 5).is_err(),
+        "a parent with output cannot be forked"
+    );
+}

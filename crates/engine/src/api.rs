@@ -203,6 +203,14 @@ pub(crate) enum Command {
         req: Box<GenerateRequest>,
         tx: mpsc::UnboundedSender<Event>,
     },
+    /// n samples of one prompt: the first request computes the prompt; the others are
+    /// forked from it (sharing its KV blocks) when its prefill completes.
+    AddGroup {
+        ids: Vec<RequestId>,
+        req: Box<GenerateRequest>,
+        params: Vec<SamplingParams>,
+        txs: Vec<mpsc::UnboundedSender<Event>>,
+    },
     Abort(RequestId),
     Shutdown,
 }
@@ -221,6 +229,22 @@ impl EngineHandle {
     /// Queues a request. Validation that needs no engine state happens here, so a bad
     /// request never reaches the loop.
     pub fn submit(&self, req: GenerateRequest) -> Result<RequestStream, SubmitError> {
+        self.validate(&req)?;
+        let id = self
+            .next_id
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let (tx, rx) = mpsc::unbounded_channel();
+        self.tx
+            .send(Command::Add {
+                id,
+                req: Box::new(req),
+                tx,
+            })
+            .map_err(|_| SubmitError::ShuttingDown)?;
+        Ok(RequestStream { id, rx })
+    }
+
+    fn validate(&self, req: &GenerateRequest) -> Result<(), SubmitError> {
         let ctx = self.info.context_length;
         if req.prompt.is_empty() {
             return Err(SubmitError::Invalid(
@@ -249,18 +273,45 @@ impl EngineHandle {
                 "max_tokens: must be >= 1, got 0".into(),
             ));
         }
-        let id = self
+        Ok(())
+    }
+
+    /// Queues `params.len()` samples of one prompt (OpenAI `n`): one stream each. The prompt
+    /// is computed once and its KV shared by all samples (copy-on-write).
+    pub fn submit_n(
+        &self,
+        req: GenerateRequest,
+        params: Vec<SamplingParams>,
+    ) -> Result<Vec<RequestStream>, SubmitError> {
+        if params.len() <= 1 {
+            let mut req = req;
+            if let Some(p) = params.into_iter().next() {
+                req.params = p;
+            }
+            return Ok(vec![self.submit(req)?]);
+        }
+        self.validate(&req)?;
+        let n = params.len() as u64;
+        let first = self
             .next_id
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let (tx, rx) = mpsc::unbounded_channel();
+            .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+        let ids: Vec<RequestId> = (first..first + n).collect();
+        let (txs, streams): (Vec<_>, Vec<_>) = ids
+            .iter()
+            .map(|&id| {
+                let (tx, rx) = mpsc::unbounded_channel();
+                (tx, RequestStream { id, rx })
+            })
+            .unzip();
         self.tx
-            .send(Command::Add {
-                id,
+            .send(Command::AddGroup {
+                ids,
                 req: Box::new(req),
-                tx,
+                params,
+                txs,
             })
             .map_err(|_| SubmitError::ShuttingDown)?;
-        Ok(RequestStream { id, rx })
+        Ok(streams)
     }
 
     /// Aborts a request (also happens when its stream is dropped).

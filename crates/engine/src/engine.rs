@@ -44,6 +44,13 @@ struct Live {
     spec: Option<SpecState>,
 }
 
+/// A sample of an `n > 1` group, not yet forked.
+struct PendingChild {
+    id: RequestId,
+    req: GenerateRequest,
+    tx: UnboundedSender<Event>,
+}
+
 pub(crate) struct Engine {
     model: Model,
     kv: KvCache,
@@ -67,6 +74,9 @@ pub(crate) struct Engine {
     /// Fitted step cost (for draft lengths) and the self-draft's cost per draft token.
     cost_fit: CostFit,
     draft_cost_s: f64,
+    /// Samples waiting to be forked from their group's first request once its prompt is
+    /// computed (OpenAI `n`): they share its KV blocks instead of recomputing the prompt.
+    forks: HashMap<RequestId, Vec<PendingChild>>,
     /// The second KV tier, if configured.
     tier: Option<DiskTier>,
     salt: u64,
@@ -193,6 +203,7 @@ pub fn spawn_engine(
         scratch_slots,
         cost_fit: CostFit::new(),
         draft_cost_s: 0.0,
+        forks: HashMap::new(),
         tier,
         salt,
     };
@@ -258,6 +269,36 @@ impl Engine {
     fn apply(&mut self, cmd: Command) {
         match cmd {
             Command::Add { id, req, tx } => self.add(id, *req, tx),
+            Command::AddGroup {
+                ids,
+                req,
+                params,
+                txs,
+            } => {
+                let mut group = ids.into_iter().zip(params).zip(txs).map(|((id, p), tx)| {
+                    let mut r = (*req).clone();
+                    r.params = p;
+                    (id, r, tx)
+                });
+                let (pid, preq, ptx) = group.next().expect("a group has at least two samples");
+                self.add(pid, preq, ptx);
+                let children: Vec<PendingChild> = group
+                    .map(|(id, req, tx)| PendingChild { id, req, tx })
+                    .collect();
+                if self.live.contains_key(&pid) {
+                    self.forks.insert(pid, children);
+                } else {
+                    for c in children {
+                        let why =
+                            "the group's first request was refused; see its stream".to_string();
+                        let _ = c.tx.send(Event::Finished {
+                            reason: FinishReason::Rejected(why),
+                            usage: Usage::default(),
+                            at: Instant::now(),
+                        });
+                    }
+                }
+            }
             Command::Abort(id) => self.abort(id, FinishReason::Cancelled),
             Command::Shutdown => {
                 self.shutting_down = true;
@@ -392,12 +433,105 @@ impl Engine {
         }
     }
 
+    /// The engine-side state of a request (sampler, detokenizer, stop strings, drafts).
+    fn new_live(&self, req: GenerateRequest, prompt: &[u32], tx: UnboundedSender<Event>) -> Live {
+        let method = req.spec.unwrap_or(self.spec.0);
+        let spec = (method != SpecMethod::Off).then(|| {
+            let fixed = req.spec_tokens.or(self.spec.1);
+            SpecState::new(method, self.spec.2.max(fixed.unwrap_or(0)), fixed, prompt)
+        });
+        Live {
+            tx,
+            sampler: Sampler::new(req.params),
+            decoder: IncrementalDecoder::new(self.tokenizer.clone(), true),
+            stop: StopMatcher::new(req.stop),
+            stop_ids: req.stop_token_ids,
+            ignore_eos: req.ignore_eos,
+            logprobs: req.logprobs,
+            prompt_len: prompt.len(),
+            output: Vec::new(),
+            cached_tokens: 0,
+            spec,
+        }
+    }
+
+    /// Forks the waiting samples of `parent`'s group now that its prompt is computed: each
+    /// draws its own first token from the same logits and shares the parent's KV blocks.
+    fn fork_children(&mut self, parent: RequestId, logits: &[f32], cached: usize, now: Instant) {
+        let Some(children) = self.forks.remove(&parent) else {
+            return;
+        };
+        let vocab = self.model.config.vocab_size;
+        let ctx = self.info.context_length;
+        for c in children {
+            let prompt = c.req.prompt.clone();
+            let max_tokens = c
+                .req
+                .max_tokens
+                .min(ctx.saturating_sub(prompt.len()))
+                .max(1);
+            let mut live = self.new_live(c.req, &prompt, c.tx);
+            live.cached_tokens = cached;
+            let (toks, logprobs) =
+                choose_tokens(&mut live, &logits[..vocab], vocab, &[], &self.eog);
+            let (kept, finish, event) = emit(&mut live, &toks, logprobs, &self.eog, now);
+            let _ = live.tx.send(event);
+            let done = finish
+                .map(|_| FinishReason::Stop)
+                .or((max_tokens == 1).then_some(FinishReason::Length));
+            let result = match done {
+                Some(reason) => Err(reason),
+                None => self
+                    .sched
+                    .fork(parent, c.id, max_tokens, kept[0])
+                    .map_err(|e| FinishReason::Error(e.to_string())),
+            };
+            match result {
+                Ok(()) => {
+                    self.live.insert(c.id, live);
+                }
+                Err(reason) => {
+                    let tail = if reason == FinishReason::Stop {
+                        String::new()
+                    } else {
+                        live.stop.push(&live.decoder.flush()).text_to_emit + &live.stop.flush()
+                    };
+                    if !tail.is_empty() {
+                        let _ = live.tx.send(Event::Tokens {
+                            ids: Vec::new(),
+                            text: tail,
+                            logprobs: Vec::new(),
+                            at: now,
+                        });
+                    }
+                    let usage = Usage {
+                        prompt_tokens: live.prompt_len,
+                        completion_tokens: live.output.len(),
+                        cached_tokens: cached,
+                    };
+                    let _ = live.tx.send(Event::Finished {
+                        reason,
+                        usage,
+                        at: Instant::now(),
+                    });
+                }
+            }
+        }
+    }
+
     /// Seconds since the engine's epoch (instants before it count as 0).
     fn secs(&self, t: Instant) -> f64 {
         t.saturating_duration_since(self.epoch).as_secs_f64()
     }
 
     fn abort(&mut self, id: RequestId, reason: FinishReason) {
+        for c in self.forks.remove(&id).unwrap_or_default() {
+            let _ = c.tx.send(Event::Finished {
+                reason: reason.clone(),
+                usage: Usage::default(),
+                at: Instant::now(),
+            });
+        }
         self.sched.abort(id);
         if let Some(l) = self.live.remove(&id) {
             let usage = Usage {
@@ -473,6 +607,7 @@ impl Engine {
         let mut row = 0;
         let now = Instant::now();
         let forward_s = t0.elapsed().as_secs_f64();
+        let mut fork_jobs: Vec<(RequestId, Vec<f32>, usize)> = Vec::new();
         for sr in &out.requests {
             if !sr.sample {
                 results.push(RequestResult {
@@ -499,6 +634,9 @@ impl Engine {
                 continue;
             };
             live.cached_tokens = cached;
+            if live.output.is_empty() && self.forks.contains_key(&sr.id) {
+                fork_jobs.push((sr.id, l[..vocab].to_vec(), cached));
+            }
             let drafts = &sr.token_ids[sr.token_ids.len() - sr.num_draft_tokens..];
             let (toks, logprobs) = choose_tokens(live, l, vocab, drafts, &self.eog);
             if !drafts.is_empty() {
@@ -517,6 +655,9 @@ impl Engine {
                 new_token_ids: kept,
                 finish,
             });
+        }
+        for (parent, row, cached) in fork_jobs {
+            self.fork_children(parent, &row, cached, now);
         }
         let finished = self.sched.update(&out, &results);
         for r in finished {

@@ -107,8 +107,8 @@ impl MachinePrediction {
                 "read MB",
                 "read bound ms",
                 "compute bound ms",
+                "roofline round ms",
                 "predicted round ms",
-                "measured fit ms",
             ],
         )
         .row(vec![
@@ -118,9 +118,13 @@ impl MachinePrediction {
             fx(self.read_bound_s * 1e3, 2),
             fx(self.compute_bound_s * 1e3, 2),
             fx(self.predicted_round_s * 1e3, 2),
-            self.fit_round_s.map_or("-".into(), |v| fx(v * 1e3, 2)),
+            fx(self.fit_round_s.unwrap_or(self.predicted_round_s) * 1e3, 2),
         ])
-        .explain("round = max(bytes/(β·MBU), b·F/(P·MFU)) + overhead; bytes = D_w + b·L·k");
+        .explain(
+            "roofline = max(bytes/(β·MBU), b·F/(P·MFU)) + overhead, bytes = D_w + b·L·k; predicted = the \
+             profile's measured round model a + b·tokens + c·pairs (the chapter's form) when it was fitted \
+             for this model, else the roofline",
+        );
         let c = Table::new(
             format!(
                 "KV capacity in {} MiB at {} B/token, {}-token blocks",

@@ -58,32 +58,33 @@ pub async fn generate(
     let permit = st.reserve(prompts.len() * p.n)?;
     let mut streams: Vec<RequestStream> = Vec::with_capacity(prompts.len() * p.n);
     for (ids, &max) in prompts.iter().zip(&max_tokens) {
-        for j in 0..p.n {
-            let req = GenerateRequest {
-                prompt: ids.clone(),
-                params: p.sampling_for(j),
-                max_tokens: max,
-                stop: p.stop.clone(),
-                stop_token_ids: p.stop_token_ids.clone(),
-                ignore_eos: p.ignore_eos,
-                logprobs: p.logprobs,
-                deadline: p
-                    .deadline_ms
-                    .map(|d| arrival + std::time::Duration::from_millis(d)),
-                arrival: Some(arrival),
-                spec: p.spec,
-                spec_tokens: p.spec_tokens,
-            };
-            match s.engine.submit(req) {
-                Ok(rs) => streams.push(rs),
-                Err(e) => {
-                    for rs in &streams {
-                        s.engine.abort(rs.id);
-                    }
-                    let e = ApiError::from(e);
-                    s.metrics.rejected(e.status.as_u16());
-                    return Err(e);
+        let req = GenerateRequest {
+            prompt: ids.clone(),
+            params: p.sampling_for(0),
+            max_tokens: max,
+            stop: p.stop.clone(),
+            stop_token_ids: p.stop_token_ids.clone(),
+            ignore_eos: p.ignore_eos,
+            logprobs: p.logprobs,
+            deadline: p
+                .deadline_ms
+                .map(|d| arrival + std::time::Duration::from_millis(d)),
+            arrival: Some(arrival),
+            spec: p.spec,
+            spec_tokens: p.spec_tokens,
+        };
+        // n samples of one prompt share its KV: the engine computes the prompt once and
+        // forks the other samples from it.
+        let params: Vec<_> = (0..p.n).map(|j| p.sampling_for(j)).collect();
+        match s.engine.submit_n(req, params) {
+            Ok(rs) => streams.extend(rs),
+            Err(e) => {
+                for rs in &streams {
+                    s.engine.abort(rs.id);
                 }
+                let e = ApiError::from(e);
+                s.metrics.rejected(e.status.as_u16());
+                return Err(e);
             }
         }
     }

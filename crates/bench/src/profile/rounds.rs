@@ -50,7 +50,8 @@ fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
-fn tokens(n: usize, seed: u64, vocab: usize) -> Vec<u32> {
+/// A fixed pseudo-random "prompt" (an LCG): the same tokens every run, no tokenizer.
+pub fn tokens(n: usize, seed: u64, vocab: usize) -> Vec<u32> {
     let mut s = seed
         .wrapping_mul(6364136223846793005)
         .wrapping_add(1442695040888963407);

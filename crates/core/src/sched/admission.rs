@@ -16,6 +16,8 @@ pub enum RejectReason {
     ZeroMaxTokens,
     #[error("request id {0} is already in use")]
     DuplicateId(u64),
+    #[error("request {id} cannot be forked: {why}")]
+    NotForkable { id: u64, why: &'static str },
     #[error(
         "final KV of {tokens} tokens needs {needed_blocks} blocks, the whole pool has {total_blocks}"
     )]

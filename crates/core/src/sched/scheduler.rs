@@ -174,6 +174,57 @@ impl Scheduler {
         true
     }
 
+    /// Forks running request `parent` into a new request `child` that shares all its KV
+    /// blocks (the partial tail is copied on the child's first append, copy-on-write) and
+    /// continues with `first_token` as its first output: n > 1 samples of one prompt
+    /// compute the prompt once. Call between `schedule` and `update` of the step that
+    /// computed the parent's prompt (the parent has no output yet).
+    pub fn fork(
+        &mut self,
+        parent: RequestId,
+        child: RequestId,
+        max_tokens: usize,
+        first_token: u32,
+    ) -> Result<(), RejectReason> {
+        if self.requests.contains_key(&child) {
+            return Err(RejectReason::DuplicateId(child));
+        }
+        let Some(p) = self.requests.get(&parent) else {
+            return Err(RejectReason::NotForkable {
+                id: parent,
+                why: "unknown or finished",
+            });
+        };
+        if p.status != RequestStatus::Running || p.num_output_tokens() != 0 {
+            return Err(RejectReason::NotForkable {
+                id: parent,
+                why: "not running or already has output",
+            });
+        }
+        let mut c = Request::new(child, p.prompt().to_vec(), max_tokens.max(1));
+        c.arrival_s = p.arrival_s;
+        c.deadline_s = p.deadline_s;
+        c.status = RequestStatus::Running;
+        c.num_computed_tokens = p.num_computed_tokens;
+        c.max_computed_tokens = p.num_computed_tokens;
+        c.num_cached_tokens = p.num_cached_tokens;
+        c.push_output(first_token);
+        self.kv
+            .fork(parent, child)
+            .map_err(|_| RejectReason::NotForkable {
+                id: parent,
+                why: "no KV sequence",
+            })?;
+        let at = self
+            .running
+            .iter()
+            .position(|&r| r == parent)
+            .map_or(self.running.len(), |i| i + 1);
+        self.running.insert(at, child);
+        self.requests.insert(child, c);
+        Ok(())
+    }
+
     /// Cancels a request at any time: it is never scheduled again and its KV is released
     /// as soon as no in-flight step reads it. Returns it (status `Finished(Aborted)`).
     pub fn abort(&mut self, id: RequestId) -> Option<Request> {
