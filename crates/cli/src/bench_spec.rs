@@ -20,27 +20,21 @@ pub struct SpecRow {
     pub speedup: f64,
 }
 
-/// A document of records and a request to copy part of it verbatim.
+/// A list of records and a request to repeat it: the answer copies long spans of the input
+/// (what extraction, quoting and code edits look like to a drafter).
 fn extraction_prompt(i: usize) -> Vec<ChatMessage> {
-    let mut doc = String::new();
-    let names = [
-        "Alice", "Bob", "Carol", "Dave", "Erin", "Frank", "Grace", "Heidi",
-    ];
-    for r in 0..24 {
-        let n = names[(r + i) % names.len()];
+    let mut doc = String::from("Repeat the following list exactly, line by line.\n");
+    for r in 1..=20 {
         doc.push_str(&format!(
-            "Record {r}: {n} ordered {} units of part {}-{} on day {}.\n",
-            (r * 7 + i) % 50 + 1,
-            (r * 13 + i * 3) % 900 + 100,
-            r % 7,
-            r % 28 + 1
+            "Item {r}: order {} shipped to warehouse {} on March {}.\n",
+            (r * 37 + i * 11) % 91,
+            (r * 13 + i) % 7,
+            (r + i) % 28 + 1
         ));
     }
     vec![ChatMessage {
         role: "user".into(),
-        content: format!(
-            "{doc}\nCopy records 3 to 9 above exactly, one per line, with no other text."
-        ),
+        content: doc,
     }]
 }
 

@@ -111,7 +111,7 @@ enum BenchCmd {
         engine: EngineArgs,
         #[arg(long, value_delimiter = ',', default_value = "1,4,16")]
         batch: Vec<usize>,
-        #[arg(long, default_value_t = 160)]
+        #[arg(long, default_value_t = 200)]
         max_tokens: usize,
         #[arg(long)]
         json: bool,
