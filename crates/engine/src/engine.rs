@@ -51,6 +51,41 @@ struct PendingChild {
     tx: UnboundedSender<Event>,
 }
 
+impl Live {
+    /// Ends the stream: text held back for a possible stop string is released (unless a
+    /// stop string matched), then `Finished` with usage.
+    fn finish(mut self, reason: FinishReason, now: Instant) {
+        let tail = if reason == FinishReason::Stop {
+            String::new()
+        } else {
+            self.stop.push(&self.decoder.flush()).text_to_emit + &self.stop.flush()
+        };
+        if !tail.is_empty() {
+            let _ = self.tx.send(Event::Tokens {
+                ids: Vec::new(),
+                text: tail,
+                logprobs: Vec::new(),
+                at: now,
+            });
+        }
+        self.finish_silently(reason);
+    }
+
+    /// Ends the stream without releasing held-back text (cancellation, errors).
+    fn finish_silently(self, reason: FinishReason) {
+        let usage = Usage {
+            prompt_tokens: self.prompt_len,
+            completion_tokens: self.output.len(),
+            cached_tokens: self.cached_tokens,
+        };
+        let _ = self.tx.send(Event::Finished {
+            reason,
+            usage,
+            at: Instant::now(),
+        });
+    }
+}
+
 pub(crate) struct Engine {
     model: Model,
     kv: KvCache,
@@ -491,29 +526,8 @@ impl Engine {
                     self.live.insert(c.id, live);
                 }
                 Err(reason) => {
-                    let tail = if reason == FinishReason::Stop {
-                        String::new()
-                    } else {
-                        live.stop.push(&live.decoder.flush()).text_to_emit + &live.stop.flush()
-                    };
-                    if !tail.is_empty() {
-                        let _ = live.tx.send(Event::Tokens {
-                            ids: Vec::new(),
-                            text: tail,
-                            logprobs: Vec::new(),
-                            at: now,
-                        });
-                    }
-                    let usage = Usage {
-                        prompt_tokens: live.prompt_len,
-                        completion_tokens: live.output.len(),
-                        cached_tokens: cached,
-                    };
-                    let _ = live.tx.send(Event::Finished {
-                        reason,
-                        usage,
-                        at: Instant::now(),
-                    });
+                    live.cached_tokens = cached;
+                    live.finish(reason, now);
                 }
             }
         }
@@ -534,16 +548,7 @@ impl Engine {
         }
         self.sched.abort(id);
         if let Some(l) = self.live.remove(&id) {
-            let usage = Usage {
-                prompt_tokens: l.prompt_len,
-                completion_tokens: l.output.len(),
-                cached_tokens: l.cached_tokens,
-            };
-            let _ = l.tx.send(Event::Finished {
-                reason,
-                usage,
-                at: Instant::now(),
-            });
+            l.finish_silently(reason);
         }
     }
 
@@ -661,7 +666,7 @@ impl Engine {
         }
         let finished = self.sched.update(&out, &results);
         for r in finished {
-            if let Some(mut l) = self.live.remove(&r.id) {
+            if let Some(l) = self.live.remove(&r.id) {
                 let reason = match r.status {
                     folio_core::RequestStatus::Finished(CoreFinish::Stop) => FinishReason::Stop,
                     folio_core::RequestStatus::Finished(CoreFinish::Aborted) => {
@@ -669,30 +674,7 @@ impl Engine {
                     }
                     _ => FinishReason::Length,
                 };
-                // Text held back for a possible stop string is released at the end.
-                let tail = if reason == FinishReason::Stop {
-                    String::new()
-                } else {
-                    l.stop.push(&l.decoder.flush()).text_to_emit + &l.stop.flush()
-                };
-                if !tail.is_empty() {
-                    let _ = l.tx.send(Event::Tokens {
-                        ids: Vec::new(),
-                        text: tail,
-                        logprobs: Vec::new(),
-                        at: now,
-                    });
-                }
-                let usage = Usage {
-                    prompt_tokens: l.prompt_len,
-                    completion_tokens: l.output.len(),
-                    cached_tokens: l.cached_tokens,
-                };
-                let _ = l.tx.send(Event::Finished {
-                    reason,
-                    usage,
-                    at: Instant::now(),
-                });
+                l.finish(reason, now);
             }
         }
         let wall = t0.elapsed().as_secs_f64();
