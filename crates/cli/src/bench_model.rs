@@ -49,38 +49,20 @@ pub fn prefill(model: &Model, n: usize, reps: usize) -> Result<f64> {
     })
 }
 
-/// Seconds for `steps` decode steps of `batch` sequences that start with `ctx` tokens.
-pub fn decode(model: &Model, batch: usize, ctx: usize, steps: usize) -> Result<f64> {
+/// Seconds for `steps` greedy decode steps of one sequence from an empty cache (tg, as
+/// llama-bench measures it).
+pub fn tg(model: &Model, steps: usize) -> Result<f64> {
     let pool = ThreadPool::global();
-    let per_seq = (ctx + steps).div_ceil(BLOCK);
-    let mut kv = model.new_kv_cache(BLOCK, per_seq * batch, KvFormat::F16);
-    let tables: Vec<Vec<u32>> = (0..batch)
-        .map(|s| ((s * per_seq) as u32..((s + 1) * per_seq) as u32).collect())
-        .collect();
-    let vocab = model.config.vocab_size;
-    if ctx > 0 {
-        // Fill the context in chunks of several sequences at once.
-        for group in (0..batch).collect::<Vec<_>>().chunks((2048 / ctx).max(1)) {
-            let mut b = ForwardBatch::new();
-            for &s in group {
-                b.push(&tokens(ctx, s as u64 + 7, vocab), 0, tables[s].clone(), 1);
-            }
-            model.forward(&b, &mut kv, pool)?;
-        }
-    }
-    let mut next: Vec<u32> = (0..batch)
-        .map(|s| tokens(1, s as u64 + 99, vocab)[0])
-        .collect();
+    let blocks = (steps + 1).div_ceil(BLOCK);
+    let mut kv = model.new_kv_cache(BLOCK, blocks, KvFormat::F16);
+    let table: Vec<u32> = (0..blocks as u32).collect();
+    let mut next = tokens(1, 99, model.config.vocab_size)[0];
     let t = Instant::now();
     for step in 0..steps {
         let mut b = ForwardBatch::new();
-        for s in 0..batch {
-            b.push(&[next[s]], ctx + step, tables[s].clone(), 1);
-        }
+        b.push(&[next], step, table.clone(), 1);
         let logits = model.forward(&b, &mut kv, pool)?;
-        for s in 0..batch {
-            next[s] = folio_engine::sampler::argmax(&logits[s * vocab..(s + 1) * vocab]) as u32;
-        }
+        next = folio_engine::sampler::argmax(&logits) as u32;
     }
     Ok(t.elapsed().as_secs_f64())
 }
@@ -101,9 +83,9 @@ pub fn run(model: &Model, quick: bool) -> Result<Vec<Row>> {
     let reps = if quick { 1 } else { 3 };
     let s = prefill(model, 512, reps)?;
     rows.push(row("pp512", 1, 0, 512, s, 1));
-    let tg = if quick { 32 } else { 128 };
-    let s = best_of(reps.min(2), || decode(model, 1, 0, tg))?;
-    rows.push(row(&format!("tg{tg}"), 1, 0, tg, s, tg));
+    let n_tg = if quick { 32 } else { 128 };
+    let s = best_of(reps.min(2), || tg(model, n_tg))?;
+    rows.push(row(&format!("tg{n_tg}"), 1, 0, n_tg, s, n_tg));
     // Batched rows: the same measurement as `folio profile` (median round of `steps`
     // rounds at a fixed 256-token context), so the two commands agree by method.
     let steps = if quick { 8 } else { 32 };

@@ -125,7 +125,7 @@ pub fn parse_bytes(flag: &str, s: &str) -> Result<usize> {
     let v: f64 = num
         .parse()
         .with_context(|| format!("{flag}: expected a size like 512m or 2g, got {s:?}"))?;
-    if !(v > 0.0) || v * mul as f64 > 1e13 {
+    if v.is_nan() || v <= 0.0 || v * mul as f64 > 1e13 {
         bail!("{flag}: must be in (0, 10 TB], got {s:?}");
     }
     Ok((v * mul as f64) as usize)

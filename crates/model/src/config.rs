@@ -146,7 +146,7 @@ impl ModelConfig {
                 what,
             })
         };
-        if self.n_kv_heads == 0 || self.n_heads % self.n_kv_heads != 0 {
+        if self.n_kv_heads == 0 || !self.n_heads.is_multiple_of(self.n_kv_heads) {
             return bad(
                 "attention.head_count_kv",
                 format!(
@@ -155,13 +155,13 @@ impl ModelConfig {
                 ),
             );
         }
-        if self.head_dim == 0 || self.head_dim % 2 != 0 || self.head_dim > 1024 {
+        if self.head_dim == 0 || !self.head_dim.is_multiple_of(2) || self.head_dim > 1024 {
             return bad(
                 "attention.key_length",
                 format!("{} must be even and in 2..=1024", self.head_dim),
             );
         }
-        if self.rope_dim > self.head_dim || self.rope_dim % 2 != 0 {
+        if self.rope_dim > self.head_dim || !self.rope_dim.is_multiple_of(2) {
             return bad(
                 "rope.dimension_count",
                 format!(

@@ -95,7 +95,12 @@ fn random_vocabulary_with_a_sampled_drafter_keeps_the_target_distribution() {
                 break;
             }
         }
-        let out = verify_sampled(&[d], &[p.clone(), p.clone()], &[q.clone()], &mut rng);
+        let out = verify_sampled(
+            &[d],
+            &[p.clone(), p.clone()],
+            std::slice::from_ref(&q),
+            &mut rng,
+        );
         counts[out.tokens[0] as usize] += 1;
     }
     let probs: Vec<f64> = p.iter().map(|e| e.1 as f64).collect();
