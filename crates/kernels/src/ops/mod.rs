@@ -45,13 +45,7 @@ pub fn rmsnorm_with(isa: Isa, x: &[f32], weight: &[f32], eps: f32, out: &mut [f3
         weight.len(),
         out.len()
     );
-    let ss = dispatch!(
-        isa,
-        x86::sum_sq_512(x),
-        x86::sum_sq_256(x),
-        scalar::sum_sq(x)
-    );
-    let s = scalar::rms_scale(ss, x.len(), eps);
+    let s = scalar::ggml_rms_scale(x, eps);
     dispatch!(
         isa,
         x86::scale_mul_512(x, weight, s, out),

@@ -3,20 +3,23 @@
 
 use half::f16;
 
-pub fn sum_sq(x: &[f32]) -> f32 {
-    // f64 like ggml's rms_norm (ggml_float), so long rows lose nothing to rounding.
-    x.iter().map(|&v| (v as f64) * (v as f64)).sum::<f64>() as f32
+/// 1/rms exactly as ggml's rms_norm computes it: f32 squares summed in order into a
+/// double, the mean rounded to f32, then 1/sqrtf(mean + eps). Every ISA uses this (a row
+/// is a few hundred values) so that greedy outputs stay on llama.cpp's side of close calls.
+pub fn ggml_rms_scale(x: &[f32], eps: f32) -> f32 {
+    let mut sum = 0f64;
+    for &v in x {
+        sum += (v * v) as f64;
+    }
+    let mean = (sum / x.len() as f64) as f32;
+    1.0 / (mean + eps).sqrt()
 }
 
 pub fn rmsnorm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
-    let scale = rms_scale(sum_sq(x), x.len(), eps);
+    let scale = ggml_rms_scale(x, eps);
     for ((o, &v), &g) in out.iter_mut().zip(x).zip(w) {
         *o = v * scale * g;
     }
-}
-
-pub fn rms_scale(ss: f32, n: usize, eps: f32) -> f32 {
-    1.0 / (ss / n as f32 + eps).sqrt()
 }
 
 pub fn silu_mul(gate: &mut [f32], up: &[f32]) {

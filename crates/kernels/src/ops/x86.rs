@@ -42,26 +42,6 @@ unsafe fn exp512(x: __m512) -> __m512 {
 }
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
-pub unsafe fn sum_sq_512(x: &[f32]) -> f32 {
-    let p = x.as_ptr();
-    let (mut a0, mut a1) = (_mm512_setzero_ps(), _mm512_setzero_ps());
-    let mut i = 0;
-    while i + 32 <= x.len() {
-        let v0 = _mm512_loadu_ps(p.add(i));
-        let v1 = _mm512_loadu_ps(p.add(i + 16));
-        a0 = _mm512_fmadd_ps(v0, v0, a0);
-        a1 = _mm512_fmadd_ps(v1, v1, a1);
-        i += 32;
-    }
-    while i < x.len() {
-        let v = _mm512_maskz_loadu_ps(mask16(x.len() - i), p.add(i));
-        a0 = _mm512_fmadd_ps(v, v, a0);
-        i += 16;
-    }
-    _mm512_reduce_add_ps(_mm512_add_ps(a0, a1))
-}
-
-#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
 pub unsafe fn scale_mul_512(x: &[f32], w: &[f32], s: f32, out: &mut [f32]) {
     let vs = _mm512_set1_ps(s);
     let mut i = 0;
@@ -276,18 +256,6 @@ unsafe fn exp256(x: __m256) -> __m256 {
         23,
     );
     _mm256_and_ps(_mm256_mul_ps(y, _mm256_castsi256_ps(e)), valid)
-}
-
-#[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn sum_sq_256(x: &[f32]) -> f32 {
-    let mut a = _mm256_setzero_ps();
-    let mut i = 0;
-    while i + 8 <= x.len() {
-        let v = _mm256_loadu_ps(x.as_ptr().add(i));
-        a = _mm256_fmadd_ps(v, v, a);
-        i += 8;
-    }
-    hsum256(a) + x[i..].iter().map(|v| v * v).sum::<f32>()
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
