@@ -878,9 +878,12 @@ fn choose_tokens(
                 }
             }
         }
-        let mut hist = live.output.clone();
-        hist.extend_from_slice(&drafts[..i]);
-        live.sampler.apply_penalties(&mut l, &hist);
+        // The history is only built when a penalty needs it (not on the common path).
+        if live.sampler.has_penalties() {
+            let mut hist = live.output.clone();
+            hist.extend_from_slice(&drafts[..i]);
+            live.sampler.apply_penalties(&mut l, &hist);
+        }
         l
     };
     let toks: Vec<u32> = if drafts.is_empty() {

@@ -78,12 +78,18 @@ impl Sampler {
         Sampler { params, rng }
     }
 
+    /// True when any penalty would change the logits.
+    pub fn has_penalties(&self) -> bool {
+        let p = &self.params;
+        p.presence_penalty != 0.0 || p.frequency_penalty != 0.0 || p.repetition_penalty != 1.0
+    }
+
     /// Applies penalties in place given the tokens generated so far.
     pub fn apply_penalties(&self, logits: &mut [f32], history: &[u32]) {
-        let p = &self.params;
-        if p.presence_penalty == 0.0 && p.frequency_penalty == 0.0 && p.repetition_penalty == 1.0 {
+        if !self.has_penalties() {
             return;
         }
+        let p = &self.params;
         let mut counts: std::collections::HashMap<u32, u32> = Default::default();
         for &t in history {
             *counts.entry(t).or_default() += 1;

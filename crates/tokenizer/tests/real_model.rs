@@ -1,5 +1,5 @@
 //! Checks against the real SmolLM2-135M-Instruct GGUF and llama.cpp's reference token ids
-//! (tests/data/llamacpp-greedy.json, copied from llama.cpp's server output).
+//! (testdata/llamacpp-greedy.json at the repository root, llama.cpp's server output).
 //! Each test skips with a notice when the model file is absent.
 
 use std::path::PathBuf;
@@ -41,7 +41,7 @@ fn load() -> Option<&'static Tokenizer> {
 fn reference() -> Value {
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/tests/data/llamacpp-greedy.json"
+        "/../../testdata/llamacpp-greedy.json"
     );
     serde_json::from_str(&std::fs::read_to_string(path).expect("read reference")).unwrap()
 }

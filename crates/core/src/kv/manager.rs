@@ -538,16 +538,8 @@ impl KvManager {
             else {
                 break;
             };
-            let e = self.cache.remove(h);
-            self.counters.evictions += 1;
-            self.pool.push_free(e.block);
-            self.evicted.push(EvictedBlock {
-                hash: e.hash,
-                parent: e.parent,
-                block: e.block,
-                tokens: e.tokens,
-                depth: e.depth,
-            });
+            let block = self.evict(h);
+            self.pool.push_free(block);
             n += 1;
         }
         n
@@ -684,6 +676,21 @@ impl KvManager {
 
     // ---- internals ----
 
+    /// Drops cached block `h` from the cache, counts the eviction and reports it (so the
+    /// executor can spill it); returns its block id for the caller to free or reuse.
+    fn evict(&mut self, h: BlockHash) -> u32 {
+        let e = self.cache.remove(h);
+        self.counters.evictions += 1;
+        self.evicted.push(EvictedBlock {
+            hash: e.hash,
+            parent: e.parent,
+            block: e.block,
+            tokens: e.tokens,
+            depth: e.depth,
+        });
+        e.block
+    }
+
     /// Takes one block: the free list first, else evicts an unreferenced cached leaf.
     fn alloc_block(&mut self) -> Option<u32> {
         if let Some(b) = self.pool.pop_free() {
@@ -693,17 +700,9 @@ impl KvManager {
         let h =
             self.cache
                 .pick_victim(self.cfg.eviction, p, &self.cfg.cost, self.cfg.tier.as_ref())?;
-        let e = self.cache.remove(h);
-        self.counters.evictions += 1;
-        self.pool.claim(e.block);
-        self.evicted.push(EvictedBlock {
-            hash: e.hash,
-            parent: e.parent,
-            block: e.block,
-            tokens: e.tokens,
-            depth: e.depth,
-        });
-        Some(e.block)
+        let block = self.evict(h);
+        self.pool.claim(block);
+        Some(block)
     }
 
     /// Takes a table reference on a block found in the cache.
