@@ -67,7 +67,7 @@ pub fn tg(model: &Model, steps: usize) -> Result<f64> {
     Ok(t.elapsed().as_secs_f64())
 }
 
-pub fn run(model: &Model, quick: bool) -> Result<Vec<Row>> {
+pub fn run(model: &Model, quick: bool, batches: &[usize], decode_only: bool) -> Result<Vec<Row>> {
     let wb = model.weights.bytes_per_step();
     let mut rows = Vec::new();
     let row = |test: &str, batch, context, tokens: usize, seconds: f64, steps: usize| Row {
@@ -81,15 +81,17 @@ pub fn run(model: &Model, quick: bool) -> Result<Vec<Row>> {
         weight_gb_s: wb as f64 * steps as f64 / seconds / 1e9,
     };
     let reps = if quick { 1 } else { 3 };
-    let s = prefill(model, 512, reps)?;
-    rows.push(row("pp512", 1, 0, 512, s, 1));
-    let n_tg = if quick { 32 } else { 128 };
-    let s = best_of(reps.min(2), || tg(model, n_tg))?;
-    rows.push(row(&format!("tg{n_tg}"), 1, 0, n_tg, s, n_tg));
+    if !decode_only {
+        let s = prefill(model, 512, reps)?;
+        rows.push(row("pp512", 1, 0, 512, s, 1));
+        let n_tg = if quick { 32 } else { 128 };
+        let s = best_of(reps.min(2), || tg(model, n_tg))?;
+        rows.push(row(&format!("tg{n_tg}"), 1, 0, n_tg, s, n_tg));
+    }
     // Batched rows: the same measurement as `folio profile` (median round of `steps`
     // rounds at a fixed 256-token context), so the two commands agree by method.
     let steps = if quick { 8 } else { 32 };
-    for b in [1usize, 4, 16, 64] {
+    for &b in batches {
         let p =
             folio_bench::profile::rounds::decode_round(model, ThreadPool::global(), b, 256, steps)?;
         rows.push(row(

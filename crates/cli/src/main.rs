@@ -91,6 +91,12 @@ enum BenchCmd {
         /// Fewer repetitions (a smoke run).
         #[arg(long)]
         quick: bool,
+        /// Batch sizes of the aggregate decode rows.
+        #[arg(long, value_delimiter = ',', default_value = "1,4,16,64")]
+        batch: Vec<usize>,
+        /// Only the aggregate decode rows (skip pp512 and tg128), e.g. to profile one batch.
+        #[arg(long)]
+        decode_only: bool,
     },
     /// Continuous batching through the engine: aggregate tok/s, TTFT and ITL per concurrency.
     Engine {
@@ -109,6 +115,14 @@ enum BenchCmd {
     Spec {
         #[command(flatten)]
         engine: EngineArgs,
+        /// Extraction-style workloads to run (a paragraph to quote back, a list to repeat).
+        #[arg(
+            long,
+            value_enum,
+            value_delimiter = ',',
+            default_value = "paragraph,list"
+        )]
+        workload: Vec<bench_spec::Workload>,
         #[arg(long, value_delimiter = ',', default_value = "1,4,16")]
         batch: Vec<usize>,
         #[arg(long, default_value_t = 200)]
@@ -196,12 +210,13 @@ fn main() -> Result<()> {
             what:
                 BenchCmd::Spec {
                     engine,
+                    workload,
                     batch,
                     max_tokens,
                     json,
                 },
         } => {
-            let rows = bench_spec::run(&engine, &batch, max_tokens)?;
+            let rows = bench_spec::run(&engine, &workload, &batch, max_tokens)?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&rows)?);
             } else {
@@ -210,14 +225,21 @@ fn main() -> Result<()> {
             Ok(())
         }
         Cmd::Bench {
-            what: BenchCmd::Model { model, json, quick },
+            what:
+                BenchCmd::Model {
+                    model,
+                    json,
+                    quick,
+                    batch,
+                    decode_only,
+                },
         } => {
             let path = folio_fetch::resolve_model(model.as_deref())?;
             let gguf = folio_gguf::GgufFile::open(&path)
                 .with_context(|| format!("opening {}", path.display()))?;
             let m = folio_model::Model::from_gguf(&gguf)
                 .with_context(|| format!("loading {}", path.display()))?;
-            let rows = bench_model::run(&m, quick)?;
+            let rows = bench_model::run(&m, quick, &batch, decode_only)?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&rows)?);
             } else {

@@ -1,0 +1,62 @@
+//! Single-thread speed of the quantized matmul per activation-row count, as cycles per
+//! (16-row panel, 32-value block, activation row) at an assumed clock (`GHZ`, default 2.87):
+//! `cargo run --release -p folio-kernels --example matmul_speed [q4_1|q8_0] [rows] [cols]`.
+
+use folio_kernels::matmul::{QMatrix, WeightType};
+use folio_kernels::pool::ThreadPool;
+use std::time::Instant;
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let ty = match args.get(1).map(String::as_str) {
+        Some("q8_0") => WeightType::Q8_0,
+        _ => WeightType::Q4_1,
+    };
+    let rows: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(1536);
+    let cols: usize = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(576);
+    let ghz: f64 = std::env::var("GHZ")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(2.87);
+    let (bv, bb) = ty.block();
+    let mut s = 12345u64;
+    let mut rnd = || {
+        s = s
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (s >> 33) as u32
+    };
+    let mut raw = vec![0u8; rows * cols / bv * bb];
+    for (i, b) in raw.iter_mut().enumerate() {
+        // Keep f16 scales small and finite: the scale bytes get a fixed pattern.
+        *b = if i % bb < 4 {
+            [0x00, 0x20, 0x00, 0x20][i % bb % 4]
+        } else {
+            rnd() as u8
+        };
+    }
+    let m = QMatrix::from_ggml(ty, rows, cols, &raw).expect("matrix");
+    let pool = ThreadPool::new(1);
+    for n in [1usize, 2, 4, 8, 16, 32] {
+        let x: Vec<f32> = (0..n * cols)
+            .map(|_| (rnd() % 2000) as f32 / 1000.0 - 1.0)
+            .collect();
+        let mut out = vec![0f32; n * rows];
+        let reps = (400_000_000 / (rows * cols * n)).max(50);
+        for _ in 0..reps / 4 {
+            m.matmul(&x, n, &mut out, &pool);
+        }
+        let t = Instant::now();
+        for _ in 0..reps {
+            m.matmul(&x, n, &mut out, &pool);
+        }
+        let s = t.elapsed().as_secs_f64() / reps as f64;
+        let units = (rows / 16) * (cols / 32) * n;
+        println!(
+            "n={n:>3}  {:>8.1} us  {:>6.2} cycles/(panel,block,row)  {:>6.1} GMAC/s",
+            s * 1e6,
+            s * ghz * 1e9 / units as f64,
+            (rows * cols * n) as f64 / s / 1e9
+        );
+    }
+}
