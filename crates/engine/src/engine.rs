@@ -11,7 +11,7 @@ use crate::api::{
     Command, EngineHandle, EngineInfo, EngineMetrics, Event, FinishReason, TokenLogprob, Usage,
 };
 use crate::sampler::{log_softmax, Sampler};
-use crate::speculate::{CostFit, SpecState};
+use crate::speculate::{SpecState, StepCurve};
 use crate::tier::DiskTier;
 use crate::{EngineConfig, GenerateRequest, RequestId, SpecMethod, StepStats};
 use folio_core::kv::KvConfig;
@@ -21,6 +21,7 @@ use folio_core::{
 };
 use folio_kernels::pool::ThreadPool;
 use folio_model::{ForwardBatch, KvCache, Model};
+use folio_spec::StepTime;
 use folio_tokenizer::{IncrementalDecoder, StopMatcher, Tokenizer};
 use std::collections::HashMap;
 use std::sync::atomic::Ordering::Relaxed;
@@ -107,8 +108,10 @@ pub(crate) struct Engine {
     scratch_per_req: usize,
     scratch_slots: usize,
     /// Fitted step cost (for draft lengths) and the self-draft's cost per draft token.
-    cost_fit: CostFit,
-    draft_cost_s: f64,
+    /// Measured step time by rows: draft planning, and (its linear fit) admission rates.
+    step_curve: StepCurve,
+    /// Measured seconds per self-draft token (per request); `None` until the first draft.
+    draft_cost_s: Option<f64>,
     /// Samples waiting to be forked from their group's first request once its prompt is
     /// computed (OpenAI `n`): they share its KV blocks instead of recomputing the prompt.
     forks: HashMap<RequestId, Vec<PendingChild>>,
@@ -236,8 +239,8 @@ pub fn spawn_engine(
         scratch_base: num_blocks,
         scratch_per_req,
         scratch_slots,
-        cost_fit: CostFit::new(),
-        draft_cost_s: 0.0,
+        step_curve: StepCurve::new(),
+        draft_cost_s: None,
         forks: HashMap::new(),
         tier,
         salt,
@@ -368,7 +371,7 @@ impl Engine {
             r = r.with_deadline(self.secs(d));
             // Rates from the fitted step cost: prefill at 1/β tokens/s, decode at one token
             // per step of the current batch.
-            let c = self.cost_fit.cost();
+            let c = self.step_curve.fit.cost();
             let batch = (self.sched.num_running() + 1) as f64;
             let rates = Rates {
                 prefill_tokens_per_s: 1.0 / c.per_token_s,
@@ -439,7 +442,7 @@ impl Engine {
         let usable = prompt.len().saturating_sub(1) / bs * bs;
         let chain = folio_core::kv::chain_hashes(self.salt, &prompt[..usable], bs);
         let have = self.sched.kv().match_prefix(prompt).num_blocks;
-        let recompute_s = self.cost_fit.cost().per_token_s * bs as f64;
+        let recompute_s = self.step_curve.fit.cost().per_token_s * bs as f64;
         for i in have..chain.len() {
             let tokens = &prompt[i * bs..(i + 1) * bs];
             let tier = self.tier.as_mut().expect("checked above");
@@ -678,7 +681,7 @@ impl Engine {
             }
         }
         let wall = t0.elapsed().as_secs_f64();
-        self.cost_fit.add(out.num_tokens(), wall);
+        self.step_curve.add(out.num_tokens(), wall);
         self.record(&out, wall, fstats);
         self.propose();
     }
@@ -686,40 +689,63 @@ impl Engine {
     /// Drafts for every decoding request that speculates, set on the scheduler for the
     /// next step. Draft lengths follow each request's controller (marginal rule).
     fn propose(&mut self) {
-        let cost = self.cost_fit.cost();
-        let batch = self.sched.num_running().max(1);
-        let mut self_draft: Vec<(RequestId, usize)> = Vec::new();
+        // Candidates: requests whose every token but the newest sampled one is computed.
+        let mut cands: Vec<(RequestId, folio_spec::Candidate)> = Vec::new();
+        let mut others = 0usize;
         let ids: Vec<RequestId> = self.live.keys().copied().collect();
         for id in ids {
             let Some(r) = self.sched.request(id) else {
                 continue;
             };
-            // Only requests whose every token but the newest sampled one is computed.
             if r.num_computed_tokens + 1 != r.num_tokens() || r.num_output_tokens() == 0 {
                 continue;
             }
             let room = r.max_tokens.saturating_sub(r.num_output_tokens() + 1);
-            let live = self.live.get_mut(&id).expect("listed above");
-            let Some(sp) = live.spec.as_mut() else {
+            let live = self.live.get(&id).expect("listed above");
+            let Some(sp) = live.spec.as_ref() else {
+                // Decodes without speculation still take a row of the step.
+                others += 1;
                 continue;
             };
-            let draft_cost = if sp.method == SpecMethod::SelfDraft {
-                self.draft_cost_s
+            let draft_s = if sp.method == SpecMethod::SelfDraft {
+                // Before the first measurement: the draft layers' share of a 1-row step.
+                self.draft_cost_s.unwrap_or_else(|| {
+                    self.step_curve.step_s(1) * self.draft_layers as f64
+                        / self.model.config.n_layers as f64
+                })
             } else {
                 0.0
             };
-            let k = sp.control.choose(&cost, batch, draft_cost).min(room);
+            cands.push((id, sp.control.candidate(room, draft_s)));
+        }
+        if cands.is_empty() {
+            return;
+        }
+        // Non-speculating decodes enter the plan as candidates that never draft.
+        let idle = folio_spec::Candidate {
+            acceptance: 0.0,
+            max: 0,
+            fixed: None,
+            draft_s: 0.0,
+        };
+        let mut all: Vec<folio_spec::Candidate> = cands.iter().map(|c| c.1).collect();
+        all.extend(std::iter::repeat_n(idle, others));
+        let plan = folio_spec::plan(&self.step_curve, &all);
+        let mut self_draft: Vec<(RequestId, usize)> = Vec::new();
+        for ((id, _), &k) in cands.iter().zip(&plan) {
             if k == 0 {
                 continue;
             }
+            let live = self.live.get_mut(id).expect("listed above");
+            let sp = live.spec.as_mut().expect("speculating");
             match sp.method {
                 SpecMethod::Ngram => {
                     let d = sp.index.propose(k);
                     if !d.is_empty() {
-                        self.sched.set_draft(id, d);
+                        self.sched.set_draft(*id, d);
                     }
                 }
-                SpecMethod::SelfDraft => self_draft.push((id, k)),
+                SpecMethod::SelfDraft => self_draft.push((*id, k)),
                 SpecMethod::Off => {}
             }
         }
@@ -807,7 +833,10 @@ impl Engine {
             self.sched.set_draft(id, d);
         }
         let per_token = t0.elapsed().as_secs_f64() / n.max(1) as f64 * reqs.len() as f64;
-        self.draft_cost_s = 0.8 * self.draft_cost_s + 0.2 * per_token;
+        self.draft_cost_s = match self.draft_cost_s {
+            None => Some(per_token),
+            Some(c) => Some(0.8 * c + 0.2 * per_token),
+        };
     }
 
     /// Gauges and counters from the scheduler's state; called after every step and after

@@ -1,34 +1,42 @@
-//! How many tokens to draft: the marginal rule of SPEC §5.
+//! How many tokens to draft: the marginal rule of SPEC §5, applied to the whole batch.
 //!
 //! With per-position acceptance a, a round drafting m tokens fixes E[N_m] = 1 + a + … + a^m
-//! tokens. Lengthening by one pays only if ΔT/ΔN < T/N. A request's share of a step's
-//! time is the fixed cost split over the batch plus its own tokens' marginal cost, so in
-//! a large batch (fixed cost already shared) extra draft tokens stop paying and the
-//! controller drafts fewer or none.
+//! tokens. One more draft token pays only if ΔT/ΔN < T/N, where T is the step's time and N
+//! the tokens the step is expected to fix. The step's time is a measured function of the
+//! rows it computes ([`StepTime`]), not a line: on a CPU where one row is bound by the
+//! weight read, the next few rows are nearly free, while in a large batch (weights already
+//! shared) every extra row costs its full compute, so the same acceptance earns drafts
+//! alone and none in a crowd.
 
 /// Expected tokens fixed per round with `m` drafts at acceptance `a`: Σ_{j=0..m} a^j.
 pub fn expected_tokens(a: f64, m: usize) -> f64 {
     (0..=m).map(|j| a.powi(j as i32)).sum()
 }
 
-/// A linear model of one step's wall time: `fixed_s + per_token_s · tokens`, fitted online.
+/// Wall time of one forward step as a function of the rows (tokens) it computes.
+pub trait StepTime {
+    fn step_s(&self, rows: usize) -> f64;
+
+    /// Whether `step_s(rows)` comes from measuring steps of that size (not a guess).
+    fn measured(&self, _rows: usize) -> bool {
+        true
+    }
+}
+
+/// A linear model of one step's wall time: `fixed_s + per_token_s · tokens`.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct StepCost {
     pub fixed_s: f64,
     pub per_token_s: f64,
 }
 
-impl StepCost {
-    /// A request's share of a step in a batch of `batch` requests computing `1 + m` tokens,
-    /// plus the drafting cost per draft token.
-    pub fn share(&self, batch: usize, m: usize, draft_per_token_s: f64) -> f64 {
-        self.fixed_s / batch.max(1) as f64
-            + self.per_token_s * (1 + m) as f64
-            + draft_per_token_s * m as f64
+impl StepTime for StepCost {
+    fn step_s(&self, rows: usize) -> f64 {
+        self.fixed_s + self.per_token_s * rows as f64
     }
 }
 
-/// Per-request draft-length controller: acceptance estimate and the marginal rule.
+/// Per-request draft-length state: acceptance estimate and limits.
 #[derive(Debug, Clone)]
 pub struct DraftControl {
     /// Smoothed per-position acceptance rate.
@@ -36,6 +44,18 @@ pub struct DraftControl {
     pub max_tokens: usize,
     /// A fixed draft length (`--spec-tokens`); `None` = adaptive.
     pub fixed: Option<usize>,
+}
+
+/// One decoding request as the batch planner sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct Candidate {
+    pub acceptance: f64,
+    /// Most drafts this round (controller limit and room left before max_tokens).
+    pub max: usize,
+    /// A fixed draft length, exempt from the rule.
+    pub fixed: Option<usize>,
+    /// Seconds to produce one draft token (0 for context lookup).
+    pub draft_s: f64,
 }
 
 impl DraftControl {
@@ -60,31 +80,87 @@ impl DraftControl {
         self.acceptance = 0.7 * self.acceptance + 0.3 * a;
     }
 
-    /// Draft length for the next round: the m maximizing E[N_m] / T_m, growing m only
-    /// while ΔT/ΔN < T/N.
-    pub fn choose(&self, cost: &StepCost, batch: usize, draft_per_token_s: f64) -> usize {
-        if let Some(k) = self.fixed {
-            return k.min(self.max_tokens);
+    /// This request as a planner candidate with at most `room` drafts.
+    pub fn candidate(&self, room: usize, draft_s: f64) -> Candidate {
+        Candidate {
+            acceptance: self.acceptance,
+            max: self.max_tokens.min(room),
+            fixed: self.fixed.map(|k| k.min(self.max_tokens).min(room)),
+            draft_s,
         }
-        let a = self.acceptance.clamp(0.0, 0.99);
-        let mut m = 0;
-        while m < self.max_tokens {
-            let (t, n) = (
-                cost.share(batch, m, draft_per_token_s),
-                expected_tokens(a, m),
-            );
-            let (t1, n1) = (
-                cost.share(batch, m + 1, draft_per_token_s),
-                expected_tokens(a, m + 1),
-            );
-            if (t1 - t) / (n1 - n) < t / n {
-                m += 1;
+    }
+
+    /// Draft length for this request alone in a step of `batch` decoding requests: the
+    /// others draft nothing (see [`plan`] for the joint choice).
+    pub fn choose(&self, time: &impl StepTime, batch: usize, draft_s: f64) -> usize {
+        let mut reqs = vec![
+            Candidate {
+                acceptance: 0.0,
+                max: 0,
+                fixed: None,
+                draft_s: 0.0,
+            };
+            batch.max(1)
+        ];
+        reqs[0] = self.candidate(self.max_tokens, draft_s);
+        plan(time, &reqs)[0]
+    }
+}
+
+/// Draft lengths for every decoding request of the next step, jointly: start from no
+/// drafts (fixed lengths excepted) and hand out one draft token at a time to the request
+/// whose next draft is most likely accepted, while ΔT/ΔN < T/N for the step as a whole.
+/// Every extra row costs the same ΔT = T(R + 1) − T(R) whoever gets it, so the greedy order
+/// is by expected gain a^(m+1) per cost, and it stops at the first refusal.
+///
+/// Exploration: when the refused row count was never measured (its time is interpolated),
+/// one draft that is likely accepted (a^(m+1) ≥ 1/2) goes ahead anyway, so the curve learns
+/// that size; otherwise a guess from distant sizes (say, from prefill steps) could keep
+/// the planner from ever trying the cheap rows it would find.
+pub fn plan(time: &impl StepTime, reqs: &[Candidate]) -> Vec<usize> {
+    let mut m: Vec<usize> = reqs.iter().map(|c| c.fixed.unwrap_or(0)).collect();
+    let mut rows = reqs.len() + m.iter().sum::<usize>();
+    let mut n: f64 = reqs
+        .iter()
+        .zip(&m)
+        .map(|(c, &k)| expected_tokens(c.acceptance.clamp(0.0, 0.99), k))
+        .sum();
+    let mut t = time.step_s(rows)
+        + reqs
+            .iter()
+            .zip(&m)
+            .map(|(c, &k)| c.draft_s * k as f64)
+            .sum::<f64>();
+    let mut explore = true;
+    loop {
+        // A step is never cheaper with more rows; noise in a measured curve must not make
+        // drafts look free.
+        let dt_rows = (time.step_s(rows + 1) - time.step_s(rows)).max(t * 1e-3);
+        let best = reqs
+            .iter()
+            .enumerate()
+            .filter(|(i, c)| c.fixed.is_none() && m[*i] < c.max)
+            .map(|(i, c)| {
+                let gain = c.acceptance.clamp(0.0, 0.99).powi(m[i] as i32 + 1);
+                (i, gain, dt_rows + c.draft_s)
+            })
+            .max_by(|x, y| (x.1 / x.2).total_cmp(&(y.1 / y.2)));
+        let Some((i, dn, dt)) = best else {
+            break;
+        };
+        if dn <= 0.0 || dt / dn >= t / n {
+            if explore && dn >= 0.5 && !time.measured(rows + 1) {
+                explore = false;
             } else {
                 break;
             }
         }
-        m
+        m[i] += 1;
+        rows += 1;
+        n += dn;
+        t += dt;
     }
+    m
 }
 
 #[cfg(test)]
@@ -138,5 +214,83 @@ mod tests {
             fixed: Some(5),
         };
         assert_eq!(fixed.choose(&cost, 64, 0.0), 5);
+    }
+
+    /// A CPU-like step: the first 4 rows cost 0.1 ms each over a 3 ms weight read, every
+    /// row after that 1 ms of compute.
+    struct Knee;
+    impl StepTime for Knee {
+        fn step_s(&self, rows: usize) -> f64 {
+            let r = rows as f64;
+            0.003 + 0.0001 * r.min(4.0) + 0.001 * (r - 4.0).max(0.0)
+        }
+    }
+
+    #[test]
+    fn plan_follows_the_measured_step_curve() {
+        let c = Candidate {
+            acceptance: 0.85,
+            max: 8,
+            fixed: None,
+            draft_s: 0.0,
+        };
+        // Alone: rows 2..4 are nearly free, and at a = 0.85 later rows still pay:
+        // T = 3.4 ms for N = 1 + .85 + .72 + .61 = 3.18 → T/N ≈ 1.07 ms; the 5th row costs
+        // 1 ms for 0.52 tokens, so it stops at 3 drafts.
+        assert_eq!(plan(&Knee, &[c]), vec![3]);
+        // 16 decoding requests: 16 ms for 16 tokens; a draft row costs 1 ms for 0.85 tokens.
+        assert_eq!(plan(&Knee, &[c; 16]), vec![0; 16]);
+        // A poor acceptor gets nothing even alone once drafting itself costs time.
+        let poor = Candidate {
+            acceptance: 0.1,
+            draft_s: 0.002,
+            ..c
+        };
+        assert_eq!(plan(&Knee, &[poor]), vec![0]);
+        // The better acceptor gets the free rows first.
+        let low = Candidate {
+            acceptance: 0.3,
+            ..c
+        };
+        assert_eq!(plan(&Knee, &[low, c]), vec![0, 2]);
+        // Fixed lengths are kept whatever the rule says.
+        let fixed = Candidate {
+            fixed: Some(5),
+            ..c
+        };
+        assert_eq!(plan(&Knee, &[fixed; 16]), vec![5; 16]);
+    }
+
+    /// The knee's cost, but only rows 1 and 400 were ever measured: interpolated, the
+    /// rows in between look like 1 ms each.
+    struct Sparse;
+    impl StepTime for Sparse {
+        fn step_s(&self, rows: usize) -> f64 {
+            0.0031 + (rows as f64 - 1.0) * 0.001
+        }
+        fn measured(&self, rows: usize) -> bool {
+            rows == 1 || rows == 400
+        }
+    }
+
+    #[test]
+    fn plan_explores_one_unmeasured_row_count() {
+        let c = Candidate {
+            acceptance: 0.85,
+            max: 8,
+            fixed: None,
+            draft_s: 0.0,
+        };
+        // By the guess one draft (1 ms for 0.85 tokens vs T/N = 3.1 ms) pays, the second
+        // (1 ms for 0.72 tokens vs 4.1/1.85 = 2.2 ms) too, the third (1/0.61 = 1.63 vs
+        // 5.1/2.57 = 1.98) too, the fourth (1/0.522 = 1.916 vs 6.1/3.187 = 1.914) does not,
+        // but its row count was never measured and 0.52 ≥ 1/2, so it goes ahead once.
+        assert_eq!(plan(&Sparse, &[c]), vec![4]);
+        let poor = Candidate {
+            acceptance: 0.4,
+            ..c
+        };
+        // One draft pays (1/0.4 = 2.5 < 3.1); the second gains 0.16 < 1/2: no exploration.
+        assert_eq!(plan(&Sparse, &[poor]), vec![1]);
     }
 }

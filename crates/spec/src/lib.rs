@@ -22,7 +22,7 @@ pub mod ngram;
 pub mod stats;
 pub mod verify;
 
-pub use control::{expected_tokens, DraftControl, StepCost};
+pub use control::{expected_tokens, plan, Candidate, DraftControl, StepCost, StepTime};
 pub use ngram::NgramIndex;
 pub use stats::SpecStats;
 pub use verify::{verify_greedy, verify_sampled, Verdict};
