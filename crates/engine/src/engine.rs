@@ -593,6 +593,11 @@ impl Engine {
                 sr.block_table.clone(),
                 n_logits,
             );
+            // Output tokens attend as llama.cpp's decode steps do, prompt tokens as its
+            // prompt batch does, however this step groups them (see `SeqSpan`).
+            if let (Some(r), Some(span)) = (self.sched.request(sr.id), batch.seqs.last_mut()) {
+                span.decode_from = r.num_prompt_tokens();
+            }
         }
         let fstats = self.model.stats(&batch, self.kv.bytes_per_token());
         let logits = match self.model.forward(&batch, &mut self.kv, self.pool) {

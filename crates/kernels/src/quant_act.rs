@@ -11,6 +11,10 @@ use crate::pool::{SendPtr, ThreadPool};
 /// Values per quantization block.
 pub const QK: usize = 32;
 
+/// Values per lane group: one `vpdpbusd` lane sums 4 products, and ggml's dot products keep
+/// one float accumulator per such group (see `matmul::kernel`).
+pub const GROUP: usize = 4;
+
 /// `n` rows of `cols` activations quantized to blocks of [`QK`]; reused across calls so the
 /// hot path does not allocate once it has grown to the largest batch.
 #[derive(Default, Debug, Clone)]
@@ -21,6 +25,9 @@ pub struct QuantizedActs {
     d: Vec<f32>,
     s: Vec<f32>,
     isum: Vec<i32>,
+    /// Sums of the codes per group of 4 (8 per block): the offset term of the symmetric
+    /// weight formats, taken per `vpdpbusd` lane group as ggml's dot products do.
+    gsum: Vec<i32>,
 }
 
 impl QuantizedActs {
@@ -59,6 +66,11 @@ impl QuantizedActs {
         &self.isum[..self.n * self.cols / QK]
     }
 
+    /// Exact integer sums of the codes per group of [`GROUP`] (`n * cols / 4`).
+    pub fn group_sums(&self) -> &[i32] {
+        &self.gsum[..self.n * self.cols / GROUP]
+    }
+
     /// Quantizes `x` (`n` rows of `cols`) with `isa` (clamped to what the CPU has), spreading
     /// rows over `pool` when the batch is big enough to repay the hand-off.
     ///
@@ -73,6 +85,9 @@ impl QuantizedActs {
         let nb = cols / QK;
         if self.q.len() < n * cols {
             self.q.resize(n * cols, 0);
+        }
+        if self.gsum.len() < n * cols / GROUP {
+            self.gsum.resize(n * cols / GROUP, 0);
         }
         if self.d.len() < n * nb {
             self.d.resize(n * nb, 0.0);
@@ -93,15 +108,17 @@ impl QuantizedActs {
                 &mut self.s[..n * nb],
                 &mut self.isum[..n * nb],
             );
+            group_sums(&self.q[..n * cols], &mut self.gsum[..n * cols / GROUP]);
             return;
         }
         let n_tasks = n.min(threads * 4);
         let per = n.div_ceil(n_tasks);
-        let (q, d, s, is) = (
+        let (q, d, s, is, gs) = (
             SendPtr(self.q.as_mut_ptr()),
             SendPtr(self.d.as_mut_ptr()),
             SendPtr(self.s.as_mut_ptr()),
             SendPtr(self.isum.as_mut_ptr()),
+            SendPtr(self.gsum.as_mut_ptr()),
         );
         pool.run(n_tasks, &|t| {
             let r0 = (t * per).min(n);
@@ -121,8 +138,22 @@ impl QuantizedActs {
                     std::slice::from_raw_parts_mut(s.get().add(r0 * nb), rows * nb),
                     std::slice::from_raw_parts_mut(is.get().add(r0 * nb), rows * nb),
                 );
+                group_sums(
+                    std::slice::from_raw_parts(q.get().add(r0 * cols), rows * cols),
+                    std::slice::from_raw_parts_mut(
+                        gs.get().add(r0 * cols / GROUP),
+                        rows * cols / GROUP,
+                    ),
+                );
             }
         });
+    }
+}
+
+/// `gsum[g] = q[4g] + … + q[4g + 3]`.
+fn group_sums(q: &[i8], gsum: &mut [i32]) {
+    for (g, c) in gsum.iter_mut().zip(q.chunks_exact(GROUP)) {
+        *g = c.iter().map(|&v| v as i32).sum();
     }
 }
 

@@ -71,12 +71,22 @@ fn silu_mul_matches_scalar_including_extremes() {
             let mut b = g.clone();
             ops::silu_mul_with(isa, &mut a, &u);
             ops::silu_mul_with(Isa::Scalar, &mut b, &u);
-            close(&a, &b, 2e-6, &format!("silu_mul {isa:?} n={n}"));
+            // llama.cpp's exp approximation in every ISA: the same bits.
+            assert_eq!(a, b, "silu_mul {isa:?} n={n}");
         }
     }
-    let mut g = [0.0f32, 1.0];
-    ops::silu_mul_with(Isa::Scalar, &mut g, &[5.0, 2.0]);
-    assert_eq!(g, [0.0, 2.0 / (1.0 + (-1.0f32).exp())]);
+    let mut g = [0.0f32, 1.0, -3.0];
+    ops::silu_mul_with(Isa::Scalar, &mut g, &[5.0, 2.0, 1.0]);
+    assert_eq!(g[0], 0.0);
+    for (got, want) in g[1..]
+        .iter()
+        .zip([2.0 / (1.0 + (-1.0f64).exp()), -3.0 / (1.0 + 3f64.exp())])
+    {
+        assert!(
+            ((*got as f64 - want) / want).abs() < 1e-6,
+            "{got} vs {want}"
+        );
+    }
 }
 
 #[test]
@@ -173,14 +183,17 @@ fn softmax_matches_scalar_and_masks_exactly() {
 #[test]
 fn rope_normal_rotates_adjacent_pairs() {
     // head_dim 4, rope_dim 4, base 10000: pair 0 has frequency 1, pair 1 has 10000^-0.5.
+    // Angles as llama.cpp forms them: the position, times base^(-2/d) per pair, in f32.
     let rope = Rope::new(4, 4, 10000.0, 1.0, false);
     let mut x = vec![1.0, 0.0, 1.0, 0.0, /* head 2 */ 0.0, 1.0, 0.0, 2.0];
     rope.apply(&mut x, 2, 3);
-    let (c0, s0) = (3f64.cos() as f32, 3f64.sin() as f32);
-    let f1 = 3.0 * 10000f64.powf(-0.5);
-    let (c1, s1) = (f1.cos() as f32, f1.sin() as f32);
+    let t1 = 3.0f32 * 10000f32.powf(-0.5);
+    let (c0, s0) = (3f32.cos(), 3f32.sin());
+    let (c1, s1) = (t1.cos(), t1.sin());
     assert_eq!(&x[..4], &[c0, s0, c1, s1]);
     assert_eq!(&x[4..], &[-s0, c0, -2.0 * s1, 2.0 * c1]);
+    // …which are the true angles to f32 precision.
+    assert!((t1 as f64 - 0.03).abs() < 1e-8);
     // Position 0 is the identity.
     let mut y = vec![0.5, -1.0, 2.0, 3.0];
     rope.apply(&mut y, 1, 0);
@@ -193,16 +206,9 @@ fn rope_neox_rotates_halves_and_leaves_tail() {
     let rope = Rope::new(6, 4, 100.0, 0.5, true);
     let mut x = vec![1.0, 1.0, 0.0, 0.0, 7.0, 8.0];
     rope.apply(&mut x, 1, 2);
-    let t0 = 2.0 * 0.5f64;
-    let t1 = 2.0 * 0.5 * 100f64.powf(-0.5);
-    let want = [
-        t0.cos() as f32,
-        t1.cos() as f32,
-        t0.sin() as f32,
-        t1.sin() as f32,
-        7.0,
-        8.0,
-    ];
+    let t0 = 0.5 * 2.0f32;
+    let t1 = 0.5 * (2.0f32 * 100f32.powf(-0.5));
+    let want = [t0.cos(), t1.cos(), t0.sin(), t1.sin(), 7.0, 8.0];
     assert_eq!(x, want);
 }
 

@@ -77,7 +77,22 @@ pub fn attention(
             attn::round_to_f16(qbuf);
             // SAFETY: the (t, heads h*group .. (h+1)*group) region is this task's alone.
             let o = unsafe { std::slice::from_raw_parts_mut(out_ptr.get().add(first), group * hd) };
-            attn::attend(&views[h], table, pos + 1, qbuf, group, scale, scores, o);
+            let order = if pos >= batch.seqs[seq_idx].decode_from {
+                attn::SumOrder::Single
+            } else {
+                attn::SumOrder::Batched
+            };
+            attn::attend(
+                &views[h],
+                table,
+                pos + 1,
+                qbuf,
+                group,
+                scale,
+                order,
+                scores,
+                o,
+            );
         });
     };
     pool.run(n_tokens * n_kv_heads, &task);

@@ -9,16 +9,18 @@
 //!
 //! [`attend`] takes the G query heads that share the KV head (GQA) and makes three passes:
 //! scores for all G heads per key row (each row loaded and decoded once), a softmax per
-//! head, then the weighted sum of value rows for all G heads per row. The numerics are
-//! llama.cpp's for an f16 cache: the caller rounds Q to f16 precision, scores are scaled by
-//! `scale` and soft-maxed in f32, and the probabilities are rounded to f16 before they
-//! weight V. Quantized rows are decoded on the fly inside the kernel (`q * d`), never into
-//! a contiguous copy of the context.
+//! head, then the weighted sum of value rows. The arithmetic is llama.cpp's on a 512-bit
+//! CPU with an f16 cache (tinyBLAS matmuls, `ggml_vec_soft_max_f32`), so that folio's
+//! greedy outputs are llama.cpp's:
+//! - Q is rounded to f16 by the caller; a score is a dot product in [`SumOrder`], times
+//!   `scale`;
+//! - the softmax is [`softmax_lanes`] (llama.cpp's exp approximation, chunk sums in f64);
+//! - the probabilities are rounded to f16, and each output value is again a dot product
+//!   over positions in [`SumOrder`].
 //!
-//! The AVX-512 kernel reproduces the per-row `ops::dot_f16` / `ops::axpy_f16` sequence bit
-//! for bit (same FMA chains, same horizontal reduction), so switching to it changes no
-//! output. Other ISAs run [`generic`]: one row decoded to f32, then the `ops` kernels of
-//! that ISA; with [`Isa::Scalar`] it is the reference the SIMD kernel is tested against.
+//! Quantized rows are decoded on the fly inside the kernel (`q * d`), never into a
+//! contiguous copy of the context. The AVX-512 kernel reproduces [`generic`] bit for bit;
+//! other ISAs run [`generic`] itself.
 //!
 //! # Panics
 //! On mismatched lengths or a block table that points outside the buffers (caller bugs:
@@ -26,12 +28,34 @@
 
 mod format;
 mod generic;
+mod lanes;
 #[cfg(target_arch = "x86_64")]
 mod x86;
+#[cfg(target_arch = "x86_64")]
+pub(crate) use x86::expf_512;
 
 pub use format::{f32_to_bf16_bits, load_row_scalar, store_row_scalar, KvFormat, GROUP};
+pub use lanes::{expf_ggml, reduce16, softmax_lanes, LANES};
 
 use crate::cpu::{isa, Isa};
+
+/// The summation order of attention's dot products: llama.cpp computes a query that is
+/// one of several in its batch with its tinyBLAS matmul, and a lone query (a decode step)
+/// with `ggml_vec_dot_f16`; their roundings differ, and folio reproduces either.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SumOrder {
+    /// tinyBLAS: lane i % 16 of one vector sums terms i, i + 16, … by FMA, then
+    /// [`reduce16`].
+    Batched,
+    /// `ggml_vec_dot_f16`: four vectors, term i in vector (i / 16) % 4, lane i % 16;
+    /// combined as (v0 + v2) + (v1 + v3), then [`reduce16`].
+    Single,
+}
+
+/// Cells llama.cpp's KV cache view is padded to (build b4748, without flash attention):
+/// a lone query's value sums run over that many positions, in sets of 64, and the last 32
+/// of an odd multiple of 32 go to `ggml_vec_dot_f16`'s f64 tail.
+pub const KV_PAD: usize = 32;
 
 /// One KV head's rows in a paged layer buffer (K and V share the layout).
 #[derive(Clone, Copy, Debug)]
@@ -86,8 +110,9 @@ impl PagedKv<'_> {
 }
 
 /// Causal attention of `n_q` query heads (`q`: `[n_q][head_dim]`, already rounded to f16
-/// precision) over the first `n_ctx` positions of `kv` reached through `table`. Writes
-/// `out`: `[n_q][head_dim]`. `scores` is scratch (reused across calls to avoid allocation).
+/// precision) over the first `n_ctx` positions of `kv` reached through `table`, summed in
+/// `order`. Writes `out`: `[n_q][head_dim]`. `scores` is scratch (reused across calls to
+/// avoid allocation).
 #[allow(clippy::too_many_arguments)]
 pub fn attend(
     kv: &PagedKv,
@@ -96,10 +121,11 @@ pub fn attend(
     q: &[f32],
     n_q: usize,
     scale: f32,
+    order: SumOrder,
     scores: &mut Vec<f32>,
     out: &mut [f32],
 ) {
-    attend_with(isa(), kv, table, n_ctx, q, n_q, scale, scores, out)
+    attend_with(isa(), kv, table, n_ctx, q, n_q, scale, order, scores, out)
 }
 
 /// [`attend`] with an explicit ISA.
@@ -112,6 +138,7 @@ pub fn attend_with(
     q: &[f32],
     n_q: usize,
     scale: f32,
+    order: SumOrder,
     scores: &mut Vec<f32>,
     out: &mut [f32],
 ) {
@@ -131,10 +158,11 @@ pub fn attend_with(
     if isa.clamp() == Isa::Avx512 && x86::supports(kv.format, hd) {
         scores.resize(n_q * n_ctx, 0.0);
         // SAFETY: clamp() guarantees AVX-512; `check` bounds every row read.
-        unsafe { x86::attend_512(kv, table, n_ctx, q, n_q, scale, scores, out) };
+        unsafe { x86::attend_512(kv, table, n_ctx, q, n_q, scale, order, scores, out) };
         return;
     }
-    generic::attend(isa.clamp(), kv, table, n_ctx, q, n_q, scale, scores, out)
+    let _ = isa;
+    generic::attend(kv, table, n_ctx, q, n_q, scale, order, scores, out)
 }
 
 /// Rounds every value to the nearest f16 (ties to even) and back: the query rounding

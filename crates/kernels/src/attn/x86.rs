@@ -2,25 +2,28 @@
 //!
 //! Rows are read in chunks of 16 values; [`Rows`] decodes one chunk of a row in each
 //! format, so the passes below are written once. Up to 4 query heads are processed per
-//! pass (their accumulators stay in registers); a larger group runs in sub-groups.
+//! pass (their accumulators stay in registers); a larger group runs in sub-groups. The
+//! arithmetic is the reference's (`generic`, see the module doc of `attn`) bit for bit.
 
-use super::{store_row_scalar, KvFormat, PagedKv};
-use crate::cpu::Isa;
-use crate::ops;
+use super::{store_row_scalar, KvFormat, PagedKv, SumOrder};
 use std::arch::x86_64::*;
 
 /// Largest number of query heads one pass keeps in registers.
 const MAX_G: usize = 4;
 
-/// Whether the AVX-512 kernel handles this format and head size (whole 16-value chunks,
-/// whole 32-value groups for the quantized formats); others run the generic path.
-pub fn supports(format: KvFormat, hd: usize) -> bool {
-    let unit = if format.group_bytes().is_some() {
-        32
-    } else {
-        16
-    };
-    hd > 0 && hd.is_multiple_of(unit)
+/// Chunks of 16 values per pass of the value kernel (4 x G accumulators in registers).
+const CB: usize = 4;
+
+/// Whether the AVX-512 kernel handles this head size (whole passes of [`CB`] chunks: a
+/// multiple of 64, which also covers the quantized formats' 32-value groups); others run
+/// the generic path.
+pub fn supports(_format: KvFormat, hd: usize) -> bool {
+    hd > 0 && hd.is_multiple_of(16 * CB)
+}
+
+thread_local! {
+    /// Byte offset of every position's row (the value pass visits positions 16 apart).
+    static OFFSETS: std::cell::RefCell<Vec<usize>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// Decodes chunk `c` (values `16c .. 16c + 16`) of the row at `row` to f32.
@@ -205,11 +208,12 @@ unsafe fn flush<const G: usize>(
     }
 }
 
-/// `s[g * s_stride + j] = (q_g · k_j) * scale` for G heads. The FMA chains are those of
-/// `ops::dot_f16` (even chunks in `s0`, odd in `s1`) and [`reduce16`] reduces like it, so
-/// the scores are bit-identical to the per-row kernel.
+/// `s[g * s_stride + j] = (q_g · k_j) * scale` for G heads, summed in the reference's
+/// order: batched, one FMA chain over the row's chunks; single, chunk c into vector c % 4,
+/// then (v0 + v2) + (v1 + v3). Then [`reduce16`] as `_mm512_reduce_add_ps` would, 16
+/// positions at a time.
 #[inline(always)]
-unsafe fn scores_pass<R: Rows, const G: usize>(
+unsafe fn scores_pass<R: Rows, const G: usize, const SINGLE: bool>(
     kv: &PagedKv,
     table: &[u32],
     n_ctx: usize,
@@ -229,26 +233,34 @@ unsafe fn scores_pass<R: Rows, const G: usize>(
             if r < next_n {
                 prefetch_rows(next.wrapping_add(r * rb), rb);
             }
-            let mut s0 = [_mm512_setzero_ps(); G];
-            let mut s1 = [_mm512_setzero_ps(); G];
+            // Batched: one vector per head; single: four (set c % 4).
+            let mut acc = [[_mm512_setzero_ps(); 4]; G];
+            let set = |c: usize| if SINGLE { c % 4 } else { 0 };
             let mut c = 0;
             while c + 2 <= nc {
                 let (k0, k1) = R::pair(row, c);
-                for g in 0..G {
+                let (s0, s1) = (set(c), set(c + 1));
+                for (g, a) in acc.iter_mut().enumerate() {
                     let qg = q.add(g * hd + c * 16);
-                    s0[g] = _mm512_fmadd_ps(_mm512_loadu_ps(qg), k0, s0[g]);
-                    s1[g] = _mm512_fmadd_ps(_mm512_loadu_ps(qg.add(16)), k1, s1[g]);
+                    a[s0] = _mm512_fmadd_ps(_mm512_loadu_ps(qg), k0, a[s0]);
+                    a[s1] = _mm512_fmadd_ps(_mm512_loadu_ps(qg.add(16)), k1, a[s1]);
                 }
                 c += 2;
             }
             if c < nc {
                 let k0 = R::chunk(row, c);
-                for (g, s0) in s0.iter_mut().enumerate() {
-                    *s0 = _mm512_fmadd_ps(_mm512_loadu_ps(q.add(g * hd + c * 16)), k0, *s0);
+                let s0 = set(c);
+                for (g, a) in acc.iter_mut().enumerate() {
+                    a[s0] = _mm512_fmadd_ps(_mm512_loadu_ps(q.add(g * hd + c * 16)), k0, a[s0]);
                 }
             }
             for g in 0..G {
-                sums[g][k] = _mm512_add_ps(s0[g], s1[g]);
+                let a = &acc[g];
+                sums[g][k] = if SINGLE {
+                    _mm512_add_ps(_mm512_add_ps(a[0], a[2]), _mm512_add_ps(a[1], a[3]))
+                } else {
+                    a[0]
+                };
             }
             k += 1;
             if k == 16 {
@@ -266,66 +278,186 @@ unsafe fn scores_pass<R: Rows, const G: usize>(
     }
 }
 
-/// `out_g += Σ_j p[g * p_stride + j] · v_j` for G heads, rows in position order per
-/// output value (the order of repeated `ops::axpy_f16`, hence bit-identical). Chunks go
-/// in pairs so a quantized group is decoded once per row.
+/// `out_g = Σ_j p[g * p_stride + j] · v_j` for G heads, per output value as a dot product
+/// over positions in the reference's order: lane l sums positions l, l + 16, … by FMA
+/// (batched), or positions 64i + 16s + l into set s, sets combined as (s0 + s2) + (s1 + s3)
+/// (single); then the lanes go through the tree of [`reduce16`] (applied across 16
+/// vectors of 16 values). `offs[j]` is position j's row offset in `kv.v`.
 #[inline(always)]
-unsafe fn values_pass<R: Rows, const G: usize>(
+#[allow(clippy::needless_range_loop)]
+unsafe fn values_pass<R: Rows, const G: usize, const SINGLE: bool>(
     kv: &PagedKv,
-    table: &[u32],
-    n_ctx: usize,
+    offs: &[usize],
     p: *const f32,
     p_stride: usize,
     out: *mut f32,
 ) {
-    let (hd, rb) = (kv.head_dim, kv.row_bytes());
+    let hd = kv.head_dim;
+    let n_all = offs.len();
+    // Single: positions past the last whole 64 of the padded length go to the f64 tail.
+    let n_ctx = if SINGLE {
+        n_all.min(n_all.next_multiple_of(super::KV_PAD) & !63)
+    } else {
+        n_all
+    };
     let nc = hd / 16;
-    for (rows, j, n, next, next_n) in blocks(kv.v.as_ptr(), kv, table, n_ctx) {
-        let mut c = 0;
-        while c + 2 <= nc {
-            let mut a0 = [_mm512_setzero_ps(); G];
-            let mut a1 = [_mm512_setzero_ps(); G];
-            for g in 0..G {
-                a0[g] = _mm512_loadu_ps(out.add(g * hd + c * 16));
-                a1[g] = _mm512_loadu_ps(out.add(g * hd + c * 16 + 16));
-            }
-            let mut row = rows;
-            for r in 0..n {
-                if c == 0 && r < next_n {
-                    prefetch_rows(next.wrapping_add(r * rb), rb);
+    let base = kv.v.as_ptr();
+    for c0 in (0..nc).step_by(CB) {
+        let mut lanes = [[[_mm512_setzero_ps(); CB]; G]; 16];
+        let (sets, stride) = if SINGLE { (4, 64) } else { (1, 16) };
+        for (l, lane) in lanes.iter_mut().enumerate().take(n_ctx) {
+            let mut part = [[[_mm512_setzero_ps(); CB]; G]; 4];
+            for (set, out_set) in part.iter_mut().enumerate().take(sets) {
+                // A local accumulator (registers), copied out after the positions.
+                let mut acc = [[_mm512_setzero_ps(); CB]; G];
+                let mut j = 16 * set + l;
+                while j < n_ctx {
+                    let row = base.add(offs[j]);
+                    let (v0, v1) = R::pair(row, c0);
+                    let (v2, v3) = R::pair(row, c0 + 2);
+                    for (g, a) in acc.iter_mut().enumerate() {
+                        let w = _mm512_set1_ps(*p.add(g * p_stride + j));
+                        a[0] = _mm512_fmadd_ps(v0, w, a[0]);
+                        a[1] = _mm512_fmadd_ps(v1, w, a[1]);
+                        a[2] = _mm512_fmadd_ps(v2, w, a[2]);
+                        a[3] = _mm512_fmadd_ps(v3, w, a[3]);
+                    }
+                    j += stride;
                 }
-                let (v0, v1) = R::pair(row, c);
+                *out_set = acc;
+            }
+            // NOTE: plain loops, no closures: a closure does not inherit this function's
+            // target features, and the intrinsics inside it would not inline.
+            if SINGLE {
                 for g in 0..G {
-                    let w = _mm512_set1_ps(*p.add(g * p_stride + j + r));
-                    a0[g] = _mm512_fmadd_ps(w, v0, a0[g]);
-                    a1[g] = _mm512_fmadd_ps(w, v1, a1[g]);
+                    for cc in 0..CB {
+                        let s = &part;
+                        lane[g][cc] = _mm512_add_ps(
+                            _mm512_add_ps(s[0][g][cc], s[2][g][cc]),
+                            _mm512_add_ps(s[1][g][cc], s[3][g][cc]),
+                        );
+                    }
                 }
-                row = row.add(rb);
-            }
-            for g in 0..G {
-                _mm512_storeu_ps(out.add(g * hd + c * 16), a0[g]);
-                _mm512_storeu_ps(out.add(g * hd + c * 16 + 16), a1[g]);
-            }
-            c += 2;
-        }
-        if c < nc {
-            let mut acc = [_mm512_setzero_ps(); G];
-            for (g, a) in acc.iter_mut().enumerate() {
-                *a = _mm512_loadu_ps(out.add(g * hd + c * 16));
-            }
-            let mut row = rows;
-            for r in 0..n {
-                let v = R::chunk(row, c);
-                for (g, a) in acc.iter_mut().enumerate() {
-                    let w = _mm512_set1_ps(*p.add(g * p_stride + j + r));
-                    *a = _mm512_fmadd_ps(w, v, *a);
-                }
-                row = row.add(rb);
-            }
-            for (g, a) in acc.iter().enumerate() {
-                _mm512_storeu_ps(out.add(g * hd + c * 16), *a);
+            } else {
+                *lane = part[0];
             }
         }
+        for g in 0..G {
+            for cc in 0..CB {
+                let mut t = [_mm512_setzero_ps(); 8];
+                for i in 0..8 {
+                    t[i] = _mm512_add_ps(lanes[i + 8][g][cc], lanes[i][g][cc]);
+                }
+                let mut u = [_mm512_setzero_ps(); 4];
+                for i in 0..4 {
+                    u[i] = _mm512_add_ps(t[i + 4], t[i]);
+                }
+                let r = _mm512_add_ps(_mm512_add_ps(u[0], u[2]), _mm512_add_ps(u[1], u[3]));
+                _mm512_storeu_ps(out.add(g * hd + (c0 + cc) * 16), r);
+            }
+        }
+    }
+    if n_ctx < n_all {
+        // The f64 tail: each product rounded to f32, added in position order.
+        for g in 0..G {
+            for c in 0..nc {
+                let o = out.add(g * hd + c * 16);
+                let r = _mm512_loadu_ps(o);
+                let mut lo = _mm512_cvtps_pd(_mm512_castps512_ps256(r));
+                let mut hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(
+                    _mm512_castps_pd(r),
+                )));
+                for (j, &off) in offs.iter().enumerate().take(n_all).skip(n_ctx) {
+                    let v = R::chunk(base.add(off), c);
+                    let prod = _mm512_mul_ps(v, _mm512_set1_ps(*p.add(g * p_stride + j)));
+                    lo = _mm512_add_pd(lo, _mm512_cvtps_pd(_mm512_castps512_ps256(prod)));
+                    hi = _mm512_add_pd(
+                        hi,
+                        _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(
+                            _mm512_castps_pd(prod),
+                        ))),
+                    );
+                }
+                let r = _mm512_castpd_ps(_mm512_insertf64x4::<1>(
+                    _mm512_castpd256_pd512(_mm256_castps_pd(_mm512_cvtpd_ps(lo))),
+                    _mm256_castps_pd(_mm512_cvtpd_ps(hi)),
+                ));
+                _mm512_storeu_ps(o, r);
+            }
+        }
+    }
+}
+
+/// llama.cpp's exp approximation on 16 lanes (the vector form of `lanes::expf_ggml`).
+#[inline(always)]
+pub(crate) unsafe fn expf_512(x: __m512) -> __m512 {
+    use super::lanes::expc::*;
+    let r = _mm512_set1_ps(f32::from_bits(SHIFT));
+    let z = _mm512_fmadd_ps(x, _mm512_set1_ps(f32::from_bits(LOG2E)), r);
+    let n = _mm512_sub_ps(z, r);
+    let b = _mm512_fnmadd_ps(
+        n,
+        _mm512_set1_ps(f32::from_bits(LN2_LO)),
+        _mm512_fnmadd_ps(n, _mm512_set1_ps(f32::from_bits(LN2_HI)), x),
+    );
+    let big = _mm512_cmp_ps_mask(_mm512_abs_ps(n), _mm512_set1_ps(192.0), _CMP_GT_OQ);
+    let u = _mm512_mul_ps(b, b);
+    let j = _mm512_fmadd_ps(
+        _mm512_fmadd_ps(
+            _mm512_fmadd_ps(
+                _mm512_set1_ps(f32::from_bits(C5)),
+                b,
+                _mm512_set1_ps(f32::from_bits(C4)),
+            ),
+            u,
+            _mm512_fmadd_ps(
+                _mm512_set1_ps(f32::from_bits(C3)),
+                b,
+                _mm512_set1_ps(f32::from_bits(C2)),
+            ),
+        ),
+        u,
+        _mm512_fmadd_ps(_mm512_set1_ps(f32::from_bits(C1)), b, _mm512_set1_ps(1.0)),
+    );
+    let res = _mm512_scalef_ps(j, n);
+    if big == 0 {
+        return res;
+    }
+    let zero = _mm512_setzero_ps();
+    let le0 = _mm512_cmp_ps_mask(n, zero, _CMP_LE_OQ);
+    let alt = _mm512_mask_blend_ps(le0, _mm512_set1_ps(f32::INFINITY), zero);
+    _mm512_mask_blend_ps(big, res, alt)
+}
+
+/// [`super::softmax_lanes`] on 16 lanes at a time (bit-identical).
+#[inline(always)]
+unsafe fn softmax_512(x: &mut [f32]) {
+    let max = x.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+    if max == f32::NEG_INFINITY {
+        return;
+    }
+    let vmax = _mm512_set1_ps(max);
+    let ptr = x.as_mut_ptr();
+    let mut sum = 0f64;
+    let mut i = 0;
+    while i < x.len() {
+        let rest = x.len() - i;
+        let m: __mmask16 = if rest >= 16 { 0xffff } else { (1 << rest) - 1 };
+        let v = _mm512_maskz_loadu_ps(m, ptr.add(i));
+        // Lanes past the end are zero, as exp(−∞) would be.
+        let e = _mm512_maskz_mov_ps(m, expf_512(_mm512_sub_ps(v, vmax)));
+        _mm512_mask_storeu_ps(ptr.add(i), m, e);
+        sum += _mm512_reduce_add_ps(e) as f64;
+        i += 16;
+    }
+    let inv = _mm512_set1_ps((1.0 / sum) as f32);
+    let mut i = 0;
+    while i < x.len() {
+        let rest = x.len() - i;
+        let m: __mmask16 = if rest >= 16 { 0xffff } else { (1 << rest) - 1 };
+        let v = _mm512_maskz_loadu_ps(m, ptr.add(i));
+        _mm512_mask_storeu_ps(ptr.add(i), m, _mm512_mul_ps(v, inv));
+        i += 16;
     }
 }
 
@@ -346,7 +478,7 @@ unsafe fn round_f16(x: &mut [f32]) {
 
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn run<R: Rows>(
+unsafe fn run<R: Rows, const SINGLE: bool>(
     kv: &PagedKv,
     table: &[u32],
     n_ctx: usize,
@@ -362,29 +494,43 @@ unsafe fn run<R: Rows>(
     while g0 < n_q {
         let (qp, sp) = (q.as_ptr().add(g0 * hd), s.add(g0 * n_ctx));
         match (n_q - g0).min(MAX_G) {
-            1 => scores_pass::<R, 1>(kv, table, n_ctx, qp, scale, sp, n_ctx),
-            2 => scores_pass::<R, 2>(kv, table, n_ctx, qp, scale, sp, n_ctx),
-            3 => scores_pass::<R, 3>(kv, table, n_ctx, qp, scale, sp, n_ctx),
-            _ => scores_pass::<R, 4>(kv, table, n_ctx, qp, scale, sp, n_ctx),
+            1 => scores_pass::<R, 1, SINGLE>(kv, table, n_ctx, qp, scale, sp, n_ctx),
+            2 => scores_pass::<R, 2, SINGLE>(kv, table, n_ctx, qp, scale, sp, n_ctx),
+            3 => scores_pass::<R, 3, SINGLE>(kv, table, n_ctx, qp, scale, sp, n_ctx),
+            _ => scores_pass::<R, 4, SINGLE>(kv, table, n_ctx, qp, scale, sp, n_ctx),
         }
         g0 += MAX_G;
     }
     for p in scores.chunks_exact_mut(n_ctx) {
-        ops::softmax_inplace_with(Isa::Avx512, p);
+        softmax_512(p);
         round_f16(p);
+    }
+    // Taken out of the thread-local and put back: the kernel must not run inside a
+    // closure (closures do not inherit target features).
+    let mut offs = OFFSETS.with(|o| std::mem::take(&mut *o.borrow_mut()));
+    offs.clear();
+    let bs = kv.block_size;
+    let (mut blk, mut slot) = (0, 0);
+    for _ in 0..n_ctx {
+        offs.push(kv.row_offset(table[blk] as usize, slot));
+        slot += 1;
+        if slot == bs {
+            (blk, slot) = (blk + 1, 0);
+        }
     }
     let (s, o) = (scores.as_ptr(), out.as_mut_ptr());
     let mut g0 = 0;
     while g0 < n_q {
         let (sp, op) = (s.add(g0 * n_ctx), o.add(g0 * hd));
         match (n_q - g0).min(MAX_G) {
-            1 => values_pass::<R, 1>(kv, table, n_ctx, sp, n_ctx, op),
-            2 => values_pass::<R, 2>(kv, table, n_ctx, sp, n_ctx, op),
-            3 => values_pass::<R, 3>(kv, table, n_ctx, sp, n_ctx, op),
-            _ => values_pass::<R, 4>(kv, table, n_ctx, sp, n_ctx, op),
+            1 => values_pass::<R, 1, SINGLE>(kv, &offs, sp, n_ctx, op),
+            2 => values_pass::<R, 2, SINGLE>(kv, &offs, sp, n_ctx, op),
+            3 => values_pass::<R, 3, SINGLE>(kv, &offs, sp, n_ctx, op),
+            _ => values_pass::<R, 4, SINGLE>(kv, &offs, sp, n_ctx, op),
         }
         g0 += MAX_G;
     }
+    OFFSETS.with(|o| *o.borrow_mut() = offs);
 }
 
 /// # Safety
@@ -400,14 +546,23 @@ pub unsafe fn attend_512(
     q: &[f32],
     n_q: usize,
     scale: f32,
+    order: SumOrder,
     scores: &mut [f32],
     out: &mut [f32],
 ) {
+    macro_rules! go {
+        ($r:ty) => {
+            match order {
+                SumOrder::Batched => run::<$r, false>(kv, table, n_ctx, q, n_q, scale, scores, out),
+                SumOrder::Single => run::<$r, true>(kv, table, n_ctx, q, n_q, scale, scores, out),
+            }
+        };
+    }
     match kv.format {
-        KvFormat::F16 => run::<F16Rows>(kv, table, n_ctx, q, n_q, scale, scores, out),
-        KvFormat::Bf16 => run::<Bf16Rows>(kv, table, n_ctx, q, n_q, scale, scores, out),
-        KvFormat::Q8_0 => run::<Q8Rows>(kv, table, n_ctx, q, n_q, scale, scores, out),
-        KvFormat::Q4_0 => run::<Q4Rows>(kv, table, n_ctx, q, n_q, scale, scores, out),
+        KvFormat::F16 => go!(F16Rows),
+        KvFormat::Bf16 => go!(Bf16Rows),
+        KvFormat::Q8_0 => go!(Q8Rows),
+        KvFormat::Q4_0 => go!(Q4Rows),
     }
 }
 

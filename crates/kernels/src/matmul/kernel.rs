@@ -1,18 +1,26 @@
 //! The quantized matmul kernels on the panel layout (see `packed`), one per ISA.
 //!
-//! A *tile* is one panel (16 output rows) times up to 8 activation rows. Per 32-block:
+//! A *tile* is one panel (16 output rows) times a few activation rows. The arithmetic is
+//! ggml's x86 dot product (`ggml_vec_dot_q4_1_q8_1`, `…_q4_0_q8_0`, `…_q8_0_q8_0`), so that
+//! outputs equal llama.cpp's bit for bit: per 32-block and per group g of 4 values
+//! (one `vpdpbusd` lane),
 //! ```text
-//! dp[j][r]  = sum_k u[r][k] * xq[j][k]                (int32, exact)
-//! dp       -= offset * isum[j]                        (symmetric layouts: w = d (u - off))
-//! acc[j][r] = fma(f32(dp), d[r] * dx[j], acc)         (per-block scale, like ggml)
-//! acc[j][r] = fma(m[r], s[j], acc)                    (layouts with stored mins)
+//! p[g]      = sum_{k in 4g..4g+4} u[r][k] * xq[j][k] - offset * gsum[j][g]   (int32, exact)
+//! acc[g]    = fma(f32(p[g]), d[r] * dx[j], acc[g])      (8 float accumulators, as ggml's lanes)
+//! summs     = summs + m[r] * s[j]                       (layouts with stored mins, unfused)
+//! out       = ((acc0+acc4) + (acc2+acc6)) + ((acc1+acc5) + (acc3+acc7)) + summs
 //! ```
-//! Every ISA performs exactly these f32 operations in this order, so SIMD results equal
-//! the scalar reference bit for bit (the tests still allow a tiny tolerance).
+//! (the last line is ggml's `hsum_float_8`). Every ISA performs exactly these f32 operations
+//! in this order, so SIMD results equal the scalar reference bit for bit.
+//!
+//! NOTE: one float accumulator per block (sum the 32 products in int32, one FMA) would
+//! cost a third of the float work, but its rounding differs from llama.cpp's, and this
+//! model's int8 activation quantization turns last-bit differences into flipped codes and
+//! logits that move by tenths of a nat: greedy outputs then part from llama.cpp's.
 
 use super::packed::{code, scales, Layout, Packed, PANEL};
 use crate::cpu::Isa;
-use crate::quant_act::QuantizedActs;
+use crate::quant_act::{QuantizedActs, GROUP};
 
 /// Pointers describing one tile; all derived from checked slices by `run_panels`.
 #[derive(Clone, Copy)]
@@ -25,7 +33,8 @@ pub(crate) struct Tile {
     xq: *const i8,
     xd: *const f32,
     xs: *const f32,
-    xi: *const i32,
+    /// Group sums (`GROUP` values each) of the tile's first activation row.
+    xg: *const i32,
     /// Output of activation row 0, panel row 0; activation row j is `ostride` further.
     out: *mut f32,
     ostride: usize,
@@ -34,12 +43,21 @@ pub(crate) struct Tile {
 }
 
 /// Activation rows processed per pass over a panel's blocks (weights are unpacked once
-/// per pass): 8 fits the 32 zmm registers; AVX2 has only 16 ymm.
+/// per pass). Each row keeps 8 group accumulators and a min sum: 4 rows are 36 zmm, a few
+/// spilled to L1, still measured ~10% faster than 2 rows (weights unpacked half as often);
+/// AVX2 has only 16 ymm.
 fn tile_rows(isa: Isa) -> usize {
     match isa {
-        Isa::Avx2 => 4,
-        _ => 8,
+        Isa::Avx2 => 2,
+        _ => 4,
     }
+}
+
+/// ggml's `hsum_float_8` of 8 lane values, then `+ summs`.
+#[inline(always)]
+fn hsum8(a: &[f32; 8], summs: f32) -> f32 {
+    let r = [a[0] + a[4], a[1] + a[5], a[2] + a[6], a[3] + a[7]];
+    ((r[0] + r[2]) + (r[1] + r[3])) + summs
 }
 
 /// Activation rows whose codes stay cache-resident while a task walks its panels.
@@ -66,7 +84,7 @@ pub(crate) unsafe fn run_panels(
     let bb = l.block_bytes();
     let w = packed.bytes().as_ptr();
     let tr = tile_rows(isa);
-    let (xq, xd, xs, xi) = (acts.codes(), acts.scales(), acts.sums(), acts.isums());
+    let (xq, xd, xs, xg) = (acts.codes(), acts.scales(), acts.sums(), acts.group_sums());
     for a0 in (0..n).step_by(ACT_CHUNK) {
         let a1 = (a0 + ACT_CHUNK).min(n);
         for p in p0..p1 {
@@ -78,7 +96,7 @@ pub(crate) unsafe fn run_panels(
                     xq: xq.as_ptr().add(j0 * cols),
                     xd: xd.as_ptr().add(j0 * nb),
                     xs: xs.as_ptr().add(j0 * nb),
-                    xi: xi.as_ptr().add(j0 * nb),
+                    xg: xg.as_ptr().add(j0 * cols / GROUP),
                     out: out.add(j0 * rows + p * PANEL),
                     ostride: rows,
                     valid,
@@ -110,36 +128,37 @@ unsafe fn run_tile(isa: Isa, l: Layout, t: &Tile, nr: usize) {
 }
 
 /// The reference kernel: the same arithmetic as the SIMD tiles, one lane at a time.
+#[allow(clippy::needless_range_loop)]
 unsafe fn tile_scalar(l: Layout, t: &Tile, nr: usize) {
     let bb = l.block_bytes();
     let cols = t.nb * 32;
-    let mut acc = [[0f32; PANEL]; 8];
-    for blk in 0..t.nb {
-        let b = std::slice::from_raw_parts(t.w.add(blk * bb), bb);
-        for r in 0..PANEL {
-            let (d, m) = scales(l, b, r);
-            let mut u = [0i32; 32];
-            for (k, uk) in u.iter_mut().enumerate() {
-                *uk = code(l, b, r, k) as i32;
-            }
-            for (j, accj) in acc.iter_mut().enumerate().take(nr) {
-                let x = std::slice::from_raw_parts(t.xq.add(j * cols + blk * 32), 32);
-                let mut dp: i32 = u.iter().zip(x).map(|(&a, &b)| a * b as i32).sum();
-                let jb = j * t.nb + blk;
-                if !l.stored_min() {
-                    dp -= l.offset() * *t.xi.add(jb);
-                }
+    let ng = cols / GROUP;
+    for j in 0..nr {
+        let mut acc = [[0f32; 8]; PANEL];
+        let mut summs = [0f32; PANEL];
+        for blk in 0..t.nb {
+            let b = std::slice::from_raw_parts(t.w.add(blk * bb), bb);
+            let x = std::slice::from_raw_parts(t.xq.add(j * cols + blk * 32), 32);
+            let jb = j * t.nb + blk;
+            for r in 0..PANEL {
+                let (d, m) = scales(l, b, r);
                 let sc = d * *t.xd.add(jb);
-                accj[r] = (dp as f32).mul_add(sc, accj[r]);
+                for g in 0..8 {
+                    let mut p: i32 = (4 * g..4 * g + 4)
+                        .map(|k| code(l, b, r, k) as i32 * x[k] as i32)
+                        .sum();
+                    if !l.stored_min() {
+                        p -= l.offset() * *t.xg.add(j * ng + blk * 8 + g);
+                    }
+                    acc[r][g] = (p as f32).mul_add(sc, acc[r][g]);
+                }
                 if l.stored_min() {
-                    accj[r] = m.mul_add(*t.xs.add(jb), accj[r]);
+                    summs[r] += m * *t.xs.add(jb);
                 }
             }
         }
-    }
-    for (j, accj) in acc.iter().enumerate().take(nr) {
-        for (r, &v) in accj.iter().enumerate().take(t.valid) {
-            *t.out.add(j * t.ostride + r) = v;
+        for r in 0..t.valid {
+            *t.out.add(j * t.ostride + r) = hsum8(&acc[r], summs[r]);
         }
     }
 }
@@ -161,11 +180,7 @@ mod avx512 {
             1 => tile_n::<C4, F32S, MIN, 1>(t),
             2 => tile_n::<C4, F32S, MIN, 2>(t),
             3 => tile_n::<C4, F32S, MIN, 3>(t),
-            4 => tile_n::<C4, F32S, MIN, 4>(t),
-            5 => tile_n::<C4, F32S, MIN, 5>(t),
-            6 => tile_n::<C4, F32S, MIN, 6>(t),
-            7 => tile_n::<C4, F32S, MIN, 7>(t),
-            _ => tile_n::<C4, F32S, MIN, 8>(t),
+            _ => tile_n::<C4, F32S, MIN, 4>(t),
         }
     }
 
@@ -185,8 +200,10 @@ mod avx512 {
         let bb = code_bytes + sbytes * (1 + MIN as usize);
         let off = if C4 { 8 } else { 128 };
         let cols = t.nb * 32;
+        let ng = cols / super::GROUP;
         let m4 = _mm512_set1_epi8(0x0f);
-        let mut acc = [_mm512_setzero_ps(); NB];
+        let mut acc = [[_mm512_setzero_ps(); 8]; NB];
+        let mut summs = [_mm512_setzero_ps(); NB];
         for blk in 0..t.nb {
             let base = t.w.add(blk * bb);
             // Decode streams weights from DRAM; the hardware prefetcher alone runs dry.
@@ -211,40 +228,25 @@ mod avx512 {
             } else {
                 _mm512_setzero_ps()
             };
-            for (j, accj) in acc.iter_mut().enumerate() {
+            for j in 0..NB {
                 let xp = t.xq.add(j * cols + blk * 32) as *const i32;
+                let gp = t.xg.add(j * ng + blk * 8);
                 let jb = j * t.nb + blk;
-                let dp = if NB <= 4 {
-                    // Two chains per row: with few rows, one chain of 8 dependent `vpdpbusd`
-                    // (latency ~5) per row leaves the VNNI ports waiting (measured ~10%
-                    // faster at 4 rows; at 8 rows the extra add costs more than it hides).
-                    // Integer sums are exact, so the split does not change the result.
-                    let mut e = _mm512_setzero_si512();
-                    let mut o = _mm512_setzero_si512();
-                    for k in 0..4 {
-                        let x0 = _mm512_set1_epi32(xp.add(2 * k).read_unaligned());
-                        let x1 = _mm512_set1_epi32(xp.add(2 * k + 1).read_unaligned());
-                        e = _mm512_dpbusd_epi32(e, u[2 * k], x0);
-                        o = _mm512_dpbusd_epi32(o, u[2 * k + 1], x1);
-                    }
-                    _mm512_add_epi32(e, o)
-                } else {
-                    let mut s = _mm512_setzero_si512();
-                    for (k, uk) in u.iter().enumerate() {
-                        let x = _mm512_set1_epi32(xp.add(k).read_unaligned());
-                        s = _mm512_dpbusd_epi32(s, *uk, x);
-                    }
-                    s
-                };
-                let dp = if MIN {
-                    dp
-                } else {
-                    _mm512_sub_epi32(dp, _mm512_set1_epi32(off * *t.xi.add(jb)))
-                };
                 let sc = _mm512_mul_ps(d, _mm512_set1_ps(*t.xd.add(jb)));
-                *accj = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dp), sc, *accj);
+                for g in 0..8 {
+                    let x = _mm512_set1_epi32(xp.add(g).read_unaligned());
+                    // The offset of symmetric codes enters as the starting value (exact).
+                    let init = if MIN {
+                        _mm512_setzero_si512()
+                    } else {
+                        _mm512_set1_epi32(-off * *gp.add(g))
+                    };
+                    let p = _mm512_dpbusd_epi32(init, u[g], x);
+                    acc[j][g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), sc, acc[j][g]);
+                }
                 if MIN {
-                    *accj = _mm512_fmadd_ps(m, _mm512_set1_ps(*t.xs.add(jb)), *accj);
+                    let ms = _mm512_mul_ps(m, _mm512_set1_ps(*t.xs.add(jb)));
+                    summs[j] = _mm512_add_ps(summs[j], ms);
                 }
             }
         }
@@ -253,8 +255,14 @@ mod avx512 {
         } else {
             (1u16 << t.valid) - 1
         };
-        for (j, accj) in acc.iter().enumerate() {
-            _mm512_mask_storeu_ps(t.out.add(j * t.ostride), mask, *accj);
+        for j in 0..NB {
+            let a = &acc[j];
+            let r0 = _mm512_add_ps(a[0], a[4]);
+            let r1 = _mm512_add_ps(a[1], a[5]);
+            let r2 = _mm512_add_ps(a[2], a[6]);
+            let r3 = _mm512_add_ps(a[3], a[7]);
+            let h = _mm512_add_ps(_mm512_add_ps(r0, r2), _mm512_add_ps(r1, r3));
+            _mm512_mask_storeu_ps(t.out.add(j * t.ostride), mask, _mm512_add_ps(h, summs[j]));
         }
     }
 }
@@ -270,9 +278,7 @@ mod avx2 {
     ) {
         match nr {
             1 => tile_n::<C4, F32S, MIN, 1>(t),
-            2 => tile_n::<C4, F32S, MIN, 2>(t),
-            3 => tile_n::<C4, F32S, MIN, 3>(t),
-            _ => tile_n::<C4, F32S, MIN, 4>(t),
+            _ => tile_n::<C4, F32S, MIN, 2>(t),
         }
     }
 
@@ -285,10 +291,11 @@ mod avx2 {
         }
     }
 
-    /// Without VNNI: `vpmaddubsw` (u8 x i8 -> saturating i16 pairs) then `vpmaddwd`.
-    /// 4-bit codes: 8 pair sums of at most 15*127*2 add up to <= 30480, so they are summed
-    /// in i16 before widening. 8-bit codes would overflow i16 (255*127*2), so they use the
-    /// sign trick on the signed weight `u - 128`: |w| (u8) x sign(x, w) (i8) <= 32512.
+    /// Without VNNI: `vpmaddubsw` (u8 x i8 -> saturating i16 pairs) then `vpmaddwd` give
+    /// the same 4-value lane sums as `vpdpbusd`: 4-bit codes directly (2 * 15 * 127 fits
+    /// i16), 8-bit codes by the sign trick on the signed weight `u - 128`:
+    /// |w| (u8) x sign(x, w) (i8) <= 2 * 128 * 127 fits i16, and the offset is then already
+    /// applied.
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn tile_n<const C4: bool, const F32S: bool, const MIN: bool, const NB: usize>(t: &Tile) {
         let code_bytes = if C4 { 256 } else { 512 };
@@ -296,13 +303,15 @@ mod avx2 {
         let ssz = if F32S { 4 } else { 2 };
         let bb = code_bytes + sbytes * (1 + MIN as usize);
         let cols = t.nb * 32;
+        let ng = cols / super::GROUP;
         let m4 = _mm256_set1_epi8(0x0f);
         let x80 = _mm256_set1_epi8(0x80u8 as i8);
         let ones = _mm256_set1_epi16(1);
-        let mut acc = [[_mm256_setzero_ps(); NB]; 2];
+        let mut acc = [[[_mm256_setzero_ps(); 8]; NB]; 2];
+        let mut summs = [[_mm256_setzero_ps(); NB]; 2];
         for blk in 0..t.nb {
             let base = t.w.add(blk * bb);
-            for (h, acch) in acc.iter_mut().enumerate() {
+            for h in 0..2 {
                 let d = load_scales::<F32S>(base.add(code_bytes + h * 8 * ssz));
                 let m = if MIN {
                     load_scales::<F32S>(base.add(code_bytes + sbytes + h * 8 * ssz))
@@ -324,53 +333,53 @@ mod avx2 {
                         a[k] = _mm256_abs_epi8(u[k]);
                     }
                 }
-                for (j, accj) in acch.iter_mut().enumerate() {
+                for j in 0..NB {
                     let xp = t.xq.add(j * cols + blk * 32) as *const i32;
+                    let gp = t.xg.add(j * ng + blk * 8);
                     let jb = j * t.nb + blk;
-                    let dp = if C4 {
-                        let x0 = _mm256_set1_epi32(xp.read_unaligned());
-                        let mut s16 = _mm256_maddubs_epi16(u[0], x0);
-                        for (k, uk) in u.iter().enumerate().skip(1) {
-                            let x = _mm256_set1_epi32(xp.add(k).read_unaligned());
-                            s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(*uk, x));
-                        }
-                        let dp = _mm256_madd_epi16(s16, ones);
-                        if MIN {
-                            dp
-                        } else {
-                            _mm256_sub_epi32(dp, _mm256_set1_epi32(8 * *t.xi.add(jb)))
-                        }
-                    } else {
-                        // Sum of (u - 128) * x == dp - 128 * isum: already offset-corrected.
-                        let mut s = _mm256_setzero_si256();
-                        for k in 0..8 {
-                            let x = _mm256_set1_epi32(xp.add(k).read_unaligned());
-                            let p = _mm256_maddubs_epi16(a[k], _mm256_sign_epi8(x, u[k]));
-                            s = _mm256_add_epi32(s, _mm256_madd_epi16(p, ones));
-                        }
-                        s
-                    };
                     let sc = _mm256_mul_ps(d, _mm256_set1_ps(*t.xd.add(jb)));
-                    *accj = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dp), sc, *accj);
+                    for g in 0..8 {
+                        let x = _mm256_set1_epi32(xp.add(g).read_unaligned());
+                        let p = if C4 {
+                            let p = _mm256_madd_epi16(_mm256_maddubs_epi16(u[g], x), ones);
+                            if MIN {
+                                p
+                            } else {
+                                _mm256_sub_epi32(p, _mm256_set1_epi32(8 * *gp.add(g)))
+                            }
+                        } else {
+                            let q = _mm256_maddubs_epi16(a[g], _mm256_sign_epi8(x, u[g]));
+                            _mm256_madd_epi16(q, ones)
+                        };
+                        acc[h][j][g] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), sc, acc[h][j][g]);
+                    }
                     if MIN {
-                        *accj = _mm256_fmadd_ps(m, _mm256_set1_ps(*t.xs.add(jb)), *accj);
+                        let ms = _mm256_mul_ps(m, _mm256_set1_ps(*t.xs.add(jb)));
+                        summs[h][j] = _mm256_add_ps(summs[h][j], ms);
                     }
                 }
             }
         }
-        for (h, acch) in acc.iter().enumerate() {
+        for h in 0..2 {
             let lo = h * 8;
             if t.valid <= lo {
                 break;
             }
             let n = (t.valid - lo).min(8);
-            for (j, accj) in acch.iter().enumerate() {
+            for j in 0..NB {
+                let a = &acc[h][j];
+                let r0 = _mm256_add_ps(a[0], a[4]);
+                let r1 = _mm256_add_ps(a[1], a[5]);
+                let r2 = _mm256_add_ps(a[2], a[6]);
+                let r3 = _mm256_add_ps(a[3], a[7]);
+                let hs = _mm256_add_ps(_mm256_add_ps(r0, r2), _mm256_add_ps(r1, r3));
+                let v = _mm256_add_ps(hs, summs[h][j]);
                 let dst = t.out.add(j * t.ostride + lo);
                 if n == 8 {
-                    _mm256_storeu_ps(dst, *accj);
+                    _mm256_storeu_ps(dst, v);
                 } else {
                     let mut tmp = [0f32; 8];
-                    _mm256_storeu_ps(tmp.as_mut_ptr(), *accj);
+                    _mm256_storeu_ps(tmp.as_mut_ptr(), v);
                     std::ptr::copy_nonoverlapping(tmp.as_ptr(), dst, n);
                 }
             }

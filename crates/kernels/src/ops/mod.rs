@@ -73,7 +73,8 @@ pub fn rmsnorm_rows_with(isa: Isa, x: &[f32], weight: &[f32], eps: f32, out: &mu
     }
 }
 
-/// `gate = silu(gate) * up` (SwiGLU), `silu(g) = g / (1 + e^-g)`.
+/// `gate = silu(gate) * up` (SwiGLU), `silu(g) = g / (1 + e^-g)` with llama.cpp's exp
+/// approximation ([`crate::attn::expf_ggml`]), so its bits are llama.cpp's.
 pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
     silu_mul_with(isa(), gate, up)
 }
@@ -81,12 +82,15 @@ pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
 /// [`silu_mul`] with an explicit ISA.
 pub fn silu_mul_with(isa: Isa, gate: &mut [f32], up: &[f32]) {
     assert_eq!(gate.len(), up.len(), "silu_mul: gate and up lengths differ");
-    dispatch!(
-        isa,
-        x86::silu_mul_512(gate, up),
-        x86::silu_mul_256(gate, up),
-        scalar::silu_mul(gate, up)
-    )
+    #[cfg(target_arch = "x86_64")]
+    if isa.clamp() == Isa::Avx512 {
+        // SAFETY: clamp() guarantees AVX-512; lengths checked above.
+        return unsafe { x86::silu_mul_512(gate, up) };
+    }
+    // NOTE: no AVX2 form of llama.cpp's AVX-512 exp approximation (it scales with
+    // `vscalefps`); the scalar reference computes the same bits.
+    let _ = isa;
+    scalar::silu_mul(gate, up)
 }
 
 /// `x += y`.

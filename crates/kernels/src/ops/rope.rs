@@ -16,8 +16,10 @@ pub struct Rope {
     head_dim: usize,
     rope_dim: usize,
     neox: bool,
-    /// `scale * base^(-2i/rope_dim)` for i in 0..rope_dim/2.
-    inv_freq: Vec<f64>,
+    /// `base^(-2/rope_dim)` in f32: angle i is `pos · theta_scale^i`, multiplied up in f32.
+    theta_scale: f32,
+    /// Linear frequency scale (1.0 = none).
+    freq_scale: f32,
     /// Row p: `[cos(p f_0), sin(p f_0), cos(p f_1), sin(p f_1), ...]`.
     table: RwLock<Vec<f32>>,
 }
@@ -29,14 +31,12 @@ impl Rope {
     /// qwen2/qwen3).
     pub fn new(head_dim: usize, rope_dim: usize, base: f32, scale: f32, neox: bool) -> Rope {
         let rope_dim = rope_dim.min(head_dim) & !1;
-        let inv_freq = (0..rope_dim / 2)
-            .map(|i| scale as f64 * (base as f64).powf(-2.0 * i as f64 / rope_dim as f64))
-            .collect();
         Rope {
             head_dim,
             rope_dim,
             neox,
-            inv_freq,
+            theta_scale: base.powf(-2.0 / rope_dim.max(1) as f32),
+            freq_scale: scale,
             table: RwLock::new(Vec::new()),
         }
     }
@@ -46,11 +46,18 @@ impl Rope {
         self.head_dim
     }
 
+    /// cos/sin of every pair's angle at `pos`, computed as llama.cpp does (its
+    /// `ggml_rope_cache_init`): the angle starts at `pos` and is multiplied by
+    /// `theta_scale` in f32 from one pair to the next, then `cosf`/`sinf` of
+    /// `freq_scale · angle`. Exact angles in f64 would be closer to the true rotation, but
+    /// differ from llama.cpp's in the last bits, and this model amplifies last bits.
     fn row(&self, pos: usize, out: &mut [f32]) {
-        for (i, f) in self.inv_freq.iter().enumerate() {
-            let (s, c) = (pos as f64 * f).sin_cos();
-            out[2 * i] = c as f32;
-            out[2 * i + 1] = s as f32;
+        let mut theta = pos as f32;
+        for i in 0..self.rope_dim / 2 {
+            let t = self.freq_scale * theta;
+            out[2 * i] = t.cos();
+            out[2 * i + 1] = t.sin();
+            theta *= self.theta_scale;
         }
     }
 
@@ -108,8 +115,10 @@ impl Rope {
                     (2 * i, 2 * i + 1)
                 };
                 let (x0, x1) = (head[a], head[b]);
-                head[a] = x0 * c - x1 * s;
-                head[b] = x0 * s + x1 * c;
+                // llama.cpp's `x0*cos - x1*sin` and `x0*sin + x1*cos` as its compiler
+                // contracts them: the first product of each fused into the FMA.
+                head[a] = x0.mul_add(c, -(x1 * s));
+                head[b] = x0.mul_add(s, x1 * c);
             }
         }
     }

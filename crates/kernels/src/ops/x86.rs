@@ -66,7 +66,8 @@ pub unsafe fn silu_mul_512(gate: &mut [f32], up: &[f32]) {
         let m = mask16(gate.len() - i);
         let g = _mm512_maskz_loadu_ps(m, gate.as_ptr().add(i));
         let u = _mm512_maskz_loadu_ps(m, up.as_ptr().add(i));
-        let e = exp512(_mm512_sub_ps(_mm512_setzero_ps(), g));
+        // llama.cpp's `ggml_v_silu`: x / (1 + e^(0 - x)) with its exp approximation.
+        let e = crate::attn::expf_512(_mm512_sub_ps(_mm512_setzero_ps(), g));
         let s = _mm512_div_ps(g, _mm512_add_ps(one, e));
         _mm512_mask_storeu_ps(gate.as_mut_ptr().add(i), m, _mm512_mul_ps(s, u));
         i += 16;
@@ -274,21 +275,6 @@ pub unsafe fn scale_mul_256(x: &[f32], w: &[f32], s: f32, out: &mut [f32]) {
     for j in i..x.len() {
         out[j] = x[j] * s * w[j];
     }
-}
-
-#[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn silu_mul_256(gate: &mut [f32], up: &[f32]) {
-    let one = _mm256_set1_ps(1.0);
-    let mut i = 0;
-    while i + 8 <= gate.len() {
-        let g = _mm256_loadu_ps(gate.as_ptr().add(i));
-        let u = _mm256_loadu_ps(up.as_ptr().add(i));
-        let e = exp256(_mm256_sub_ps(_mm256_setzero_ps(), g));
-        let s = _mm256_div_ps(g, _mm256_add_ps(one, e));
-        _mm256_storeu_ps(gate.as_mut_ptr().add(i), _mm256_mul_ps(s, u));
-        i += 8;
-    }
-    scalar::silu_mul(&mut gate[i..], &up[i..]);
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
