@@ -126,6 +126,9 @@ pub struct ProfileArgs {
     /// A local GGUF file; default: the default model.
     #[arg(long)]
     pub model: Option<PathBuf>,
+    /// Matmul arithmetic: `fast`, or `llama` for llama.cpp's exact outputs.
+    #[arg(long, value_enum, default_value = "fast")]
+    pub numerics: NumericsArg,
     /// Where to write the machine profile (the planner reads it with --hardware PATH).
     #[arg(long, default_value = "profile.json")]
     pub out: PathBuf,
@@ -351,8 +354,9 @@ pub fn run_profile(a: ProfileArgs) -> Result<()> {
     let path = folio_fetch::resolve_model(a.model.as_deref())?;
     let gguf =
         folio_gguf::GgufFile::open(&path).with_context(|| format!("opening {}", path.display()))?;
-    let m = folio_model::Model::from_gguf(&gguf)
+    let mut m = folio_model::Model::from_gguf(&gguf)
         .with_context(|| format!("loading {}", path.display()))?;
+    m.set_sums(a.numerics.sums());
     let batches: Vec<usize> = parse_list("--batches", &a.batches)?;
     let contexts: Vec<usize> = parse_list("--contexts", &a.contexts)?;
     if batches.is_empty() || batches.contains(&0) || contexts.is_empty() {
@@ -377,4 +381,24 @@ pub fn run_profile(a: ProfileArgs) -> Result<()> {
             .with_context(|| format!("writing {}", p.display()))?;
     }
     Ok(())
+}
+
+/// How the quantized matmuls accumulate (everything else follows llama.cpp's arithmetic).
+#[derive(Copy, Clone, Debug, Default, clap::ValueEnum)]
+pub enum NumericsArg {
+    /// Per 32-value block, the integer sum then one FMA: batched steps (prefill, many
+    /// decodes, speculative verification) ~2x faster than `llama`; last bits differ.
+    #[default]
+    Fast,
+    /// llama.cpp's summation order, bit for bit: the same tokens and logits as llama.cpp.
+    Llama,
+}
+
+impl NumericsArg {
+    pub fn sums(self) -> folio_kernels::matmul::Sums {
+        match self {
+            NumericsArg::Fast => folio_kernels::matmul::Sums::Block,
+            NumericsArg::Llama => folio_kernels::matmul::Sums::Ggml,
+        }
+    }
 }

@@ -46,6 +46,8 @@ pub enum SpecArg {
     SelfDraft,
 }
 
+pub use crate::bench_cmd::NumericsArg;
+
 #[derive(Copy, Clone, Debug, ValueEnum)]
 pub enum KvFormatArg {
     /// IEEE half precision (what llama.cpp stores).
@@ -90,6 +92,9 @@ pub struct EngineArgs {
     pub kv_cache_fraction: Option<f64>,
     #[arg(long, value_enum, default_value = "f16")]
     pub kv_format: KvFormatArg,
+    /// Matmul arithmetic: `fast`, or `llama` for llama.cpp's exact outputs.
+    #[arg(long, value_enum, default_value = "fast")]
+    pub numerics: NumericsArg,
     /// Disable prefix caching across requests.
     #[arg(long)]
     pub no_prefix_cache: bool,
@@ -205,8 +210,9 @@ pub fn start_with(args: &EngineArgs, cfg: EngineConfig) -> Result<EngineHandle> 
         let path = folio_fetch::resolve_model(self_.model.as_deref())?;
         let gguf = folio_gguf::GgufFile::open(&path)
             .with_context(|| format!("opening {}", path.display()))?;
-        let model = folio_model::Model::from_gguf(&gguf)
+        let mut model = folio_model::Model::from_gguf(&gguf)
             .with_context(|| format!("loading {}", path.display()))?;
+        model.set_sums(self_.numerics.sums());
         let tok = folio_tokenizer::Tokenizer::from_gguf(&gguf)
             .with_context(|| format!("tokenizer of {}", path.display()))?;
         folio_engine::spawn_engine(model, Arc::new(tok), &path, cfg)

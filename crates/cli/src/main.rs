@@ -97,6 +97,9 @@ enum BenchCmd {
         /// Only the aggregate decode rows (skip pp512 and tg128), e.g. to profile one batch.
         #[arg(long)]
         decode_only: bool,
+        /// Matmul arithmetic: `fast`, or `llama` for llama.cpp's exact outputs.
+        #[arg(long, value_enum, default_value = "fast")]
+        numerics: engine_args::NumericsArg,
     },
     /// Continuous batching through the engine: aggregate tok/s, TTFT and ITL per concurrency.
     Engine {
@@ -232,13 +235,15 @@ fn main() -> Result<()> {
                     quick,
                     batch,
                     decode_only,
+                    numerics,
                 },
         } => {
             let path = folio_fetch::resolve_model(model.as_deref())?;
             let gguf = folio_gguf::GgufFile::open(&path)
                 .with_context(|| format!("opening {}", path.display()))?;
-            let m = folio_model::Model::from_gguf(&gguf)
+            let mut m = folio_model::Model::from_gguf(&gguf)
                 .with_context(|| format!("loading {}", path.display()))?;
+            m.set_sums(numerics.sums());
             let rows = bench_model::run(&m, quick, &batch, decode_only)?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&rows)?);

@@ -1,13 +1,15 @@
 //! The real model against llama.cpp: prompt token ids identical, first 32 greedy output ids
 //! identical (testdata/llamacpp-greedy.json, produced by llama.cpp's server on the same file).
 //!
-//! folio reproduces llama.cpp's arithmetic on a 512-bit x86 CPU operation for operation
-//! (the matmul's lane sums, RoPE angles, exp approximation, attention's two summation
-//! orders; see `folio_kernels`), so the outputs are identical, not merely close: every
-//! greedy token, and every reported top-5 log-probability to the file's 4 decimals. (A
+//! With `--numerics llama` (`Sums::Ggml`) folio reproduces llama.cpp's arithmetic on a
+//! 512-bit x86 CPU operation for operation (the matmul's lane sums, RoPE angles, exp
+//! approximation, attention's two summation orders; see `folio_kernels`), so the outputs
+//! are identical, not merely close: every greedy token, and every reported top-5
+//! log-probability to the file's 4 decimals. (A
 //! numpy emulation of llama.cpp is not needed: the file's numbers are llama.cpp's.)
 
 use folio_gguf::GgufFile;
+use folio_kernels::matmul::Sums;
 use folio_kernels::pool::ThreadPool;
 use folio_model::{ForwardBatch, KvFormat, Model};
 use folio_tokenizer::Tokenizer;
@@ -121,7 +123,9 @@ fn compare(
 fn check() {
     let path = folio_fetch::test_model().expect("the default model (fetched on first use)");
     let f = GgufFile::open(&path).expect("open model");
-    let model = Model::from_gguf(&f).expect("load model");
+    let mut model = Model::from_gguf(&f).expect("load model");
+    // `--numerics llama`: the matmuls in llama.cpp's summation order.
+    model.set_sums(Sums::Ggml);
     let tok = Tokenizer::from_gguf(&f).expect("tokenizer");
     let data: Value =
         serde_json::from_str(include_str!("../../../testdata/llamacpp-greedy.json")).expect("json");

@@ -2,7 +2,7 @@
 //! dequantized by straightforward code written here, independent of the crate), and every
 //! SIMD ISA against the scalar kernel.
 
-use folio_kernels::matmul::{KernelError, QMatrix, WeightType};
+use folio_kernels::matmul::{KernelError, QMatrix, Sums, WeightType};
 use folio_kernels::{Isa, ThreadPool};
 use half::{bf16, f16};
 use proptest::prelude::*;
@@ -263,12 +263,33 @@ fn every_type_every_isa_every_batch() {
     let pool = ThreadPool::new(3);
     for (i, ty) in ALL.into_iter().enumerate() {
         for rows in [40, 16, 1] {
-            let c = case(ty, rows, cols_for(ty), 100 + i as u64);
-            for n in [1, 3, 16, 17, 64] {
-                check(&c, n, &pool);
+            let mut c = case(ty, rows, cols_for(ty), 100 + i as u64);
+            for sums in [Sums::Block, Sums::Ggml] {
+                c.m.set_sums(sums);
+                for n in [1, 3, 16, 17, 64] {
+                    check(&c, n, &pool);
+                }
             }
         }
     }
+}
+
+/// The two accumulation forms compute the same products and differ only in rounding:
+/// within a few float ulps of each other, and not bit-identical (the test would not
+/// notice if `set_sums` did nothing).
+#[test]
+fn ggml_and_block_sums_differ_only_in_rounding() {
+    let mut c = case(WeightType::Q4_1, 48, 256, 3);
+    let x = random_x(5, 256, 4);
+    let pool = ThreadPool::new(2);
+    let (mut a, mut b) = (vec![0f32; 5 * 48], vec![0f32; 5 * 48]);
+    c.m.set_sums(Sums::Block);
+    c.m.matmul(&x, 5, &mut a, &pool);
+    c.m.set_sums(Sums::Ggml);
+    c.m.matmul(&x, 5, &mut b, &pool);
+    let scale = a.iter().fold(0f32, |m, v| m.max(v.abs()));
+    assert!(a.iter().zip(&b).all(|(x, y)| (x - y).abs() <= 1e-5 * scale));
+    assert_ne!(a, b, "the forms round differently somewhere in 240 outputs");
 }
 
 #[test]

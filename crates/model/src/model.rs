@@ -4,6 +4,7 @@ use crate::attention::{attention, AttnShape};
 use crate::weights::Weights;
 use crate::{Arch, ForwardBatch, KvCache, KvFormat, ModelConfig, ModelError};
 use folio_gguf::GgufFile;
+use folio_kernels::matmul::Sums;
 use folio_kernels::ops::{self, Rope};
 use folio_kernels::pool::ThreadPool;
 use std::path::Path;
@@ -48,6 +49,22 @@ impl Model {
     }
 
     /// A KV cache shaped for this model.
+    /// How every quantized matmul accumulates: [`Sums::Ggml`] gives llama.cpp's exact bits
+    /// (every other operation already follows llama.cpp), [`Sums::Block`] (the default)
+    /// batched steps ~2x faster with last-bit differences.
+    pub fn set_sums(&mut self, sums: Sums) {
+        let w = &mut self.weights;
+        w.token_embd.set_sums(sums);
+        if let Some(o) = w.output.as_mut() {
+            o.set_sums(sums);
+        }
+        for l in &mut w.layers {
+            for m in [&mut l.wqkv, &mut l.wo, &mut l.w_gate_up, &mut l.w_down] {
+                m.set_sums(sums);
+            }
+        }
+    }
+
     pub fn new_kv_cache(&self, block_size: usize, num_blocks: usize, format: KvFormat) -> KvCache {
         let c = &self.config;
         KvCache::new(

@@ -233,33 +233,40 @@ unsafe fn scores_pass<R: Rows, const G: usize, const SINGLE: bool>(
             if r < next_n {
                 prefetch_rows(next.wrapping_add(r * rb), rb);
             }
-            // Batched: one vector per head; single: four (set c % 4).
-            let mut acc = [[_mm512_setzero_ps(); 4]; G];
-            let set = |c: usize| if SINGLE { c % 4 } else { 0 };
+            // Batched: one FMA chain per head; single: four (chunk c into set c % 4).
+            // `supports` guarantees whole groups of 4 chunks; named accumulators (no
+            // indexing by a runtime value) so they stay in registers.
+            let mut a0 = [_mm512_setzero_ps(); G];
+            let mut a1 = [_mm512_setzero_ps(); G];
+            let mut a2 = [_mm512_setzero_ps(); G];
+            let mut a3 = [_mm512_setzero_ps(); G];
             let mut c = 0;
-            while c + 2 <= nc {
+            while c + 4 <= nc {
                 let (k0, k1) = R::pair(row, c);
-                let (s0, s1) = (set(c), set(c + 1));
-                for (g, a) in acc.iter_mut().enumerate() {
+                let (k2, k3) = R::pair(row, c + 2);
+                for g in 0..G {
                     let qg = q.add(g * hd + c * 16);
-                    a[s0] = _mm512_fmadd_ps(_mm512_loadu_ps(qg), k0, a[s0]);
-                    a[s1] = _mm512_fmadd_ps(_mm512_loadu_ps(qg.add(16)), k1, a[s1]);
+                    let (q0, q1) = (_mm512_loadu_ps(qg), _mm512_loadu_ps(qg.add(16)));
+                    let (q2, q3) = (_mm512_loadu_ps(qg.add(32)), _mm512_loadu_ps(qg.add(48)));
+                    if SINGLE {
+                        a0[g] = _mm512_fmadd_ps(q0, k0, a0[g]);
+                        a1[g] = _mm512_fmadd_ps(q1, k1, a1[g]);
+                        a2[g] = _mm512_fmadd_ps(q2, k2, a2[g]);
+                        a3[g] = _mm512_fmadd_ps(q3, k3, a3[g]);
+                    } else {
+                        a0[g] = _mm512_fmadd_ps(q0, k0, a0[g]);
+                        a0[g] = _mm512_fmadd_ps(q1, k1, a0[g]);
+                        a0[g] = _mm512_fmadd_ps(q2, k2, a0[g]);
+                        a0[g] = _mm512_fmadd_ps(q3, k3, a0[g]);
+                    }
                 }
-                c += 2;
-            }
-            if c < nc {
-                let k0 = R::chunk(row, c);
-                let s0 = set(c);
-                for (g, a) in acc.iter_mut().enumerate() {
-                    a[s0] = _mm512_fmadd_ps(_mm512_loadu_ps(q.add(g * hd + c * 16)), k0, a[s0]);
-                }
+                c += 4;
             }
             for g in 0..G {
-                let a = &acc[g];
                 sums[g][k] = if SINGLE {
-                    _mm512_add_ps(_mm512_add_ps(a[0], a[2]), _mm512_add_ps(a[1], a[3]))
+                    _mm512_add_ps(_mm512_add_ps(a0[g], a2[g]), _mm512_add_ps(a1[g], a3[g]))
                 } else {
-                    a[0]
+                    a0[g]
                 };
             }
             k += 1;
@@ -432,12 +439,21 @@ pub(crate) unsafe fn expf_512(x: __m512) -> __m512 {
 /// [`super::softmax_lanes`] on 16 lanes at a time (bit-identical).
 #[inline(always)]
 unsafe fn softmax_512(x: &mut [f32]) {
-    let max = x.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+    let ptr = x.as_mut_ptr();
+    // The maximum is exact in any order (scores are never NaN).
+    let mut vm = _mm512_set1_ps(f32::NEG_INFINITY);
+    let mut i = 0;
+    while i < x.len() {
+        let rest = x.len() - i;
+        let m: __mmask16 = if rest >= 16 { 0xffff } else { (1 << rest) - 1 };
+        vm = _mm512_mask_max_ps(vm, m, vm, _mm512_maskz_loadu_ps(m, ptr.add(i)));
+        i += 16;
+    }
+    let max = _mm512_reduce_max_ps(vm);
     if max == f32::NEG_INFINITY {
         return;
     }
     let vmax = _mm512_set1_ps(max);
-    let ptr = x.as_mut_ptr();
     let mut sum = 0f64;
     let mut i = 0;
     while i < x.len() {

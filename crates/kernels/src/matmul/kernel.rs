@@ -10,17 +10,30 @@
 //! summs     = summs + m[r] * s[j]                       (layouts with stored mins, unfused)
 //! out       = ((acc0+acc4) + (acc2+acc6)) + ((acc1+acc5) + (acc3+acc7)) + summs
 //! ```
-//! (the last line is ggml's `hsum_float_8`). Every ISA performs exactly these f32 operations
-//! in this order, so SIMD results equal the scalar reference bit for bit.
-//!
-//! NOTE: one float accumulator per block (sum the 32 products in int32, one FMA) would
-//! cost a third of the float work, but its rounding differs from llama.cpp's, and this
-//! model's int8 activation quantization turns last-bit differences into flipped codes and
-//! logits that move by tenths of a nat: greedy outputs then part from llama.cpp's.
+//! (the last line is ggml's `hsum_float_8`): [`Sums::Ggml`]. [`Sums::Block`] sums the 32
+//! products of a block in int32 first and keeps one float accumulator per row:
+//! ```text
+//! acc = fma(f32(sum_g p[g]), d[r] * dx[j], acc);  acc = fma(m[r], s[j], acc)
+//! ```
+//! a third of the float work per activation row, so batched steps (prefill, many decodes,
+//! speculative verification) run ~2x faster, but its rounding differs from llama.cpp's, and
+//! this model's int8 activation quantization turns last-bit differences into flipped codes
+//! and logits that move by tenths of a nat. Every ISA performs exactly the f32 operations
+//! of the chosen form in this order, so SIMD results equal the scalar reference bit for bit.
 
 use super::packed::{code, scales, Layout, Packed, PANEL};
 use crate::cpu::Isa;
 use crate::quant_act::{QuantizedActs, GROUP};
+
+/// How a row's dot product accumulates its blocks (see the module doc).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Sums {
+    /// ggml's x86 order: llama.cpp's exact bits.
+    Ggml,
+    /// One int32 sum and one FMA per block: fastest.
+    #[default]
+    Block,
+}
 
 /// Pointers describing one tile; all derived from checked slices by `run_panels`.
 #[derive(Clone, Copy)]
@@ -35,6 +48,8 @@ pub(crate) struct Tile {
     xs: *const f32,
     /// Group sums (`GROUP` values each) of the tile's first activation row.
     xg: *const i32,
+    /// Block sums of the tile's first activation row.
+    xi: *const i32,
     /// Output of activation row 0, panel row 0; activation row j is `ostride` further.
     out: *mut f32,
     ostride: usize,
@@ -46,10 +61,12 @@ pub(crate) struct Tile {
 /// per pass). Each row keeps 8 group accumulators and a min sum: 4 rows are 36 zmm, a few
 /// spilled to L1, still measured ~10% faster than 2 rows (weights unpacked half as often);
 /// AVX2 has only 16 ymm.
-fn tile_rows(isa: Isa) -> usize {
-    match isa {
-        Isa::Avx2 => 2,
-        _ => 4,
+fn tile_rows(isa: Isa, sums: Sums) -> usize {
+    match (isa, sums) {
+        (Isa::Avx2, Sums::Ggml) => 2,
+        (Isa::Avx2, Sums::Block) => 4,
+        (_, Sums::Ggml) => 4,
+        (_, Sums::Block) => 8,
     }
 }
 
@@ -68,8 +85,10 @@ const ACT_CHUNK: usize = 32;
 /// # Safety
 /// `out` must point to `acts.n() * rows` floats, and no other thread may write the
 /// entries of these panels concurrently. `isa` must be supported (VNNI for `Avx512`).
+#[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn run_panels(
     isa: Isa,
+    sums: Sums,
     packed: &Packed,
     p0: usize,
     p1: usize,
@@ -83,8 +102,9 @@ pub(crate) unsafe fn run_panels(
     let n = acts.n();
     let bb = l.block_bytes();
     let w = packed.bytes().as_ptr();
-    let tr = tile_rows(isa);
+    let tr = tile_rows(isa, sums);
     let (xq, xd, xs, xg) = (acts.codes(), acts.scales(), acts.sums(), acts.group_sums());
+    let xi = acts.isums();
     for a0 in (0..n).step_by(ACT_CHUNK) {
         let a1 = (a0 + ACT_CHUNK).min(n);
         for p in p0..p1 {
@@ -97,39 +117,54 @@ pub(crate) unsafe fn run_panels(
                     xd: xd.as_ptr().add(j0 * nb),
                     xs: xs.as_ptr().add(j0 * nb),
                     xg: xg.as_ptr().add(j0 * cols / GROUP),
+                    xi: xi.as_ptr().add(j0 * nb),
                     out: out.add(j0 * rows + p * PANEL),
                     ostride: rows,
                     valid,
                 };
-                run_tile(isa, l, &t, tr.min(a1 - j0));
+                run_tile(isa, sums, l, &t, tr.min(a1 - j0));
             }
         }
     }
 }
 
-unsafe fn run_tile(isa: Isa, l: Layout, t: &Tile, nr: usize) {
-    match isa {
+unsafe fn run_tile(isa: Isa, sums: Sums, l: Layout, t: &Tile, nr: usize) {
+    match (isa, sums) {
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => match l {
-            Layout::Q4MinF16 => avx512::tile::<true, false, true>(t, nr),
-            Layout::Q4SymF16 => avx512::tile::<true, false, false>(t, nr),
-            Layout::Q4MinF32 => avx512::tile::<true, true, true>(t, nr),
-            Layout::Q8SymF16 => avx512::tile::<false, false, false>(t, nr),
+        (Isa::Avx512, Sums::Ggml) => match l {
+            Layout::Q4MinF16 => avx512::tile::<true, false, true, true>(t, nr),
+            Layout::Q4SymF16 => avx512::tile::<true, false, false, true>(t, nr),
+            Layout::Q4MinF32 => avx512::tile::<true, true, true, true>(t, nr),
+            Layout::Q8SymF16 => avx512::tile::<false, false, false, true>(t, nr),
         },
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => match l {
-            Layout::Q4MinF16 => avx2::tile::<true, false, true>(t, nr),
-            Layout::Q4SymF16 => avx2::tile::<true, false, false>(t, nr),
-            Layout::Q4MinF32 => avx2::tile::<true, true, true>(t, nr),
-            Layout::Q8SymF16 => avx2::tile::<false, false, false>(t, nr),
+        (Isa::Avx512, Sums::Block) => match l {
+            Layout::Q4MinF16 => avx512::tile::<true, false, true, false>(t, nr),
+            Layout::Q4SymF16 => avx512::tile::<true, false, false, false>(t, nr),
+            Layout::Q4MinF32 => avx512::tile::<true, true, true, false>(t, nr),
+            Layout::Q8SymF16 => avx512::tile::<false, false, false, false>(t, nr),
         },
-        _ => tile_scalar(l, t, nr),
+        #[cfg(target_arch = "x86_64")]
+        (Isa::Avx2, Sums::Ggml) => match l {
+            Layout::Q4MinF16 => avx2::tile::<true, false, true, true>(t, nr),
+            Layout::Q4SymF16 => avx2::tile::<true, false, false, true>(t, nr),
+            Layout::Q4MinF32 => avx2::tile::<true, true, true, true>(t, nr),
+            Layout::Q8SymF16 => avx2::tile::<false, false, false, true>(t, nr),
+        },
+        #[cfg(target_arch = "x86_64")]
+        (Isa::Avx2, Sums::Block) => match l {
+            Layout::Q4MinF16 => avx2::tile::<true, false, true, false>(t, nr),
+            Layout::Q4SymF16 => avx2::tile::<true, false, false, false>(t, nr),
+            Layout::Q4MinF32 => avx2::tile::<true, true, true, false>(t, nr),
+            Layout::Q8SymF16 => avx2::tile::<false, false, false, false>(t, nr),
+        },
+        _ => tile_scalar(sums, l, t, nr),
     }
 }
 
 /// The reference kernel: the same arithmetic as the SIMD tiles, one lane at a time.
 #[allow(clippy::needless_range_loop)]
-unsafe fn tile_scalar(l: Layout, t: &Tile, nr: usize) {
+unsafe fn tile_scalar(sums: Sums, l: Layout, t: &Tile, nr: usize) {
     let bb = l.block_bytes();
     let cols = t.nb * 32;
     let ng = cols / GROUP;
@@ -143,6 +178,17 @@ unsafe fn tile_scalar(l: Layout, t: &Tile, nr: usize) {
             for r in 0..PANEL {
                 let (d, m) = scales(l, b, r);
                 let sc = d * *t.xd.add(jb);
+                if sums == Sums::Block {
+                    let mut dp: i32 = (0..32).map(|k| code(l, b, r, k) as i32 * x[k] as i32).sum();
+                    if !l.stored_min() {
+                        dp -= l.offset() * *t.xi.add(jb);
+                    }
+                    acc[r][0] = (dp as f32).mul_add(sc, acc[r][0]);
+                    if l.stored_min() {
+                        acc[r][0] = m.mul_add(*t.xs.add(jb), acc[r][0]);
+                    }
+                    continue;
+                }
                 for g in 0..8 {
                     let mut p: i32 = (4 * g..4 * g + 4)
                         .map(|k| code(l, b, r, k) as i32 * x[k] as i32)
@@ -158,7 +204,10 @@ unsafe fn tile_scalar(l: Layout, t: &Tile, nr: usize) {
             }
         }
         for r in 0..t.valid {
-            *t.out.add(j * t.ostride + r) = hsum8(&acc[r], summs[r]);
+            *t.out.add(j * t.ostride + r) = match sums {
+                Sums::Ggml => hsum8(&acc[r], summs[r]),
+                Sums::Block => acc[r][0],
+            };
         }
     }
 }
@@ -172,15 +221,24 @@ mod avx512 {
     use std::arch::x86_64::*;
 
     /// Dispatches the activation-row count to a fully unrolled instance.
-    pub(super) unsafe fn tile<const C4: bool, const F32S: bool, const MIN: bool>(
+    pub(super) unsafe fn tile<
+        const C4: bool,
+        const F32S: bool,
+        const MIN: bool,
+        const LANES: bool,
+    >(
         t: &Tile,
         nr: usize,
     ) {
         match nr {
-            1 => tile_n::<C4, F32S, MIN, 1>(t),
-            2 => tile_n::<C4, F32S, MIN, 2>(t),
-            3 => tile_n::<C4, F32S, MIN, 3>(t),
-            _ => tile_n::<C4, F32S, MIN, 4>(t),
+            1 => tile_n::<C4, F32S, MIN, LANES, 1>(t),
+            2 => tile_n::<C4, F32S, MIN, LANES, 2>(t),
+            3 => tile_n::<C4, F32S, MIN, LANES, 3>(t),
+            4 => tile_n::<C4, F32S, MIN, LANES, 4>(t),
+            5 => tile_n::<C4, F32S, MIN, LANES, 5>(t),
+            6 => tile_n::<C4, F32S, MIN, LANES, 6>(t),
+            7 => tile_n::<C4, F32S, MIN, LANES, 7>(t),
+            _ => tile_n::<C4, F32S, MIN, LANES, 8>(t),
         }
     }
 
@@ -194,7 +252,15 @@ mod avx512 {
     }
 
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
-    unsafe fn tile_n<const C4: bool, const F32S: bool, const MIN: bool, const NB: usize>(t: &Tile) {
+    unsafe fn tile_n<
+        const C4: bool,
+        const F32S: bool,
+        const MIN: bool,
+        const LANES: bool,
+        const NB: usize,
+    >(
+        t: &Tile,
+    ) {
         let code_bytes = if C4 { 256 } else { 512 };
         let sbytes = if F32S { 64 } else { 32 };
         let bb = code_bytes + sbytes * (1 + MIN as usize);
@@ -233,6 +299,28 @@ mod avx512 {
                 let gp = t.xg.add(j * ng + blk * 8);
                 let jb = j * t.nb + blk;
                 let sc = _mm512_mul_ps(d, _mm512_set1_ps(*t.xd.add(jb)));
+                if !LANES {
+                    // Sums::Block: the whole block in int32 (two chains: one chain of 8
+                    // dependent `vpdpbusd`, latency ~5, leaves the ports waiting), one FMA.
+                    let mut e = _mm512_setzero_si512();
+                    let mut o = _mm512_setzero_si512();
+                    for k in 0..4 {
+                        let x0 = _mm512_set1_epi32(xp.add(2 * k).read_unaligned());
+                        let x1 = _mm512_set1_epi32(xp.add(2 * k + 1).read_unaligned());
+                        e = _mm512_dpbusd_epi32(e, u[2 * k], x0);
+                        o = _mm512_dpbusd_epi32(o, u[2 * k + 1], x1);
+                    }
+                    let mut dp = _mm512_add_epi32(e, o);
+                    if !MIN {
+                        dp = _mm512_sub_epi32(dp, _mm512_set1_epi32(off * *t.xi.add(jb)));
+                    }
+                    acc[j][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dp), sc, acc[j][0]);
+                    if MIN {
+                        let s = _mm512_set1_ps(*t.xs.add(jb));
+                        acc[j][0] = _mm512_fmadd_ps(m, s, acc[j][0]);
+                    }
+                    continue;
+                }
                 for g in 0..8 {
                     let x = _mm512_set1_epi32(xp.add(g).read_unaligned());
                     // The offset of symmetric codes enters as the starting value (exact).
@@ -257,12 +345,17 @@ mod avx512 {
         };
         for j in 0..NB {
             let a = &acc[j];
-            let r0 = _mm512_add_ps(a[0], a[4]);
-            let r1 = _mm512_add_ps(a[1], a[5]);
-            let r2 = _mm512_add_ps(a[2], a[6]);
-            let r3 = _mm512_add_ps(a[3], a[7]);
-            let h = _mm512_add_ps(_mm512_add_ps(r0, r2), _mm512_add_ps(r1, r3));
-            _mm512_mask_storeu_ps(t.out.add(j * t.ostride), mask, _mm512_add_ps(h, summs[j]));
+            let v = if LANES {
+                let r0 = _mm512_add_ps(a[0], a[4]);
+                let r1 = _mm512_add_ps(a[1], a[5]);
+                let r2 = _mm512_add_ps(a[2], a[6]);
+                let r3 = _mm512_add_ps(a[3], a[7]);
+                let h = _mm512_add_ps(_mm512_add_ps(r0, r2), _mm512_add_ps(r1, r3));
+                _mm512_add_ps(h, summs[j])
+            } else {
+                a[0]
+            };
+            _mm512_mask_storeu_ps(t.out.add(j * t.ostride), mask, v);
         }
     }
 }
@@ -272,13 +365,20 @@ mod avx2 {
     use super::Tile;
     use std::arch::x86_64::*;
 
-    pub(super) unsafe fn tile<const C4: bool, const F32S: bool, const MIN: bool>(
+    pub(super) unsafe fn tile<
+        const C4: bool,
+        const F32S: bool,
+        const MIN: bool,
+        const LANES: bool,
+    >(
         t: &Tile,
         nr: usize,
     ) {
         match nr {
-            1 => tile_n::<C4, F32S, MIN, 1>(t),
-            _ => tile_n::<C4, F32S, MIN, 2>(t),
+            1 => tile_n::<C4, F32S, MIN, LANES, 1>(t),
+            2 => tile_n::<C4, F32S, MIN, LANES, 2>(t),
+            3 => tile_n::<C4, F32S, MIN, LANES, 3>(t),
+            _ => tile_n::<C4, F32S, MIN, LANES, 4>(t),
         }
     }
 
@@ -297,7 +397,15 @@ mod avx2 {
     /// |w| (u8) x sign(x, w) (i8) <= 2 * 128 * 127 fits i16, and the offset is then already
     /// applied.
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn tile_n<const C4: bool, const F32S: bool, const MIN: bool, const NB: usize>(t: &Tile) {
+    unsafe fn tile_n<
+        const C4: bool,
+        const F32S: bool,
+        const MIN: bool,
+        const LANES: bool,
+        const NB: usize,
+    >(
+        t: &Tile,
+    ) {
         let code_bytes = if C4 { 256 } else { 512 };
         let sbytes = if F32S { 64 } else { 32 };
         let ssz = if F32S { 4 } else { 2 };
@@ -338,6 +446,39 @@ mod avx2 {
                     let gp = t.xg.add(j * ng + blk * 8);
                     let jb = j * t.nb + blk;
                     let sc = _mm256_mul_ps(d, _mm256_set1_ps(*t.xd.add(jb)));
+                    if !LANES {
+                        // Sums::Block: 4-bit codes sum all 8 pairs in i16 (8 x 2 x 15 x 127
+                        // fits), 8-bit ones per group in i32; one FMA per block.
+                        let dp = if C4 {
+                            let x0 = _mm256_set1_epi32(xp.read_unaligned());
+                            let mut s16 = _mm256_maddubs_epi16(u[0], x0);
+                            for (k, uk) in u.iter().enumerate().skip(1) {
+                                let x = _mm256_set1_epi32(xp.add(k).read_unaligned());
+                                s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(*uk, x));
+                            }
+                            let dp = _mm256_madd_epi16(s16, ones);
+                            if MIN {
+                                dp
+                            } else {
+                                _mm256_sub_epi32(dp, _mm256_set1_epi32(8 * *t.xi.add(jb)))
+                            }
+                        } else {
+                            let mut s = _mm256_setzero_si256();
+                            for k in 0..8 {
+                                let x = _mm256_set1_epi32(xp.add(k).read_unaligned());
+                                let q = _mm256_maddubs_epi16(a[k], _mm256_sign_epi8(x, u[k]));
+                                s = _mm256_add_epi32(s, _mm256_madd_epi16(q, ones));
+                            }
+                            s
+                        };
+                        let acc0 = &mut acc[h][j][0];
+                        *acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dp), sc, *acc0);
+                        if MIN {
+                            let s = _mm256_set1_ps(*t.xs.add(jb));
+                            *acc0 = _mm256_fmadd_ps(m, s, *acc0);
+                        }
+                        continue;
+                    }
                     for g in 0..8 {
                         let x = _mm256_set1_epi32(xp.add(g).read_unaligned());
                         let p = if C4 {
@@ -368,12 +509,16 @@ mod avx2 {
             let n = (t.valid - lo).min(8);
             for j in 0..NB {
                 let a = &acc[h][j];
-                let r0 = _mm256_add_ps(a[0], a[4]);
-                let r1 = _mm256_add_ps(a[1], a[5]);
-                let r2 = _mm256_add_ps(a[2], a[6]);
-                let r3 = _mm256_add_ps(a[3], a[7]);
-                let hs = _mm256_add_ps(_mm256_add_ps(r0, r2), _mm256_add_ps(r1, r3));
-                let v = _mm256_add_ps(hs, summs[h][j]);
+                let v = if LANES {
+                    let r0 = _mm256_add_ps(a[0], a[4]);
+                    let r1 = _mm256_add_ps(a[1], a[5]);
+                    let r2 = _mm256_add_ps(a[2], a[6]);
+                    let r3 = _mm256_add_ps(a[3], a[7]);
+                    let hs = _mm256_add_ps(_mm256_add_ps(r0, r2), _mm256_add_ps(r1, r3));
+                    _mm256_add_ps(hs, summs[h][j])
+                } else {
+                    a[0]
+                };
                 let dst = t.out.add(j * t.ostride + lo);
                 if n == 8 {
                     _mm256_storeu_ps(dst, v);

@@ -20,6 +20,8 @@ mod ggml;
 mod kernel;
 mod packed;
 
+pub use kernel::Sums;
+
 use crate::cpu::{self, Isa};
 use crate::pool::{SendPtr, ThreadPool};
 use crate::quant_act::QuantizedActs;
@@ -113,6 +115,8 @@ pub struct QMatrix {
     rows: usize,
     cols: usize,
     data: Storage,
+    /// Accumulation form of the quantized kernels.
+    sums: Sums,
 }
 
 thread_local! {
@@ -224,7 +228,18 @@ impl QMatrix {
             rows,
             cols,
             data,
+            sums: Sums::default(),
         })
+    }
+
+    /// How the quantized kernels accumulate (see [`Sums`]); dense matrices ignore it.
+    pub fn set_sums(&mut self, sums: Sums) {
+        self.sums = sums;
+    }
+
+    /// The accumulation form in use.
+    pub fn sums(&self) -> Sums {
+        self.sums
     }
 
     /// The ggml type it was built from.
@@ -315,13 +330,13 @@ impl QMatrix {
         acts.quantize(isa, x, n, self.cols, pool);
         let acts = &*acts;
         let (n_tasks, per) = split(p.panels, pool.n_threads(), n);
-        let rows = self.rows;
+        let (rows, sums) = (self.rows, self.sums);
         pool.run(n_tasks, &|t| {
             let p0 = (t * per).min(p.panels);
             let p1 = ((t + 1) * per).min(p.panels);
             // SAFETY: task t owns panels p0..p1, i.e. output rows disjoint from other tasks;
             // `out` has n * rows floats (checked above) and outlives `run`.
-            unsafe { kernel::run_panels(isa, p, p0, p1, acts, rows, out.get()) };
+            unsafe { kernel::run_panels(isa, sums, p, p0, p1, acts, rows, out.get()) };
         });
     }
 
