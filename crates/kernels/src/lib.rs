@@ -5,12 +5,16 @@
 //! - [`pool`]: a persistent thread pool; every parallel kernel runs on it.
 //! - [`quant_act`]: activations to int8 blocks of 32 (ggml q8_1 numerics).
 //! - [`matmul`]: weight matrices repacked at load time and the batched quantized matmul
-//!   (the kernel that decides folio's speed).
-//! - [`ops`]: rmsnorm, SwiGLU, rope, softmax, f16 KV-cache dot/axpy.
+//!   (the kernel that decides folio's speed), in ggml's summation order or the faster
+//!   block order ([`matmul::Sums`]).
+//! - [`ops`]: rmsnorm, SwiGLU, rope, residual add.
 //! - [`attn`]: KV storage formats (f16, bf16, q8_0, q4_0) and the paged attention kernel
-//!   that reads each format in place.
+//!   that reads each format in place, with llama.cpp's softmax and summation orders.
 //!
-//! Every SIMD kernel has a scalar reference and a test comparing the two. The crate is
+//! The arithmetic follows llama.cpp's on an AVX-512 CPU operation for operation (with
+//! `Sums::Ggml`, bit for bit), so folio's outputs can be checked token for token against
+//! llama.cpp's. Every SIMD kernel has a scalar reference computing the same bits and a test
+//! comparing the two. The crate is
 //! built without `target-cpu=native`: SIMD code lives in `#[target_feature]` functions
 //! chosen at run time, so one binary runs on any x86-64 (and other targets get scalar).
 

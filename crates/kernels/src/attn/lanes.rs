@@ -113,10 +113,15 @@ mod tests {
     }
 
     #[test]
-    fn softmax_sums_to_one() {
+    fn softmax_sums_to_one_and_masks_exactly() {
         let mut x: Vec<f32> = (0..37).map(|i| (i as f32 * 0.37).sin() * 5.0).collect();
+        x[3] = f32::NEG_INFINITY;
         softmax_lanes(&mut x);
         let s: f32 = x.iter().sum();
         assert!((s - 1.0).abs() < 1e-5, "{s}");
+        assert_eq!(x[3], 0.0);
+        let mut all = [f32::NEG_INFINITY; 3];
+        softmax_lanes(&mut all);
+        assert!(all.iter().all(|v| *v == f32::NEG_INFINITY), "left as is");
     }
 }

@@ -15,7 +15,6 @@ mod x86;
 pub use rope::Rope;
 
 use crate::cpu::{isa, Isa};
-use half::f16;
 
 /// Runs the first arm whose ISA the (clamped) request allows.
 macro_rules! dispatch {
@@ -106,100 +105,5 @@ pub fn add_inplace_with(isa: Isa, x: &mut [f32], y: &[f32]) {
         x86::add_512(x, y),
         x86::add_256(x, y),
         scalar::add_inplace(x, y)
-    )
-}
-
-/// `sum a[i] * b[i]`.
-pub fn dot(a: &[f32], b: &[f32]) -> f32 {
-    dot_with(isa(), a, b)
-}
-
-/// [`dot`] with an explicit ISA.
-pub fn dot_with(isa: Isa, a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len(), "dot: lengths differ");
-    dispatch!(
-        isa,
-        x86::dot_512(a, b),
-        x86::dot_256(a, b),
-        scalar::dot(a, b)
-    )
-}
-
-/// `y += a * x`.
-pub fn axpy(a: f32, x: &[f32], y: &mut [f32]) {
-    axpy_with(isa(), a, x, y)
-}
-
-/// [`axpy`] with an explicit ISA.
-pub fn axpy_with(isa: Isa, a: f32, x: &[f32], y: &mut [f32]) {
-    assert_eq!(x.len(), y.len(), "axpy: lengths differ");
-    dispatch!(
-        isa,
-        x86::axpy_512(a, x, y),
-        x86::axpy_256(a, x, y),
-        scalar::axpy(a, x, y)
-    )
-}
-
-/// `sum a[i] * b[i]` with `b` in f16 (a query against a cached key).
-pub fn dot_f16(a: &[f32], b: &[f16]) -> f32 {
-    dot_f16_with(isa(), a, b)
-}
-
-/// [`dot_f16`] with an explicit ISA.
-pub fn dot_f16_with(isa: Isa, a: &[f32], b: &[f16]) -> f32 {
-    assert_eq!(a.len(), b.len(), "dot_f16: lengths differ");
-    dispatch!(
-        isa,
-        x86::dot_f16_512(a, b),
-        x86::dot_f16_256(a, b),
-        scalar::dot_f16(a, b)
-    )
-}
-
-/// `y += a * x` with `x` in f16 (accumulating a cached value row).
-pub fn axpy_f16(a: f32, x: &[f16], y: &mut [f32]) {
-    axpy_f16_with(isa(), a, x, y)
-}
-
-/// [`axpy_f16`] with an explicit ISA.
-pub fn axpy_f16_with(isa: Isa, a: f32, x: &[f16], y: &mut [f32]) {
-    assert_eq!(x.len(), y.len(), "axpy_f16: lengths differ");
-    dispatch!(
-        isa,
-        x86::axpy_f16_512(a, x, y),
-        x86::axpy_f16_256(a, x, y),
-        scalar::axpy_f16(a, x, y)
-    )
-}
-
-/// Converts to f16 with round-to-nearest-even (writing the KV cache).
-pub fn f32_to_f16(src: &[f32], dst: &mut [f16]) {
-    f32_to_f16_with(isa(), src, dst)
-}
-
-/// [`f32_to_f16`] with an explicit ISA.
-pub fn f32_to_f16_with(isa: Isa, src: &[f32], dst: &mut [f16]) {
-    assert_eq!(src.len(), dst.len(), "f32_to_f16: lengths differ");
-    dispatch!(
-        isa,
-        x86::f32_to_f16_512(src, dst),
-        x86::f32_to_f16_256(src, dst),
-        scalar::f32_to_f16(src, dst)
-    )
-}
-
-/// In-place softmax. `-inf` entries get exactly 0; a row of only `-inf` is left unchanged.
-pub fn softmax_inplace(x: &mut [f32]) {
-    softmax_inplace_with(isa(), x)
-}
-
-/// [`softmax_inplace`] with an explicit ISA.
-pub fn softmax_inplace_with(isa: Isa, x: &mut [f32]) {
-    dispatch!(
-        isa,
-        x86::softmax_512(x),
-        x86::softmax_256(x),
-        scalar::softmax_inplace(x)
     )
 }
