@@ -24,6 +24,7 @@ pub mod config;
 pub mod error;
 pub mod kv_cache;
 pub mod model;
+mod par;
 pub mod weights;
 
 pub use batch::{ForwardBatch, SeqSpan};

@@ -1,6 +1,7 @@
 //! The fused forward pass of the llama family over a [`ForwardBatch`].
 
 use crate::attention::{attention, AttnShape};
+use crate::par::{self, Rows};
 use crate::weights::Weights;
 use crate::{Arch, ForwardBatch, KvCache, KvFormat, ModelConfig, ModelError};
 use folio_gguf::GgufFile;
@@ -186,48 +187,60 @@ impl Model {
         };
 
         for (l, w) in self.weights.layers.iter().enumerate().take(n_layers) {
-            ops::rmsnorm_rows(&x, &w.attn_norm, c.rms_eps, &mut h);
+            rmsnorm_rows(pool, &x, &w.attn_norm, c.rms_eps, &mut h, d);
             w.wqkv.matmul(&h, n, &mut qkv, pool);
-            for t in 0..n {
-                let row = &mut qkv[t * qkv_dim..(t + 1) * qkv_dim];
-                if !w.bqkv.is_empty() {
-                    ops::add_inplace(row, &w.bqkv);
-                }
-                let (qr, rest) = row.split_at_mut(qd);
-                let kr = &mut rest[..kvd];
-                if c.arch == Arch::Qwen3 {
-                    for hh in 0..nh {
-                        let s = &mut qr[hh * hd..(hh + 1) * hd];
-                        let tmp = s.to_vec();
-                        ops::rmsnorm(&tmp, &w.q_norm, c.rms_eps, s);
+            {
+                let (qkv_rows, q_rows) = (Rows::new(&mut qkv, qkv_dim), Rows::new(&mut q, qd));
+                par::ranges(pool, n, &|r| {
+                    let mut tmp = Vec::new();
+                    for t in r {
+                        // SAFETY: row t belongs to this task alone.
+                        let (row, q_out) = unsafe { (qkv_rows.row(t), q_rows.row(t)) };
+                        if !w.bqkv.is_empty() {
+                            ops::add_inplace(row, &w.bqkv);
+                        }
+                        let (qr, rest) = row.split_at_mut(qd);
+                        let kr = &mut rest[..kvd];
+                        if c.arch == Arch::Qwen3 {
+                            for (s, norm) in qr
+                                .chunks_exact_mut(hd)
+                                .map(|s| (s, &w.q_norm))
+                                .chain(kr.chunks_exact_mut(hd).map(|s| (s, &w.k_norm)))
+                            {
+                                tmp.clear();
+                                tmp.extend_from_slice(s);
+                                ops::rmsnorm(&tmp, norm, c.rms_eps, s);
+                            }
+                        }
+                        let pos = token_pos[t].1 as u32;
+                        self.rope.apply(qr, nh, pos);
+                        self.rope.apply(kr, nkv, pos);
+                        q_out.copy_from_slice(qr);
                     }
-                    for hh in 0..nkv {
-                        let s = &mut kr[hh * hd..(hh + 1) * hd];
-                        let tmp = s.to_vec();
-                        ops::rmsnorm(&tmp, &w.k_norm, c.rms_eps, s);
-                    }
-                }
-                let pos = token_pos[t].1 as u32;
-                self.rope.apply(qr, nh, pos);
-                self.rope.apply(kr, nkv, pos);
-                q[t * qd..(t + 1) * qd].copy_from_slice(qr);
+                });
             }
             self.write_kv(batch, &token_pos, kv, l, &qkv, qkv_dim);
             attention(batch, &token_pos, kv, l, shape, &q, &mut attn, pool);
             w.wo.matmul(&attn, n, &mut proj, pool);
-            ops::add_inplace(&mut x, &proj);
+            add_rows(pool, &mut x, &proj, d);
 
-            ops::rmsnorm_rows(&x, &w.ffn_norm, c.rms_eps, &mut h);
+            rmsnorm_rows(pool, &x, &w.ffn_norm, c.rms_eps, &mut h, d);
             w.w_gate_up.matmul(&h, n, &mut gu, pool);
             let f = c.ffn_dim;
-            for t in 0..n {
-                let row = &mut gu[t * 2 * f..(t + 1) * 2 * f];
-                let (g, u) = row.split_at_mut(f);
-                ops::silu_mul(g, u);
-                act[t * f..(t + 1) * f].copy_from_slice(g);
+            {
+                let (gu_rows, act_rows) = (Rows::new(&mut gu, 2 * f), Rows::new(&mut act, f));
+                par::ranges(pool, n, &|r| {
+                    for t in r {
+                        // SAFETY: row t belongs to this task alone.
+                        let (row, out) = unsafe { (gu_rows.row(t), act_rows.row(t)) };
+                        let (g, u) = row.split_at_mut(f);
+                        ops::silu_mul(g, u);
+                        out.copy_from_slice(g);
+                    }
+                });
             }
             w.w_down.matmul(&act, n, &mut proj, pool);
-            ops::add_inplace(&mut x, &proj);
+            add_rows(pool, &mut x, &proj, d);
         }
 
         // Only the rows that need logits go through the final norm and the head.
@@ -301,4 +314,27 @@ impl Model {
             flops: c.matmul_flops_per_token() * batch.n_tokens() as f64 + attn_flops,
         }
     }
+}
+
+/// `out` row t = rmsnorm(`x` row t) · `weight`, rows of `d` spread over the pool.
+fn rmsnorm_rows(pool: &ThreadPool, x: &[f32], weight: &[f32], eps: f32, out: &mut [f32], d: usize) {
+    let rows = Rows::new(out, d);
+    par::ranges(pool, x.len() / d, &|r| {
+        for t in r {
+            // SAFETY: row t belongs to this task alone.
+            let o = unsafe { rows.row(t) };
+            ops::rmsnorm(&x[t * d..(t + 1) * d], weight, eps, o);
+        }
+    });
+}
+
+/// `x += y`, rows of `d` spread over the pool.
+fn add_rows(pool: &ThreadPool, x: &mut [f32], y: &[f32], d: usize) {
+    let rows = Rows::new(x, d);
+    par::ranges(pool, y.len() / d, &|r| {
+        for t in r {
+            // SAFETY: row t belongs to this task alone.
+            ops::add_inplace(unsafe { rows.row(t) }, &y[t * d..(t + 1) * d]);
+        }
+    });
 }
