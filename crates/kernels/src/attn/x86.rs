@@ -311,42 +311,59 @@ unsafe fn values_pass<R: Rows, const G: usize, const SINGLE: bool>(
     let base = kv.v.as_ptr();
     for c0 in (0..nc).step_by(CB) {
         let mut lanes = [[[_mm512_setzero_ps(); CB]; G]; 16];
-        let (sets, stride) = if SINGLE { (4, 64) } else { (1, 16) };
-        for (l, lane) in lanes.iter_mut().enumerate().take(n_ctx) {
-            let mut part = [[[_mm512_setzero_ps(); CB]; G]; 4];
-            for (set, out_set) in part.iter_mut().enumerate().take(sets) {
-                // A local accumulator (registers), copied out after the positions.
-                let mut acc = [[_mm512_setzero_ps(); CB]; G];
-                let mut j = 16 * set + l;
-                while j < n_ctx {
-                    let row = base.add(offs[j]);
-                    let (v0, v1) = R::pair(row, c0);
-                    let (v2, v3) = R::pair(row, c0 + 2);
-                    for (g, a) in acc.iter_mut().enumerate() {
-                        let w = _mm512_set1_ps(*p.add(g * p_stride + j));
-                        a[0] = _mm512_fmadd_ps(v0, w, a[0]);
-                        a[1] = _mm512_fmadd_ps(v1, w, a[1]);
-                        a[2] = _mm512_fmadd_ps(v2, w, a[2]);
-                        a[3] = _mm512_fmadd_ps(v3, w, a[3]);
-                    }
-                    j += stride;
+        // Adds row j's chunks c0..c0 + CB, weighted by head g's probability, into `acc`.
+        // (A macro, not a closure: closures do not inherit this function's target
+        // features, and the intrinsics inside would not inline.)
+        macro_rules! accumulate {
+            ($acc:expr, $j:expr) => {{
+                let row = base.add(offs[$j]);
+                let (v0, v1) = R::pair(row, c0);
+                let (v2, v3) = R::pair(row, c0 + 2);
+                for (g, a) in $acc.iter_mut().enumerate() {
+                    let w = _mm512_set1_ps(*p.add(g * p_stride + $j));
+                    a[0] = _mm512_fmadd_ps(v0, w, a[0]);
+                    a[1] = _mm512_fmadd_ps(v1, w, a[1]);
+                    a[2] = _mm512_fmadd_ps(v2, w, a[2]);
+                    a[3] = _mm512_fmadd_ps(v3, w, a[3]);
                 }
-                *out_set = acc;
+            }};
+        }
+        for (l, lane) in lanes.iter_mut().enumerate().take(n_ctx) {
+            if !SINGLE {
+                let mut acc = [[_mm512_setzero_ps(); CB]; G];
+                let mut j = l;
+                while j < n_ctx {
+                    accumulate!(acc, j);
+                    j += 16;
+                }
+                *lane = acc;
+                continue;
             }
-            // NOTE: plain loops, no closures: a closure does not inherit this function's
-            // target features, and the intrinsics inside it would not inline.
-            if SINGLE {
+            // Sets (0, 2), then (1, 3), each pair in one pass over its positions and summed
+            // at once: ggml combines the four as (s0 + s2) + (s1 + s3).
+            let mut first = [[_mm512_setzero_ps(); CB]; G];
+            for (k, (sa, sb)) in [(0usize, 2usize), (1, 3)].into_iter().enumerate() {
+                let mut a = [[_mm512_setzero_ps(); CB]; G];
+                let mut b = [[_mm512_setzero_ps(); CB]; G];
+                let (mut ja, mut jb) = (16 * sa + l, 16 * sb + l);
+                while ja < n_ctx {
+                    accumulate!(a, ja);
+                    if jb < n_ctx {
+                        accumulate!(b, jb);
+                    }
+                    ja += 64;
+                    jb += 64;
+                }
                 for g in 0..G {
                     for cc in 0..CB {
-                        let s = &part;
-                        lane[g][cc] = _mm512_add_ps(
-                            _mm512_add_ps(s[0][g][cc], s[2][g][cc]),
-                            _mm512_add_ps(s[1][g][cc], s[3][g][cc]),
-                        );
+                        let pair = _mm512_add_ps(a[g][cc], b[g][cc]);
+                        if k == 0 {
+                            first[g][cc] = pair;
+                        } else {
+                            lane[g][cc] = _mm512_add_ps(first[g][cc], pair);
+                        }
                     }
                 }
-            } else {
-                *lane = part[0];
             }
         }
         for g in 0..G {
