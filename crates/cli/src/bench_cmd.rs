@@ -390,7 +390,8 @@ pub enum NumericsArg {
     /// decodes, speculative verification) ~2x faster than `llama`; last bits differ.
     #[default]
     Fast,
-    /// llama.cpp's summation order, bit for bit: the same tokens and logits as llama.cpp.
+    /// llama.cpp's summation order, bit for bit: the same tokens and logits as llama.cpp
+    /// (for Q4_0/Q4_1/Q8_0 weights with the f16 KV cache on an AVX-512 CPU).
     Llama,
 }
 

@@ -107,7 +107,6 @@ pub(crate) struct Engine {
     scratch_base: usize,
     scratch_per_req: usize,
     scratch_slots: usize,
-    /// Fitted step cost (for draft lengths) and the self-draft's cost per draft token.
     /// Measured step time by rows: draft planning, and (its linear fit) admission rates.
     step_curve: StepCurve,
     /// Measured seconds per self-draft token (per request); `None` until the first draft.
@@ -692,16 +691,25 @@ impl Engine {
     }
 
     /// Drafts for every decoding request that speculates, set on the scheduler for the
-    /// next step. Draft lengths follow each request's controller (marginal rule).
+    /// next step. Draft lengths are planned jointly for the batch (`folio_spec::plan`, the
+    /// marginal rule against the measured step curve).
     fn propose(&mut self) {
         // Candidates: requests whose every token but the newest sampled one is computed.
         let mut cands: Vec<(RequestId, folio_spec::Candidate)> = Vec::new();
         let mut others = 0usize;
+        // Prefill rows the next step will likely carry (chunks of requests still
+        // prefilling, within the token budget): drafts are priced at the step's real size.
+        let mut prefill = 0usize;
         let ids: Vec<RequestId> = self.live.keys().copied().collect();
         for id in ids {
             let Some(r) = self.sched.request(id) else {
                 continue;
             };
+            if r.num_computed_tokens + 1 < r.num_tokens() {
+                prefill +=
+                    (r.num_tokens() - r.num_computed_tokens).min(self.sched.config().max_chunk);
+                continue;
+            }
             if r.num_computed_tokens + 1 != r.num_tokens() || r.num_output_tokens() == 0 {
                 continue;
             }
@@ -735,7 +743,8 @@ impl Engine {
         };
         let mut all: Vec<folio_spec::Candidate> = cands.iter().map(|c| c.1).collect();
         all.extend(std::iter::repeat_n(idle, others));
-        let plan = folio_spec::plan(&self.step_curve, &all);
+        let budget = self.sched.config().token_budget.saturating_sub(all.len());
+        let plan = folio_spec::plan(&self.step_curve, prefill.min(budget), &all);
         let mut self_draft: Vec<(RequestId, usize)> = Vec::new();
         for ((id, _), &k) in cands.iter().zip(&plan) {
             if k == 0 {

@@ -97,15 +97,16 @@ impl CostFit {
     }
 }
 
-/// Measured step time by rows computed: a smoothed mean per row count (exact up to 64
-/// rows, 16-row bins above), interpolated between measured counts and extended with the
-/// linear fit's slope beyond them. The draft planner needs the curve's shape: on a CPU the
-/// first extra rows ride on the weight read almost free, later ones cost full compute,
-/// and a single line through all steps gets both ends wrong.
+/// Measured step time by rows computed: per bin, a smoothed time and the smoothed row
+/// count it was measured at (bins are exact row counts up to 64, then 16 rows wide);
+/// between measured bins the time is interpolated by those row counts (never flat inside a
+/// wide bin) and beyond them extended with the linear fit's slope. The draft planner needs
+/// the curve's shape: on a CPU the first extra rows ride on the weight read almost free,
+/// later ones cost full compute, and a single line through all steps gets both ends wrong.
 #[derive(Debug, Clone)]
 pub(crate) struct StepCurve {
-    /// Per bin: (smoothed seconds, steps seen).
-    bins: Vec<(f64, u32)>,
+    /// Per bin: smoothed seconds, smoothed rows, steps seen.
+    bins: Vec<(f64, f64, u32)>,
     /// Fallback and slope for extrapolation.
     pub fit: CostFit,
 }
@@ -117,7 +118,7 @@ impl StepCurve {
 
     pub fn new() -> StepCurve {
         StepCurve {
-            bins: vec![(0.0, 0); Self::BINS + 1],
+            bins: vec![(0.0, 0.0, 0); Self::BINS + 1],
             fit: CostFit::new(),
         }
     }
@@ -126,16 +127,7 @@ impl StepCurve {
         if rows <= Self::EXACT {
             rows
         } else {
-            (Self::EXACT + (rows - Self::EXACT) / Self::WIDE).min(Self::BINS)
-        }
-    }
-
-    /// The row count a bin stands for (its lower edge).
-    fn rows_of(bin: usize) -> usize {
-        if bin <= Self::EXACT {
-            bin
-        } else {
-            Self::EXACT + (bin - Self::EXACT) * Self::WIDE
+            (Self::EXACT + 1 + (rows - Self::EXACT - 1) / Self::WIDE).min(Self::BINS)
         }
     }
 
@@ -145,39 +137,39 @@ impl StepCurve {
             return;
         }
         let b = &mut self.bins[Self::bin(rows)];
-        b.0 = if b.1 == 0 {
-            wall_s
+        let x = rows as f64;
+        if b.2 == 0 {
+            (b.0, b.1) = (wall_s, x);
         } else {
-            0.75 * b.0 + 0.25 * wall_s
-        };
-        b.1 = b.1.saturating_add(1);
+            (b.0, b.1) = (0.75 * b.0 + 0.25 * wall_s, 0.75 * b.1 + 0.25 * x);
+        }
+        b.2 = b.2.saturating_add(1);
     }
 }
 
 impl StepTime for StepCurve {
     fn measured(&self, rows: usize) -> bool {
-        self.bins[Self::bin(rows)].1 > 0
+        self.bins[Self::bin(rows)].2 > 0
     }
 
     fn step_s(&self, rows: usize) -> f64 {
         let line = self.fit.cost();
-        let at = Self::bin(rows);
-        if self.bins[at].1 > 0 {
-            return self.bins[at].0;
-        }
-        let below = (1..at).rev().find(|&b| self.bins[b].1 > 0);
-        let above = (at + 1..self.bins.len()).find(|&b| self.bins[b].1 > 0);
         let x = rows as f64;
+        // Measured points (row count, seconds) in bin order, which is row order.
+        let points = self.bins.iter().filter(|b| b.2 > 0).map(|b| (b.1, b.0));
+        let (mut below, mut above) = (None, None);
+        for (px, py) in points {
+            if px <= x {
+                below = Some((px, py));
+            } else if above.is_none() {
+                above = Some((px, py));
+            }
+        }
         match (below, above) {
-            (Some(l), Some(h)) => {
-                let (xl, xh) = (Self::rows_of(l) as f64, Self::rows_of(h) as f64);
-                let (yl, yh) = (self.bins[l].0, self.bins[h].0);
-                yl + (yh - yl) * (x - xl) / (xh - xl)
-            }
-            (Some(l), None) => self.bins[l].0 + line.per_token_s * (x - Self::rows_of(l) as f64),
-            (None, Some(h)) => {
-                (self.bins[h].0 - line.per_token_s * (Self::rows_of(h) as f64 - x)).max(1e-6)
-            }
+            (Some((xl, yl)), _) if xl == x => yl,
+            (Some((xl, yl)), Some((xh, yh))) => yl + (yh - yl) * (x - xl) / (xh - xl),
+            (Some((xl, yl)), None) => yl + line.per_token_s * (x - xl),
+            (None, Some((xh, yh))) => (yh - line.per_token_s * (xh - x)).max(1e-6),
             (None, None) => line.step_s(rows),
         }
     }
@@ -203,8 +195,13 @@ mod tests {
         // Beyond the last measured count: the line's slope from there.
         let slope = c.fit.cost().per_token_s;
         assert!((c.step_s(20) - (0.016 + 4.0 * slope)).abs() < 1e-12);
-        // Wide bins above 64 rows.
+        // Wide bins above 64 rows: a bin is a point at its measured row count, and the
+        // curve is interpolated through it, not flat across the bin.
         c.add(100, 0.1);
-        assert_eq!(c.step_s(97), 0.1);
+        assert_eq!(c.step_s(100), 0.1);
+        assert!(c.step_s(99) < 0.1 && c.step_s(99) > c.step_s(98));
+        // 65 rows is a bin of its own (not shared with 64).
+        assert!(!c.measured(65));
+        assert!(c.measured(97) && !c.measured(96 + 17));
     }
 }

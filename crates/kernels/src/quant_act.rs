@@ -2,7 +2,8 @@
 //!
 //! Per block of 32 values: `d = amax / 127` (kept as f16, as ggml stores it), `q =
 //! round_ties_even(x · 127/amax)` (exactly as ggml computes it), and the sum of the codes `isum` (for the min / offset term
-//! of the weight formats) plus `s = d * isum`. Every ISA computes the same bits: rounding is
+//! of the weight formats) plus `s = d * isum`, and the sums per group of 4 codes (`gsum`,
+//! the offset term of ggml's lane-wise dot products). Every ISA computes the same bits: rounding is
 //! ties-to-even everywhere (the SIMD conversion's default mode) and amax/sums are exact.
 
 use crate::cpu::Isa;

@@ -22,7 +22,9 @@ fn main() {
         "usage: logits MODEL OUT PROMPT_IDS [FOLLOW_IDS]"
     );
     let f = GgufFile::open(std::path::Path::new(&a[1])).expect("gguf");
-    let model = Model::from_gguf(&f).expect("model");
+    let mut model = Model::from_gguf(&f).expect("model");
+    // llama.cpp's summation order (`--numerics llama`): the point is to compare bits.
+    model.set_sums(folio_kernels::matmul::Sums::Ggml);
     let prompt = parse(&a[3]);
     let follow = a.get(4).map(|s| parse(s)).unwrap_or_default();
     let pool = ThreadPool::global();

@@ -27,7 +27,8 @@ impl SyncPtr {
 }
 
 thread_local! {
-    /// Per-worker scratch: the group's f16-rounded queries, then the kernel's scores.
+    /// Per-worker scratch: the group's f16-rounded queries, then the kernel's scores (and,
+    /// on the reference path, the decoded K/V rows of the context).
     static SCRATCH: RefCell<(Vec<f32>, Vec<f32>)> = const { RefCell::new((Vec::new(), Vec::new())) };
 }
 

@@ -49,10 +49,11 @@ impl Model {
         })
     }
 
-    /// A KV cache shaped for this model.
     /// How every quantized matmul accumulates: [`Sums::Ggml`] gives llama.cpp's exact bits
-    /// (every other operation already follows llama.cpp), [`Sums::Block`] (the default)
-    /// batched steps ~2x faster with last-bit differences.
+    /// (every other operation already follows llama.cpp) for Q4_0, Q4_1 and Q8_0 weights
+    /// with an f16 KV cache on an AVX-512 CPU (llama.cpp's own arithmetic differs on other
+    /// CPUs, and its K-quant dot products are not reproduced); [`Sums::Block`] (the
+    /// default) runs batched steps ~1.6x faster with last-bit differences.
     pub fn set_sums(&mut self, sums: Sums) {
         let w = &mut self.weights;
         w.token_embd.set_sums(sums);
@@ -66,6 +67,7 @@ impl Model {
         }
     }
 
+    /// A KV cache shaped for this model.
     pub fn new_kv_cache(&self, block_size: usize, num_blocks: usize, format: KvFormat) -> KvCache {
         let c = &self.config;
         KvCache::new(

@@ -25,21 +25,24 @@ pub(crate) fn ranges(pool: &ThreadPool, n: usize, f: &(dyn Fn(Range<usize>) + Sy
     });
 }
 
-/// A row-major buffer whose rows tasks of [`ranges`] write, each its own rows.
+/// A row-major buffer whose rows tasks of [`ranges`] write, each its own rows. Holds the
+/// buffer's mutable borrow for `'a`, so the buffer cannot be used or dropped meanwhile.
 #[derive(Clone, Copy)]
-pub(crate) struct Rows {
+pub(crate) struct Rows<'a> {
     ptr: SyncPtr,
     width: usize,
     n: usize,
+    _buf: std::marker::PhantomData<&'a mut [f32]>,
 }
 
-impl Rows {
-    pub fn new(buf: &mut [f32], width: usize) -> Rows {
+impl<'a> Rows<'a> {
+    pub fn new(buf: &'a mut [f32], width: usize) -> Rows<'a> {
         assert!(width > 0 && buf.len().is_multiple_of(width));
         Rows {
             ptr: SyncPtr(buf.as_mut_ptr()),
             width,
             n: buf.len() / width,
+            _buf: std::marker::PhantomData,
         }
     }
 

@@ -89,22 +89,6 @@ impl DraftControl {
             draft_s,
         }
     }
-
-    /// Draft length for this request alone in a step of `batch` decoding requests: the
-    /// others draft nothing (see [`plan`] for the joint choice).
-    pub fn choose(&self, time: &impl StepTime, batch: usize, draft_s: f64) -> usize {
-        let mut reqs = vec![
-            Candidate {
-                acceptance: 0.0,
-                max: 0,
-                fixed: None,
-                draft_s: 0.0,
-            };
-            batch.max(1)
-        ];
-        reqs[0] = self.candidate(self.max_tokens, draft_s);
-        plan(time, &reqs)[0]
-    }
 }
 
 /// Draft lengths for every decoding request of the next step, jointly: start from no
@@ -117,9 +101,12 @@ impl DraftControl {
 /// one draft that is likely accepted (a^(m+1) ≥ 1/2) goes ahead anyway, so the curve learns
 /// that size; otherwise a guess from distant sizes (say, from prefill steps) could keep
 /// the planner from ever trying the cheap rows it would find.
-pub fn plan(time: &impl StepTime, reqs: &[Candidate]) -> Vec<usize> {
+///
+/// `base_rows`: rows the step computes besides these requests' (prefill chunks), so each
+/// draft row is priced where the step really is on the curve.
+pub fn plan(time: &impl StepTime, base_rows: usize, reqs: &[Candidate]) -> Vec<usize> {
     let mut m: Vec<usize> = reqs.iter().map(|c| c.fixed.unwrap_or(0)).collect();
-    let mut rows = reqs.len() + m.iter().sum::<usize>();
+    let mut rows = base_rows + reqs.len() + m.iter().sum::<usize>();
     let mut n: f64 = reqs
         .iter()
         .zip(&m)
@@ -158,7 +145,8 @@ pub fn plan(time: &impl StepTime, reqs: &[Candidate]) -> Vec<usize> {
         m[i] += 1;
         rows += 1;
         n += dn;
-        t += dt;
+        // From the curve again (not += the floored step), so T cannot drift from it.
+        t += time.step_s(rows) - time.step_s(rows - 1) + (dt - dt_rows);
     }
     m
 }
@@ -174,6 +162,19 @@ mod tests {
         assert!((expected_tokens(0.75, 4) - 3.05).abs() < 0.005);
     }
 
+    /// `c`'s draft length in a step where `batch - 1` other decodes draft nothing.
+    fn alone_in(c: &DraftControl, cost: &StepCost, batch: usize, draft_s: f64) -> usize {
+        let idle = Candidate {
+            acceptance: 0.0,
+            max: 0,
+            fixed: None,
+            draft_s: 0.0,
+        };
+        let mut reqs = vec![idle; batch];
+        reqs[0] = c.candidate(c.max_tokens, draft_s);
+        plan(cost, 0, &reqs)[0]
+    }
+
     #[test]
     fn drafts_less_when_the_batch_shares_the_fixed_cost() {
         let cost = StepCost {
@@ -185,8 +186,8 @@ mod tests {
             max_tokens: 8,
             fixed: None,
         };
-        let alone = c.choose(&cost, 1, 0.0);
-        let crowd = c.choose(&cost, 64, 0.0);
+        let alone = alone_in(&c, &cost, 1, 0.0);
+        let crowd = alone_in(&c, &cost, 64, 0.0);
         assert!(
             alone >= 3,
             "batch 1 should draft several tokens, chose {alone}"
@@ -202,9 +203,9 @@ mod tests {
         };
         // At a = 0.05 one draft adds 0.05 tokens for 0.5 ms: still under T/N = 10.5 ms when
         // drafting is free, but not once a draft costs 1 ms to produce.
-        assert_eq!(poor.choose(&cost, 1, 0.0), 1);
+        assert_eq!(alone_in(&poor, &cost, 1, 0.0), 1);
         assert_eq!(
-            poor.choose(&cost, 1, 0.001),
+            alone_in(&poor, &cost, 1, 0.001),
             0,
             "useless drafts are not worth their cost"
         );
@@ -213,7 +214,7 @@ mod tests {
             max_tokens: 8,
             fixed: Some(5),
         };
-        assert_eq!(fixed.choose(&cost, 64, 0.0), 5);
+        assert_eq!(alone_in(&fixed, &cost, 64, 0.0), 5);
     }
 
     /// A CPU-like step: the first 4 rows cost 0.1 ms each over a 3 ms weight read, every
@@ -237,28 +238,28 @@ mod tests {
         // Alone: rows 2..4 are nearly free, and at a = 0.85 later rows still pay:
         // T = 3.4 ms for N = 1 + .85 + .72 + .61 = 3.18 → T/N ≈ 1.07 ms; the 5th row costs
         // 1 ms for 0.52 tokens, so it stops at 3 drafts.
-        assert_eq!(plan(&Knee, &[c]), vec![3]);
+        assert_eq!(plan(&Knee, 0, &[c]), vec![3]);
         // 16 decoding requests: 16 ms for 16 tokens; a draft row costs 1 ms for 0.85 tokens.
-        assert_eq!(plan(&Knee, &[c; 16]), vec![0; 16]);
+        assert_eq!(plan(&Knee, 0, &[c; 16]), vec![0; 16]);
         // A poor acceptor gets nothing even alone once drafting itself costs time.
         let poor = Candidate {
             acceptance: 0.1,
             draft_s: 0.002,
             ..c
         };
-        assert_eq!(plan(&Knee, &[poor]), vec![0]);
+        assert_eq!(plan(&Knee, 0, &[poor]), vec![0]);
         // The better acceptor gets the free rows first.
         let low = Candidate {
             acceptance: 0.3,
             ..c
         };
-        assert_eq!(plan(&Knee, &[low, c]), vec![0, 2]);
+        assert_eq!(plan(&Knee, 0, &[low, c]), vec![0, 2]);
         // Fixed lengths are kept whatever the rule says.
         let fixed = Candidate {
             fixed: Some(5),
             ..c
         };
-        assert_eq!(plan(&Knee, &[fixed; 16]), vec![5; 16]);
+        assert_eq!(plan(&Knee, 0, &[fixed; 16]), vec![5; 16]);
     }
 
     /// The knee's cost, but only rows 1 and 400 were ever measured: interpolated, the
@@ -285,12 +286,12 @@ mod tests {
         // (1 ms for 0.72 tokens vs 4.1/1.85 = 2.2 ms) too, the third (1/0.61 = 1.63 vs
         // 5.1/2.57 = 1.98) too, the fourth (1/0.522 = 1.916 vs 6.1/3.187 = 1.914) does not,
         // but its row count was never measured and 0.52 ≥ 1/2, so it goes ahead once.
-        assert_eq!(plan(&Sparse, &[c]), vec![4]);
+        assert_eq!(plan(&Sparse, 0, &[c]), vec![4]);
         let poor = Candidate {
             acceptance: 0.4,
             ..c
         };
         // One draft pays (1/0.4 = 2.5 < 3.1); the second gains 0.16 < 1/2: no exploration.
-        assert_eq!(plan(&Sparse, &[poor]), vec![1]);
+        assert_eq!(plan(&Sparse, 0, &[poor]), vec![1]);
     }
 }

@@ -9,40 +9,67 @@ use half::f16;
 /// Accumulator sets of the single-query order (`ggml_vec_dot_f16`'s 4 vectors).
 const SETS: usize = 4;
 
-/// A dot product of `n` terms in `order`: `term(i)` gives the pair of factors of term i.
-/// Batched: lane i % 16 sums terms i, i + 16, … by FMA, then [`reduce16`]. Single: set
-/// (i / 16) % 4, lane i % 16, for the first `n & !63` terms, sets combined as
-/// (s0 + s2) + (s1 + s3), [`reduce16`], then the remaining terms' f32 products added in f64.
-fn dot(order: SumOrder, n: usize, term: impl Fn(usize) -> (f32, f32)) -> f32 {
-    match order {
-        SumOrder::Batched => {
-            let mut lanes = [0f32; LANES];
-            for i in 0..n {
-                let (a, b) = term(i);
-                lanes[i % LANES] = a.mul_add(b, lanes[i % LANES]);
-            }
-            reduce16(&lanes)
+/// `a · b` in `order`. Batched: lane i % 16 sums terms i, i + 16, … by FMA, then
+/// [`reduce16`]. Single: set (i / 16) % 4, lane i % 16, for the first `n & !63` terms, sets
+/// combined as (s0 + s2) + (s1 + s3), [`reduce16`], then the remaining terms' f32 products
+/// added in f64. (Written chunk by chunk so the lane loops vectorize.)
+#[inline(always)]
+fn dot(order: SumOrder, a: &[f32], b: &[f32]) -> f32 {
+    let n = a.len().min(b.len());
+    let np = match order {
+        SumOrder::Batched => n.next_multiple_of(LANES),
+        SumOrder::Single => n & !(SETS * LANES - 1),
+    };
+    let mut s = [[0f32; LANES]; SETS];
+    for (c, (ac, bc)) in a.chunks(LANES).zip(b.chunks(LANES)).enumerate() {
+        if c * LANES >= np {
+            break;
         }
+        let set = match order {
+            SumOrder::Batched => 0,
+            SumOrder::Single => c % SETS,
+        };
+        for ((acc, &x), &y) in s[set].iter_mut().zip(ac).zip(bc) {
+            *acc = x.mul_add(y, *acc);
+        }
+    }
+    match order {
+        SumOrder::Batched => reduce16(&s[0]),
         SumOrder::Single => {
-            let np = n & !(SETS * LANES - 1);
-            let mut s = [[0f32; LANES]; SETS];
-            for i in 0..np {
-                let (a, b) = term(i);
-                let (j, l) = ((i / LANES) % SETS, i % LANES);
-                s[j][l] = a.mul_add(b, s[j][l]);
-            }
             let v: [f32; LANES] =
                 std::array::from_fn(|l| (s[0][l] + s[2][l]) + (s[1][l] + s[3][l]));
             let mut sum = reduce16(&v) as f64;
             for i in np..n {
-                let (a, b) = term(i);
-                sum += (a * b) as f64;
+                sum += (a[i] * b[i]) as f64;
             }
             sum as f32
         }
     }
 }
 
+/// [`attend`] compiled with AVX2 and FMA enabled, so its lane loops vectorize and its
+/// `mul_add`s are single instructions (the same IEEE operations, the same bits).
+///
+/// # Safety
+/// The CPU must have AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn attend_avx2(
+    kv: &PagedKv,
+    table: &[u32],
+    n_ctx: usize,
+    q: &[f32],
+    n_q: usize,
+    scale: f32,
+    order: SumOrder,
+    scratch: &mut Vec<f32>,
+    out: &mut [f32],
+) {
+    attend(kv, table, n_ctx, q, n_q, scale, order, scratch, out)
+}
+
+#[inline(always)]
 #[allow(clippy::too_many_arguments)]
 pub fn attend(
     kv: &PagedKv,
@@ -56,8 +83,7 @@ pub fn attend(
     out: &mut [f32],
 ) {
     let (hd, bs, rb) = (kv.head_dim, kv.block_size, kv.row_bytes());
-    // Scores, then every decoded K or V row of the context (kept: the value sums walk
-    // positions in their own order).
+    // Scores, then every decoded K row of the context.
     scratch.resize(n_q * n_ctx + n_ctx * hd, 0.0);
     let (scores, rows) = scratch.split_at_mut(n_q * n_ctx);
     let at = |j: usize| kv.row_offset(table[j / bs] as usize, j % bs);
@@ -68,7 +94,7 @@ pub fn attend(
     for g in 0..n_q {
         let qg = &q[g * hd..(g + 1) * hd];
         for (j, row) in rows.chunks_exact(hd).enumerate() {
-            scores[g * n_ctx + j] = dot(order, hd, |d| (qg[d], row[d])) * scale;
+            scores[g * n_ctx + j] = dot(order, qg, row) * scale;
         }
     }
     for p in scores.chunks_exact_mut(n_ctx) {
@@ -77,27 +103,51 @@ pub fn attend(
             *v = f16::from_f32(*v).to_f32();
         }
     }
-    for (j, row) in rows.chunks_exact_mut(hd).enumerate() {
+    // Values: position by position (rows read in order), each weighted row added to its
+    // (set, lane) accumulator of every output value; then sets and lanes combined as the
+    // dot products in `dot` combine them, and the single order's tail added in f64.
+    let (sets, n_lanes_pos) = match order {
+        SumOrder::Batched => (1, n_ctx),
+        SumOrder::Single => (SETS, n_ctx.min(n_ctx.next_multiple_of(super::KV_PAD) & !63)),
+    };
+    let width = sets * LANES * hd;
+    let mut acc = vec![0f32; n_q * width];
+    let mut v = vec![0f32; hd];
+    for j in 0..n_lanes_pos {
         let off = at(j);
-        load_row_scalar(kv.format, &kv.v[off..off + rb], row);
-    }
-    for g in 0..n_q {
-        let p = &scores[g * n_ctx..(g + 1) * n_ctx];
-        for d in 0..hd {
-            // Zero weights past the context stand in for llama.cpp's masked cells: it
-            // attends over the cache padded to KV_PAD cells (what decides which positions
-            // the single order leaves to its f64 tail).
-            let n = match order {
-                SumOrder::Batched => n_ctx,
-                SumOrder::Single => n_ctx.next_multiple_of(super::KV_PAD),
-            };
-            out[g * hd + d] = dot(order, n, |j| {
-                if j < n_ctx {
-                    (rows[j * hd + d], p[j])
-                } else {
-                    (0.0, 0.0)
-                }
-            });
+        load_row_scalar(kv.format, &kv.v[off..off + rb], &mut v);
+        for g in 0..n_q {
+            let w = scores[g * n_ctx + j];
+            let set = if sets == 1 { 0 } else { (j / LANES) % SETS };
+            let a = &mut acc[g * width + (set * LANES + j % LANES) * hd..][..hd];
+            for (a, &x) in a.iter_mut().zip(&v) {
+                *a = x.mul_add(w, *a);
+            }
         }
+    }
+    let mut sums = vec![0f64; n_q * hd];
+    for g in 0..n_q {
+        for d in 0..hd {
+            let at = |set: usize, l: usize| acc[g * width + (set * LANES + l) * hd + d];
+            let lanes: [f32; LANES] = std::array::from_fn(|l| match order {
+                SumOrder::Batched => at(0, l),
+                SumOrder::Single => (at(0, l) + at(2, l)) + (at(1, l) + at(3, l)),
+            });
+            sums[g * hd + d] = reduce16(&lanes) as f64;
+        }
+    }
+    // The f64 tail, position by position onto the lane sum (`ggml_vec_dot_f16`'s order).
+    for j in n_lanes_pos..n_ctx {
+        let off = at(j);
+        load_row_scalar(kv.format, &kv.v[off..off + rb], &mut v);
+        for g in 0..n_q {
+            let w = scores[g * n_ctx + j];
+            for (s, &x) in sums[g * hd..(g + 1) * hd].iter_mut().zip(&v) {
+                *s += (x * w) as f64;
+            }
+        }
+    }
+    for (o, s) in out.iter_mut().zip(&sums) {
+        *o = *s as f32;
     }
 }

@@ -7,7 +7,7 @@ pub const LANES: usize = 16;
 
 /// The sum of 16 lanes in the tree of `_mm512_reduce_add_ps`: halves (i, i + 8), then
 /// (i, i + 4), then (i, i + 2), then lane 0 + lane 1.
-#[inline]
+#[inline(always)]
 pub fn reduce16(v: &[f32; LANES]) -> f32 {
     let mut t = [0f32; 8];
     for i in 0..8 {
@@ -37,7 +37,7 @@ pub(crate) mod expc {
 /// `e^x` as llama.cpp computes it on AVX-512 (`ggml_v_expf`): n = round(x·log2 e),
 /// b = x − n·ln 2 (in two parts), a degree-5 polynomial in b, scaled by 2^n; |n| > 192
 /// gives 0 or ∞. Every operation here is one IEEE operation of that routine, in order.
-#[inline]
+#[inline(always)]
 pub fn expf_ggml(x: f32) -> f32 {
     use expc::*;
     let f = f32::from_bits;
@@ -53,13 +53,15 @@ pub fn expf_ggml(x: f32) -> f32 {
         .mul_add(b, f(C4))
         .mul_add(u, f(C3).mul_add(b, f(C2)))
         .mul_add(u, f(C1).mul_add(b, 1.0));
-    // `vscalefps`: j · 2^n with one rounding (exact in f64, then rounded once).
-    (j as f64 * 2f64.powi(n as i32)) as f32
+    // `vscalefps`: j · 2^n with one rounding (exact in f64, then rounded once); |n| <= 192
+    // here, so 2^n is a normal f64 built from its exponent bits.
+    (j as f64 * f64::from_bits(((n as i64 + 1023) as u64) << 52)) as f32
 }
 
 /// llama.cpp's softmax of one row: exponentials of `x − max` in chunks of 16, each chunk
 /// summed by [`reduce16`] into an f64 total, then every value times `(1 / total) as f32`.
 /// A row whose every value is −∞ is left as is.
+#[inline(always)]
 pub fn softmax_lanes(x: &mut [f32]) {
     let max = x.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
     if max == f32::NEG_INFINITY {

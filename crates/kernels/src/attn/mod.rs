@@ -161,7 +161,13 @@ pub fn attend_with(
         unsafe { x86::attend_512(kv, table, n_ctx, q, n_q, scale, order, scores, out) };
         return;
     }
-    let _ = isa;
+    #[cfg(target_arch = "x86_64")]
+    if isa.clamp() != Isa::Scalar {
+        // SAFETY: clamp() guarantees AVX2 and FMA (AVX-512 hosts have them too).
+        return unsafe {
+            generic::attend_avx2(kv, table, n_ctx, q, n_q, scale, order, scores, out)
+        };
+    }
     generic::attend(kv, table, n_ctx, q, n_q, scale, order, scores, out)
 }
 

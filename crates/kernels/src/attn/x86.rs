@@ -569,7 +569,7 @@ unsafe fn run<R: Rows, const SINGLE: bool>(
 /// # Safety
 /// AVX-512 F/BW/VL, AVX2, FMA and F16C must be present; `kv.check(table, n_ctx)` must
 /// have passed; `supports(kv.format, kv.head_dim)`; `scores.len() == n_q * n_ctx`;
-/// `q` and `out` hold `n_q * head_dim` values; `out` is zeroed.
+/// `q` and `out` hold `n_q * head_dim` values (`out` is overwritten).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn attend_512(

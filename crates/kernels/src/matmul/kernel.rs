@@ -28,7 +28,8 @@ use crate::quant_act::{QuantizedActs, GROUP};
 /// How a row's dot product accumulates its blocks (see the module doc).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum Sums {
-    /// ggml's x86 order: llama.cpp's exact bits.
+    /// ggml's x86 order: llama.cpp's exact bits for Q4_0, Q4_1 and Q8_0 (its K-quants use
+    /// other dot products).
     Ggml,
     /// One int32 sum and one FMA per block: fastest.
     #[default]

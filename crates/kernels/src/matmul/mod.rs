@@ -7,8 +7,9 @@
 //!   `vpdpbusd` computes 4 k-values for 16 output rows;
 //! - activations are quantized once per call to int8 blocks of 32 (`quant_act`, ggml's q8_1
 //!   numerics), in parallel over the pool for large batches;
-//! - each panel's unpacked weights are reused for up to 8 activation rows in registers, so
-//!   n activation rows share one read of W from memory;
+//! - each panel's unpacked weights are reused for several activation rows in registers
+//!   (8 with block sums, 4 with ggml's lane sums), so n activation rows share one read of
+//!   W from memory;
 //! - output panels are spread over the persistent `ThreadPool`.
 //!
 //! Every weight type maps onto one of four packed layouts (see `ggml` for the mapping):

@@ -86,9 +86,13 @@ pub fn silu_mul_with(isa: Isa, gate: &mut [f32], up: &[f32]) {
         // SAFETY: clamp() guarantees AVX-512; lengths checked above.
         return unsafe { x86::silu_mul_512(gate, up) };
     }
-    // NOTE: no AVX2 form of llama.cpp's AVX-512 exp approximation (it scales with
-    // `vscalefps`); the scalar reference computes the same bits.
-    let _ = isa;
+    // NOTE: no hand-written AVX2 form of llama.cpp's AVX-512 exp approximation (it scales
+    // with `vscalefps`): the scalar reference, compiled with FMA, computes the same bits.
+    #[cfg(target_arch = "x86_64")]
+    if isa.clamp() == Isa::Avx2 {
+        // SAFETY: clamp() guarantees AVX2 and FMA.
+        return unsafe { x86::silu_mul_fma(gate, up) };
+    }
     scalar::silu_mul(gate, up)
 }
 

@@ -1,6 +1,5 @@
 //! AVX-512 and AVX2 versions of the element-wise ops. Tails use masks (AVX-512) or the
-//! scalar code (AVX2). `exp` is a Cephes-style polynomial (about 2 ulp), exact 0 below
-//! -87.3 so masked attention scores (-inf) get weight exactly 0.
+//! scalar code (AVX2). SiLU uses llama.cpp's exp approximation (`attn::expf_512`).
 
 use super::scalar;
 use std::arch::x86_64::*;
@@ -91,4 +90,10 @@ pub unsafe fn add_256(x: &mut [f32], y: &[f32]) {
         i += 8;
     }
     scalar::add_inplace(&mut x[i..], &y[i..]);
+}
+
+/// The scalar SwiGLU compiled with FMA (single-instruction `mul_add`s, same bits).
+#[target_feature(enable = "avx2,fma")]
+pub unsafe fn silu_mul_fma(gate: &mut [f32], up: &[f32]) {
+    scalar::silu_mul(gate, up)
 }
