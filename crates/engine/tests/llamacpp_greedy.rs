@@ -160,3 +160,54 @@ fn check() {
 fn identical_to_llama_cpp() {
     check();
 }
+
+/// The same through the engine with `--numerics llama`: the 5 prompts at once under
+/// continuous batching, prompts prefilled in chunks of 5 tokens (so chunks mix with other
+/// requests' decodes, and some are a lone token), n-gram speculation verifying several
+/// tokens per step, end tokens masked: every token is llama.cpp's. Row arithmetic does not depend on the batch, and prompt tokens keep
+/// llama.cpp's prompt-batch attention order however they are chunked (`SeqSpan::decode_from`).
+#[test]
+fn engine_batched_and_chunked_matches_llama_cpp() {
+    use folio_engine::{spawn_engine, EngineConfig, Event, GenerateRequest};
+    let path = folio_fetch::test_model().expect("the default model (fetched on first use)");
+    let f = GgufFile::open(&path).expect("open model");
+    let mut model = Model::from_gguf(&f).expect("load model");
+    model.set_sums(Sums::Ggml);
+    let tok = std::sync::Arc::new(Tokenizer::from_gguf(&f).expect("tokenizer"));
+    let cfg = EngineConfig {
+        max_chunk: 5,
+        prefix_cache: false,
+        spec: folio_engine::SpecMethod::Ngram,
+        spec_tokens: Some(3),
+        ..EngineConfig::default()
+    };
+    let h = spawn_engine(model, tok, &path, cfg).expect("engine");
+    let data: Value =
+        serde_json::from_str(include_str!("../../../testdata/llamacpp-greedy.json")).expect("json");
+    let prompts = data["prompts"].as_array().expect("prompts");
+    let streams: Vec<_> = prompts
+        .iter()
+        .map(|p| {
+            let mut r = GenerateRequest::new(ids(&p["prompt_token_ids"]), 32);
+            r.ignore_eos = true;
+            h.submit(r).expect("submit")
+        })
+        .collect();
+    for (p, mut s) in prompts.iter().zip(streams) {
+        let mut got = Vec::new();
+        while let Some(ev) = s.next_blocking() {
+            if let Event::Tokens { ids, .. } = ev {
+                got.extend(ids);
+            }
+        }
+        let want = ids(&p["greedy_ignore_eos"]["output_token_ids"]);
+        assert_eq!(
+            got, want,
+            "{}: engine tokens differ from llama.cpp's",
+            p["name"]
+        );
+    }
+    let spec = h.metrics.spec.lock().expect("spec stats").clone();
+    assert!(spec.drafted > 0, "speculation drafted nothing");
+    h.shutdown();
+}
