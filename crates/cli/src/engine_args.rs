@@ -73,6 +73,10 @@ pub struct EngineArgs {
     /// Most tokens (decodes + prefill chunks) in one iteration.
     #[arg(long, default_value_t = 2048)]
     pub token_budget: usize,
+    /// Target inter-token latency: each step's token budget shrinks to what measured step
+    /// costs say fits in this many milliseconds (prefill chunks wait instead).
+    #[arg(long)]
+    pub max_itl_ms: Option<f64>,
     /// Most prompt tokens of one request per iteration (chunked prefill).
     #[arg(long, default_value_t = 512)]
     pub max_chunk: usize,
@@ -161,6 +165,7 @@ impl EngineArgs {
                 PolicyArg::Serial => BatchPolicy::Serial,
             },
             token_budget: self.token_budget,
+            max_itl_ms: self.max_itl_ms,
             max_chunk: self.max_chunk,
             max_running: self.max_running,
             reservation: match self.kv_reservation {

@@ -59,6 +59,10 @@ pub struct EngineConfig {
     /// Layers of the self-draft (0 = three quarters of the model: earlier exits of small
     /// models rarely agree with the full model).
     pub spec_draft_layers: usize,
+    /// Target step time: each step's token budget is the most tokens whose measured cost
+    /// fits it (never below the running decodes + 1, never above `token_budget`), so
+    /// prefill chunks cannot stretch the inter-token latency of running requests past it.
+    pub max_itl_ms: Option<f64>,
 }
 
 impl Default for EngineConfig {
@@ -78,6 +82,7 @@ impl Default for EngineConfig {
             spec: SpecMethod::Off,
             spec_tokens: None,
             spec_max_tokens: 8,
+            max_itl_ms: None,
             spec_draft_layers: 0,
             kv_disk_dir: None,
             kv_disk_bytes: 4 << 30,

@@ -11,7 +11,7 @@ use crate::api::{
     Command, EngineHandle, EngineInfo, EngineMetrics, Event, FinishReason, TokenLogprob, Usage,
 };
 use crate::sampler::{log_softmax, Sampler};
-use crate::speculate::{SpecState, StepCurve};
+use crate::speculate::{budget_for_step_time, SpecState, StepCurve};
 use crate::tier::DiskTier;
 use crate::{EngineConfig, GenerateRequest, RequestId, SpecMethod, StepStats};
 use folio_core::kv::KvConfig;
@@ -107,8 +107,12 @@ pub(crate) struct Engine {
     scratch_base: usize,
     scratch_per_req: usize,
     scratch_slots: usize,
-    /// Measured step time by rows: draft planning, and (its linear fit) admission rates.
+    /// Measured step time by rows: draft planning, the `max_itl_ms` budget, and (its
+    /// linear fit) admission rates.
     step_curve: StepCurve,
+    /// `EngineConfig::max_itl_ms` and the configured budget it may shrink.
+    max_itl_ms: Option<f64>,
+    token_budget: usize,
     /// Measured seconds per self-draft token (per request); `None` until the first draft.
     draft_cost_s: Option<f64>,
     /// Samples waiting to be forked from their group's first request once its prompt is
@@ -239,6 +243,8 @@ pub fn spawn_engine(
         scratch_per_req,
         scratch_slots,
         step_curve: StepCurve::new(),
+        max_itl_ms: cfg.max_itl_ms,
+        token_budget: cfg.token_budget,
         draft_cost_s: None,
         forks: HashMap::new(),
         tier,
@@ -282,6 +288,11 @@ impl Engine {
             self.drop_closed();
             if !self.sched.has_unfinished() {
                 continue;
+            }
+            if let Some(ms) = self.max_itl_ms {
+                let lo = self.sched.num_running() + 1;
+                let b = budget_for_step_time(&self.step_curve, ms / 1e3, lo, self.token_budget);
+                self.sched.set_token_budget(b);
             }
             let out = self.sched.schedule();
             if out.is_empty() {

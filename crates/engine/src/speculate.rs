@@ -175,9 +175,54 @@ impl StepTime for StepCurve {
     }
 }
 
+/// The most tokens in `lo..=hi` whose step time on `curve` is at most `target_s` (`lo` when
+/// even that does not fit: running decodes always get their row). Step time grows with
+/// tokens, so a binary search finds it.
+pub(crate) fn budget_for_step_time(
+    curve: &impl StepTime,
+    target_s: f64,
+    lo: usize,
+    hi: usize,
+) -> usize {
+    let (mut a, mut b) = (lo, hi.max(lo));
+    if curve.step_s(b) <= target_s {
+        return b;
+    }
+    // Invariant: a fits (or is the floor), b does not.
+    while b - a > 1 {
+        let m = a + (b - a) / 2;
+        if curve.step_s(m) <= target_s {
+            a = m;
+        } else {
+            b = m;
+        }
+    }
+    a
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn budget_is_the_most_tokens_that_fit_the_step_time() {
+        // 2 ms fixed + 0.5 ms per token.
+        let line = StepCost {
+            fixed_s: 0.002,
+            per_token_s: 0.0005,
+        };
+        // 50 ms: (50 - 2) / 0.5 = 96 tokens.
+        assert_eq!(budget_for_step_time(&line, 0.050, 1, 2048), 96);
+        // Never above the configured budget, never below the running decodes + 1.
+        assert_eq!(budget_for_step_time(&line, 10.0, 1, 2048), 2048);
+        assert_eq!(budget_for_step_time(&line, 0.001, 17, 2048), 17);
+        // On a measured curve: 16 rows measured at 10 ms, 512 at 400 ms; 100 ms fits
+        // 16 + (90 / 390) * 496 = 130.4 rows.
+        let mut c = StepCurve::new();
+        c.add(16, 0.010);
+        c.add(512, 0.400);
+        assert_eq!(budget_for_step_time(&c, 0.100, 1, 2048), 130);
+    }
 
     #[test]
     fn curve_interpolates_between_measured_row_counts() {

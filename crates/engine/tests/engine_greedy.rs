@@ -76,6 +76,14 @@ fn greedy_is_batching_invariant() {
             },
         ),
         (
+            // The budget follows measured step costs, so chunk sizes vary step to step.
+            "max ITL 20 ms",
+            EngineConfig {
+                max_itl_ms: Some(20.0),
+                ..base.clone()
+            },
+        ),
+        (
             "prefix cache on",
             EngineConfig {
                 prefix_cache: true,

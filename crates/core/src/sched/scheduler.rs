@@ -88,6 +88,12 @@ impl Scheduler {
         &self.cfg
     }
 
+    /// Changes the per-step token budget from the next `schedule` on (an executor that
+    /// targets a step time derives it from measured step costs). At least 1.
+    pub fn set_token_budget(&mut self, tokens: usize) {
+        self.cfg.token_budget = tokens.max(1);
+    }
+
     /// The KV manager (read-only: tables, slots, cache, stats).
     pub fn kv(&self) -> &KvManager {
         &self.kv
