@@ -166,6 +166,8 @@ pub struct EngineInfo {
     /// KV capacity in tokens (num_blocks × block_size).
     pub kv_capacity_tokens: usize,
     pub kv_format: String,
+    /// Matmul arithmetic: "fast" (block sums) or "llama" (llama.cpp's exact order).
+    pub numerics: String,
 }
 
 /// Live counters and gauges the engine publishes after every step; read by /metrics.

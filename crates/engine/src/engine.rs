@@ -220,6 +220,11 @@ pub fn spawn_engine(
         num_blocks,
         kv_capacity_tokens: num_blocks * cfg.block_size,
         kv_format: cfg.kv_format.name().into(),
+        numerics: match model.weights.head().sums() {
+            folio_kernels::matmul::Sums::Ggml => "llama",
+            folio_kernels::matmul::Sums::Block => "fast",
+        }
+        .into(),
     });
     let metrics = Arc::new(EngineMetrics::default());
     metrics.kv_blocks_total.store(num_blocks, Relaxed);

@@ -122,8 +122,8 @@ pub async fn serve_listener(
         .clone()
         .unwrap_or_else(|| info.model_name.clone());
     println!(
-        "folio: serving {name} at http://{addr}/v1 (context {} tokens; KV capacity {} tokens = {} blocks x {} tokens, {})",
-        info.context_length, info.kv_capacity_tokens, info.num_blocks, info.block_size, info.kv_format
+        "folio: serving {name} at http://{addr}/v1 (context {} tokens; KV capacity {} tokens = {} blocks x {} tokens, {}; numerics {})",
+        info.context_length, info.kv_capacity_tokens, info.num_blocks, info.block_size, info.kv_format, info.numerics
     );
     tracing::info!(%addr, model = %name, kv_capacity_tokens = info.kv_capacity_tokens, "listening");
     let grace = opts.shutdown_grace;

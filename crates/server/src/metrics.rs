@@ -581,6 +581,7 @@ mod tests {
             num_blocks: 8,
             kv_capacity_tokens: 128,
             kv_format: "f16".into(),
+            numerics: "fast".into(),
         }
     }
 
