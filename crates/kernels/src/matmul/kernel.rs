@@ -301,17 +301,28 @@ mod avx512 {
                 let jb = j * t.nb + blk;
                 let sc = _mm512_mul_ps(d, _mm512_set1_ps(*t.xd.add(jb)));
                 if !LANES {
-                    // Sums::Block: the whole block in int32 (two chains: one chain of 8
-                    // dependent `vpdpbusd`, latency ~5, leaves the ports waiting), one FMA.
-                    let mut e = _mm512_setzero_si512();
-                    let mut o = _mm512_setzero_si512();
-                    for k in 0..4 {
-                        let x0 = _mm512_set1_epi32(xp.add(2 * k).read_unaligned());
-                        let x1 = _mm512_set1_epi32(xp.add(2 * k + 1).read_unaligned());
-                        e = _mm512_dpbusd_epi32(e, u[2 * k], x0);
-                        o = _mm512_dpbusd_epi32(o, u[2 * k + 1], x1);
-                    }
-                    let mut dp = _mm512_add_epi32(e, o);
+                    // Sums::Block: the whole block in int32, one FMA. With few rows, one
+                    // chain of 8 dependent `vpdpbusd` (latency ~5) per row leaves the ports
+                    // waiting, so two chains; with many rows the rows interleave and the
+                    // extra add costs more than it hides. (Integer sums: same result.)
+                    let mut dp = if NB <= 4 {
+                        let mut e = _mm512_setzero_si512();
+                        let mut o = _mm512_setzero_si512();
+                        for k in 0..4 {
+                            let x0 = _mm512_set1_epi32(xp.add(2 * k).read_unaligned());
+                            let x1 = _mm512_set1_epi32(xp.add(2 * k + 1).read_unaligned());
+                            e = _mm512_dpbusd_epi32(e, u[2 * k], x0);
+                            o = _mm512_dpbusd_epi32(o, u[2 * k + 1], x1);
+                        }
+                        _mm512_add_epi32(e, o)
+                    } else {
+                        let mut s = _mm512_setzero_si512();
+                        for (k, uk) in u.iter().enumerate() {
+                            let x = _mm512_set1_epi32(xp.add(k).read_unaligned());
+                            s = _mm512_dpbusd_epi32(s, *uk, x);
+                        }
+                        s
+                    };
                     if !MIN {
                         dp = _mm512_sub_epi32(dp, _mm512_set1_epi32(off * *t.xi.add(jb)));
                     }
