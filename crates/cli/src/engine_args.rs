@@ -117,6 +117,10 @@ pub struct EngineArgs {
     /// Fixed draft length; adaptive (marginal rule) when omitted.
     #[arg(long)]
     pub spec_tokens: Option<usize>,
+    /// A separate draft GGUF (same vocabulary) for `--spec self`, instead of the target's
+    /// first layers. Its KV cache is extra memory (the same blocks, its bytes per token).
+    #[arg(long)]
+    pub draft_model: Option<PathBuf>,
     /// Layers of the self-draft (default: three quarters of the model).
     #[arg(long, default_value_t = 0)]
     pub spec_draft_layers: usize,
@@ -218,8 +222,19 @@ pub fn start_with(args: &EngineArgs, cfg: EngineConfig) -> Result<EngineHandle> 
         let mut model = folio_model::Model::from_gguf(&gguf)
             .with_context(|| format!("loading {}", path.display()))?;
         model.set_sums(self_.numerics.sums());
+        let draft = match &self_.draft_model {
+            Some(p) => {
+                let g = folio_gguf::GgufFile::open(p)
+                    .with_context(|| format!("opening draft model {}", p.display()))?;
+                let mut d = folio_model::Model::from_gguf(&g)
+                    .with_context(|| format!("loading draft model {}", p.display()))?;
+                d.set_sums(self_.numerics.sums());
+                Some(d)
+            }
+            None => None,
+        };
         let tok = folio_tokenizer::Tokenizer::from_gguf(&gguf)
             .with_context(|| format!("tokenizer of {}", path.display()))?;
-        folio_engine::spawn_engine(model, Arc::new(tok), &path, cfg)
+        folio_engine::spawn_engine_with_draft(model, draft, Arc::new(tok), &path, cfg)
     }
 }

@@ -113,6 +113,8 @@ pub(crate) struct Engine {
     /// `EngineConfig::max_itl_ms` and the configured budget it may shrink.
     max_itl_ms: Option<f64>,
     token_budget: usize,
+    /// A separate draft model (`--draft-model`), used instead of the first layers.
+    draft: Option<DraftModel>,
     /// Measured seconds per self-draft token (per request); `None` until the first draft.
     draft_cost_s: Option<f64>,
     /// Samples waiting to be forked from their group's first request once its prompt is
@@ -130,6 +132,35 @@ pub fn spawn_engine(
     model_path: &std::path::Path,
     cfg: EngineConfig,
 ) -> anyhow::Result<EngineHandle> {
+    spawn_engine_with_draft(model, None, tokenizer, model_path, cfg)
+}
+
+/// A separate draft model for speculation (`--draft-model`): it runs on every step's batch
+/// too, so its own paged KV (the same block ids as the target's, its own bytes per token)
+/// always holds the context it drafts from.
+struct DraftModel {
+    model: Model,
+    kv: KvCache,
+}
+
+/// [`spawn_engine`] with a separate draft model: the model-based proposer (`--spec self`)
+/// then drafts with it instead of the target's first layers. It must share the target's
+/// vocabulary. Its KV is extra memory beside the target's.
+pub fn spawn_engine_with_draft(
+    model: Model,
+    draft: Option<Model>,
+    tokenizer: Arc<Tokenizer>,
+    model_path: &std::path::Path,
+    cfg: EngineConfig,
+) -> anyhow::Result<EngineHandle> {
+    if let Some(d) = &draft {
+        anyhow::ensure!(
+            d.config.vocab_size == model.config.vocab_size,
+            "draft model: vocab_size {} differs from the target's {} (the draft must share the target's vocabulary)",
+            d.config.vocab_size,
+            model.config.vocab_size
+        );
+    }
     let c = &model.config;
     let bytes_per_token = c.kv_bytes_per_token(cfg.kv_format.bytes_per_value());
     let block_bytes = bytes_per_token * cfg.block_size as f64;
@@ -187,6 +218,10 @@ pub fn spawn_engine(
         num_blocks + scratch_per_req * scratch_slots,
         cfg.kv_format,
     );
+    let draft = draft.map(|d| {
+        let kv = d.new_kv_cache(cfg.block_size, kv.num_blocks, cfg.kv_format);
+        DraftModel { model: d, kv }
+    });
     let tier = match &cfg.kv_disk_dir {
         Some(dir) => Some(
             DiskTier::open(
@@ -233,6 +268,7 @@ pub fn spawn_engine(
     let mut engine = Engine {
         model,
         kv,
+        draft,
         sched,
         live: HashMap::new(),
         tokenizer: tokenizer.clone(),
@@ -594,6 +630,9 @@ impl Engine {
         for c in &out.copies {
             self.kv
                 .copy_block(c.src as usize, c.dst as usize, c.num_tokens);
+            if let Some(d) = self.draft.as_mut() {
+                d.kv.copy_block(c.src as usize, c.dst as usize, c.num_tokens);
+            }
         }
         let mut batch = ForwardBatch::new();
         for sr in &out.requests {
@@ -630,6 +669,16 @@ impl Engine {
                 return;
             }
         };
+        if let Some(d) = self.draft.as_mut() {
+            // The draft model computes the same tokens into its own KV (no logits needed).
+            let mut db = batch.clone();
+            for seq in &mut db.seqs {
+                seq.n_logits = 0;
+            }
+            if let Err(e) = d.model.forward(&db, &mut d.kv, self.pool) {
+                tracing::warn!("draft model forward failed: {e}");
+            }
+        }
         let vocab = self.model.config.vocab_size;
         let mut results = Vec::with_capacity(out.requests.len());
         let mut row = 0;
@@ -737,10 +786,17 @@ impl Engine {
                 continue;
             };
             let draft_s = if sp.method == SpecMethod::SelfDraft {
-                // Before the first measurement: the draft layers' share of a 1-row step.
+                // Before the first measurement: the draft's share of a 1-row step (its
+                // weight bytes against the target's, or the layer fraction).
                 self.draft_cost_s.unwrap_or_else(|| {
-                    self.step_curve.step_s(1) * self.draft_layers as f64
-                        / self.model.config.n_layers as f64
+                    let share = match &self.draft {
+                        Some(d) => {
+                            d.model.weights.bytes_per_step() as f64
+                                / self.model.weights.bytes_per_step().max(1) as f64
+                        }
+                        None => self.draft_layers as f64 / self.model.config.n_layers as f64,
+                    };
+                    self.step_curve.step_s(1) * share
                 })
             } else {
                 0.0
@@ -828,17 +884,20 @@ impl Engine {
                     who.push(i);
                 }
             }
-            let logits =
-                match self
-                    .model
-                    .forward_layers(&batch, &mut self.kv, self.pool, self.draft_layers)
-                {
-                    Ok(l) => l,
-                    Err(e) => {
-                        tracing::warn!("self-draft failed: {e}");
-                        return;
-                    }
-                };
+            let result = match self.draft.as_mut() {
+                Some(d) => d.model.forward(&batch, &mut d.kv, self.pool),
+                None => {
+                    self.model
+                        .forward_layers(&batch, &mut self.kv, self.pool, self.draft_layers)
+                }
+            };
+            let logits = match result {
+                Ok(l) => l,
+                Err(e) => {
+                    tracing::warn!("self-draft failed: {e}");
+                    return;
+                }
+            };
             for (row, &i) in who.iter().enumerate() {
                 let l = &logits[row * vocab..(row + 1) * vocab];
                 let id = reqs[i].0;

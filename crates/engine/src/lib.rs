@@ -25,6 +25,6 @@ pub use api::{
     RequestStream, SubmitError, TokenLogprob, Usage,
 };
 pub use config::{EngineConfig, SpecMethod};
-pub use engine::spawn_engine;
+pub use engine::{spawn_engine, spawn_engine_with_draft};
 pub use sampler::{Sampler, SamplingParams};
 pub use step_stats::StepStats;

@@ -279,3 +279,45 @@ fn n_samples_fork_and_match_independent_runs() {
     }
     h.shutdown();
 }
+
+/// `--draft-model` with the target's own file as the draft: its KV follows every step, so
+/// its greedy drafts are exactly the target's next tokens: all accepted, outputs as without
+/// speculation.
+#[test]
+fn draft_model_equal_to_the_target_drafts_exactly() {
+    use folio_engine::{spawn_engine_with_draft, SpecMethod};
+    let base = EngineConfig {
+        prefix_cache: false,
+        ..EngineConfig::default()
+    };
+    let (plain, _, _) = run_all(base.clone(), 4, true);
+    let path = folio_fetch::test_model().expect("the default model");
+    let f = folio_gguf::GgufFile::open(&path).expect("open model");
+    let load = || folio_model::Model::from_gguf(&f).expect("load model");
+    let tok = std::sync::Arc::new(folio_tokenizer::Tokenizer::from_gguf(&f).expect("tokenizer"));
+    let cfg = EngineConfig {
+        spec: SpecMethod::SelfDraft,
+        spec_tokens: Some(3),
+        ..base
+    };
+    let h = spawn_engine_with_draft(load(), Some(load()), tok, &path, cfg).expect("engine");
+    let ps = prompts(&h, 4);
+    let streams: Vec<_> = ps
+        .iter()
+        .map(|p| h.submit(greedy(p, MAX)).unwrap())
+        .collect();
+    for (i, s) in streams.into_iter().enumerate() {
+        assert_eq!(
+            collect(s).ids,
+            plain[i],
+            "request {i} differs from no speculation"
+        );
+    }
+    let st = h.metrics.spec.lock().unwrap().clone();
+    assert!(st.drafted > 0, "nothing was drafted");
+    assert_eq!(
+        st.accepted, st.drafted,
+        "a draft by the target itself was rejected"
+    );
+    h.shutdown();
+}
