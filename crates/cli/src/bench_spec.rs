@@ -18,6 +18,8 @@ pub struct SpecRow {
     pub decode_tok_s: f64,
     pub tokens_per_step: f64,
     pub acceptance: f64,
+    /// Share of speculating decodes the draft-length rule gave no draft.
+    pub declined: f64,
     pub speedup: f64,
 }
 
@@ -226,6 +228,8 @@ fn run_workload(
                 after.drafted - before.drafted,
                 after.accepted - before.accepted,
             );
+            let considered = after.rule_considered - before.rule_considered;
+            let declined = after.rule_declined - before.rule_declined;
             let secs = secs.max(1e-9);
             let tok_s = tokens as f64 / secs;
             let base = rows
@@ -248,6 +252,11 @@ fn run_workload(
                 } else {
                     0.0
                 },
+                declined: if considered > 0 {
+                    declined as f64 / considered as f64
+                } else {
+                    0.0
+                },
                 speedup: base.map(|x| tok_s / x).unwrap_or(1.0),
             });
         }
@@ -258,7 +267,7 @@ fn run_workload(
 
 pub fn print(rows: &[SpecRow]) {
     println!(
-        "{:<10} {:<8} {:>5} {:>8} {:>12} {:>11} {:>10} {:>8}",
+        "{:<10} {:<8} {:>5} {:>8} {:>12} {:>11} {:>10} {:>9} {:>8}",
         "workload",
         "proposer",
         "batch",
@@ -266,11 +275,12 @@ pub fn print(rows: &[SpecRow]) {
         "decode tok/s",
         "tokens/step",
         "acceptance",
+        "declined",
         "speedup"
     );
     for r in rows {
         println!(
-            "{:<10} {:<8} {:>5} {:>8} {:>12.1} {:>11.2} {:>10.2} {:>7.2}x",
+            "{:<10} {:<8} {:>5} {:>8} {:>12.1} {:>11.2} {:>10.2} {:>8.0}% {:>7.2}x",
             r.workload,
             r.proposer,
             r.batch,
@@ -278,8 +288,9 @@ pub fn print(rows: &[SpecRow]) {
             r.decode_tok_s,
             r.tokens_per_step,
             r.acceptance,
+            r.declined * 100.0,
             r.speedup
         );
     }
-    println!("= decode tok/s over the window where every request has its first token; tokens/step = emitted / verification rounds (ΣN/Σrounds)");
+    println!("= decode tok/s over the window where every request has its first token; tokens/step = emitted / verification rounds (ΣN/Σrounds); declined = speculating decodes the draft-length rule gave no draft");
 }

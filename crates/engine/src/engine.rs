@@ -817,6 +817,9 @@ impl Engine {
         all.extend(std::iter::repeat_n(idle, others));
         let budget = self.sched.config().token_budget.saturating_sub(all.len());
         let plan = folio_spec::plan(&self.step_curve, prefill.min(budget), &all);
+        if let Ok(mut st) = self.metrics.spec.lock() {
+            st.record_plan(&plan[..cands.len()]);
+        }
         let mut self_draft: Vec<(RequestId, usize)> = Vec::new();
         for ((id, _), &k) in cands.iter().zip(&plan) {
             if k == 0 {

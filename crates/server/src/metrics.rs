@@ -319,6 +319,21 @@ impl ServerMetrics {
                     sp.emitted as f64,
                 ),
                 (
+                    "folio_spec_rule_considered_total",
+                    "Speculating decodes the draft-length rule planned for.",
+                    sp.rule_considered as f64,
+                ),
+                (
+                    "folio_spec_rule_declined_total",
+                    "Of those, decodes the rule gave no draft (speculation turned down).",
+                    sp.rule_declined as f64,
+                ),
+                (
+                    "folio_spec_rule_planned_tokens_total",
+                    "Draft tokens the rule planned.",
+                    sp.rule_planned_tokens as f64,
+                ),
+                (
                     "vllm:spec_decode_num_drafts_total",
                     "Number of spec decoding drafts.",
                     sp.rounds as f64,

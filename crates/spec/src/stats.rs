@@ -16,9 +16,21 @@ pub struct SpecStats {
     pub drafted_by_position: Vec<u64>,
     /// Σ round time (s) and Σ tokens over the same rounds.
     pub time_s: f64,
+    /// The draft-length rule's decisions: speculating requests it considered, those it
+    /// gave no draft (speculation turned down), and the draft tokens it planned.
+    pub rule_considered: u64,
+    pub rule_declined: u64,
+    pub rule_planned_tokens: u64,
 }
 
 impl SpecStats {
+    /// Records one plan: the draft length given to each speculating request.
+    pub fn record_plan(&mut self, lengths: &[usize]) {
+        self.rule_considered += lengths.len() as u64;
+        self.rule_declined += lengths.iter().filter(|&&k| k == 0).count() as u64;
+        self.rule_planned_tokens += lengths.iter().sum::<usize>() as u64;
+    }
+
     /// Records one verification round.
     pub fn record(&mut self, drafted: usize, accepted: usize, emitted: usize, time_s: f64) {
         self.rounds += 1;

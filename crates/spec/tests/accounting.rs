@@ -108,3 +108,15 @@ fn random_vocabulary_with_a_sampled_drafter_keeps_the_target_distribution() {
     let x = chi2(&counts, &probs);
     assert!(x < 20.52, "chi2 {x}: counts {counts:?} vs p {probs:?}");
 }
+
+/// The rule's decisions are counted per plan: considered, declined (no draft), planned.
+#[test]
+fn plan_decisions_are_counted() {
+    let mut s = folio_spec::SpecStats::default();
+    s.record_plan(&[0, 3, 0, 1]);
+    s.record_plan(&[2]);
+    assert_eq!(
+        (s.rule_considered, s.rule_declined, s.rule_planned_tokens),
+        (5, 2, 6)
+    );
+}
