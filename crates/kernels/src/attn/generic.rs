@@ -126,13 +126,19 @@ pub fn attend(
         }
     }
     let mut sums = vec![0f64; n_q * hd];
+    // (Plain loops: closures would not inherit `attend_avx2`'s target features.)
+    let mut lanes = [0f32; LANES];
     for g in 0..n_q {
+        let a = &acc[g * width..(g + 1) * width];
         for d in 0..hd {
-            let at = |set: usize, l: usize| acc[g * width + (set * LANES + l) * hd + d];
-            let lanes: [f32; LANES] = std::array::from_fn(|l| match order {
-                SumOrder::Batched => at(0, l),
-                SumOrder::Single => (at(0, l) + at(2, l)) + (at(1, l) + at(3, l)),
-            });
+            for (l, lane) in lanes.iter_mut().enumerate() {
+                *lane = if sets == 1 {
+                    a[l * hd + d]
+                } else {
+                    let s = |set: usize| a[(set * LANES + l) * hd + d];
+                    (s(0) + s(2)) + (s(1) + s(3))
+                };
+            }
             sums[g * hd + d] = reduce16(&lanes) as f64;
         }
     }
