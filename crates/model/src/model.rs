@@ -318,25 +318,22 @@ impl Model {
     }
 }
 
-/// `out` row t = rmsnorm(`x` row t) · `weight`, rows of `d` spread over the pool.
+/// `ops::rmsnorm_rows` with the rows spread over the pool.
 fn rmsnorm_rows(pool: &ThreadPool, x: &[f32], weight: &[f32], eps: f32, out: &mut [f32], d: usize) {
     let rows = Rows::new(out, d);
     par::ranges(pool, x.len() / d, &|r| {
-        for t in r {
-            // SAFETY: row t belongs to this task alone.
-            let o = unsafe { rows.row(t) };
-            ops::rmsnorm(&x[t * d..(t + 1) * d], weight, eps, o);
-        }
+        // SAFETY: these rows belong to this task alone.
+        let o = unsafe { rows.range(r.clone()) };
+        ops::rmsnorm_rows(&x[r.start * d..r.end * d], weight, eps, o);
     });
 }
 
-/// `x += y`, rows of `d` spread over the pool.
+/// `ops::add_inplace` (`x += y`) with the rows spread over the pool.
 fn add_rows(pool: &ThreadPool, x: &mut [f32], y: &[f32], d: usize) {
     let rows = Rows::new(x, d);
     par::ranges(pool, y.len() / d, &|r| {
-        for t in r {
-            // SAFETY: row t belongs to this task alone.
-            ops::add_inplace(unsafe { rows.row(t) }, &y[t * d..(t + 1) * d]);
-        }
+        // SAFETY: these rows belong to this task alone.
+        let o = unsafe { rows.range(r.clone()) };
+        ops::add_inplace(o, &y[r.start * d..r.end * d]);
     });
 }

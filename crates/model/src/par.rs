@@ -49,11 +49,26 @@ impl<'a> Rows<'a> {
     /// Row `t`.
     ///
     /// # Safety
-    /// No other live reference to row `t` (tasks of [`ranges`] touch only their own rows),
-    /// and the buffer outlives the use.
+    /// No other live reference to row `t` (tasks of [`ranges`] touch only their own rows).
     #[allow(clippy::mut_from_ref)]
     pub unsafe fn row(&self, t: usize) -> &mut [f32] {
-        assert!(t < self.n, "row {t} of {}", self.n);
-        std::slice::from_raw_parts_mut(self.ptr.get().add(t * self.width), self.width)
+        self.range(t..t + 1)
+    }
+
+    /// Rows `r`, contiguous.
+    ///
+    /// # Safety
+    /// No other live reference to these rows (tasks of [`ranges`] touch only their own).
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn range(&self, r: Range<usize>) -> &mut [f32] {
+        assert!(
+            r.start <= r.end && r.end <= self.n,
+            "rows {r:?} of {}",
+            self.n
+        );
+        std::slice::from_raw_parts_mut(
+            self.ptr.get().add(r.start * self.width),
+            r.len() * self.width,
+        )
     }
 }
