@@ -130,35 +130,27 @@ pub(crate) unsafe fn run_panels(
 }
 
 unsafe fn run_tile(isa: Isa, sums: Sums, l: Layout, t: &Tile, nr: usize) {
+    // Layout -> the kernel's const parameters (4-bit codes, f32 scales, stored mins), then
+    // the accumulation form.
+    macro_rules! layouts {
+        ($m:ident, $lanes:literal) => {
+            match l {
+                Layout::Q4MinF16 => $m::tile::<true, false, true, $lanes>(t, nr),
+                Layout::Q4SymF16 => $m::tile::<true, false, false, $lanes>(t, nr),
+                Layout::Q4MinF32 => $m::tile::<true, true, true, $lanes>(t, nr),
+                Layout::Q8SymF16 => $m::tile::<false, false, false, $lanes>(t, nr),
+            }
+        };
+    }
     match (isa, sums) {
         #[cfg(target_arch = "x86_64")]
-        (Isa::Avx512, Sums::Ggml) => match l {
-            Layout::Q4MinF16 => avx512::tile::<true, false, true, true>(t, nr),
-            Layout::Q4SymF16 => avx512::tile::<true, false, false, true>(t, nr),
-            Layout::Q4MinF32 => avx512::tile::<true, true, true, true>(t, nr),
-            Layout::Q8SymF16 => avx512::tile::<false, false, false, true>(t, nr),
-        },
+        (Isa::Avx512, Sums::Ggml) => layouts!(avx512, true),
         #[cfg(target_arch = "x86_64")]
-        (Isa::Avx512, Sums::Block) => match l {
-            Layout::Q4MinF16 => avx512::tile::<true, false, true, false>(t, nr),
-            Layout::Q4SymF16 => avx512::tile::<true, false, false, false>(t, nr),
-            Layout::Q4MinF32 => avx512::tile::<true, true, true, false>(t, nr),
-            Layout::Q8SymF16 => avx512::tile::<false, false, false, false>(t, nr),
-        },
+        (Isa::Avx512, Sums::Block) => layouts!(avx512, false),
         #[cfg(target_arch = "x86_64")]
-        (Isa::Avx2, Sums::Ggml) => match l {
-            Layout::Q4MinF16 => avx2::tile::<true, false, true, true>(t, nr),
-            Layout::Q4SymF16 => avx2::tile::<true, false, false, true>(t, nr),
-            Layout::Q4MinF32 => avx2::tile::<true, true, true, true>(t, nr),
-            Layout::Q8SymF16 => avx2::tile::<false, false, false, true>(t, nr),
-        },
+        (Isa::Avx2, Sums::Ggml) => layouts!(avx2, true),
         #[cfg(target_arch = "x86_64")]
-        (Isa::Avx2, Sums::Block) => match l {
-            Layout::Q4MinF16 => avx2::tile::<true, false, true, false>(t, nr),
-            Layout::Q4SymF16 => avx2::tile::<true, false, false, false>(t, nr),
-            Layout::Q4MinF32 => avx2::tile::<true, true, true, false>(t, nr),
-            Layout::Q8SymF16 => avx2::tile::<false, false, false, false>(t, nr),
-        },
+        (Isa::Avx2, Sums::Block) => layouts!(avx2, false),
         _ => tile_scalar(sums, l, t, nr),
     }
 }
