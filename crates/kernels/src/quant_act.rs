@@ -73,11 +73,20 @@ impl QuantizedActs {
     }
 
     /// Quantizes `x` (`n` rows of `cols`) with `isa` (clamped to what the CPU has), spreading
-    /// rows over `pool` when the batch is big enough to repay the hand-off.
+    /// rows over `pool` when the batch is big enough to repay the hand-off. The group sums
+    /// ([`QuantizedActs::group_sums`]) are computed only when `group_sums` is set.
     ///
     /// # Panics
     /// If `cols` is not a multiple of 32 or `x.len() != n * cols` (caller bugs).
-    pub fn quantize(&mut self, isa: Isa, x: &[f32], n: usize, cols: usize, pool: &ThreadPool) {
+    pub fn quantize(
+        &mut self,
+        isa: Isa,
+        x: &[f32],
+        n: usize,
+        cols: usize,
+        group_sums: bool,
+        pool: &ThreadPool,
+    ) {
         assert!(
             cols.is_multiple_of(QK),
             "cols = {cols} must be a multiple of {QK}"
@@ -109,7 +118,9 @@ impl QuantizedActs {
                 &mut self.s[..n * nb],
                 &mut self.isum[..n * nb],
             );
-            group_sums(&self.q[..n * cols], &mut self.gsum[..n * cols / GROUP]);
+            if group_sums {
+                fill_group_sums(&self.q[..n * cols], &mut self.gsum[..n * cols / GROUP]);
+            }
             return;
         }
         let n_tasks = n.min(threads * 4);
@@ -139,7 +150,10 @@ impl QuantizedActs {
                     std::slice::from_raw_parts_mut(s.get().add(r0 * nb), rows * nb),
                     std::slice::from_raw_parts_mut(is.get().add(r0 * nb), rows * nb),
                 );
-                group_sums(
+                if !group_sums {
+                    return;
+                }
+                fill_group_sums(
                     std::slice::from_raw_parts(q.get().add(r0 * cols), rows * cols),
                     std::slice::from_raw_parts_mut(
                         gs.get().add(r0 * cols / GROUP),
@@ -152,7 +166,7 @@ impl QuantizedActs {
 }
 
 /// `gsum[g] = q[4g] + … + q[4g + 3]`.
-fn group_sums(q: &[i8], gsum: &mut [i32]) {
+fn fill_group_sums(q: &[i8], gsum: &mut [i32]) {
     for (g, c) in gsum.iter_mut().zip(q.chunks_exact(GROUP)) {
         *g = c.iter().map(|&v| v as i32).sum();
     }

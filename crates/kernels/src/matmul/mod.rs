@@ -328,7 +328,9 @@ impl QMatrix {
         pool: &ThreadPool,
         acts: &mut QuantizedActs,
     ) {
-        acts.quantize(isa, x, n, self.cols, pool);
+        // Group sums feed only the offset term of symmetric layouts in ggml's lane order.
+        let groups = self.sums == Sums::Ggml && !p.layout.stored_min();
+        acts.quantize(isa, x, n, self.cols, groups, pool);
         let acts = &*acts;
         let (n_tasks, per) = split(p.panels, pool.n_threads(), n);
         let (rows, sums) = (self.rows, self.sums);
