@@ -10,15 +10,20 @@ use folio_engine::{EngineConfig, FinishReason};
 const N: usize = 16;
 const MAX: usize = 24;
 
+/// Greedy outputs of `ps` submitted all at once (one batch).
+fn all_at_once(h: &folio_engine::EngineHandle, ps: &[Vec<u32>]) -> Vec<Vec<u32>> {
+    let streams: Vec<_> = ps
+        .iter()
+        .map(|p| h.submit(greedy(p, MAX)).expect("submit"))
+        .collect();
+    streams.into_iter().map(|s| collect(s).ids).collect()
+}
+
 fn run_all(cfg: EngineConfig, prompts_n: usize, concurrent: bool) -> (Vec<Vec<u32>>, u64, u64) {
     let h = engine(cfg);
     let ps = prompts(&h, prompts_n);
     let outs: Vec<Vec<u32>> = if concurrent {
-        let streams: Vec<_> = ps
-            .iter()
-            .map(|p| h.submit(greedy(p, MAX)).expect("submit"))
-            .collect();
-        streams.into_iter().map(|s| collect(s).ids).collect()
+        all_at_once(&h, &ps)
     } else {
         ps.iter()
             .map(|p| collect(h.submit(greedy(p, MAX)).expect("submit")).ids)
@@ -213,14 +218,9 @@ fn speculation_keeps_greedy_outputs() {
             );
         }
         // Batch of 16.
-        let streams: Vec<_> = ps
-            .iter()
-            .map(|p| h.submit(greedy(p, MAX)).unwrap())
-            .collect();
-        for (i, s) in streams.into_iter().enumerate() {
+        for (i, o) in all_at_once(&h, &ps).into_iter().enumerate() {
             assert_eq!(
-                collect(s).ids,
-                plain[i],
+                o, plain[i],
                 "{method:?} k={k:?}: request {i} in a batch of 16 differs"
             );
         }
@@ -302,16 +302,8 @@ fn draft_model_equal_to_the_target_drafts_exactly() {
     };
     let h = spawn_engine_with_draft(load(), Some(load()), tok, &path, cfg).expect("engine");
     let ps = prompts(&h, 4);
-    let streams: Vec<_> = ps
-        .iter()
-        .map(|p| h.submit(greedy(p, MAX)).unwrap())
-        .collect();
-    for (i, s) in streams.into_iter().enumerate() {
-        assert_eq!(
-            collect(s).ids,
-            plain[i],
-            "request {i} differs from no speculation"
-        );
+    for (i, o) in all_at_once(&h, &ps).into_iter().enumerate() {
+        assert_eq!(o, plain[i], "request {i} differs from no speculation");
     }
     let st = h.metrics.spec.lock().unwrap().clone();
     assert!(st.drafted > 0, "nothing was drafted");
