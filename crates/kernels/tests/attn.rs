@@ -104,10 +104,12 @@ fn run_in(
         &c.view(head),
         &c.table,
         n_ctx,
-        q,
-        n_q,
-        scale,
-        order,
+        &attn::Queries {
+            q,
+            n: n_q,
+            scale,
+            order,
+        },
         &mut scratch,
         &mut out,
     );

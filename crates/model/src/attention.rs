@@ -83,17 +83,13 @@ pub fn attention(
             } else {
                 attn::SumOrder::Batched
             };
-            attn::attend(
-                &views[h],
-                table,
-                pos + 1,
-                qbuf,
-                group,
+            let qs = attn::Queries {
+                q: qbuf,
+                n: group,
                 scale,
                 order,
-                scores,
-                o,
-            );
+            };
+            attn::attend(&views[h], table, pos + 1, &qs, scores, o);
         });
     };
     pool.run(n_tokens * n_kv_heads, &task);

@@ -3,7 +3,7 @@
 //! bit; other ISAs run it as is.
 
 use super::lanes::{reduce16, softmax_lanes, LANES};
-use super::{load_row_scalar, PagedKv, SumOrder};
+use super::{load_row_scalar, PagedKv, Queries, SumOrder};
 use half::f16;
 
 /// Accumulator sets of the single-query order (`ggml_vec_dot_f16`'s 4 vectors).
@@ -54,34 +54,32 @@ fn dot(order: SumOrder, a: &[f32], b: &[f32]) -> f32 {
 /// The CPU must have AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-#[allow(clippy::too_many_arguments)]
 pub unsafe fn attend_avx2(
     kv: &PagedKv,
     table: &[u32],
     n_ctx: usize,
-    q: &[f32],
-    n_q: usize,
-    scale: f32,
-    order: SumOrder,
+    qs: &Queries,
     scratch: &mut Vec<f32>,
     out: &mut [f32],
 ) {
-    attend(kv, table, n_ctx, q, n_q, scale, order, scratch, out)
+    attend(kv, table, n_ctx, qs, scratch, out)
 }
 
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
 pub fn attend(
     kv: &PagedKv,
     table: &[u32],
     n_ctx: usize,
-    q: &[f32],
-    n_q: usize,
-    scale: f32,
-    order: SumOrder,
+    qs: &Queries,
     scratch: &mut Vec<f32>,
     out: &mut [f32],
 ) {
+    let Queries {
+        q,
+        n: n_q,
+        scale,
+        order,
+    } = *qs;
     let (hd, bs, rb) = (kv.head_dim, kv.block_size, kv.row_bytes());
     // Scores, then every decoded K row of the context.
     scratch.resize(n_q * n_ctx + n_ctx * hd, 0.0);

@@ -109,39 +109,43 @@ impl PagedKv<'_> {
     }
 }
 
-/// Causal attention of `n_q` query heads (`q`: `[n_q][head_dim]`, already rounded to f16
-/// precision) over the first `n_ctx` positions of `kv` reached through `table`, summed in
-/// `order`. Writes `out`: `[n_q][head_dim]`. `scores` is scratch (reused across calls to
-/// avoid allocation).
-#[allow(clippy::too_many_arguments)]
+/// The query heads of one token that share a KV head (GQA), and how they attend.
+#[derive(Clone, Copy, Debug)]
+pub struct Queries<'a> {
+    /// `[n][head_dim]`, already rounded to f16 precision.
+    pub q: &'a [f32],
+    /// Number of heads.
+    pub n: usize,
+    /// Score scale (1 / sqrt(head_dim)).
+    pub scale: f32,
+    pub order: SumOrder,
+}
+
+/// Causal attention of the query heads `qs` over the first `n_ctx` positions of `kv`
+/// reached through `table`. Writes `out`: `[qs.n][head_dim]`. `scores` is scratch (reused
+/// across calls to avoid allocation).
 pub fn attend(
     kv: &PagedKv,
     table: &[u32],
     n_ctx: usize,
-    q: &[f32],
-    n_q: usize,
-    scale: f32,
-    order: SumOrder,
+    qs: &Queries,
     scores: &mut Vec<f32>,
     out: &mut [f32],
 ) {
-    attend_with(isa(), kv, table, n_ctx, q, n_q, scale, order, scores, out)
+    attend_with(isa(), kv, table, n_ctx, qs, scores, out)
 }
 
 /// [`attend`] with an explicit ISA.
-#[allow(clippy::too_many_arguments)]
 pub fn attend_with(
     isa: Isa,
     kv: &PagedKv,
     table: &[u32],
     n_ctx: usize,
-    q: &[f32],
-    n_q: usize,
-    scale: f32,
-    order: SumOrder,
+    qs: &Queries,
     scores: &mut Vec<f32>,
     out: &mut [f32],
 ) {
+    let (q, n_q) = (qs.q, qs.n);
     let hd = kv.head_dim;
     assert!(
         q.len() == n_q * hd && out.len() == n_q * hd,
@@ -158,17 +162,15 @@ pub fn attend_with(
     if isa.clamp() == Isa::Avx512 && x86::supports(kv.format, hd) {
         scores.resize(n_q * n_ctx, 0.0);
         // SAFETY: clamp() guarantees AVX-512; `check` bounds every row read.
-        unsafe { x86::attend_512(kv, table, n_ctx, q, n_q, scale, order, scores, out) };
+        unsafe { x86::attend_512(kv, table, n_ctx, qs, scores, out) };
         return;
     }
     #[cfg(target_arch = "x86_64")]
     if isa.clamp() != Isa::Scalar {
         // SAFETY: clamp() guarantees AVX2 and FMA (AVX-512 hosts have them too).
-        return unsafe {
-            generic::attend_avx2(kv, table, n_ctx, q, n_q, scale, order, scores, out)
-        };
+        return unsafe { generic::attend_avx2(kv, table, n_ctx, qs, scores, out) };
     }
-    generic::attend(kv, table, n_ctx, q, n_q, scale, order, scores, out)
+    generic::attend(kv, table, n_ctx, qs, scores, out)
 }
 
 /// Rounds every value to the nearest f16 (ties to even) and back: the query rounding

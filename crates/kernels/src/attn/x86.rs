@@ -5,7 +5,7 @@
 //! pass (their accumulators stay in registers); a larger group runs in sub-groups. The
 //! arithmetic is the reference's (`generic`, see the module doc of `attn`) bit for bit.
 
-use super::{store_row_scalar, KvFormat, PagedKv, SumOrder};
+use super::{store_row_scalar, KvFormat, PagedKv, Queries, SumOrder};
 use std::arch::x86_64::*;
 
 /// Largest number of query heads one pass keeps in registers.
@@ -571,18 +571,20 @@ unsafe fn run<R: Rows, const SINGLE: bool>(
 /// have passed; `supports(kv.format, kv.head_dim)`; `scores.len() == n_q * n_ctx`;
 /// `q` and `out` hold `n_q * head_dim` values (`out` is overwritten).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
-#[allow(clippy::too_many_arguments)]
 pub unsafe fn attend_512(
     kv: &PagedKv,
     table: &[u32],
     n_ctx: usize,
-    q: &[f32],
-    n_q: usize,
-    scale: f32,
-    order: SumOrder,
+    qs: &Queries,
     scores: &mut [f32],
     out: &mut [f32],
 ) {
+    let Queries {
+        q,
+        n: n_q,
+        scale,
+        order,
+    } = *qs;
     macro_rules! go {
         ($r:ty) => {
             match order {
