@@ -1,7 +1,7 @@
 //! Causal grouped-query attention over the paged KV cache.
 //!
 //! Keys and values are read through each sequence's block table in place, in the cache's
-//! storage format: nothing is gathered into a contiguous copy. One task covers one
+//! storage format: nothing is gathered into a contiguous copy. One kernel call covers one
 //! (token, KV head) pair and all the query heads that share that KV head, so each cached
 //! key/value row is loaded and decoded once per group (GQA); the kernel itself is
 //! [`folio_kernels::attn::attend`].
@@ -63,8 +63,7 @@ pub fn attention(
     let scale = 1.0 / (hd as f32).sqrt();
     let out_ptr = SyncPtr(out.as_mut_ptr());
     let views: Vec<attn::PagedKv> = (0..n_kv_heads).map(|h| kv.head_view(layer, h)).collect();
-    let task = |task: usize| {
-        let (t, h) = (task / n_kv_heads, task % n_kv_heads);
+    let task = |t: usize, h: usize| {
         let (seq_idx, pos) = token_pos[t];
         let table = &batch.seqs[seq_idx].block_table;
         let first = t * n_heads * hd + h * group * hd;
@@ -92,5 +91,15 @@ pub fn attention(
             attn::attend(&views[h], table, pos + 1, &qs, scores, o);
         });
     };
-    pool.run(n_tokens * n_kv_heads, &task);
+    // One task per token when there are enough tokens to keep every thread busy: it walks
+    // all KV heads of a sequence, so each cache block's heads (adjacent in memory) are read
+    // by one core in turn instead of in three pieces by different cores (measured ~13%
+    // faster at 16 sequences x 256 tokens). Few tokens (a lone decode): a task per head.
+    if n_tokens >= 2 * pool.n_threads() {
+        pool.run(n_tokens, &|t| (0..n_kv_heads).for_each(|h| task(t, h)));
+    } else {
+        pool.run(n_tokens * n_kv_heads, &|i| {
+            task(i / n_kv_heads, i % n_kv_heads)
+        });
+    }
 }

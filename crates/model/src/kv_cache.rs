@@ -54,6 +54,15 @@ impl KvCache {
         }
     }
 
+    /// Sets every byte of K and V in every layer to `byte`. Benchmarks call it so that the
+    /// whole cache is backed by real, distinct pages before timing: an untouched cache reads
+    /// the kernel's shared zero page (always cached) and faults on every first write.
+    pub fn fill(&mut self, byte: u8) {
+        for buf in self.k.iter_mut().chain(self.v.iter_mut()) {
+            buf.fill(byte);
+        }
+    }
+
     /// Bytes of K+V one token occupies in this cache (all layers and heads).
     pub fn bytes_per_token(&self) -> usize {
         2 * self.n_layers * self.n_kv_heads * self.row_bytes

@@ -188,6 +188,8 @@ impl Model {
             head_dim: hd,
         };
 
+        let max_pos = token_pos.iter().map(|&(_, p)| p).max().unwrap_or(0);
+        let rope = self.rope.rows(max_pos);
         for (l, w) in self.weights.layers.iter().enumerate().take(n_layers) {
             rmsnorm_rows(pool, &x, &w.attn_norm, c.rms_eps, &mut h, d);
             w.wqkv.matmul(&h, n, &mut qkv, pool);
@@ -215,8 +217,8 @@ impl Model {
                             }
                         }
                         let pos = token_pos[t].1 as u32;
-                        self.rope.apply(qr, nh, pos);
-                        self.rope.apply(kr, nkv, pos);
+                        rope.apply(qr, nh, pos);
+                        rope.apply(kr, nkv, pos);
                         q_out.copy_from_slice(qr);
                     }
                 });

@@ -115,8 +115,17 @@ impl Rows for Q4Rows {
     }
 }
 
+/// Blocks ahead of the one being scored whose rows are prefetched: one block of scoring
+/// (~16 rows x ~20 cycles) is about one DRAM latency, so two keep the misses covered
+/// (measured ~2% faster than one at 16 sequences x 256 tokens).
+const AHEAD: usize = 2;
+/// Where prefetched rows land: K rows are scored right away (L1); V rows wait for the value
+/// pass, by when L1 has turned over, so they go to L2 (measured ~3% faster than both L1).
+const KH: i32 = _MM_HINT_T0;
+const VH: i32 = _MM_HINT_T1;
+
 /// Physical rows of the sequence, block by block: `(first row pointer, first position,
-/// rows in this block, next block's first row pointer and row count)`.
+/// rows in this block, first row pointer and row count of the block [`AHEAD`] further)`.
 #[inline(always)]
 fn blocks<'a>(
     base: *const u8,
@@ -131,8 +140,12 @@ fn blocks<'a>(
     let at = move |i: usize| base.wrapping_add(kv.row_offset(table[i] as usize, 0));
     (0..n_blocks).map(move |i| {
         let j = i * bs;
-        let next = if i + 1 < n_blocks { at(i + 1) } else { base };
-        let next_n = n_ctx.saturating_sub(j + bs).min(bs);
+        let next = if i + AHEAD < n_blocks {
+            at(i + AHEAD)
+        } else {
+            base
+        };
+        let next_n = n_ctx.saturating_sub(j + AHEAD * bs).min(bs);
         (at(i), j, bs.min(n_ctx - j), next, next_n)
     })
 }
@@ -142,10 +155,10 @@ fn blocks<'a>(
 /// unrelated addresses, so the hardware prefetcher cannot run ahead across them, and at
 /// large batch the context is far larger than the caches (the kernel is memory bound).
 #[inline(always)]
-unsafe fn prefetch_rows(p: *const u8, bytes: usize) {
+unsafe fn prefetch_rows<const HINT: i32>(p: *const u8, bytes: usize) {
     let mut off = 0;
     while off < bytes {
-        _mm_prefetch(p.wrapping_add(off) as *const i8, _MM_HINT_T0);
+        _mm_prefetch::<HINT>(p.wrapping_add(off) as *const i8);
         off += 64;
     }
 }
@@ -228,10 +241,16 @@ unsafe fn scores_pass<R: Rows, const G: usize, const SINGLE: bool>(
     // Per-row partial sums of 16 consecutive positions, reduced together.
     let mut sums = [[_mm512_setzero_ps(); 16]; G];
     let mut k = 0;
+    // V row j sits at the same offset in `kv.v` as K row j in `kv.k`.
+    let v_minus_k = (kv.v.as_ptr() as isize).wrapping_sub(kv.k.as_ptr() as isize);
     for (mut row, j, n, next, next_n) in blocks(kv.k.as_ptr(), kv, table, n_ctx) {
         for r in 0..n {
             if r < next_n {
-                prefetch_rows(next.wrapping_add(r * rb), rb);
+                let next_k = next.wrapping_add(r * rb);
+                prefetch_rows::<KH>(next_k, rb);
+                // The value pass visits positions 16 apart, one per block, so its reads
+                // cannot stream: fetch each V row along with its K row instead.
+                prefetch_rows::<VH>(next_k.wrapping_offset(v_minus_k), rb);
             }
             // Batched: one FMA chain per head; single: four (chunk c into set c % 4).
             // `supports` guarantees whole groups of 4 chunks; named accumulators (no

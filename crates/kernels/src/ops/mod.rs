@@ -12,7 +12,7 @@ mod scalar;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
-pub use rope::Rope;
+pub use rope::{Rope, RopeRows};
 
 use crate::cpu::{isa, Isa};
 
