@@ -112,17 +112,19 @@ impl KvCache {
         k: &[f32],
         v: &[f32],
     ) {
-        assert!(
-            k.len() == self.head_dim && v.len() == self.head_dim,
-            "write_row: k ({}) and v ({}) must hold head_dim = {} values",
-            k.len(),
-            v.len(),
-            self.head_dim
-        );
-        let off = self.offset(block, head, slot);
-        let rb = self.row_bytes;
-        attn::store_row(self.format, k, &mut self.k[layer][off..off + rb]);
-        attn::store_row(self.format, v, &mut self.v[layer][off..off + rb]);
+        // SAFETY: `&mut self` excludes every other writer.
+        unsafe { self.layer_writer(layer).write_row(block, head, slot, k, v) }
+    }
+
+    /// Layer `layer`'s K and V for tasks that store rows in parallel, each its own slots
+    /// (the forward pass writes every new token's rows from the task that finished it).
+    pub fn layer_writer(&mut self, layer: usize) -> LayerWriter<'_> {
+        LayerWriter {
+            k: self.k[layer].as_mut_ptr(),
+            v: self.v[layer].as_mut_ptr(),
+            len: self.k[layer].len().min(self.v[layer].len()),
+            cache: self,
+        }
     }
 
     /// Decodes the K and V rows at (layer, block, head, slot) into `k` and `v`
@@ -232,5 +234,54 @@ fn advise_huge(v: &[u8]) {
         unsafe {
             madvise(start as *mut std::ffi::c_void, end - start, MADV_HUGEPAGE);
         }
+    }
+}
+
+/// Row writes into one layer of a [`KvCache`] from several threads at once (see
+/// [`KvCache::layer_writer`]); holds the cache's mutable borrow meanwhile.
+pub struct LayerWriter<'a> {
+    k: *mut u8,
+    v: *mut u8,
+    len: usize,
+    cache: &'a KvCache,
+}
+
+// SAFETY: the pointers come from the exclusively borrowed cache; `write_row`'s contract
+// keeps concurrent writers on disjoint rows.
+unsafe impl Send for LayerWriter<'_> {}
+unsafe impl Sync for LayerWriter<'_> {}
+
+impl LayerWriter<'_> {
+    /// [`KvCache::write_row`] for this layer.
+    ///
+    /// # Safety
+    /// No other thread writes the same (block, head, slot) concurrently.
+    ///
+    /// # Panics
+    /// If the position is outside the cache or a row is not `head_dim` long.
+    pub unsafe fn write_row(&self, block: usize, head: usize, slot: usize, k: &[f32], v: &[f32]) {
+        let c = self.cache;
+        assert!(
+            k.len() == c.head_dim && v.len() == c.head_dim,
+            "write_row: k ({}) and v ({}) must hold head_dim = {} values",
+            k.len(),
+            v.len(),
+            c.head_dim
+        );
+        let (off, rb) = (c.offset(block, head, slot), c.row_bytes);
+        assert!(
+            off + rb <= self.len,
+            "write_row: block {block} slot {slot} lies outside the cache ({} blocks)",
+            c.num_blocks
+        );
+        // SAFETY: in bounds (checked above); disjoint from other writers (contract).
+        let (kd, vd) = unsafe {
+            (
+                std::slice::from_raw_parts_mut(self.k.add(off), rb),
+                std::slice::from_raw_parts_mut(self.v.add(off), rb),
+            )
+        };
+        attn::store_row(c.format, k, kd);
+        attn::store_row(c.format, v, vd);
     }
 }

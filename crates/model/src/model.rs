@@ -190,11 +190,16 @@ impl Model {
 
         let max_pos = token_pos.iter().map(|&(_, p)| p).max().unwrap_or(0);
         let rope = self.rope.rows(max_pos);
-        for (l, w) in self.weights.layers.iter().enumerate().take(n_layers) {
-            rmsnorm_rows(pool, &x, &w.attn_norm, c.rms_eps, &mut h, d);
+        let layers = &self.weights.layers[..n_layers.min(self.weights.layers.len())];
+        if let Some(first) = layers.first() {
+            rmsnorm_rows(pool, &x, &first.attn_norm, c.rms_eps, &mut h, d);
+        }
+        let bs = kv.block_size;
+        for (l, w) in layers.iter().enumerate() {
             w.wqkv.matmul(&h, n, &mut qkv, pool);
             {
                 let (qkv_rows, q_rows) = (Rows::new(&mut qkv, qkv_dim), Rows::new(&mut q, qd));
+                let cache = kv.layer_writer(l);
                 par::ranges(pool, n, &|r| {
                     let mut tmp = Vec::new();
                     for t in r {
@@ -204,7 +209,7 @@ impl Model {
                             ops::add_inplace(row, &w.bqkv);
                         }
                         let (qr, rest) = row.split_at_mut(qd);
-                        let kr = &mut rest[..kvd];
+                        let (kr, vr) = rest.split_at_mut(kvd);
                         if c.arch == Arch::Qwen3 {
                             for (s, norm) in qr
                                 .chunks_exact_mut(hd)
@@ -216,19 +221,25 @@ impl Model {
                                 ops::rmsnorm(&tmp, norm, c.rms_eps, s);
                             }
                         }
-                        let pos = token_pos[t].1 as u32;
-                        rope.apply(qr, nh, pos);
-                        rope.apply(kr, nkv, pos);
+                        let (seq, pos) = token_pos[t];
+                        rope.apply(qr, nh, pos as u32);
+                        rope.apply(kr, nkv, pos as u32);
                         q_out.copy_from_slice(qr);
+                        // The token's K and V rows go to its cache slot from this task:
+                        // distinct tokens have distinct slots (a block shared between
+                        // sequences is copied before it is written).
+                        let block = batch.seqs[seq].block_table[pos / bs] as usize;
+                        for (kh, (k, v)) in kr.chunks_exact(hd).zip(vr.chunks_exact(hd)).enumerate()
+                        {
+                            // SAFETY: slot (block, pos % bs) is this token's alone.
+                            unsafe { cache.write_row(block, kh, pos % bs, k, v) };
+                        }
                     }
                 });
             }
-            self.write_kv(batch, &token_pos, kv, l, &qkv, qkv_dim);
             attention(batch, &token_pos, kv, l, shape, &q, &mut attn, pool);
             w.wo.matmul(&attn, n, &mut proj, pool);
-            add_rows(pool, &mut x, &proj, d);
-
-            rmsnorm_rows(pool, &x, &w.ffn_norm, c.rms_eps, &mut h, d);
+            add_norm_rows(pool, &mut x, &proj, Some(&w.ffn_norm), c.rms_eps, &mut h, d);
             w.w_gate_up.matmul(&h, n, &mut gu, pool);
             let f = c.ffn_dim;
             {
@@ -244,7 +255,9 @@ impl Model {
                 });
             }
             w.w_down.matmul(&act, n, &mut proj, pool);
-            add_rows(pool, &mut x, &proj, d);
+            // The residual add, then the next layer's attention norm in the same pass.
+            let next_norm = layers.get(l + 1).map(|next| &next.attn_norm[..]);
+            add_norm_rows(pool, &mut x, &proj, next_norm, c.rms_eps, &mut h, d);
         }
 
         // Only the rows that need logits go through the final norm and the head.
@@ -268,37 +281,6 @@ impl Model {
             self.weights.head().matmul(&hn, m, &mut logits, pool);
         }
         Ok(logits)
-    }
-
-    /// Encodes the new tokens' K and V rows (after RoPE) into their slots, in the cache's
-    /// format.
-    fn write_kv(
-        &self,
-        batch: &ForwardBatch,
-        token_pos: &[(usize, usize)],
-        kv: &mut KvCache,
-        layer: usize,
-        qkv: &[f32],
-        qkv_dim: usize,
-    ) {
-        let c = &self.config;
-        let (hd, nkv, qd) = (c.head_dim, c.n_kv_heads, c.n_heads * c.head_dim);
-        let kvd = nkv * hd;
-        let bs = kv.block_size;
-        for (t, &(s, pos)) in token_pos.iter().enumerate() {
-            let block = batch.seqs[s].block_table[pos / bs] as usize;
-            let row = &qkv[t * qkv_dim + qd..(t + 1) * qkv_dim];
-            for h in 0..nkv {
-                kv.write_row(
-                    layer,
-                    block,
-                    h,
-                    pos % bs,
-                    &row[h * hd..(h + 1) * hd],
-                    &row[kvd + h * hd..kvd + (h + 1) * hd],
-                );
-            }
-        }
     }
 
     /// Weight bytes, KV bytes and FLOPs of one forward over `batch` (before it runs).
@@ -330,12 +312,26 @@ fn rmsnorm_rows(pool: &ThreadPool, x: &[f32], weight: &[f32], eps: f32, out: &mu
     });
 }
 
-/// `ops::add_inplace` (`x += y`) with the rows spread over the pool.
-fn add_rows(pool: &ThreadPool, x: &mut [f32], y: &[f32], d: usize) {
-    let rows = Rows::new(x, d);
+/// `x += y` row by row, then with a norm weight `out = rmsnorm(x)`: the residual add and the
+/// norm after it in one pass over the pool (one hand-off instead of two).
+#[allow(clippy::too_many_arguments)]
+fn add_norm_rows(
+    pool: &ThreadPool,
+    x: &mut [f32],
+    y: &[f32],
+    norm: Option<&[f32]>,
+    eps: f32,
+    out: &mut [f32],
+    d: usize,
+) {
+    let (xs, outs) = (Rows::new(x, d), Rows::new(out, d));
     par::ranges(pool, y.len() / d, &|r| {
         // SAFETY: these rows belong to this task alone.
-        let o = unsafe { rows.range(r.clone()) };
-        ops::add_inplace(o, &y[r.start * d..r.end * d]);
+        let x = unsafe { xs.range(r.clone()) };
+        ops::add_inplace(x, &y[r.start * d..r.end * d]);
+        if let Some(weight) = norm {
+            // SAFETY: as above.
+            ops::rmsnorm_rows(x, weight, eps, unsafe { outs.range(r.clone()) });
+        }
     });
 }

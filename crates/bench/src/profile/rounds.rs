@@ -1,11 +1,10 @@
 //! Decode rounds and prefills of the model, timed directly (no scheduler, no HTTP).
 //!
 //! NOTE: the decode context is not prefilled. Each sequence's KV blocks are allocated and
-//! written (a small constant, so every page is real memory: an untouched cache would read
-//! the shared zero page and time attention ~30% fast) and the decode tokens start at
-//! position L, so attention reads L real cached tokens per sequence: the same bytes and
-//! FLOPs as after a prefill, without the minutes a 64 × 2048-token prefill would take on a
-//! CPU. Values do not matter for timing.
+//! written (a small constant, so every page is real memory) and the decode tokens start at
+//! position L, so attention reads L real
+//! cached tokens per sequence: the same bytes and FLOPs as after a prefill, without the
+//! minutes a 64 × 2048-token prefill would take on a CPU. Values do not matter for timing.
 
 use anyhow::Result;
 use folio_kernels::pool::ThreadPool;

@@ -210,7 +210,7 @@ mod avx512 {
     use super::Tile;
 
     /// Bytes ahead of the current block to prefetch (a few blocks: DRAM latency / block time).
-    const PREFETCH: usize = 2048;
+    const PREFETCH: usize = 4096;
     use std::arch::x86_64::*;
 
     /// Dispatches the activation-row count to a fully unrolled instance.
