@@ -905,10 +905,11 @@ impl Engine {
                 let l = &logits[row * vocab..(row + 1) * vocab];
                 let id = reqs[i].0;
                 let live = self.live.get_mut(&id).expect("drafting a live request");
+                let l = processed(live, l, &st[i].3, &self.eog);
                 let tok = if live.sampler.params.is_greedy() {
-                    crate::sampler::argmax(l) as u32
+                    crate::sampler::argmax(&l) as u32
                 } else {
-                    let dist = live.sampler.distribution(l);
+                    let dist = live.sampler.distribution(&l);
                     let t = live.sampler.draw(&dist);
                     live.spec.as_mut().expect("speculating").draft_q.push(dist);
                     t
@@ -981,6 +982,28 @@ impl Engine {
 
 /// Chooses this step's tokens for one request: one sampled token, or the verified prefix of
 /// its drafts plus the correction/bonus token. Returns them with their logprobs.
+/// The logits a request samples from: `row` with its end tokens masked (`ignore_eos`) and its
+/// penalties over the output so far plus `pending` (drafts not yet verified). Drafting and
+/// verification both go through it: a greedy draft from raw logits proposed end tokens that
+/// an `ignore_eos` request can never take.
+fn processed(live: &Live, row: &[f32], pending: &[u32], eog: &[u32]) -> Vec<f32> {
+    let mut l = row.to_vec();
+    if live.ignore_eos {
+        for &e in eog {
+            if let Some(x) = l.get_mut(e as usize) {
+                *x = f32::NEG_INFINITY;
+            }
+        }
+    }
+    // The history is only built when a penalty needs it (not on the common path).
+    if live.sampler.has_penalties() {
+        let mut hist = live.output.clone();
+        hist.extend_from_slice(pending);
+        live.sampler.apply_penalties(&mut l, &hist);
+    }
+    l
+}
+
 fn choose_tokens(
     live: &mut Live,
     rows: &[f32],
@@ -991,21 +1014,7 @@ fn choose_tokens(
     let n_rows = drafts.len() + 1;
     // Row i's history: output so far plus the drafts before it.
     let prepare = |live: &Live, i: usize| {
-        let mut l = rows[i * vocab..(i + 1) * vocab].to_vec();
-        if live.ignore_eos {
-            for &e in eog {
-                if let Some(x) = l.get_mut(e as usize) {
-                    *x = f32::NEG_INFINITY;
-                }
-            }
-        }
-        // The history is only built when a penalty needs it (not on the common path).
-        if live.sampler.has_penalties() {
-            let mut hist = live.output.clone();
-            hist.extend_from_slice(&drafts[..i]);
-            live.sampler.apply_penalties(&mut l, &hist);
-        }
-        l
+        processed(live, &rows[i * vocab..(i + 1) * vocab], &drafts[..i], eog)
     };
     let toks: Vec<u32> = if drafts.is_empty() {
         let l = prepare(live, 0);

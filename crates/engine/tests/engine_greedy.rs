@@ -311,5 +311,18 @@ fn draft_model_equal_to_the_target_drafts_exactly() {
         st.accepted, st.drafted,
         "a draft by the target itself was rejected"
     );
+    // Drafts see the request's own logit processing (here a repetition penalty over the
+    // output and the drafts so far, and masked end tokens): still every draft accepted.
+    let mut r = greedy(&ps[0], MAX);
+    r.params.repetition_penalty = 1.5;
+    let penalized = collect(h.submit(r).unwrap()).ids;
+    assert_eq!(penalized.len(), MAX);
+    let after = h.metrics.spec.lock().unwrap().clone();
+    assert!(after.drafted > st.drafted, "nothing was drafted with a penalty");
+    assert_eq!(
+        after.accepted - st.accepted,
+        after.drafted - st.drafted,
+        "a penalized draft by the target itself was rejected"
+    );
     h.shutdown();
 }
