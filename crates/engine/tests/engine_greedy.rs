@@ -318,7 +318,10 @@ fn draft_model_equal_to_the_target_drafts_exactly() {
     let penalized = collect(h.submit(r).unwrap()).ids;
     assert_eq!(penalized.len(), MAX);
     let after = h.metrics.spec.lock().unwrap().clone();
-    assert!(after.drafted > st.drafted, "nothing was drafted with a penalty");
+    assert!(
+        after.drafted > st.drafted,
+        "nothing was drafted with a penalty"
+    );
     assert_eq!(
         after.accepted - st.accepted,
         after.drafted - st.drafted,

@@ -41,7 +41,9 @@ pub struct AttnShape {
 }
 
 /// `q`: [n_tokens][n_heads·hd] (RoPE applied); the layer's K/V for every new token must
-/// already be in `kv`. Writes `out`: [n_tokens][n_heads·hd].
+/// already be in `kv`. Writes `out`: [n_tokens][n_heads·hd]. `llama_orders`: decoded tokens
+/// (from `SeqSpan::decode_from` on) sum in llama.cpp's lone-query order, else every token
+/// in the batched one.
 #[allow(clippy::too_many_arguments)]
 pub fn attention(
     batch: &ForwardBatch,
@@ -49,6 +51,7 @@ pub fn attention(
     kv: &KvCache,
     layer: usize,
     shape: AttnShape,
+    llama_orders: bool,
     q: &[f32],
     out: &mut [f32],
     pool: &ThreadPool,
@@ -77,7 +80,7 @@ pub fn attention(
             attn::round_to_f16(qbuf);
             // SAFETY: the (t, heads h*group .. (h+1)*group) region is this task's alone.
             let o = unsafe { std::slice::from_raw_parts_mut(out_ptr.get().add(first), group * hd) };
-            let order = if pos >= batch.seqs[seq_idx].decode_from {
+            let order = if llama_orders && pos >= batch.seqs[seq_idx].decode_from {
                 attn::SumOrder::Single
             } else {
                 attn::SumOrder::Batched
