@@ -19,13 +19,15 @@
 //!   over positions in [`SumOrder`].
 //!
 //! Quantized rows are decoded on the fly inside the kernel (`q * d`), never into a
-//! contiguous copy of the context. The AVX-512 kernel reproduces [`generic`] bit for bit;
-//! other ISAs run [`generic`] itself.
+//! contiguous copy of the context. The AVX-512 kernel (both orders) and the AVX2 kernel
+//! (batched order) reproduce [`generic`] bit for bit; other cases run [`generic`] itself.
 //!
 //! # Panics
 //! On mismatched lengths or a block table that points outside the buffers (caller bugs:
 //! the model validates block ids before attention runs).
 
+#[cfg(target_arch = "x86_64")]
+mod avx2;
 mod format;
 mod generic;
 mod lanes;
@@ -167,7 +169,11 @@ pub fn attend_with(
     }
     #[cfg(target_arch = "x86_64")]
     if isa.clamp() != Isa::Scalar {
-        // SAFETY: clamp() guarantees AVX2 and FMA (AVX-512 hosts have them too).
+        // SAFETY: clamp() guarantees AVX2, FMA and F16C (AVX-512 hosts have them too);
+        // `check` bounds every row read.
+        if qs.order == SumOrder::Batched && avx2::supports(hd) {
+            return unsafe { avx2::attend(kv, table, n_ctx, qs, out) };
+        }
         return unsafe { generic::attend_avx2(kv, table, n_ctx, qs, scores, out) };
     }
     generic::attend(kv, table, n_ctx, qs, scores, out)
