@@ -856,14 +856,27 @@ impl Engine {
             let r = self.sched.request(id).expect("running");
             let pos = r.num_tokens() - 1;
             let last = *r.tokens().last().expect("has tokens");
-            let mut table = self
+            let real = self
                 .sched
                 .kv()
                 .table(id)
                 .map(|t| t.blocks.clone())
                 .unwrap_or_default();
-            let need = (pos + k).div_ceil(bs);
+            // Drafts write positions pos.. and never into the request's own blocks: the
+            // block holding `pos` may be shared with forked samples drafting in this same
+            // round (or be a cached prefix). Its first pos % bs slots are copied into this
+            // request's scratch, and every later block is scratch.
+            let first = pos / bs;
+            let mut table = real[..first.min(real.len())].to_vec();
             let base = self.scratch_base + i * self.scratch_per_req;
+            if !pos.is_multiple_of(bs) {
+                let cache = match self.draft.as_mut() {
+                    Some(d) => &mut d.kv,
+                    None => &mut self.kv,
+                };
+                cache.copy_block(real[first] as usize, base, pos % bs);
+            }
+            let need = (pos + k).div_ceil(bs);
             let mut j = 0;
             while table.len() < need {
                 table.push((base + j) as u32);
@@ -980,8 +993,6 @@ impl Engine {
     }
 }
 
-/// Chooses this step's tokens for one request: one sampled token, or the verified prefix of
-/// its drafts plus the correction/bonus token. Returns them with their logprobs.
 /// The logits a request samples from: `row` with its end tokens masked (`ignore_eos`) and its
 /// penalties over the output so far plus `pending` (drafts not yet verified). Drafting and
 /// verification both go through it: a greedy draft from raw logits proposed end tokens that
@@ -1004,6 +1015,8 @@ fn processed(live: &Live, row: &[f32], pending: &[u32], eog: &[u32]) -> Vec<f32>
     l
 }
 
+/// Chooses this step's tokens for one request: one sampled token, or the verified prefix of
+/// its drafts plus the correction/bonus token. Returns them with their logprobs.
 fn choose_tokens(
     live: &mut Live,
     rows: &[f32],

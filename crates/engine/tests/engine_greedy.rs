@@ -327,5 +327,32 @@ fn draft_model_equal_to_the_target_drafts_exactly() {
         after.drafted - st.drafted,
         "a penalized draft by the target itself was rejected"
     );
+    // Forked samples share their prompt's partial last block and draft in the same round,
+    // each from its own token: drafts go to scratch copies, never into the shared block, so
+    // each sample's draft distribution equals its target's and every draft is accepted.
+    let seeded = |seed: u64| folio_engine::SamplingParams {
+        temperature: 0.9,
+        seed: Some(seed),
+        ..Default::default()
+    };
+    let forks = h
+        .submit_n(
+            greedy(&ps[1], MAX),
+            (0..4u64).map(|j| seeded(70 + j)).collect(),
+        )
+        .unwrap();
+    for f in forks {
+        assert_eq!(collect(f).ids.len(), MAX);
+    }
+    let end = h.metrics.spec.lock().unwrap().clone();
+    assert!(
+        end.drafted > after.drafted,
+        "forked samples drafted nothing"
+    );
+    assert_eq!(
+        end.accepted - after.accepted,
+        end.drafted - after.drafted,
+        "a forked sample's draft by the target itself was rejected"
+    );
     h.shutdown();
 }

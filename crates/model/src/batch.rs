@@ -22,12 +22,13 @@ pub struct SeqSpan {
     /// How many of this span's last tokens need logits (1 normally, 1 + drafts when
     /// verifying speculation, 0 for a prefill chunk that does not end the prompt).
     pub n_logits: usize,
-    /// Tokens at this position or later attend with llama.cpp's lone-query arithmetic
-    /// (`SumOrder::Single`), earlier ones with its batched one: llama.cpp processes a
-    /// prompt in one batch and decodes every output token alone, so the engine sets this
-    /// to the prompt length to reproduce its outputs whatever the batching (chunked
-    /// prefill, speculative verification, recompute). [`ForwardBatch::push`] sets the
-    /// position of a lone token, and never for several.
+    /// Under llama numerics (`Model::set_sums(Sums::Ggml)`), tokens at this position or
+    /// later attend with llama.cpp's lone-query arithmetic (`SumOrder::Single`), earlier
+    /// ones with its batched one: llama.cpp processes a prompt in one batch and decodes every
+    /// output token alone, so the engine sets this to the prompt length to reproduce its
+    /// outputs whatever the batching (chunked prefill, speculative verification, recompute).
+    /// [`ForwardBatch::push`] sets the position of a lone token, and never for several. Fast
+    /// numerics ignore it (every token in the batched order).
     pub decode_from: usize,
 }
 

@@ -204,6 +204,18 @@ impl Model {
             rmsnorm_rows(pool, &x, &first.attn_norm, c.rms_eps, &mut h, d);
         }
         let bs = kv.block_size;
+        // Each token's K/V rows are written by the task that ropes it, which needs every
+        // (block, slot) written this step to be distinct. The engine's batches are (a block
+        // shared between sequences is copied before it is written); a batch that is not gets
+        // its rows written one after another in token order, as the model always did.
+        let slot_of = |&(seq, pos): &(usize, usize)| {
+            batch.seqs[seq].block_table[pos / bs] as usize * bs + pos % bs
+        };
+        let parallel_writes = {
+            let mut slots: Vec<usize> = token_pos.iter().map(slot_of).collect();
+            slots.sort_unstable();
+            slots.windows(2).all(|w| w[0] != w[1])
+        };
         for (l, w) in layers.iter().enumerate() {
             w.wqkv.matmul(&h, n, &mut qkv, pool);
             {
@@ -234,17 +246,27 @@ impl Model {
                         rope.apply(qr, nh, pos as u32);
                         rope.apply(kr, nkv, pos as u32);
                         q_out.copy_from_slice(qr);
-                        // The token's K and V rows go to its cache slot from this task:
-                        // distinct tokens have distinct slots (a block shared between
-                        // sequences is copied before it is written).
-                        let block = batch.seqs[seq].block_table[pos / bs] as usize;
-                        for (kh, (k, v)) in kr.chunks_exact(hd).zip(vr.chunks_exact(hd)).enumerate()
-                        {
-                            // SAFETY: slot (block, pos % bs) is this token's alone.
-                            unsafe { cache.write_row(block, kh, pos % bs, k, v) };
+                        // The token's K and V rows go to its cache slot from this task
+                        // when every slot of the step is distinct (checked above).
+                        if parallel_writes {
+                            let block = batch.seqs[seq].block_table[pos / bs] as usize;
+                            let rows = kr.chunks_exact(hd).zip(vr.chunks_exact(hd));
+                            for (kh, (k, v)) in rows.enumerate() {
+                                // SAFETY: slot (block, pos % bs) is this token's alone.
+                                unsafe { cache.write_row(block, kh, pos % bs, k, v) };
+                            }
                         }
                     }
                 });
+            }
+            if !parallel_writes {
+                for (t, tp) in token_pos.iter().enumerate() {
+                    let (block, slot) = (slot_of(tp) / bs, slot_of(tp) % bs);
+                    let (k, v) = qkv[t * qkv_dim + qd..(t + 1) * qkv_dim].split_at(kvd);
+                    for (kh, (k, v)) in k.chunks_exact(hd).zip(v.chunks_exact(hd)).enumerate() {
+                        kv.write_row(l, block, kh, slot, k, v);
+                    }
+                }
             }
             attention(
                 batch,

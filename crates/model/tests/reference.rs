@@ -425,3 +425,48 @@ fn bad_batches_are_errors_not_panics() {
     let e = model.forward(&b, &mut kv, pool).unwrap_err().to_string();
     assert!(e.contains("context_length 128"), "{e}");
 }
+
+/// Two sequences that write the same cache slot in one step (a caller sharing a block
+/// without copying it) are written one after another in token order, never concurrently:
+/// the slot ends up holding the later token's K/V, exactly as writing that token alone.
+#[test]
+fn shared_slot_writes_land_in_token_order() {
+    let tiny = build("llama", GgmlType::Q8_0, 9);
+    let f = GgufFile::from_bytes(tiny.bytes).expect("valid tiny gguf");
+    let model = Model::from_gguf(&f).expect("load");
+    let pool = ThreadPool::global();
+    let p = prompt(21, 6);
+    let (a, b_tok) = (7u32, 211u32);
+    // Both sequences: the same 6-token prefix in blocks 0-1, then different tokens at
+    // position 6, the same slot of block 1. Several of each so the rows span pool tasks.
+    let mut kv = model.new_kv_cache(4, 4, KvFormat::F16);
+    let mut b = ForwardBatch::new();
+    b.push(&p, 0, vec![0, 1], 0);
+    model.forward(&b, &mut kv, pool).expect("prefill");
+    let mut b = ForwardBatch::new();
+    for t in [a, a, a, b_tok] {
+        b.push(&[t], 6, vec![0, 1], 1);
+    }
+    model.forward(&b, &mut kv, pool).expect("shared slot");
+    // The reference: the prefix, then only the last token.
+    let mut kv1 = model.new_kv_cache(4, 4, KvFormat::F16);
+    let mut b = ForwardBatch::new();
+    b.push(&p, 0, vec![0, 1], 0);
+    model.forward(&b, &mut kv1, pool).expect("prefill");
+    let mut b = ForwardBatch::new();
+    b.push(&[b_tok], 6, vec![0, 1], 1);
+    model.forward(&b, &mut kv1, pool).expect("alone");
+    let (mut k, mut v, mut k1, mut v1) = (
+        vec![0f32; HD],
+        vec![0f32; HD],
+        vec![0f32; HD],
+        vec![0f32; HD],
+    );
+    for layer in 0..LAYERS {
+        for head in 0..KV_HEADS {
+            kv.read_row(layer, 1, head, 2, &mut k, &mut v);
+            kv1.read_row(layer, 1, head, 2, &mut k1, &mut v1);
+            assert_eq!((&k, &v), (&k1, &v1), "layer {layer} head {head}");
+        }
+    }
+}
