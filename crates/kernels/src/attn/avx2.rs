@@ -13,7 +13,8 @@ use super::lanes::{expc, expf_ggml, LANES};
 use super::{KvFormat, PagedKv, Queries};
 use std::arch::x86_64::*;
 
-/// Query heads per pass (2 accumulators each in the value pass, 16 registers in all).
+/// Query heads per pass: the score pass keeps 2 accumulators per head in registers, the
+/// value pass 2 per head and lane-set (spilled to a small stack array between lanes).
 const MAX_G: usize = 4;
 
 /// Whether this kernel handles the head size: whole 16-value chunks.
@@ -94,8 +95,7 @@ unsafe fn reduce16(lo: __m256, hi: __m256) -> f32 {
 
 /// `expf_ggml` on 8 lanes: the same operations; 2^n is built from its exponent bits, which
 /// equals the reference's single rounding while 2^n is a normal f32 (n in -126..=127).
-/// Lanes outside that range (x below about -87 or above 88) are rare in a softmax, so the
-/// whole vector then goes through the scalar routine.
+/// Lanes outside that range (x below about -87 or above 88) take the scalar routine.
 #[inline(always)]
 unsafe fn expf8(x: __m256) -> __m256 {
     use expc::*;
@@ -111,14 +111,7 @@ unsafe fn expf8(x: __m256) -> __m256 {
     let n = _mm256_sub_ps(z, r);
     let lo = _mm256_cmp_ps::<_CMP_GE_OQ>(n, _mm256_set1_ps(-126.0));
     let hi = _mm256_cmp_ps::<_CMP_LE_OQ>(n, _mm256_set1_ps(127.0));
-    if _mm256_movemask_ps(_mm256_and_ps(lo, hi)) != 0xff {
-        let mut v = [0f32; 8];
-        _mm256_storeu_ps(v.as_mut_ptr(), x);
-        for e in v.iter_mut() {
-            *e = expf_ggml(*e);
-        }
-        return _mm256_loadu_ps(v.as_ptr());
-    }
+    let in_range = _mm256_movemask_ps(_mm256_and_ps(lo, hi));
     let b = _mm256_fnmadd_ps(n, f!(LN2_LO), _mm256_fnmadd_ps(n, f!(LN2_HI), x));
     let u = _mm256_mul_ps(b, b);
     let j = _mm256_fmadd_ps(
@@ -134,7 +127,19 @@ unsafe fn expf8(x: __m256) -> __m256 {
         _mm256_cvtps_epi32(n),
         _mm256_set1_epi32(127),
     ));
-    _mm256_mul_ps(j, _mm256_castsi256_ps(e))
+    let res = _mm256_mul_ps(j, _mm256_castsi256_ps(e));
+    if in_range == 0xff {
+        return res;
+    }
+    let (mut xs, mut out) = ([0f32; 8], [0f32; 8]);
+    _mm256_storeu_ps(xs.as_mut_ptr(), x);
+    _mm256_storeu_ps(out.as_mut_ptr(), res);
+    for (i, (o, &xi)) in out.iter_mut().zip(&xs).enumerate() {
+        if in_range & (1 << i) == 0 {
+            *o = expf_ggml(xi);
+        }
+    }
+    _mm256_loadu_ps(out.as_ptr())
 }
 
 /// Lanes `i < n` set (n <= 8).
@@ -177,7 +182,12 @@ unsafe fn softmax_f16(x: &mut [f32]) {
             }
             let k = (n - at).min(8);
             let m = mask8(k);
-            let v = _mm256_maskload_ps(p.add(at), m);
+            // Lanes past the end read as `max` (exp(0), in the fast range), then zeroed.
+            let v = _mm256_blendv_ps(
+                vmax,
+                _mm256_maskload_ps(p.add(at), m),
+                _mm256_castsi256_ps(m),
+            );
             let ex = _mm256_and_ps(expf8(_mm256_sub_ps(v, vmax)), _mm256_castsi256_ps(m));
             _mm256_maskstore_ps(p.add(at), m, ex);
             *eh = ex;

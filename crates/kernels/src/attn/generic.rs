@@ -1,6 +1,6 @@
 //! The reference attention, for any ISA and head size, in llama.cpp's arithmetic (see the
-//! module doc): plain Rust, one value at a time. The AVX-512 kernel must equal it bit for
-//! bit; other ISAs run it as is.
+//! module doc): plain Rust, one value at a time. The AVX-512 and AVX2 kernels must equal it
+//! bit for bit; cases they do not cover run it as is.
 
 use super::lanes::{reduce16, softmax_lanes, LANES};
 use super::{load_row_scalar, PagedKv, Queries, SumOrder};

@@ -76,7 +76,12 @@ impl Rope {
     /// threads taking the lock per token bounced its counter between the cores).
     pub fn rows(&self, max_pos: usize) -> RopeRows<'_> {
         let w = self.rope_dim;
-        let need = (max_pos + 1).min(MAX_CACHED_POS) * w;
+        // A position past the cap does not grow the table (its row is computed per call).
+        let need = if max_pos < MAX_CACHED_POS {
+            (max_pos + 1) * w
+        } else {
+            0
+        };
         {
             let t = self.table.read().unwrap_or_else(|e| e.into_inner());
             if t.len() >= need {
