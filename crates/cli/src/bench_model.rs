@@ -23,6 +23,9 @@ pub struct Row {
     pub tok_s: f64,
     pub weight_bytes_per_step: usize,
     pub weight_gb_s: f64,
+    /// Decode rows: aggregate tok/s over the batch-1 decode row's at the same context (when
+    /// the run has one): what batching buys on this machine.
+    pub vs_batch_1: Option<f64>,
 }
 
 const BLOCK: usize = 16;
@@ -79,6 +82,7 @@ pub fn run(model: &Model, quick: bool, batches: &[usize], decode_only: bool) -> 
         tok_s: tokens as f64 / seconds,
         weight_bytes_per_step: wb,
         weight_gb_s: wb as f64 * steps as f64 / seconds / 1e9,
+        vs_batch_1: None,
     };
     let reps = if quick { 1 } else { 3 };
     if !decode_only {
@@ -103,17 +107,33 @@ pub fn run(model: &Model, quick: bool, batches: &[usize], decode_only: bool) -> 
             steps,
         ));
     }
+    let base = rows
+        .iter()
+        .find(|r| r.test == "decode" && r.batch == 1)
+        .map(|r| r.tok_s);
+    for r in rows.iter_mut().filter(|r| r.test == "decode") {
+        r.vs_batch_1 = base.map(|b| r.tok_s / b);
+    }
     Ok(rows)
 }
 
 pub fn print_table(rows: &[Row]) {
     println!(
-        "{:<8} {:>5} {:>7} {:>7} {:>9} {:>10} {:>12} {:>9}",
-        "test", "batch", "context", "tokens", "seconds", "tok/s", "weight MB/st", "weight GB/s"
+        "{:<8} {:>5} {:>7} {:>7} {:>9} {:>10} {:>12} {:>9} {:>6}",
+        "test",
+        "batch",
+        "context",
+        "tokens",
+        "seconds",
+        "tok/s",
+        "weight MB/st",
+        "weight GB/s",
+        "x b1"
     );
     for r in rows {
+        let vs = r.vs_batch_1.map_or(String::new(), |x| format!("{x:.2}x"));
         println!(
-            "{:<8} {:>5} {:>7} {:>7} {:>9.3} {:>10.1} {:>12.1} {:>9.1}",
+            "{:<8} {:>5} {:>7} {:>7} {:>9.3} {:>10.1} {:>12.1} {:>9.1} {:>6}",
             r.test,
             r.batch,
             r.context,
@@ -121,7 +141,8 @@ pub fn print_table(rows: &[Row]) {
             r.seconds,
             r.tok_s,
             r.weight_bytes_per_step as f64 / 1e6,
-            r.weight_gb_s
+            r.weight_gb_s,
+            vs
         );
     }
 }
