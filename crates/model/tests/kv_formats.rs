@@ -3,11 +3,14 @@
 //! a tiny synthetic model with quantized KV stay close to f16 KV, copy-on-write copies are
 //! exact, and capacity follows bytes per token.
 
-use folio_gguf::{GgmlType, GgufFile, GgufWriter, Value};
+mod common;
+
+use common::{build, randn, rel_err, Shape};
+use folio_gguf::{GgmlType, GgufFile};
 use folio_kernels::pool::ThreadPool;
 use folio_model::{ForwardBatch, KvCache, KvFormat, Model};
 use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
+use rand::SeedableRng;
 
 const D: usize = 384;
 const HEADS: usize = 6;
@@ -17,80 +20,25 @@ const FFN: usize = 512;
 const VOCAB: usize = 300;
 const LAYERS: usize = 2;
 
-fn randn(rng: &mut StdRng, n: usize, scale: f32) -> Vec<f32> {
-    (0..n)
-        .map(|_| (rng.gen::<f32>() * 2.0 - 1.0) * scale)
-        .collect()
-}
-
 /// A tiny llama-shaped model with f32 weights (GQA group of 3, like SmolLM2).
 fn tiny_model(seed: u64) -> Model {
-    let mut rng = StdRng::seed_from_u64(seed);
-    let mut w = GgufWriter::new();
-    w.add_metadata("general.architecture", Value::String("llama".into()));
-    let meta = [
-        ("block_count", LAYERS),
-        ("embedding_length", D),
-        ("feed_forward_length", FFN),
-        ("attention.head_count", HEADS),
-        ("attention.head_count_kv", KV_HEADS),
-        ("context_length", 128),
-        ("vocab_size", VOCAB),
-    ];
-    for (k, v) in meta {
-        w.add_metadata(&format!("llama.{k}"), Value::U32(v as u32));
-    }
-    w.add_metadata("llama.attention.layer_norm_rms_epsilon", Value::F32(1e-5));
-    w.add_metadata("llama.rope.freq_base", Value::F32(10000.0));
-    let s = 1.0 / (D as f32).sqrt();
-    let mut t = |name: &str, dims: &[u64], scale: f32, base: f32| {
-        let n = dims.iter().product::<u64>() as usize;
-        let v: Vec<f32> = randn(&mut rng, n, scale).iter().map(|x| x + base).collect();
-        w.add_tensor_f32(name, dims, GgmlType::F32, &v)
-            .expect("f32 tensor");
+    let shape = Shape {
+        d: D,
+        heads: HEADS,
+        kv_heads: KV_HEADS,
+        hd: HD,
+        ffn: FFN,
+        vocab: VOCAB,
+        layers: LAYERS,
+        ctx: 128,
     };
-    let (d, hd, ffn) = (D as u64, HD as u64, FFN as u64);
-    t("token_embd.weight", &[d, VOCAB as u64], 1.0, 0.0);
-    for l in 0..LAYERS {
-        let n = |x: &str| format!("blk.{l}.{x}");
-        t(&n("attn_norm.weight"), &[d], 0.2, 1.0);
-        t(&n("attn_q.weight"), &[d, HEADS as u64 * hd], s * 2.0, 0.0);
-        t(
-            &n("attn_k.weight"),
-            &[d, KV_HEADS as u64 * hd],
-            s * 2.0,
-            0.0,
-        );
-        t(&n("attn_v.weight"), &[d, KV_HEADS as u64 * hd], s, 0.0);
-        t(&n("attn_output.weight"), &[HEADS as u64 * hd, d], s, 0.0);
-        t(&n("ffn_norm.weight"), &[d], 0.2, 1.0);
-        t(&n("ffn_gate.weight"), &[d, ffn], s * 2.0, 0.0);
-        t(&n("ffn_up.weight"), &[d, ffn], s * 2.0, 0.0);
-        t(
-            &n("ffn_down.weight"),
-            &[ffn, d],
-            1.0 / (FFN as f32).sqrt(),
-            0.0,
-        );
-    }
-    t("output_norm.weight", &[d], 0.2, 1.0);
-    let f = GgufFile::from_bytes(w.to_bytes()).expect("valid tiny gguf");
+    let f =
+        GgufFile::from_bytes(build(&shape, "llama", GgmlType::F32, seed)).expect("valid tiny gguf");
     Model::from_gguf(&f).expect("load tiny model")
 }
 
 fn prompt(seed: u64, n: usize) -> Vec<u32> {
-    let mut rng = StdRng::seed_from_u64(seed);
-    (0..n).map(|_| rng.gen_range(0..VOCAB as u32)).collect()
-}
-
-/// Worst |a - b| relative to the reference row's RMS.
-fn rel_err(a: &[f32], b: &[f32]) -> f32 {
-    let rms = (b.iter().map(|v| v * v).sum::<f32>() / b.len() as f32).sqrt();
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f32::max)
-        / rms
+    common::prompt(seed, n, VOCAB)
 }
 
 /// Logits of every position: a 20-token prefill, a 6-token chunk, then 3 decode steps,

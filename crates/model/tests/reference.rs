@@ -2,11 +2,12 @@
 //! on tiny synthetic GGUF models (llama, qwen2, qwen3 shapes; every weight type), and
 //! batched forward of several sequences equal to each sequence alone.
 
-use folio_gguf::{GgmlType, GgufFile, GgufWriter, Value};
+mod common;
+
+use common::{build, prompt as prompt_in, rel_err, Shape, BASE, EPS};
+use folio_gguf::{GgmlType, GgufFile};
 use folio_kernels::pool::ThreadPool;
 use folio_model::{ForwardBatch, KvFormat, Model};
-use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
 
 const D: usize = 256;
 const HEADS: usize = 4;
@@ -16,100 +17,20 @@ const FFN: usize = 512;
 const VOCAB: usize = 300;
 const LAYERS: usize = 2;
 const CTX: usize = 128;
-const EPS: f32 = 1e-5;
-const BASE: f32 = 10000.0;
-
-struct Tiny {
-    bytes: Vec<u8>,
+fn prompt(seed: u64, n: usize) -> Vec<u32> {
+    prompt_in(seed, n, VOCAB)
 }
 
-fn randn(rng: &mut StdRng, n: usize, scale: f32) -> Vec<f32> {
-    (0..n)
-        .map(|_| (rng.gen::<f32>() * 2.0 - 1.0) * scale)
-        .collect()
-}
-
-fn build(arch: &str, ty: GgmlType, seed: u64) -> Tiny {
-    let mut rng = StdRng::seed_from_u64(seed);
-    let mut w = GgufWriter::new();
-    w.add_metadata("general.architecture", Value::String(arch.into()));
-    let k = |s: &str| format!("{arch}.{s}");
-    w.add_metadata(&k("block_count"), Value::U32(LAYERS as u32));
-    w.add_metadata(&k("embedding_length"), Value::U32(D as u32));
-    w.add_metadata(&k("feed_forward_length"), Value::U32(FFN as u32));
-    w.add_metadata(&k("attention.head_count"), Value::U32(HEADS as u32));
-    w.add_metadata(&k("attention.head_count_kv"), Value::U32(KV_HEADS as u32));
-    w.add_metadata(&k("context_length"), Value::U32(CTX as u32));
-    w.add_metadata(&k("attention.layer_norm_rms_epsilon"), Value::F32(EPS));
-    w.add_metadata(&k("rope.freq_base"), Value::F32(BASE));
-    w.add_metadata(&k("vocab_size"), Value::U32(VOCAB as u32));
-    let s = 1.0 / (D as f32).sqrt();
-    let mat =
-        |w: &mut GgufWriter, rng: &mut StdRng, name: &str, cols: usize, rows: usize, scale: f32| {
-            let v = randn(rng, cols * rows, scale);
-            w.add_tensor_f32(name, &[cols as u64, rows as u64], ty, &v)
-                .expect("quantize");
-        };
-    let vec_ =
-        |w: &mut GgufWriter, rng: &mut StdRng, name: &str, n: usize, base: f32, spread: f32| {
-            let v: Vec<f32> = (0..n)
-                .map(|_| base + (rng.gen::<f32>() * 2.0 - 1.0) * spread)
-                .collect();
-            w.add_tensor_f32(name, &[n as u64], GgmlType::F32, &v)
-                .expect("f32");
-        };
-    mat(&mut w, &mut rng, "token_embd.weight", D, VOCAB, 1.0);
-    for l in 0..LAYERS {
-        let n = |x: &str| format!("blk.{l}.{x}");
-        vec_(&mut w, &mut rng, &n("attn_norm.weight"), D, 1.0, 0.2);
-        mat(
-            &mut w,
-            &mut rng,
-            &n("attn_q.weight"),
-            D,
-            HEADS * HD,
-            s * 2.0,
-        );
-        mat(
-            &mut w,
-            &mut rng,
-            &n("attn_k.weight"),
-            D,
-            KV_HEADS * HD,
-            s * 2.0,
-        );
-        mat(&mut w, &mut rng, &n("attn_v.weight"), D, KV_HEADS * HD, s);
-        if arch == "qwen2" {
-            vec_(&mut w, &mut rng, &n("attn_q.bias"), HEADS * HD, 0.0, 0.3);
-            vec_(&mut w, &mut rng, &n("attn_k.bias"), KV_HEADS * HD, 0.0, 0.3);
-            vec_(&mut w, &mut rng, &n("attn_v.bias"), KV_HEADS * HD, 0.0, 0.3);
-        }
-        if arch == "qwen3" {
-            vec_(&mut w, &mut rng, &n("attn_q_norm.weight"), HD, 1.0, 0.3);
-            vec_(&mut w, &mut rng, &n("attn_k_norm.weight"), HD, 1.0, 0.3);
-        }
-        mat(&mut w, &mut rng, &n("attn_output.weight"), HEADS * HD, D, s);
-        vec_(&mut w, &mut rng, &n("ffn_norm.weight"), D, 1.0, 0.2);
-        mat(&mut w, &mut rng, &n("ffn_gate.weight"), D, FFN, s * 2.0);
-        mat(&mut w, &mut rng, &n("ffn_up.weight"), D, FFN, s * 2.0);
-        mat(
-            &mut w,
-            &mut rng,
-            &n("ffn_down.weight"),
-            FFN,
-            D,
-            1.0 / (FFN as f32).sqrt(),
-        );
-    }
-    vec_(&mut w, &mut rng, "output_norm.weight", D, 1.0, 0.2);
-    if arch != "llama" {
-        // Untied head for the Qwen shapes, tied for llama: both paths get covered.
-        mat(&mut w, &mut rng, "output.weight", D, VOCAB, s * 4.0);
-    }
-    Tiny {
-        bytes: w.to_bytes(),
-    }
-}
+const SHAPE: Shape = Shape {
+    d: D,
+    heads: HEADS,
+    kv_heads: KV_HEADS,
+    hd: HD,
+    ffn: FFN,
+    vocab: VOCAB,
+    layers: LAYERS,
+    ctx: CTX,
+};
 
 // ---- the plain reference ----------------------------------------------------------
 
@@ -250,21 +171,6 @@ fn reference(f: &GgufFile, arch: &str, tokens: &[u32]) -> Vec<Vec<f32>> {
         .collect()
 }
 
-fn prompt(seed: u64, n: usize) -> Vec<u32> {
-    let mut rng = StdRng::seed_from_u64(seed);
-    (0..n).map(|_| rng.gen_range(0..VOCAB as u32)).collect()
-}
-
-/// Worst |a - b| relative to the reference row's RMS.
-fn rel_err(a: &[f32], b: &[f32]) -> f32 {
-    let rms = (b.iter().map(|v| v * v).sum::<f32>() / b.len() as f32).sqrt();
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f32::max)
-        / rms
-}
-
 /// Float weights run an f32 kernel: near-exact. Quantized weights run against 8-bit
 /// quantized activations (as llama.cpp does), which bounds the error at a few percent of
 /// the logits' RMS after two layers.
@@ -277,8 +183,8 @@ fn tolerance(ty: GgmlType) -> f32 {
 
 fn check(arch: &str, ty: GgmlType) {
     let tol = tolerance(ty);
-    let tiny = build(arch, ty, 42);
-    let f = GgufFile::from_bytes(tiny.bytes).expect("valid tiny gguf");
+    let tiny = build(&SHAPE, arch, ty, 42);
+    let f = GgufFile::from_bytes(tiny).expect("valid tiny gguf");
     let model = Model::from_gguf(&f).expect("load tiny model");
     let toks = prompt(1, 19);
     let want = reference(&f, arch, &toks);
@@ -338,8 +244,8 @@ fn qwen3_matches_reference() {
 
 #[test]
 fn batched_equals_alone() {
-    let tiny = build("llama", GgmlType::Q4_1, 3);
-    let f = GgufFile::from_bytes(tiny.bytes).expect("valid tiny gguf");
+    let tiny = build(&SHAPE, "llama", GgmlType::Q4_1, 3);
+    let f = GgufFile::from_bytes(tiny).expect("valid tiny gguf");
     let model = Model::from_gguf(&f).expect("load");
     let pool = ThreadPool::global();
     let lens = [9usize, 1, 23, 4];
@@ -403,8 +309,8 @@ fn batched_equals_alone() {
 
 #[test]
 fn bad_batches_are_errors_not_panics() {
-    let tiny = build("llama", GgmlType::F32, 5);
-    let f = GgufFile::from_bytes(tiny.bytes).expect("valid");
+    let tiny = build(&SHAPE, "llama", GgmlType::F32, 5);
+    let f = GgufFile::from_bytes(tiny).expect("valid");
     let model = Model::from_gguf(&f).expect("load");
     let pool = ThreadPool::global();
     let mut kv = model.new_kv_cache(4, 2, KvFormat::F16);
@@ -431,8 +337,8 @@ fn bad_batches_are_errors_not_panics() {
 /// the slot ends up holding the later token's K/V, exactly as writing that token alone.
 #[test]
 fn shared_slot_writes_land_in_token_order() {
-    let tiny = build("llama", GgmlType::Q8_0, 9);
-    let f = GgufFile::from_bytes(tiny.bytes).expect("valid tiny gguf");
+    let tiny = build(&SHAPE, "llama", GgmlType::Q8_0, 9);
+    let f = GgufFile::from_bytes(tiny).expect("valid tiny gguf");
     let model = Model::from_gguf(&f).expect("load");
     let pool = ThreadPool::global();
     let p = prompt(21, 6);
