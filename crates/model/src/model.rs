@@ -242,18 +242,18 @@ impl Model {
                                 ops::rmsnorm(&tmp, norm, c.rms_eps, s);
                             }
                         }
-                        let (seq, pos) = token_pos[t];
+                        let pos = token_pos[t].1;
                         rope.apply(qr, nh, pos as u32);
                         rope.apply(kr, nkv, pos as u32);
                         q_out.copy_from_slice(qr);
                         // The token's K and V rows go to its cache slot from this task
                         // when every slot of the step is distinct (checked above).
                         if parallel_writes {
-                            let block = batch.seqs[seq].block_table[pos / bs] as usize;
+                            let s = slot_of(&token_pos[t]);
                             let rows = kr.chunks_exact(hd).zip(vr.chunks_exact(hd));
                             for (kh, (k, v)) in rows.enumerate() {
-                                // SAFETY: slot (block, pos % bs) is this token's alone.
-                                unsafe { cache.write_row(block, kh, pos % bs, k, v) };
+                                // SAFETY: slot s is this token's alone.
+                                unsafe { cache.write_row(s / bs, kh, s % bs, k, v) };
                             }
                         }
                     }
@@ -261,10 +261,10 @@ impl Model {
             }
             if !parallel_writes {
                 for (t, tp) in token_pos.iter().enumerate() {
-                    let (block, slot) = (slot_of(tp) / bs, slot_of(tp) % bs);
+                    let s = slot_of(tp);
                     let (k, v) = qkv[t * qkv_dim + qd..(t + 1) * qkv_dim].split_at(kvd);
                     for (kh, (k, v)) in k.chunks_exact(hd).zip(v.chunks_exact(hd)).enumerate() {
-                        kv.write_row(l, block, kh, slot, k, v);
+                        kv.write_row(l, s / bs, kh, s % bs, k, v);
                     }
                 }
             }
