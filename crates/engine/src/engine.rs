@@ -869,12 +869,12 @@ impl Engine {
             let first = pos / bs;
             let mut table = real[..first.min(real.len())].to_vec();
             let base = self.scratch_base + i * self.scratch_per_req;
-            if !pos.is_multiple_of(bs) {
+            if let (false, Some(&src)) = (pos.is_multiple_of(bs), real.get(first)) {
                 let cache = match self.draft.as_mut() {
                     Some(d) => &mut d.kv,
                     None => &mut self.kv,
                 };
-                cache.copy_block(real[first] as usize, base, pos % bs);
+                cache.copy_block(src as usize, base, pos % bs);
             }
             let need = (pos + k).div_ceil(bs);
             let mut j = 0;
