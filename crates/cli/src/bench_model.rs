@@ -38,10 +38,10 @@ fn best_of<F: FnMut() -> Result<f64>>(reps: usize, mut f: F) -> Result<f64> {
     Ok(best)
 }
 
-pub fn prefill(model: &Model, n: usize, reps: usize) -> Result<f64> {
+pub fn prefill(model: &Model, n: usize, reps: usize, format: KvFormat) -> Result<f64> {
     let pool = ThreadPool::global();
     let blocks = n.div_ceil(BLOCK);
-    let mut kv = model.new_kv_cache(BLOCK, blocks, KvFormat::F16);
+    let mut kv = model.new_kv_cache(BLOCK, blocks, format);
     let toks = tokens(n, 1, model.config.vocab_size);
     best_of(reps, || {
         let mut b = ForwardBatch::new();
@@ -54,10 +54,10 @@ pub fn prefill(model: &Model, n: usize, reps: usize) -> Result<f64> {
 
 /// Seconds for `steps` greedy decode steps of one sequence from an empty cache (tg, as
 /// llama-bench measures it).
-pub fn tg(model: &Model, steps: usize) -> Result<f64> {
+pub fn tg(model: &Model, steps: usize, format: KvFormat) -> Result<f64> {
     let pool = ThreadPool::global();
     let blocks = (steps + 1).div_ceil(BLOCK);
-    let mut kv = model.new_kv_cache(BLOCK, blocks, KvFormat::F16);
+    let mut kv = model.new_kv_cache(BLOCK, blocks, format);
     let table: Vec<u32> = (0..blocks as u32).collect();
     let mut next = tokens(1, 99, model.config.vocab_size)[0];
     let t = Instant::now();
@@ -70,7 +70,13 @@ pub fn tg(model: &Model, steps: usize) -> Result<f64> {
     Ok(t.elapsed().as_secs_f64())
 }
 
-pub fn run(model: &Model, quick: bool, batches: &[usize], decode_only: bool) -> Result<Vec<Row>> {
+pub fn run(
+    model: &Model,
+    quick: bool,
+    batches: &[usize],
+    decode_only: bool,
+    format: KvFormat,
+) -> Result<Vec<Row>> {
     let wb = model.weights.bytes_per_step();
     let mut rows = Vec::new();
     let row = |test: &str, batch, context, tokens: usize, seconds: f64, steps: usize| Row {
@@ -86,18 +92,24 @@ pub fn run(model: &Model, quick: bool, batches: &[usize], decode_only: bool) -> 
     };
     let reps = if quick { 1 } else { 3 };
     if !decode_only {
-        let s = prefill(model, 512, reps)?;
+        let s = prefill(model, 512, reps, format)?;
         rows.push(row("pp512", 1, 0, 512, s, 1));
         let n_tg = if quick { 32 } else { 128 };
-        let s = best_of(reps.min(2), || tg(model, n_tg))?;
+        let s = best_of(reps.min(2), || tg(model, n_tg, format))?;
         rows.push(row(&format!("tg{n_tg}"), 1, 0, n_tg, s, n_tg));
     }
     // Batched rows: the same measurement as `folio profile` (median round of `steps`
     // rounds at a fixed 256-token context), so the two commands agree by method.
     let steps = if quick { 8 } else { 32 };
     for &b in batches {
-        let p =
-            folio_bench::profile::rounds::decode_round(model, ThreadPool::global(), b, 256, steps)?;
+        let p = folio_bench::profile::rounds::decode_round(
+            model,
+            ThreadPool::global(),
+            b,
+            256,
+            steps,
+            format,
+        )?;
         rows.push(row(
             "decode",
             b,

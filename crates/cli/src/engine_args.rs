@@ -62,6 +62,17 @@ pub enum KvFormatArg {
     Q4_0,
 }
 
+impl KvFormatArg {
+    pub fn format(self) -> KvFormat {
+        match self {
+            KvFormatArg::F16 => KvFormat::F16,
+            KvFormatArg::Bf16 => KvFormat::Bf16,
+            KvFormatArg::Q8_0 => KvFormat::Q8_0,
+            KvFormatArg::Q4_0 => KvFormat::Q4_0,
+        }
+    }
+}
+
 /// Model and engine settings.
 #[derive(Args, Clone, Debug)]
 pub struct EngineArgs {
@@ -181,12 +192,7 @@ impl EngineArgs {
                 Some(f) => fraction_of_ram(f)?,
                 None => parse_bytes("--kv-cache-bytes", &self.kv_cache_bytes)?,
             },
-            kv_format: match self.kv_format {
-                KvFormatArg::F16 => KvFormat::F16,
-                KvFormatArg::Bf16 => KvFormat::Bf16,
-                KvFormatArg::Q8_0 => KvFormat::Q8_0,
-                KvFormatArg::Q4_0 => KvFormat::Q4_0,
-            },
+            kv_format: self.kv_format.format(),
             prefix_cache: !self.no_prefix_cache,
             eviction: match self.eviction {
                 EvictionArg::Value => EvictionPolicy::ValuePerByte,

@@ -100,6 +100,9 @@ enum BenchCmd {
         /// Matmul arithmetic: `fast`, or `llama` for llama.cpp's exact outputs.
         #[arg(long, value_enum, default_value = "fast")]
         numerics: engine_args::NumericsArg,
+        /// KV cache storage format of every row (`folio serve --kv-format`).
+        #[arg(long, value_enum, default_value = "f16")]
+        kv_format: engine_args::KvFormatArg,
     },
     /// Continuous batching through the engine: aggregate tok/s, TTFT and ITL per concurrency.
     Engine {
@@ -236,6 +239,7 @@ fn main() -> Result<()> {
                     batch,
                     decode_only,
                     numerics,
+                    kv_format,
                 },
         } => {
             let path = folio_fetch::resolve_model(model.as_deref())?;
@@ -244,7 +248,7 @@ fn main() -> Result<()> {
             let mut m = folio_model::Model::from_gguf(&gguf)
                 .with_context(|| format!("loading {}", path.display()))?;
             m.set_sums(numerics.sums());
-            let rows = bench_model::run(&m, quick, &batch, decode_only)?;
+            let rows = bench_model::run(&m, quick, &batch, decode_only, kv_format.format())?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&rows)?);
             } else {

@@ -67,7 +67,7 @@ pub fn tokens(n: usize, seed: u64, vocab: usize) -> Vec<u32> {
 }
 
 /// Times `steps` decode rounds (after one warm-up round) of `batch` sequences that hold
-/// `context` tokens each; reports the median round and the fastest.
+/// `context` tokens each in a `format` cache; reports the median round and the fastest.
 ///
 /// NOTE: the median, not the best, drives MBU: on a shared machine the best round catches
 /// rare quiet moments and jumps between runs (×1.5 seen here), while the median matched
@@ -78,11 +78,13 @@ pub fn decode_round(
     batch: usize,
     context: usize,
     steps: usize,
+    format: KvFormat,
 ) -> Result<DecodePoint> {
     let steps = steps.max(1);
     let per_seq = (context + steps + 2).div_ceil(BLOCK);
-    let mut kv = model.new_kv_cache(BLOCK, per_seq * batch, KvFormat::F16);
-    // f16 0x1111 ≈ 6.6e-4 everywhere: every page real (see `KvCache::fill`).
+    let mut kv = model.new_kv_cache(BLOCK, per_seq * batch, format);
+    // 0x11 bytes everywhere (small finite values in every format): every page real (see
+    // `KvCache::fill`).
     kv.fill(0x11);
     let kv_bpt = kv.bytes_per_token();
     let tables: Vec<Vec<u32>> = (0..batch)

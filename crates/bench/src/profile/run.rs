@@ -2,7 +2,7 @@
 
 use anyhow::Result;
 use folio_kernels::pool::ThreadPool;
-use folio_model::Model;
+use folio_model::{KvFormat, Model};
 use folio_plan::{MachineProfile, RoundFit};
 use serde::{Deserialize, Serialize};
 
@@ -119,7 +119,14 @@ pub fn run(
     let mut decode = Vec::new();
     for &c in &opts.contexts {
         for &b in &opts.batches {
-            let d = rounds::decode_round(model, pool, b, c, steps_for(b, c, opts.quick))?;
+            let d = rounds::decode_round(
+                model,
+                pool,
+                b,
+                c,
+                steps_for(b, c, opts.quick),
+                KvFormat::F16,
+            )?;
             log(&format!(
                 "decode b={b} L={c}: {:.2} ms/round",
                 d.round_s * 1e3
