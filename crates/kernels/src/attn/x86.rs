@@ -228,6 +228,7 @@ unsafe fn flush<const G: usize>(
 /// then (v0 + v2) + (v1 + v3). Then [`reduce16`] as `_mm512_reduce_add_ps` would, 16
 /// positions at a time.
 #[inline(always)]
+#[allow(clippy::needless_range_loop)] // (row, head) index both the keys and the sums
 unsafe fn scores_pass<R: Rows, const G: usize, const SINGLE: bool>(
     kv: &PagedKv,
     table: &[u32],
