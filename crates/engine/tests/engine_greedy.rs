@@ -305,28 +305,25 @@ fn draft_model_equal_to_the_target_drafts_exactly() {
     for (i, o) in all_at_once(&h, &ps).into_iter().enumerate() {
         assert_eq!(o, plain[i], "request {i} differs from no speculation");
     }
-    let st = h.metrics.spec.lock().unwrap().clone();
-    assert!(st.drafted > 0, "nothing was drafted");
-    assert_eq!(
-        st.accepted, st.drafted,
-        "a draft by the target itself was rejected"
-    );
+    // Every draft made since `before` was accepted; returns the counters now.
+    let all_accepted_since = |before: &folio_spec::SpecStats, what: &str| {
+        let now = h.metrics.spec.lock().unwrap().clone();
+        assert!(now.drafted > before.drafted, "{what}: nothing was drafted");
+        assert_eq!(
+            now.accepted - before.accepted,
+            now.drafted - before.drafted,
+            "{what}: a draft by the target itself was rejected"
+        );
+        now
+    };
+    let st = all_accepted_since(&Default::default(), "greedy");
     // Drafts see the request's own logit processing (here a repetition penalty over the
     // output and the drafts so far, and masked end tokens): still every draft accepted.
     let mut r = greedy(&ps[0], MAX);
     r.params.repetition_penalty = 1.5;
     let penalized = collect(h.submit(r).unwrap()).ids;
     assert_eq!(penalized.len(), MAX);
-    let after = h.metrics.spec.lock().unwrap().clone();
-    assert!(
-        after.drafted > st.drafted,
-        "nothing was drafted with a penalty"
-    );
-    assert_eq!(
-        after.accepted - st.accepted,
-        after.drafted - st.drafted,
-        "a penalized draft by the target itself was rejected"
-    );
+    let after = all_accepted_since(&st, "repetition penalty");
     // Forked samples share their prompt's partial last block and draft in the same round,
     // each from its own token: drafts go to scratch copies, never into the shared block, so
     // each sample's draft distribution equals its target's and every draft is accepted.
@@ -344,15 +341,6 @@ fn draft_model_equal_to_the_target_drafts_exactly() {
     for f in forks {
         assert_eq!(collect(f).ids.len(), MAX);
     }
-    let end = h.metrics.spec.lock().unwrap().clone();
-    assert!(
-        end.drafted > after.drafted,
-        "forked samples drafted nothing"
-    );
-    assert_eq!(
-        end.accepted - after.accepted,
-        end.drafted - after.drafted,
-        "a forked sample's draft by the target itself was rejected"
-    );
+    all_accepted_since(&after, "forked samples");
     h.shutdown();
 }
