@@ -15,10 +15,6 @@ pub struct Model {
     pub config: ModelConfig,
     pub weights: Weights,
     rope: Rope,
-    /// Attention reproduces llama.cpp's two summation orders (batched for prompt tokens,
-    /// lone-query for decoded ones, see `SeqSpan::decode_from`); otherwise every token
-    /// uses the batched order, which needs no f64 tail (~10% faster decode attention).
-    llama_orders: bool,
 }
 
 /// Work done by one forward call, for bandwidth and FLOP figures.
@@ -50,7 +46,6 @@ impl Model {
             config,
             weights,
             rope,
-            llama_orders: Sums::default() == Sums::Ggml,
         })
     }
 
@@ -63,7 +58,6 @@ impl Model {
     /// Attention follows: with `Ggml` it reproduces llama.cpp's per-token summation orders
     /// too, with `Block` every token sums in the batched order (no f64 tail).
     pub fn set_sums(&mut self, sums: Sums) {
-        self.llama_orders = sums == Sums::Ggml;
         let w = &mut self.weights;
         w.token_embd.set_sums(sums);
         if let Some(o) = w.output.as_mut() {
@@ -197,6 +191,11 @@ impl Model {
             head_dim: hd,
         };
 
+        // llama.cpp's arithmetic (`set_sums(Sums::Ggml)`) includes its two attention orders
+        // (batched for prompt tokens, lone-query for decoded ones, see
+        // `SeqSpan::decode_from`); otherwise every token uses the batched order, which needs
+        // no f64 tail (~10% faster decode attention). The matmuls hold the setting.
+        let llama_orders = self.weights.head().sums() == Sums::Ggml;
         let max_pos = token_pos.iter().map(|&(_, p)| p).max().unwrap_or(0);
         let rope = self.rope.rows(max_pos);
         let layers = &self.weights.layers[..n_layers.min(self.weights.layers.len())];
@@ -274,7 +273,7 @@ impl Model {
                 kv,
                 l,
                 shape,
-                self.llama_orders,
+                llama_orders,
                 &q,
                 &mut attn,
                 pool,
