@@ -21,7 +21,7 @@
 //! and logits that move by tenths of a nat. Every ISA performs exactly the f32 operations
 //! of the chosen form in this order, so SIMD results equal the scalar reference bit for bit.
 
-use super::packed::{code, scales, Layout, Packed, PANEL};
+use super::packed::{code, scales, Geometry, Layout, Packed, PANEL};
 use crate::cpu::Isa;
 use crate::quant_act::{QuantizedActs, GROUP};
 
@@ -207,7 +207,7 @@ unsafe fn tile_scalar(sums: Sums, l: Layout, t: &Tile, nr: usize) {
 
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
-    use super::Tile;
+    use super::{Geometry, Tile};
 
     /// Bytes ahead of the current block to prefetch (a few blocks: DRAM latency / block time).
     const PREFETCH: usize = 4096;
@@ -254,9 +254,11 @@ mod avx512 {
     >(
         t: &Tile,
     ) {
-        let code_bytes = if C4 { 256 } else { 512 };
-        let sbytes = if F32S { 64 } else { 32 };
-        let bb = code_bytes + sbytes * (1 + MIN as usize);
+        let Geometry {
+            code_bytes,
+            scale_bytes: sbytes,
+            block_bytes: bb,
+        } = const { Geometry::of(C4, F32S, MIN) };
         let off = if C4 { 8 } else { 128 };
         let cols = t.nb * 32;
         let ng = cols / super::GROUP;
@@ -366,7 +368,7 @@ mod avx512 {
 
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
-    use super::Tile;
+    use super::{Geometry, Tile};
     use std::arch::x86_64::*;
 
     pub(super) unsafe fn tile<
@@ -410,10 +412,12 @@ mod avx2 {
     >(
         t: &Tile,
     ) {
-        let code_bytes = if C4 { 256 } else { 512 };
-        let sbytes = if F32S { 64 } else { 32 };
+        let Geometry {
+            code_bytes,
+            scale_bytes: sbytes,
+            block_bytes: bb,
+        } = const { Geometry::of(C4, F32S, MIN) };
         let ssz = if F32S { 4 } else { 2 };
-        let bb = code_bytes + sbytes * (1 + MIN as usize);
         let cols = t.nb * 32;
         let ng = cols / super::GROUP;
         let m4 = _mm256_set1_epi8(0x0f);

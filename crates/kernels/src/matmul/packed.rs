@@ -49,18 +49,38 @@ impl Layout {
             128
         }
     }
+    fn geometry(self) -> Geometry {
+        Geometry::of(self.code4(), self.f32_scales(), self.stored_min())
+    }
     pub fn code_bytes(self) -> usize {
-        if self.code4() {
-            256
-        } else {
-            512
-        }
+        self.geometry().code_bytes
     }
     pub fn scale_bytes(self) -> usize {
-        PANEL * if self.f32_scales() { 4 } else { 2 }
+        self.geometry().scale_bytes
     }
     pub fn block_bytes(self) -> usize {
-        self.code_bytes() + self.scale_bytes() * (1 + self.stored_min() as usize)
+        self.geometry().block_bytes
+    }
+}
+
+/// Byte sizes of one packed block, from the layout's three properties (a `const fn`, so the
+/// kernels' const parameters give them at compile time).
+pub(crate) struct Geometry {
+    pub code_bytes: usize,
+    /// One set of scales (`d`, or `m`): PANEL values.
+    pub scale_bytes: usize,
+    pub block_bytes: usize,
+}
+
+impl Geometry {
+    pub const fn of(code4: bool, f32_scales: bool, stored_min: bool) -> Geometry {
+        let code_bytes = if code4 { 256 } else { 512 };
+        let scale_bytes = PANEL * if f32_scales { 4 } else { 2 };
+        Geometry {
+            code_bytes,
+            scale_bytes,
+            block_bytes: code_bytes + scale_bytes * (1 + stored_min as usize),
+        }
     }
 }
 
