@@ -12,28 +12,24 @@ use folio_model::{ForwardBatch, KvCache, KvFormat, Model};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 
-const D: usize = 384;
-const HEADS: usize = 6;
-const KV_HEADS: usize = 2;
-const HD: usize = 64;
-const FFN: usize = 512;
-const VOCAB: usize = 300;
-const LAYERS: usize = 2;
+/// A tiny llama shape with a GQA group of 3, like SmolLM2.
+const SHAPE: Shape = Shape {
+    d: 384,
+    heads: 6,
+    kv_heads: 2,
+    hd: 64,
+    ffn: 512,
+    vocab: 300,
+    layers: 2,
+    ctx: 128,
+};
+const HD: usize = SHAPE.hd;
+const VOCAB: usize = SHAPE.vocab;
 
-/// A tiny llama-shaped model with f32 weights (GQA group of 3, like SmolLM2).
+/// A tiny model of SHAPE with f32 weights.
 fn tiny_model(seed: u64) -> Model {
-    let shape = Shape {
-        d: D,
-        heads: HEADS,
-        kv_heads: KV_HEADS,
-        hd: HD,
-        ffn: FFN,
-        vocab: VOCAB,
-        layers: LAYERS,
-        ctx: 128,
-    };
     let f =
-        GgufFile::from_bytes(build(&shape, "llama", GgmlType::F32, seed)).expect("valid tiny gguf");
+        GgufFile::from_bytes(build(&SHAPE, "llama", GgmlType::F32, seed)).expect("valid tiny gguf");
     Model::from_gguf(&f).expect("load tiny model")
 }
 
