@@ -862,14 +862,19 @@ impl Engine {
                 .table(id)
                 .map(|t| t.blocks.clone())
                 .unwrap_or_default();
-            // Drafts write positions pos.. and never into the request's own blocks: the
-            // block holding `pos` may be shared with forked samples drafting in this same
-            // round (or be a cached prefix). Its first pos % bs slots are copied into this
-            // request's scratch, and every later block is scratch.
+            // Drafts write positions pos.. . The block holding `pos` may be shared with forked
+            // samples drafting in this same round: then, as copy-on-write would, its first
+            // pos % bs slots are copied into this request's scratch and the drafts go there.
+            // A block of this request alone takes the drafts in place (verification writes
+            // those slots again); every later block is scratch.
             let first = pos / bs;
-            let mut table = real[..first.min(real.len())].to_vec();
             let base = self.scratch_base + i * self.scratch_per_req;
-            if let (false, Some(&src)) = (pos.is_multiple_of(bs), real.get(first)) {
+            let shared = real
+                .get(first)
+                .filter(|&&b| self.sched.kv().pool().refs(b).table_refs > 1);
+            let mut table =
+                real[..(first + usize::from(shared.is_none())).min(real.len())].to_vec();
+            if let (false, Some(&src)) = (pos.is_multiple_of(bs), shared) {
                 let cache = match self.draft.as_mut() {
                     Some(d) => &mut d.kv,
                     None => &mut self.kv,
