@@ -5,12 +5,29 @@
 //! ```text
 //! Q4_0  18 B / 32 values : f16 d | u8 qs[16]          w[j] = d*((qs[j]&15)-8), w[j+16] = d*((qs[j]>>4)-8)
 //! Q4_1  20 B / 32 values : f16 d | f16 m | u8 qs[16]  w[j] = d*(qs[j]&15)+m,   w[j+16] = d*(qs[j]>>4)+m
+//! Q5_0  22 B / 32 values : f16 d | u32 qh | u8 qs[16] 5-bit q = nibble | bit i of qh << 4; w[i] = d*(q-16)
+//!                          (element j: low nibble of qs[j]; element j+16: high nibble of qs[j])
+//! Q5_1  24 B / 32 values : f16 d | f16 m | u32 qh | u8 qs[16]   as Q5_0, w[i] = d*q + m
 //! Q8_0  34 B / 32 values : f16 d | i8 qs[32]          w[j] = d*qs[j]
+//! IQ4_NL 18 B / 32 values: f16 d | u8 qs[16]          w[j] = d*KVALUES_IQ4NL[qs[j]&15], w[j+16] = d*KVALUES_IQ4NL[qs[j]>>4]
+//! Q2_K  84 B / 256 values: u8 scales[16] | u8 qs[64] | f16 d | f16 dmin
+//!                          16 sub-blocks of 16: scale = scales[s]&15, min = scales[s]>>4
+//!                          element 128n + 32j + l (l < 32): q = (qs[32n+l] >> 2j) & 3; w = d*scale*q - dmin*min
+//! Q3_K 110 B / 256 values: u8 hmask[32] | u8 qs[64] | u8 scales[12] | f16 d
+//!                          element 128n + 32j + l: low 2 bits (qs[32n+l] >> 2j) & 3, high bit hmask[l] bit 4n+j;
+//!                          q = low2 - (high bit set ? 0 : 4); 16 six-bit scales sc (kmask1/kmask2 packing);
+//!                          w = d*(sc-32)*q
 //! Q4_K 144 B / 256 values: f16 d | f16 dmin | u8 scales[12] | u8 qs[128]
 //!                          8 sub-blocks of 32, 6-bit scale sc and min m each (get_scale_min_k4)
 //!                          w = d*sc*q - dmin*m; qs holds 64-value chunks: low nibbles first 32, high next 32
+//! Q5_K 176 B / 256 values: f16 d | f16 dmin | u8 scales[12] | u8 qh[32] | u8 qs[128]
+//!                          as Q4_K with a fifth bit: element 32s + l takes qh[l] bit s as bit 4
 //! Q6_K 210 B / 256 values: u8 ql[128] | u8 qh[64] | i8 scales[16] | f16 d
 //!                          q = (4 low bits from ql | 2 high bits from qh) - 32; w = d*scales[i/16]*q
+//! IQ4_XS 136 B/256 values: f16 d | u16 scales_h | u8 scales_l[4] | u8 qs[128]
+//!                          8 sub-blocks of 32: ls = (scales_l[ib/2] >> 4*(ib%2)) & 15 | ((scales_h >> 2ib) & 3) << 4,
+//!                          dl = d*(ls-32); qs[16ib+j]: low nibble element 32ib+j, high nibble 32ib+16+j;
+//!                          w = dl*KVALUES_IQ4NL[nibble]
 //! BF16   2 B / value     : upper 16 bits of an f32
 //! ```
 
@@ -42,7 +59,8 @@ pub fn dequantize(ty: GgmlType, data: &[u8], out: &mut [f32]) -> Result<()> {
             .expect("bytes_for succeeded so the layout is known"),
     );
     let blocks = data.chunks_exact(ts).zip(out.chunks_exact_mut(bs));
-    match ty {
+    // Normalized so a hand-made `Other(6)` dequantizes as Q5_0.
+    match GgmlType::from_u32(ty.to_u32()) {
         GgmlType::F32 => {
             blocks.for_each(|(b, y)| y[0] = f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
         }
@@ -52,9 +70,16 @@ pub fn dequantize(ty: GgmlType, data: &[u8], out: &mut [f32]) -> Result<()> {
         }),
         GgmlType::Q4_0 => blocks.for_each(|(b, y)| block_q4_0(b, y)),
         GgmlType::Q4_1 => blocks.for_each(|(b, y)| block_q4_1(b, y)),
+        GgmlType::Q5_0 => blocks.for_each(|(b, y)| block_q5_0(b, y)),
+        GgmlType::Q5_1 => blocks.for_each(|(b, y)| block_q5_1(b, y)),
         GgmlType::Q8_0 => blocks.for_each(|(b, y)| block_q8_0(b, y)),
+        GgmlType::Q2_K => blocks.for_each(|(b, y)| block_q2_k(b, y)),
+        GgmlType::Q3_K => blocks.for_each(|(b, y)| block_q3_k(b, y)),
         GgmlType::Q4_K => blocks.for_each(|(b, y)| block_q4_k(b, y)),
+        GgmlType::Q5_K => blocks.for_each(|(b, y)| block_q5_k(b, y)),
         GgmlType::Q6_K => blocks.for_each(|(b, y)| block_q6_k(b, y)),
+        GgmlType::IQ4_NL => blocks.for_each(|(b, y)| block_iq4_nl(b, y)),
+        GgmlType::IQ4_XS => blocks.for_each(|(b, y)| block_iq4_xs(b, y)),
         GgmlType::Other(_) => {
             return Err(GgufError::UnsupportedType {
                 ty,
@@ -87,6 +112,52 @@ pub fn block_q4_1(b: &[u8], y: &mut [f32]) {
         let x1 = (qs[j] >> 4) as f32;
         y[j] = x0 * d + m;
         y[j + 16] = x1 * d + m;
+    }
+}
+
+/// One Q5_0 block (22 bytes) into 32 values.
+pub fn block_q5_0(b: &[u8], y: &mut [f32]) {
+    let d = f16_at(b, 0);
+    let qh = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
+    let qs = &b[6..22];
+    for j in 0..16 {
+        let xh_0 = (((qh >> j) << 4) & 0x10) as u8;
+        let xh_1 = ((qh >> (j + 12)) & 0x10) as u8;
+        let x0 = ((qs[j] & 0x0F) | xh_0) as i32 - 16;
+        let x1 = ((qs[j] >> 4) | xh_1) as i32 - 16;
+        y[j] = x0 as f32 * d;
+        y[j + 16] = x1 as f32 * d;
+    }
+}
+
+/// One Q5_1 block (24 bytes) into 32 values.
+pub fn block_q5_1(b: &[u8], y: &mut [f32]) {
+    let d = f16_at(b, 0);
+    let m = f16_at(b, 2);
+    let qh = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
+    let qs = &b[8..24];
+    for j in 0..16 {
+        let xh_0 = (((qh >> j) << 4) & 0x10) as u8;
+        let xh_1 = ((qh >> (j + 12)) & 0x10) as u8;
+        let x0 = ((qs[j] & 0x0F) | xh_0) as f32;
+        let x1 = ((qs[j] >> 4) | xh_1) as f32;
+        y[j] = x0 * d + m;
+        y[j + 16] = x1 * d + m;
+    }
+}
+
+/// ggml's `kvalues_iq4nl`: the 16 non-linear levels of IQ4_NL and IQ4_XS.
+pub const KVALUES_IQ4NL: [i8; 16] = [
+    -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
+];
+
+/// One IQ4_NL block (18 bytes) into 32 values.
+pub fn block_iq4_nl(b: &[u8], y: &mut [f32]) {
+    let d = f16_at(b, 0);
+    let qs = &b[2..18];
+    for j in 0..16 {
+        y[j] = d * KVALUES_IQ4NL[(qs[j] & 0x0F) as usize] as f32;
+        y[j + 16] = d * KVALUES_IQ4NL[(qs[j] >> 4) as usize] as f32;
     }
 }
 
@@ -153,6 +224,122 @@ pub fn block_q6_k(b: &[u8], y: &mut [f32]) {
             out[l + 32] = d * (sc[is + 2] as i8) as f32 * q2 as f32;
             out[l + 64] = d * (sc[is + 4] as i8) as f32 * q3 as f32;
             out[l + 96] = d * (sc[is + 6] as i8) as f32 * q4 as f32;
+        }
+    }
+}
+
+/// One Q2_K block (84 bytes) into 256 values.
+pub fn block_q2_k(b: &[u8], y: &mut [f32]) {
+    let scales = &b[0..16];
+    let d = f16_at(b, 80);
+    let min = f16_at(b, 82);
+    let mut is = 0;
+    let mut out = y.iter_mut();
+    for n in 0..2 {
+        let q = &b[16 + 32 * n..16 + 32 * n + 32];
+        for shift in [0, 2, 4, 6] {
+            for half in 0..2 {
+                let sc = scales[is];
+                is += 1;
+                let dl = d * (sc & 0x0F) as f32;
+                let ml = min * (sc >> 4) as f32;
+                for &ql in &q[16 * half..16 * half + 16] {
+                    *out.next().expect("256 outputs") = dl * ((ql >> shift) & 3) as f32 - ml;
+                }
+            }
+        }
+    }
+}
+
+/// The 16 six-bit Q3_K scales (0..=63, before the -32), unpacked from `scales[12]`
+/// exactly as ggml does with kmask1 = 0x03030303 and kmask2 = 0x0f0f0f0f.
+///
+/// Scale s: low 4 bits in byte s%8 (low nibble for s < 8, high for s >= 8), high 2 bits
+/// in byte 8 + s%4 at bits 2*(s/4).
+pub fn q3_k_scales(scales: &[u8]) -> [u8; 16] {
+    const KMASK1: u32 = 0x0303_0303;
+    const KMASK2: u32 = 0x0f0f_0f0f;
+    let word = |i: usize| u32::from_le_bytes(scales[4 * i..4 * i + 4].try_into().unwrap());
+    let (a0, a1, tmp) = (word(0), word(1), word(2));
+    let aux = [
+        (a0 & KMASK2) | ((tmp & KMASK1) << 4),
+        (a1 & KMASK2) | (((tmp >> 2) & KMASK1) << 4),
+        ((a0 >> 4) & KMASK2) | (((tmp >> 4) & KMASK1) << 4),
+        ((a1 >> 4) & KMASK2) | (((tmp >> 6) & KMASK1) << 4),
+    ];
+    let mut out = [0u8; 16];
+    for (i, w) in aux.iter().enumerate() {
+        out[4 * i..4 * i + 4].copy_from_slice(&w.to_le_bytes());
+    }
+    out
+}
+
+/// One Q3_K block (110 bytes) into 256 values.
+pub fn block_q3_k(b: &[u8], y: &mut [f32]) {
+    let hm = &b[0..32];
+    let scales = q3_k_scales(&b[96..108]);
+    let d_all = f16_at(b, 108);
+    let mut is = 0;
+    let mut m = 1u8;
+    let mut out = y.iter_mut();
+    for n in 0..2 {
+        let q = &b[32 + 32 * n..32 + 32 * n + 32];
+        for shift in [0, 2, 4, 6] {
+            for half in 0..2 {
+                let dl = d_all * (scales[is] as i32 - 32) as f32;
+                is += 1;
+                for l in 16 * half..16 * half + 16 {
+                    let v = ((q[l] >> shift) & 3) as i32 - if hm[l] & m != 0 { 0 } else { 4 };
+                    *out.next().expect("256 outputs") = dl * v as f32;
+                }
+            }
+            m <<= 1;
+        }
+    }
+}
+
+/// One Q5_K block (176 bytes) into 256 values.
+pub fn block_q5_k(b: &[u8], y: &mut [f32]) {
+    let d = f16_at(b, 0);
+    let min = f16_at(b, 2);
+    let scales = &b[4..16];
+    let qh = &b[16..48];
+    let qs = &b[48..176];
+    for chunk in 0..4 {
+        let ql = &qs[chunk * 32..chunk * 32 + 32];
+        let out = &mut y[chunk * 64..chunk * 64 + 64];
+        let (sc1, m1) = get_scale_min_k4(2 * chunk, scales);
+        let (sc2, m2) = get_scale_min_k4(2 * chunk + 1, scales);
+        let (d1, m1) = (d * sc1 as f32, min * m1 as f32);
+        let (d2, m2) = (d * sc2 as f32, min * m2 as f32);
+        let (u1, u2) = (1u8 << (2 * chunk), 2u8 << (2 * chunk));
+        for l in 0..32 {
+            let h1 = if qh[l] & u1 != 0 { 16 } else { 0 };
+            let h2 = if qh[l] & u2 != 0 { 16 } else { 0 };
+            out[l] = d1 * ((ql[l] & 0x0F) + h1) as f32 - m1;
+            out[l + 32] = d2 * ((ql[l] >> 4) + h2) as f32 - m2;
+        }
+    }
+}
+
+/// The 6-bit scale (0..=63, before the -32) of IQ4_XS sub-block `ib` (0..8).
+pub fn iq4_xs_scale(ib: usize, scales_h: u16, scales_l: &[u8]) -> u8 {
+    ((scales_l[ib / 2] >> (4 * (ib % 2))) & 0x0F) | ((((scales_h >> (2 * ib)) & 3) as u8) << 4)
+}
+
+/// One IQ4_XS block (136 bytes) into 256 values.
+pub fn block_iq4_xs(b: &[u8], y: &mut [f32]) {
+    let d = f16_at(b, 0);
+    let scales_h = u16::from_le_bytes([b[2], b[3]]);
+    let scales_l = &b[4..8];
+    for ib in 0..8 {
+        let ls = iq4_xs_scale(ib, scales_h, scales_l) as i32;
+        let dl = d * (ls - 32) as f32;
+        let qs = &b[8 + 16 * ib..8 + 16 * ib + 16];
+        let out = &mut y[32 * ib..32 * ib + 32];
+        for j in 0..16 {
+            out[j] = dl * KVALUES_IQ4NL[(qs[j] & 0x0F) as usize] as f32;
+            out[j + 16] = dl * KVALUES_IQ4NL[(qs[j] >> 4) as usize] as f32;
         }
     }
 }

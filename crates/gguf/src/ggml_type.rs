@@ -6,18 +6,28 @@ use crate::{GgufError, Result};
 
 /// A tensor's storage type. The types folio can dequantize have their own variant; every
 /// other ggml type id is kept by number in [`GgmlType::Other`] so errors can name it.
+///
+/// `Debug` and `Display` both print ggml's name (`Other(16)` prints as
+/// `IQ2_XXS (ggml type 16)`), so an error formatted either way names the type.
 #[allow(non_camel_case_types)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub enum GgmlType {
     F32,
     F16,
     Q4_0,
     Q4_1,
+    Q5_0,
+    Q5_1,
     Q8_0,
+    Q2_K,
+    Q3_K,
     Q4_K,
+    Q5_K,
     Q6_K,
+    IQ4_NL,
+    IQ4_XS,
     BF16,
-    /// Any other ggml type id (Q5_0, Q2_K, IQ4_NL, ...), or an unknown number.
+    /// Any other ggml type id (Q8_K, IQ2_XXS, TQ1_0, ...), or an unknown number.
     Other(u32),
 }
 
@@ -29,9 +39,16 @@ impl GgmlType {
             1 => GgmlType::F16,
             2 => GgmlType::Q4_0,
             3 => GgmlType::Q4_1,
+            6 => GgmlType::Q5_0,
+            7 => GgmlType::Q5_1,
             8 => GgmlType::Q8_0,
+            10 => GgmlType::Q2_K,
+            11 => GgmlType::Q3_K,
             12 => GgmlType::Q4_K,
+            13 => GgmlType::Q5_K,
             14 => GgmlType::Q6_K,
+            20 => GgmlType::IQ4_NL,
+            23 => GgmlType::IQ4_XS,
             30 => GgmlType::BF16,
             other => GgmlType::Other(other),
         }
@@ -44,9 +61,16 @@ impl GgmlType {
             GgmlType::F16 => 1,
             GgmlType::Q4_0 => 2,
             GgmlType::Q4_1 => 3,
+            GgmlType::Q5_0 => 6,
+            GgmlType::Q5_1 => 7,
             GgmlType::Q8_0 => 8,
+            GgmlType::Q2_K => 10,
+            GgmlType::Q3_K => 11,
             GgmlType::Q4_K => 12,
+            GgmlType::Q5_K => 13,
             GgmlType::Q6_K => 14,
+            GgmlType::IQ4_NL => 20,
+            GgmlType::IQ4_XS => 23,
             GgmlType::BF16 => 30,
             GgmlType::Other(id) => id,
         }
@@ -84,6 +108,12 @@ impl GgmlType {
             28 => "F64",
             29 => "IQ1_M",
             30 => "BF16",
+            34 => "TQ1_0",
+            35 => "TQ2_0",
+            39 => "MXFP4",
+            40 => "NVFP4",
+            41 => "Q1_0",
+            42 => "Q2_0",
             _ => return None,
         })
     }
@@ -97,18 +127,18 @@ impl GgmlType {
             1 => (1, 2),      // F16
             2 => (32, 18),    // Q4_0: f16 d, 16 B nibbles
             3 => (32, 20),    // Q4_1: f16 d, f16 m, 16 B nibbles
-            6 => (32, 22),    // Q5_0
-            7 => (32, 24),    // Q5_1
+            6 => (32, 22),    // Q5_0: f16 d, u32 qh, 16 B nibbles
+            7 => (32, 24),    // Q5_1: f16 d, f16 m, u32 qh, 16 B nibbles
             8 => (32, 34),    // Q8_0: f16 d, 32 i8
             9 => (32, 36),    // Q8_1
-            10 => (256, 84),  // Q2_K
-            11 => (256, 110), // Q3_K
+            10 => (256, 84),  // Q2_K: 16 B scales, 64 B 2-bit quants, f16 d, f16 dmin
+            11 => (256, 110), // Q3_K: 32 B hmask, 64 B qs, 12 B scales, f16 d
             12 => (256, 144), // Q4_K
-            13 => (256, 176), // Q5_K
+            13 => (256, 176), // Q5_K: f16 d, f16 dmin, 12 B scales, 32 B qh, 128 B qs
             14 => (256, 210), // Q6_K
             15 => (256, 292), // Q8_K
-            20 => (32, 18),   // IQ4_NL
-            23 => (256, 136), // IQ4_XS
+            20 => (32, 18),   // IQ4_NL: f16 d, 16 B nibbles
+            23 => (256, 136), // IQ4_XS: f16 d, u16 scales_h, 4 B scales_l, 128 B qs
             24 => (1, 1),     // I8
             25 => (1, 2),     // I16
             26 => (1, 4),     // I32
@@ -119,12 +149,14 @@ impl GgmlType {
         })
     }
 
-    /// Values per block: 1 for F32/F16/BF16, 32 for Q4_0/Q4_1/Q8_0, 256 for K-quants.
+    /// Values per block: 1 for F32/F16/BF16, 32 for Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/IQ4_NL,
+    /// 256 for K-quants and IQ4_XS.
     pub fn block_size(&self) -> Option<usize> {
         self.geometry().map(|g| g.0)
     }
 
-    /// Bytes per block: F32 4, F16 2, BF16 2, Q4_0 18, Q4_1 20, Q8_0 34, Q4_K 144, Q6_K 210.
+    /// Bytes per block: F32 4, F16 2, BF16 2, Q4_0 18, Q4_1 20, Q5_0 22, Q5_1 24, Q8_0 34,
+    /// Q2_K 84, Q3_K 110, Q4_K 144, Q5_K 176, Q6_K 210, IQ4_NL 18, IQ4_XS 136.
     pub fn type_size(&self) -> Option<usize> {
         self.geometry().map(|g| g.1)
     }
@@ -164,5 +196,12 @@ impl fmt::Display for GgmlType {
             (GgmlType::Other(id), None) => write!(f, "unknown ggml type {id}"),
             (_, name) => f.write_str(name.unwrap_or("?")),
         }
+    }
+}
+
+/// Same as `Display`: a derived `Debug` would print `Other(16)`, which names nothing.
+impl fmt::Debug for GgmlType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
     }
 }

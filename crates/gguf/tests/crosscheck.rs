@@ -29,12 +29,19 @@ fn f32s(bytes: &[u8]) -> Vec<f32> {
         .collect()
 }
 
-const TYPES: [(&str, GgmlType); 5] = [
+const TYPES: [(&str, GgmlType); 12] = [
     ("Q4_0", GgmlType::Q4_0),
     ("Q4_1", GgmlType::Q4_1),
     ("Q8_0", GgmlType::Q8_0),
     ("Q4_K", GgmlType::Q4_K),
     ("Q6_K", GgmlType::Q6_K),
+    ("Q5_0", GgmlType::Q5_0),
+    ("Q5_1", GgmlType::Q5_1),
+    ("Q2_K", GgmlType::Q2_K),
+    ("Q3_K", GgmlType::Q3_K),
+    ("Q5_K", GgmlType::Q5_K),
+    ("IQ4_NL", GgmlType::IQ4_NL),
+    ("IQ4_XS", GgmlType::IQ4_XS),
 ];
 
 #[test]
@@ -44,6 +51,7 @@ fn dequantization_matches_gguf_py() {
         let blocks = std::fs::read(dir.join(format!("deq_{name}.bin"))).unwrap();
         let expected = f32s(&std::fs::read(dir.join(format!("deq_{name}.f32"))).unwrap());
         let mut got = vec![0.0; expected.len()];
+        assert_eq!(blocks.len(), 64 * ty.type_size().unwrap(), "{name}");
         dequantize(ty, &blocks, &mut got).unwrap();
         // gguf-py computes in float32 with ggml's operation order: results are bit-identical.
         for (i, (a, b)) in got.iter().zip(&expected).enumerate() {
@@ -62,6 +70,8 @@ fn quantizers_match_gguf_py() {
     for (name, ty) in [
         ("Q4_0", GgmlType::Q4_0),
         ("Q4_1", GgmlType::Q4_1),
+        ("Q5_0", GgmlType::Q5_0),
+        ("Q5_1", GgmlType::Q5_1),
         ("Q8_0", GgmlType::Q8_0),
         ("BF16", GgmlType::BF16),
         ("F16", GgmlType::F16),

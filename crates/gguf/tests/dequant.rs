@@ -226,13 +226,34 @@ fn length_and_type_errors() {
         ),
         "{err}"
     );
-    let mut out = vec![0.0; 32];
-    let err = dequantize(GgmlType::from_u32(6), &[0; 22], &mut out).unwrap_err();
+    // Known size, no dequantizer: Q8_K (id 15, 292 bytes per 256 values).
+    let mut out = vec![0.0; 256];
+    let err = dequantize(GgmlType::from_u32(15), &[0; 292], &mut out).unwrap_err();
     assert_eq!(
         err.to_string(),
-        "tensor type Q5_0 (ggml type 6) is not supported for dequantization"
+        "tensor type Q8_K (ggml type 15) is not supported for dequantization"
     );
+    let err = quantize(GgmlType::from_u32(15), &[0.0; 256]).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "tensor type Q8_K (ggml type 15) is not supported for quantization"
+    );
+    // Unknown layout: IQ2_XXS (id 16). Display and Debug both name the type.
+    let err = dequantize(GgmlType::from_u32(16), &[0; 66], &mut out).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "tensor type IQ2_XXS (ggml type 16) is not supported for sizing (unknown block layout)"
+    );
+    assert!(format!("{err:?}").contains("IQ2_XXS"), "{err:?}");
+    assert!(!format!("{err:?}").contains("Other("), "{err:?}");
+    let err = quantize(GgmlType::from_u32(16), &[0.0; 256]).unwrap_err();
+    assert!(err.to_string().contains("IQ2_XXS"), "{err}");
     assert!(quantize(GgmlType::from_u32(99), &[0.0]).is_err());
+    // A hand-made Other(id) of a supported id behaves as its variant.
+    assert_eq!(
+        deq(GgmlType::Other(6), &[0; 22], 32),
+        deq(GgmlType::Q5_0, &[0; 22], 32)
+    );
 }
 
 #[test]
@@ -244,9 +265,16 @@ fn ggml_type_geometry() {
         (BF16, 1, 2),
         (Q4_0, 32, 18),
         (Q4_1, 32, 20),
+        (Q5_0, 32, 22),
+        (Q5_1, 32, 24),
         (Q8_0, 32, 34),
+        (Q2_K, 256, 84),
+        (Q3_K, 256, 110),
         (Q4_K, 256, 144),
+        (Q5_K, 256, 176),
         (Q6_K, 256, 210),
+        (IQ4_NL, 32, 18),
+        (IQ4_XS, 256, 136),
     ];
     for (ty, bs, ts) in expect {
         assert_eq!(
@@ -260,7 +288,24 @@ fn ggml_type_geometry() {
     assert!(Q4_1.row_bytes(577).is_err());
     assert_eq!(GgmlType::from_u32(3), Q4_1);
     assert_eq!(GgmlType::from_u32(30), BF16);
+    for (id, ty, name) in [
+        (6, Q5_0, "Q5_0"),
+        (7, Q5_1, "Q5_1"),
+        (10, Q2_K, "Q2_K"),
+        (11, Q3_K, "Q3_K"),
+        (13, Q5_K, "Q5_K"),
+        (20, IQ4_NL, "IQ4_NL"),
+        (23, IQ4_XS, "IQ4_XS"),
+    ] {
+        assert_eq!((GgmlType::from_u32(id), ty.to_u32()), (ty, id));
+        assert_eq!(
+            (ty.to_string(), format!("{ty:?}")),
+            (name.into(), name.into())
+        );
+    }
     assert_eq!(GgmlType::from_u32(16), Other(16));
+    assert_eq!(format!("{:?}", Other(16)), "IQ2_XXS (ggml type 16)");
+    assert_eq!(Other(34).to_string(), "TQ1_0 (ggml type 34)");
     assert_eq!(Other(16).block_size(), None);
     assert_eq!(Other(16).to_string(), "IQ2_XXS (ggml type 16)");
     assert_eq!(Other(1000).to_string(), "unknown ggml type 1000");
@@ -440,6 +485,305 @@ fn k_quant_relative_error_on_smooth_data() {
         (GgmlType::Q4_0, 0.15),
         (GgmlType::Q4_1, 0.12),
         (GgmlType::Q8_0, 0.01),
+    ] {
+        let y = round_trip(ty, &x);
+        let e: Vec<f32> = x.iter().zip(&y).map(|(a, b)| a - b).collect();
+        let rel = rms(&e) / rms(&x);
+        assert!(rel < max_rel, "{ty}: relative RMS error {rel}");
+    }
+}
+
+// ---- Q5_0, Q5_1, Q2_K, Q3_K, Q5_K, IQ4_NL, IQ4_XS ----
+
+const KV: [i8; 16] = [
+    -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
+];
+
+/// Q5_0/Q5_1 quants: element j (j < 16) in the low nibble of qs[j], element j + 16 in the
+/// high nibble; bit 4 of element i is bit i of the little-endian u32 qh.
+fn pack_q5(code: impl Fn(usize) -> u8) -> Vec<u8> {
+    let qh: u32 = (0..32).map(|i| u32::from(code(i) >> 4) << i).sum();
+    let mut b = qh.to_le_bytes().to_vec();
+    b.extend((0..16).map(|j| (code(j) & 0xF) | ((code(j + 16) & 0xF) << 4)));
+    b
+}
+
+#[test]
+fn q5_0_and_q5_1_blocks() {
+    let code = |i: usize| ((i * 7 + 3) % 32) as u8;
+    let mut b = h(0.5).to_vec();
+    b.extend(pack_q5(code));
+    assert_eq!(b.len(), 22);
+    let expected: Vec<f32> = (0..32).map(|i| 0.5 * (code(i) as f32 - 16.0)).collect();
+    assert_eq!(deq(GgmlType::Q5_0, &b, 32), expected);
+    // element 4: code 31 -> 0.5 * 15 = 7.5; element 9: code 2 -> -7
+    assert_eq!((expected[4], expected[9]), (7.5, -7.0));
+
+    let mut b = h(0.25).to_vec();
+    b.extend(h(-2.0));
+    b.extend(pack_q5(code));
+    assert_eq!(b.len(), 24);
+    let expected: Vec<f32> = (0..32).map(|i| 0.25 * code(i) as f32 - 2.0).collect();
+    assert_eq!(deq(GgmlType::Q5_1, &b, 32), expected);
+
+    // qh bit 17 -> element 17 gains 16 steps; qs[1] high nibble bit 0 -> element 17 one step.
+    let mut b = vec![0u8; 22];
+    b[..2].copy_from_slice(&h(1.0));
+    b[2 + 2] = 0x02; // qh bit 17
+    b[6 + 1] = 0x10;
+    let y = deq(GgmlType::Q5_0, &b, 32);
+    assert_eq!(y[17], 1.0);
+    assert!(y.iter().enumerate().all(|(i, &v)| i == 17 || v == -16.0));
+}
+
+#[test]
+fn iq4_nl_block() {
+    let code = |i: usize| ((i * 5 + 2) % 16) as u8;
+    let mut b = h(0.5).to_vec();
+    b.extend((0..16).map(|j| code(j) | (code(j + 16) << 4)));
+    let expected: Vec<f32> = (0..32).map(|i| 0.5 * KV[code(i) as usize] as f32).collect();
+    assert_eq!(deq(GgmlType::IQ4_NL, &b, 32), expected);
+    assert_eq!(expected[0], -41.5); // code 2 -> -83
+    assert_eq!(folio_gguf::dequant::KVALUES_IQ4NL, KV);
+}
+
+#[test]
+fn iq4_xs_block() {
+    let ls = |ib: usize| ((ib * 9 + 5) % 64) as u16; // 5, 14, 23, ..., 63 + wrap
+    let code = |i: usize| ((i * 11 + 4) % 16) as u8;
+    let d = 0.25f32;
+    let mut b = h(d).to_vec();
+    let scales_h: u16 = (0..8).map(|ib| (ls(ib) >> 4) << (2 * ib)).sum();
+    b.extend(scales_h.to_le_bytes());
+    b.extend((0..4).map(|k| (ls(2 * k) & 0xF) as u8 | (((ls(2 * k + 1) & 0xF) as u8) << 4)));
+    for ib in 0..8 {
+        b.extend((0..16).map(|j| code(32 * ib + j) | (code(32 * ib + 16 + j) << 4)));
+    }
+    assert_eq!(b.len(), 136);
+    let expected: Vec<f32> = (0..256)
+        .map(|i| d * (ls(i / 32) as f32 - 32.0) * KV[code(i) as usize] as f32)
+        .collect();
+    assert_eq!(deq(GgmlType::IQ4_XS, &b, 256), expected);
+    // element 0: ls 5, code 4 (-49): 0.25 * -27 * -49 = 330.75
+    assert_eq!(expected[0], 330.75);
+}
+
+/// Element 128n + 32j + l of Q2_K/Q3_K keeps its 2 low bits in byte 32n + l, bits 2j..2j+1.
+fn pack_2bit(code: impl Fn(usize) -> u8) -> [u8; 64] {
+    let mut qs = [0u8; 64];
+    for i in 0..256 {
+        qs[32 * (i / 128) + i % 32] |= (code(i) & 3) << (2 * ((i % 128) / 32));
+    }
+    qs
+}
+
+#[test]
+fn q2_k_block() {
+    let sc = |s: usize| ((s * 5 + 1) % 16) as u8;
+    let mn = |s: usize| ((s * 3 + 2) % 16) as u8;
+    let code = |i: usize| ((i * 7 + i / 16) % 4) as u8;
+    let (d, dmin) = (0.5f32, 0.25f32);
+    let mut b: Vec<u8> = (0..16).map(|s| sc(s) | (mn(s) << 4)).collect();
+    b.extend(pack_2bit(code));
+    b.extend(h(d));
+    b.extend(h(dmin));
+    assert_eq!(b.len(), 84);
+    let expected: Vec<f32> = (0..256)
+        .map(|i| d * sc(i / 16) as f32 * code(i) as f32 - dmin * mn(i / 16) as f32)
+        .collect();
+    let got = deq(GgmlType::Q2_K, &b, 256);
+    assert_eq!(got, expected);
+    // element 255: sub-block 15 (scale 12, min 15), code (1785 + 15) % 4 = 0 -> -3.75
+    assert_eq!(got[255], -3.75);
+
+    // probes: scales 1, mins 0, d 1, codes 0 -> all zero; one qs bit moves one element.
+    let mut base = vec![0u8; 84];
+    base[..16].fill(1);
+    base[80..82].copy_from_slice(&h(1.0));
+    let probe = |byte: usize, bit: u8| {
+        let mut b = base.clone();
+        b[byte] |= 1 << bit;
+        let y = deq(GgmlType::Q2_K, &b, 256);
+        let changed: Vec<_> = (0..256).filter(|&i| y[i] != 0.0).collect();
+        assert_eq!(changed.len(), 1);
+        (changed[0], y[changed[0]])
+    };
+    assert_eq!(probe(16, 0), (0, 1.0));
+    assert_eq!(probe(16, 3), (32, 2.0));
+    assert_eq!(probe(16 + 32 + 5, 6), (128 + 96 + 5, 1.0));
+    assert_eq!(probe(16 + 20, 4), (64 + 20, 1.0));
+}
+
+/// Q3_K scales[12]: scale s (6 bits) has its low 4 bits in byte s%8 (low nibble for s < 8)
+/// and its high 2 bits in byte 8 + s%4 at bits 2*(s/4) (gguf-py's IIIIAAAA ... PPLLHHDD).
+fn pack_q3_scales(sc: impl Fn(usize) -> u8) -> [u8; 12] {
+    let mut s = [0u8; 12];
+    for k in 0..16 {
+        s[k % 8] |= (sc(k) & 0xF) << (4 * (k / 8));
+        s[8 + k % 4] |= (sc(k) >> 4) << (2 * (k / 4));
+    }
+    s
+}
+
+#[test]
+fn q3_k_block() {
+    let sc = |s: usize| ((s * 11 + 7) % 64) as u8;
+    let code = |i: usize| ((i * 3 + i / 32) % 8) as u8; // value code - 4
+    let d = 0.5f32;
+    // hmask[l] bit 4n + j: bit 2 of the code of element 128n + 32j + l.
+    let mut hmask = [0u8; 32];
+    for i in 0..256 {
+        hmask[i % 32] |= (code(i) >> 2) << (4 * (i / 128) + (i % 128) / 32);
+    }
+    let mut b = hmask.to_vec();
+    b.extend(pack_2bit(code));
+    b.extend(pack_q3_scales(sc));
+    b.extend(h(d));
+    assert_eq!(b.len(), 110);
+    let unpacked = folio_gguf::dequant::q3_k_scales(&b[96..108]);
+    assert_eq!(unpacked.to_vec(), (0..16).map(sc).collect::<Vec<_>>());
+    let expected: Vec<f32> = (0..256)
+        .map(|i| d * (sc(i / 16) as f32 - 32.0) * (code(i) as f32 - 4.0))
+        .collect();
+    let got = deq(GgmlType::Q3_K, &b, 256);
+    assert_eq!(got, expected);
+    // element 0: scale 7, code 0 -> 0.5 * -25 * -4 = 50
+    assert_eq!(got[0], 50.0);
+
+    // probes: all high bits set, scales 33 (-> 1), d 1 -> all zero.
+    let mut base = vec![0u8; 110];
+    base[..32].fill(0xFF);
+    base[96..108].copy_from_slice(&pack_q3_scales(|_| 33));
+    base[108..110].copy_from_slice(&h(1.0));
+    assert!(deq(GgmlType::Q3_K, &base, 256).iter().all(|&v| v == 0.0));
+    let probe = |byte: usize, bit: u8| {
+        let mut b = base.clone();
+        b[byte] ^= 1 << bit;
+        let y = deq(GgmlType::Q3_K, &b, 256);
+        let changed: Vec<_> = (0..256).filter(|&i| y[i] != 0.0).collect();
+        assert_eq!(changed.len(), 1);
+        (changed[0], y[changed[0]])
+    };
+    assert_eq!(probe(32 + 32 + 3, 2), (128 + 32 + 3, 1.0));
+    assert_eq!(probe(5, 4), (128 + 5, -4.0)); // hmask[5] bit 4: n = 1, j = 0
+    assert_eq!(probe(31, 3), (96 + 31, -4.0));
+}
+
+#[test]
+fn q5_k_block() {
+    let sc = [3u8, 17, 63, 0, 40, 33, 5, 62];
+    let m = [1u8, 60, 20, 31, 47, 16, 63, 2];
+    let (d, dmin) = (0.5f32, 0.25f32);
+    let q = |i: usize| ((i * 13 + i / 64 + 3) % 32) as u8;
+    let mut b = h(d).to_vec();
+    b.extend(h(dmin));
+    b.extend(pack_k4_scales(sc, m));
+    // qh[l] bit s: bit 4 of element 32s + l.
+    b.extend((0..32).map(|l| (0..8).map(|s| (q(32 * s + l) >> 4) << s).sum::<u8>()));
+    for c in 0..4 {
+        for l in 0..32 {
+            b.push((q(64 * c + l) & 0xF) | ((q(64 * c + 32 + l) & 0xF) << 4));
+        }
+    }
+    assert_eq!(b.len(), 176);
+    let expected: Vec<f32> = (0..256)
+        .map(|i| (d * sc[i / 32] as f32) * q(i) as f32 - dmin * m[i / 32] as f32)
+        .collect();
+    let got = deq(GgmlType::Q5_K, &b, 256);
+    assert_eq!(got, expected);
+    // element 2: q = 29, sc 3, m 1 -> 1.5 * 29 - 0.25 = 43.25
+    assert_eq!(got[2], 43.25);
+}
+
+#[test]
+fn new_types_round_trip_error_bounds() {
+    let half_ulp = 2f32.powi(-11);
+    for seed in 0..20 {
+        let mut x = random_values(200 + seed, 2048, 0.1 + seed as f32);
+        x[0..32].fill(0.0);
+        x[32..64].iter_mut().for_each(|v| *v = -v.abs() - 3.0);
+        x[64..96].iter_mut().for_each(|v| *v = v.abs() + 3.0);
+        x[300] = 50.0;
+        x[700] = -50.0;
+        let amax = |c: &[f32]| c.iter().fold(0.0f32, |a, v| a.max(v.abs()));
+        // Q5_0 (ggml ref): the value opposite the largest magnitude may clip by one step.
+        for (blk, err) in block_errors(&x, &round_trip(GgmlType::Q5_0, &x), 32) {
+            let d = amax(blk) / 16.0;
+            assert!(err <= d * 1.01, "Q5_0 seed {seed} err {err} d {d}");
+        }
+        // Q5_1 (ggml ref): half a step of (max-min)/31 plus f16 rounding of d and m.
+        for (blk, err) in block_errors(&x, &round_trip(GgmlType::Q5_1, &x), 32) {
+            let (mn, mx) = blk
+                .iter()
+                .fold((f32::MAX, f32::MIN), |(a, b), &v| (a.min(v), b.max(v)));
+            let d = (mx - mn) / 31.0;
+            let bound = d * (0.5 + 31.0 * half_ulp) + mn.abs() * half_ulp + 1e-6;
+            assert!(err <= bound, "Q5_1 seed {seed} err {err} bound {bound}");
+        }
+        // Affine K-quants: half of the largest sub-block step (with the slack of the
+        // rounded-up integer scale) plus dmin.
+        for (ty, sub_len, qmax, smax) in [
+            (GgmlType::Q2_K, 16, 3.0, 15.0),
+            (GgmlType::Q5_K, 32, 31.0, 63.0),
+        ] {
+            for (blk, err) in block_errors(&x, &round_trip(ty, &x), 256) {
+                let step = |c: &[f32]| {
+                    (c.iter().fold(f32::MIN, |a, &v| a.max(v))
+                        - c.iter().fold(0.0f32, |a, &v| a.min(v)))
+                        / qmax
+                };
+                let dmin = -blk.iter().fold(0.0f32, |a, &v| a.min(v)) / smax;
+                let max_step = blk.chunks(sub_len).map(step).fold(0.0f32, f32::max);
+                let bound = 0.5 * max_step * (1.0 + 2.0 / smax) + dmin + 1e-6;
+                assert!(err <= bound, "{ty} seed {seed} err {err} bound {bound}");
+            }
+        }
+        // Q3_K: half a step of (sub-block amax)/3.5, the step rounded up by at most the
+        // super-scale (block amax / 3.5 / 31).
+        for (blk, err) in block_errors(&x, &round_trip(GgmlType::Q3_K, &x), 256) {
+            let bound = 0.5 * (amax(blk) / 3.5) * (1.0 + 1.0 / 31.0) * 1.001 + 1e-6;
+            assert!(err <= bound, "Q3_K seed {seed} err {err} bound {bound}");
+        }
+        // IQ4_NL: 14 level units (the +113 clip; the widest half gap is 12) of amax/127.
+        for (blk, err) in block_errors(&x, &round_trip(GgmlType::IQ4_NL, &x), 32) {
+            let bound = 14.0 * amax(blk) / 127.0 * 1.002 + 1e-6;
+            assert!(err <= bound, "IQ4_NL seed {seed} err {err} bound {bound}");
+        }
+        // IQ4_XS: as IQ4_NL, the sub-block scale rounded up by at most the super-scale.
+        for (blk, err) in block_errors(&x, &round_trip(GgmlType::IQ4_XS, &x), 256) {
+            let bound = 14.0 * amax(blk) / 127.0 * (1.0 + 1.0 / 31.0) * 1.002 + 1e-6;
+            assert!(err <= bound, "IQ4_XS seed {seed} err {err} bound {bound}");
+        }
+    }
+    // All-zero blocks stay zero (Q5_0, like ggml's Q4_0, gives -0.0: d = 0 / -16).
+    for ty in NEW_TYPES {
+        assert_eq!(round_trip(ty, &[0.0; 256]), vec![0.0; 256], "{ty}");
+    }
+}
+
+const NEW_TYPES: [GgmlType; 7] = [
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q2_K,
+    GgmlType::Q3_K,
+    GgmlType::Q5_K,
+    GgmlType::IQ4_NL,
+    GgmlType::IQ4_XS,
+];
+
+#[test]
+fn new_types_relative_error_on_smooth_data() {
+    // Measured: Q5_0 0.031, Q5_1 0.029, Q2_K 0.29, Q3_K 0.14, Q5_K 0.030, IQ4_NL/XS 0.069.
+    let x = random_values(7, 256 * 16, 0.05);
+    let rms = |v: &[f32]| (v.iter().map(|a| a * a).sum::<f32>() / v.len() as f32).sqrt();
+    for (ty, max_rel) in [
+        (GgmlType::Q5_0, 0.04),
+        (GgmlType::Q5_1, 0.04),
+        (GgmlType::Q2_K, 0.35),
+        (GgmlType::Q3_K, 0.18),
+        (GgmlType::Q5_K, 0.04),
+        (GgmlType::IQ4_NL, 0.09),
+        (GgmlType::IQ4_XS, 0.09),
     ] {
         let y = round_trip(ty, &x);
         let e: Vec<f32> = x.iter().zip(&y).map(|(a, b)| a - b).collect();

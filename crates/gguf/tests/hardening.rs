@@ -445,12 +445,21 @@ fn tensor_validation() {
 
 #[test]
 fn types_known_only_by_size_open_but_do_not_dequantize() {
-    // Q5_0 (id 6): 22 bytes per 32 values. The file opens; tensor_f32 names the tensor and type.
+    // Q8_K (id 15): 292 bytes per 256 values. The file opens; tensor_f32 names the tensor and type.
+    let f = GgufFile::from_bytes(Raw::header(1, 0).tensor("q8k", &[256], 15, 0).data(292)).unwrap();
+    let t = f.tensor("q8k").unwrap();
+    assert_eq!((t.ggml_type, t.n_bytes), (GgmlType::Other(15), 292));
+    assert_eq!(
+        f.tensor_f32("q8k").unwrap_err().to_string(),
+        "in tensor \"q8k\": tensor type Q8_K (ggml type 15) is not supported for dequantization"
+    );
+}
+
+#[test]
+fn q5_0_tensors_now_dequantize() {
+    // Q5_0 (id 6): 22 bytes per 32 values; all-zero bytes are code 0 times d = 0.
     let f = GgufFile::from_bytes(Raw::header(1, 0).tensor("q5", &[32], 6, 0).data(22)).unwrap();
     let t = f.tensor("q5").unwrap();
-    assert_eq!((t.ggml_type, t.n_bytes), (GgmlType::Other(6), 22));
-    assert_eq!(
-        f.tensor_f32("q5").unwrap_err().to_string(),
-        "in tensor \"q5\": tensor type Q5_0 (ggml type 6) is not supported for dequantization"
-    );
+    assert_eq!((t.ggml_type, t.n_bytes), (GgmlType::Q5_0, 22));
+    assert_eq!(f.tensor_f32("q5").unwrap(), vec![0.0; 32]);
 }

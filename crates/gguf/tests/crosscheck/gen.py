@@ -2,7 +2,8 @@
 
 Usage: python3 gen.py OUT_DIR; then FOLIO_GGUF_CROSSCHECK=OUT_DIR cargo test -p folio-gguf --test crosscheck
 
-Writes, per type T:
+Writes, per type T (dequantization: Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_NL IQ4_XS;
+quantization, which must match bit for bit: Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 BF16 F16):
   deq_T.bin / deq_T.f32   random blocks (sane f16 scales) and gguf-py's dequantization
   q_T.src / q_T.bin       random f32 values and gguf-py's quantization (types it quantizes)
 and mixed.gguf, written by gguf-py's GGUFWriter, with metadata of many types and tensors.
@@ -23,8 +24,16 @@ layouts = {
     "Q8_0": (T.Q8_0, 34, [0]),
     "Q4_K": (T.Q4_K, 144, [0, 2]),
     "Q6_K": (T.Q6_K, 210, [208]),
+    "Q5_0": (T.Q5_0, 22, [0]),
+    "Q5_1": (T.Q5_1, 24, [0, 2]),
+    "Q2_K": (T.Q2_K, 84, [80, 82]),
+    "Q3_K": (T.Q3_K, 110, [108]),
+    "Q5_K": (T.Q5_K, 176, [0, 2]),
+    "IQ4_NL": (T.IQ4_NL, 18, [0]),
+    "IQ4_XS": (T.IQ4_XS, 136, [0]),
 }
 for name, (qt, size, f16_fields) in layouts.items():
+    assert gguf.GGML_QUANT_SIZES[qt][1] == size, name
     n_blocks = 64
     blocks = rng.integers(0, 256, size=(n_blocks, size), dtype=np.uint8)
     for off in f16_fields:
@@ -34,7 +43,8 @@ for name, (qt, size, f16_fields) in layouts.items():
     blocks.tofile(f"{out}/deq_{name}.bin")
     deq.tofile(f"{out}/deq_{name}.f32")
 
-for name, qt in [("Q4_0", T.Q4_0), ("Q4_1", T.Q4_1), ("Q8_0", T.Q8_0), ("BF16", T.BF16), ("F16", T.F16)]:
+for name, qt in [("Q4_0", T.Q4_0), ("Q4_1", T.Q4_1), ("Q5_0", T.Q5_0), ("Q5_1", T.Q5_1),
+                 ("Q8_0", T.Q8_0), ("BF16", T.BF16), ("F16", T.F16)]:
     src = (rng.standard_normal(32 * 64) * 0.1).astype(np.float32)
     src[:32] = 0.0  # an all-zero block
     if qt == T.F16:
