@@ -16,6 +16,15 @@ pub const QK: usize = 32;
 /// one float accumulator per such group (see `matmul::kernel`).
 pub const GROUP: usize = 4;
 
+/// Code sums beyond the per-block ones that a weight layout reads.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ExtraSums {
+    /// Per group of [`GROUP`] (ggml's lane order on symmetric layouts).
+    pub groups: bool,
+    /// Per 16 values (types with 16-value scales).
+    pub halves: bool,
+}
+
 /// `n` rows of `cols` activations quantized to blocks of [`QK`]; reused across calls so the
 /// hot path does not allocate once it has grown to the largest batch.
 #[derive(Default, Debug, Clone)]
@@ -29,6 +38,9 @@ pub struct QuantizedActs {
     /// Sums of the codes per group of 4 (8 per block): the offset term of the symmetric
     /// weight formats, taken per `vpdpbusd` lane group as ggml's dot products do.
     gsum: Vec<i32>,
+    /// Sums of the codes per 16 (2 per block): the offset and min terms of the weight types
+    /// whose scales cover 16 values (Q2_K, Q3_K, Q6_K).
+    hsum: Vec<i32>,
 }
 
 impl QuantizedActs {
@@ -72,9 +84,15 @@ impl QuantizedActs {
         &self.gsum[..self.n * self.cols / GROUP]
     }
 
+    /// Exact integer sums of the codes per 16 values (`n * cols / 16`).
+    pub fn half_sums(&self) -> &[i32] {
+        &self.hsum[..self.n * self.cols / 16]
+    }
+
     /// Quantizes `x` (`n` rows of `cols`) with `isa` (clamped to what the CPU has), spreading
     /// rows over `pool` when the batch is big enough to repay the hand-off. The group sums
-    /// ([`QuantizedActs::group_sums`]) are computed only when `group_sums` is set.
+    /// ([`QuantizedActs::group_sums`]) and 16-sums ([`QuantizedActs::half_sums`]) are
+    /// computed only when `extra` asks for them.
     ///
     /// # Panics
     /// If `cols` is not a multiple of 32 or `x.len() != n * cols` (caller bugs).
@@ -84,9 +102,13 @@ impl QuantizedActs {
         x: &[f32],
         n: usize,
         cols: usize,
-        group_sums: bool,
+        extra: ExtraSums,
         pool: &ThreadPool,
     ) {
+        let ExtraSums {
+            groups: group_sums,
+            halves: half_sums,
+        } = extra;
         assert!(
             cols.is_multiple_of(QK),
             "cols = {cols} must be a multiple of {QK}"
@@ -98,6 +120,9 @@ impl QuantizedActs {
         }
         if self.gsum.len() < n * cols / GROUP {
             self.gsum.resize(n * cols / GROUP, 0);
+        }
+        if half_sums && self.hsum.len() < n * cols / 16 {
+            self.hsum.resize(n * cols / 16, 0);
         }
         if self.d.len() < n * nb {
             self.d.resize(n * nb, 0.0);
@@ -121,16 +146,20 @@ impl QuantizedActs {
             if group_sums {
                 fill_group_sums(&self.q[..n * cols], &mut self.gsum[..n * cols / GROUP]);
             }
+            if half_sums {
+                fill_sums(&self.q[..n * cols], &mut self.hsum[..n * cols / 16], 16);
+            }
             return;
         }
         let n_tasks = n.min(threads * 4);
         let per = n.div_ceil(n_tasks);
-        let (q, d, s, is, gs) = (
+        let (q, d, s, is, gs, hs) = (
             SendPtr(self.q.as_mut_ptr()),
             SendPtr(self.d.as_mut_ptr()),
             SendPtr(self.s.as_mut_ptr()),
             SendPtr(self.isum.as_mut_ptr()),
             SendPtr(self.gsum.as_mut_ptr()),
+            SendPtr(self.hsum.as_mut_ptr()),
         );
         pool.run(n_tasks, &|t| {
             let r0 = (t * per).min(n);
@@ -150,6 +179,16 @@ impl QuantizedActs {
                     std::slice::from_raw_parts_mut(s.get().add(r0 * nb), rows * nb),
                     std::slice::from_raw_parts_mut(is.get().add(r0 * nb), rows * nb),
                 );
+                if half_sums {
+                    fill_sums(
+                        std::slice::from_raw_parts(q.get().add(r0 * cols), rows * cols),
+                        std::slice::from_raw_parts_mut(
+                            hs.get().add(r0 * cols / 16),
+                            rows * cols / 16,
+                        ),
+                        16,
+                    );
+                }
                 if !group_sums {
                     return;
                 }
@@ -167,7 +206,12 @@ impl QuantizedActs {
 
 /// `gsum[g] = q[4g] + … + q[4g + 3]`.
 fn fill_group_sums(q: &[i8], gsum: &mut [i32]) {
-    for (g, c) in gsum.iter_mut().zip(q.chunks_exact(GROUP)) {
+    fill_sums(q, gsum, GROUP)
+}
+
+/// `sums[g] = q[w g] + … + q[w g + w - 1]`.
+fn fill_sums(q: &[i8], sums: &mut [i32], w: usize) {
+    for (g, c) in sums.iter_mut().zip(q.chunks_exact(w)) {
         *g = c.iter().map(|&v| v as i32).sum();
     }
 }

@@ -2,6 +2,7 @@
 //! dequantized by straightforward code written here, independent of the crate), and every
 //! SIMD ISA against the scalar kernel.
 
+use folio_gguf::GgmlType;
 use folio_kernels::matmul::{KernelError, QMatrix, Sums, WeightType};
 use folio_kernels::{Isa, ThreadPool};
 use half::{bf16, f16};
@@ -9,53 +10,72 @@ use proptest::prelude::*;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-const ALL: [WeightType; 8] = [
-    WeightType::F32,
-    WeightType::F16,
-    WeightType::BF16,
-    WeightType::Q4_0,
-    WeightType::Q4_1,
-    WeightType::Q8_0,
-    WeightType::Q4_K,
-    WeightType::Q6_K,
-];
+const ALL: [WeightType; 15] = WeightType::ALL;
 
-fn push_f16(out: &mut Vec<u8>, v: f32) {
-    out.extend_from_slice(&f16::from_f32(v).to_le_bytes());
+fn is_dense(ty: WeightType) -> bool {
+    matches!(ty, WeightType::F32 | WeightType::F16 | WeightType::BF16)
 }
 
-/// Random raw ggml bytes for a `rows x cols` tensor of type `ty`: random codes, sane scales.
+/// The same type as the GGUF crate names it (its dequantizer is the reference).
+fn ggml(ty: WeightType) -> GgmlType {
+    let id = match ty {
+        WeightType::F32 => 0,
+        WeightType::F16 => 1,
+        WeightType::Q4_0 => 2,
+        WeightType::Q4_1 => 3,
+        WeightType::Q5_0 => 6,
+        WeightType::Q5_1 => 7,
+        WeightType::Q8_0 => 8,
+        WeightType::Q2_K => 10,
+        WeightType::Q3_K => 11,
+        WeightType::Q4_K => 12,
+        WeightType::Q5_K => 13,
+        WeightType::Q6_K => 14,
+        WeightType::IQ4_NL => 20,
+        WeightType::IQ4_XS => 23,
+        WeightType::BF16 => 30,
+    };
+    GgmlType::from_u32(id)
+}
+
+/// `(offset, lo, hi)` of each f16 scale field in a ggml block of `ty`, with the range its
+/// random value is drawn from (so weights stay around 0.1-1).
+fn f16_fields(ty: WeightType) -> &'static [(usize, f32, f32)] {
+    match ty {
+        WeightType::Q4_0 | WeightType::Q5_0 => &[(0, 0.001, 0.05)],
+        WeightType::Q4_1 | WeightType::Q5_1 => &[(0, 0.001, 0.05), (2, -0.4, 0.0)],
+        WeightType::Q8_0 => &[(0, 0.0001, 0.01)],
+        WeightType::IQ4_NL => &[(0, 0.0001, 0.005)],
+        WeightType::Q2_K => &[(80, 0.001, 0.02), (82, 0.001, 0.02)],
+        WeightType::Q3_K => &[(108, 0.0005, 0.005)],
+        WeightType::Q4_K | WeightType::Q5_K => &[(0, 0.0001, 0.002), (2, 0.0001, 0.002)],
+        WeightType::Q6_K => &[(208, 0.00001, 0.0005)],
+        WeightType::IQ4_XS => &[(0, 0.00005, 0.0005)],
+        WeightType::F32 | WeightType::F16 | WeightType::BF16 => &[],
+    }
+}
+
+/// Random raw ggml bytes for a `rows x cols` tensor of type `ty`: random codes and scale
+/// bits, sane f16 scales.
 fn random_raw(ty: WeightType, rows: usize, cols: usize, rng: &mut StdRng) -> Vec<u8> {
     let mut out = Vec::new();
-    let (bv, _) = ty.block();
+    let (bv, bb) = ty.block();
     for _ in 0..rows * cols / bv {
         match ty {
             WeightType::F32 => out.extend_from_slice(&rng.gen_range(-1f32..1.0).to_le_bytes()),
-            WeightType::F16 => push_f16(&mut out, rng.gen_range(-1f32..1.0)),
+            WeightType::F16 => {
+                out.extend_from_slice(&f16::from_f32(rng.gen_range(-1f32..1.0)).to_le_bytes())
+            }
             WeightType::BF16 => {
                 out.extend_from_slice(&bf16::from_f32(rng.gen_range(-1f32..1.0)).to_le_bytes())
             }
-            WeightType::Q4_0 => {
-                push_f16(&mut out, rng.gen_range(0.001f32..0.05));
-                out.extend((0..16).map(|_| rng.gen::<u8>()));
-            }
-            WeightType::Q4_1 => {
-                push_f16(&mut out, rng.gen_range(0.001f32..0.05));
-                push_f16(&mut out, rng.gen_range(-0.4f32..0.0));
-                out.extend((0..16).map(|_| rng.gen::<u8>()));
-            }
-            WeightType::Q8_0 => {
-                push_f16(&mut out, rng.gen_range(0.0001f32..0.01));
-                out.extend((0..32).map(|_| rng.gen::<u8>()));
-            }
-            WeightType::Q4_K => {
-                push_f16(&mut out, rng.gen_range(0.0001f32..0.002));
-                push_f16(&mut out, rng.gen_range(0.0001f32..0.002));
-                out.extend((0..12 + 128).map(|_| rng.gen::<u8>()));
-            }
-            WeightType::Q6_K => {
-                out.extend((0..128 + 64 + 16).map(|_| rng.gen::<u8>()));
-                push_f16(&mut out, rng.gen_range(0.00001f32..0.0005));
+            _ => {
+                let mut b: Vec<u8> = (0..bb).map(|_| rng.gen()).collect();
+                for &(off, lo, hi) in f16_fields(ty) {
+                    let v = f16::from_f32(rng.gen_range(lo..hi)).to_le_bytes();
+                    b[off..off + 2].copy_from_slice(&v);
+                }
+                out.extend_from_slice(&b);
             }
         }
     }
@@ -63,111 +83,12 @@ fn random_raw(ty: WeightType, rows: usize, cols: usize, rng: &mut StdRng) -> Vec
     out
 }
 
-fn f16_at(b: &[u8], i: usize) -> f32 {
-    f16::from_le_bytes([b[i], b[i + 1]]).to_f32()
-}
-
-/// Reference dequantization, written from the ggml C code.
+/// Reference dequantization: the GGUF crate's (ggml's `dequantize_row_*`, checked there
+/// against gguf-py bit for bit).
 fn dequant(ty: WeightType, raw: &[u8], n_values: usize) -> Vec<f32> {
-    let mut y = Vec::with_capacity(n_values);
-    match ty {
-        WeightType::F32 => {
-            for c in raw.chunks_exact(4) {
-                y.push(f32::from_le_bytes(c.try_into().unwrap()));
-            }
-        }
-        WeightType::F16 => {
-            for c in raw.chunks_exact(2) {
-                y.push(f16_at(c, 0));
-            }
-        }
-        WeightType::BF16 => {
-            for c in raw.chunks_exact(2) {
-                y.push(bf16::from_le_bytes([c[0], c[1]]).to_f32());
-            }
-        }
-        WeightType::Q4_0 => {
-            for b in raw.chunks_exact(18) {
-                let d = f16_at(b, 0);
-                let qs = &b[2..];
-                let mut v = [0f32; 32];
-                for j in 0..16 {
-                    v[j] = ((qs[j] & 0xf) as i32 - 8) as f32 * d;
-                    v[j + 16] = ((qs[j] >> 4) as i32 - 8) as f32 * d;
-                }
-                y.extend_from_slice(&v);
-            }
-        }
-        WeightType::Q4_1 => {
-            for b in raw.chunks_exact(20) {
-                let (d, m) = (f16_at(b, 0), f16_at(b, 2));
-                let qs = &b[4..];
-                let mut v = [0f32; 32];
-                for j in 0..16 {
-                    v[j] = (qs[j] & 0xf) as f32 * d + m;
-                    v[j + 16] = (qs[j] >> 4) as f32 * d + m;
-                }
-                y.extend_from_slice(&v);
-            }
-        }
-        WeightType::Q8_0 => {
-            for b in raw.chunks_exact(34) {
-                let d = f16_at(b, 0);
-                y.extend(b[2..].iter().map(|&q| q as i8 as f32 * d));
-            }
-        }
-        WeightType::Q4_K => {
-            for b in raw.chunks_exact(144) {
-                let (d, dmin) = (f16_at(b, 0), f16_at(b, 2));
-                let sc = &b[4..16];
-                let get = |j: usize| -> (f32, f32) {
-                    let (s, m) = if j < 4 {
-                        (sc[j] & 63, sc[j + 4] & 63)
-                    } else {
-                        (
-                            (sc[j + 4] & 0xf) | ((sc[j - 4] >> 6) << 4),
-                            (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4),
-                        )
-                    };
-                    (s as f32, m as f32)
-                };
-                for g in 0..4 {
-                    let q = &b[16 + 32 * g..16 + 32 * g + 32];
-                    let (s1, m1) = get(2 * g);
-                    let (s2, m2) = get(2 * g + 1);
-                    let (d1, m1) = (d * s1, dmin * m1);
-                    let (d2, m2) = (d * s2, dmin * m2);
-                    y.extend(q.iter().map(|&v| d1 * (v & 0xf) as f32 - m1));
-                    y.extend(q.iter().map(|&v| d2 * (v >> 4) as f32 - m2));
-                }
-            }
-        }
-        WeightType::Q6_K => {
-            for b in raw.chunks_exact(210) {
-                let d = f16_at(b, 208);
-                let mut v = [0f32; 256];
-                for h in 0..2 {
-                    let ql = &b[64 * h..];
-                    let qh = &b[128 + 32 * h..];
-                    let sc = &b[192 + 8 * h..];
-                    for l in 0..32 {
-                        let is = l / 16;
-                        let q1 = ((ql[l] & 0xf) | ((qh[l] & 3) << 4)) as i32 - 32;
-                        let q2 = ((ql[l + 32] & 0xf) | (((qh[l] >> 2) & 3) << 4)) as i32 - 32;
-                        let q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) as i32 - 32;
-                        let q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) as i32 - 32;
-                        let s = |k: usize| d * sc[k] as i8 as f32;
-                        v[128 * h + l] = s(is) * q1 as f32;
-                        v[128 * h + l + 32] = s(is + 2) * q2 as f32;
-                        v[128 * h + l + 64] = s(is + 4) * q3 as f32;
-                        v[128 * h + l + 96] = s(is + 6) * q4 as f32;
-                    }
-                }
-                y.extend_from_slice(&v);
-            }
-        }
-    }
-    assert_eq!(y.len(), n_values);
+    let mut y = vec![0f32; n_values];
+    folio_gguf::dequant::dequantize(ggml(ty), raw, &mut y)
+        .expect("reference dequantizes every type");
     y
 }
 
@@ -209,12 +130,8 @@ fn check(c: &Case, n: usize, pool: &ThreadPool) {
     let x = random_x(n, c.cols, 7 + n as u64);
     let mut scalar = vec![f32::NAN; n * c.rows];
     c.m.matmul_with(Isa::Scalar, &x, n, &mut scalar, pool);
-    // 8-bit activations err by <= amax/254 per value; Q6_K weights are requantized too.
-    let rel = match c.ty {
-        WeightType::F32 | WeightType::F16 | WeightType::BF16 => 1e-5,
-        WeightType::Q6_K => 1.5e-2,
-        _ => 1e-2,
-    };
+    // 8-bit activations err by <= amax/254 per value.
+    let rel = if is_dense(c.ty) { 1e-5 } else { 1e-2 };
     for b in 0..n {
         let xb = &x[b * c.cols..(b + 1) * c.cols];
         for r in 0..c.rows {
@@ -231,7 +148,7 @@ fn check(c: &Case, n: usize, pool: &ThreadPool) {
             );
         }
     }
-    let dense = matches!(c.ty, WeightType::F32 | WeightType::F16 | WeightType::BF16);
+    let dense = is_dense(c.ty);
     for isa in Isa::available().into_iter().filter(|&i| i != Isa::Scalar) {
         let mut got = vec![f32::NAN; n * c.rows];
         c.m.matmul_with(isa, &x, n, &mut got, pool);
@@ -252,7 +169,12 @@ fn check(c: &Case, n: usize, pool: &ThreadPool) {
 
 fn cols_for(ty: WeightType) -> usize {
     match ty {
-        WeightType::Q4_K | WeightType::Q6_K => 512,
+        WeightType::Q2_K
+        | WeightType::Q3_K
+        | WeightType::Q4_K
+        | WeightType::Q5_K
+        | WeightType::Q6_K
+        | WeightType::IQ4_XS => 512,
         WeightType::F32 | WeightType::F16 | WeightType::BF16 => 72, // not a multiple of 16
         _ => 96,
     }
@@ -317,20 +239,55 @@ fn row_f32_matches_reference_dequantization() {
         for r in [0, 7, 16, 18] {
             c.m.row_f32(r, &mut row);
             let want = &c.w[r * c.cols..(r + 1) * c.cols];
-            if ty == WeightType::Q6_K {
-                // Requantized to 8 bits per 32: within half a step of the block max.
-                for (blk, wb) in want.chunks(32).enumerate() {
-                    let amax = wb.iter().fold(0f32, |m, v| m.max(v.abs()));
-                    for (k, &v) in wb.iter().enumerate() {
-                        let got = row[blk * 32 + k];
-                        assert!(
-                            (got - v).abs() <= amax / 254.0 * 1.01 + 1e-9,
-                            "{got} vs {v}"
-                        );
-                    }
+            let same = row
+                .iter()
+                .zip(want)
+                .all(|(a, b)| a.to_bits() == b.to_bits());
+            assert!(same, "{ty:?} row {r}: not ggml's exact dequantization");
+        }
+    }
+}
+
+/// The kernels compute the f32 dot product of the exactly dequantized weights with the
+/// int8-quantized activations, up to float rounding: no requantization of any type.
+#[test]
+fn dot_product_equals_the_exactly_dequantized_one() {
+    use folio_kernels::quant_act::quantize_scalar;
+    let pool = ThreadPool::new(2);
+    for (i, ty) in ALL.into_iter().filter(|&t| !is_dense(t)).enumerate() {
+        let cols = 1024;
+        let c = case(ty, 33, cols, 300 + i as u64);
+        let n = 3;
+        let x = random_x(n, cols, 11);
+        let nb = cols / 32;
+        let (mut q, mut d, mut s, mut is) = (
+            vec![0i8; n * cols],
+            vec![0f32; n * nb],
+            vec![0f32; n * nb],
+            vec![0i32; n * nb],
+        );
+        quantize_scalar(&x, &mut q, &mut d, &mut s, &mut is);
+        let xq: Vec<f64> = (0..n * cols)
+            .map(|k| q[k] as f64 * d[k / 32] as f64)
+            .collect();
+        for isa in Isa::available() {
+            let mut got = vec![f32::NAN; n * c.rows];
+            c.m.matmul_with(isa, &x, n, &mut got, &pool);
+            for b in 0..n {
+                for r in 0..c.rows {
+                    let w = &c.w[r * cols..(r + 1) * cols];
+                    let xb = &xq[b * cols..(b + 1) * cols];
+                    let want: f64 = w.iter().zip(xb).map(|(&a, &v)| a as f64 * v).sum();
+                    let mag: f64 = w.iter().zip(xb).map(|(&a, &v)| (a as f64 * v).abs()).sum();
+                    // One product and one FMA rounding per 32-block, plus the min term's
+                    // f16 activation sum for the legacy Q4_1 layout (ggml's q8_1 `s`).
+                    let rel = if ty == WeightType::Q4_1 { 2e-3 } else { 2e-6 };
+                    let g = got[b * c.rows + r] as f64;
+                    assert!(
+                        (g - want).abs() <= rel * mag + 1e-9,
+                        "{ty:?} {isa:?} row {r}: {g} vs exact {want} (sum |terms| {mag})"
+                    );
                 }
-            } else {
-                assert_eq!(&row[..], want, "{ty:?} row {r}");
             }
         }
     }
@@ -349,6 +306,12 @@ fn weight_bytes_counts_the_packed_panels() {
         3 * 3 * 544
     );
     assert_eq!(case(WeightType::F16, 5, 72, 1).m.weight_bytes(), 5 * 72 * 2);
+    // Every other quantized type: exactly the GGUF tensor's bytes once rows fill panels.
+    for ty in ALL.into_iter().filter(|&t| !is_dense(t)) {
+        let cols = cols_for(ty);
+        let m = case(ty, 32, cols, 1).m;
+        assert_eq!(m.weight_bytes(), ty.ggml_bytes(32, cols).unwrap(), "{ty:?}");
+    }
 }
 
 #[test]
@@ -388,6 +351,71 @@ fn bad_shapes_are_errors_naming_the_field() {
     assert_eq!(
         e.to_string(),
         format!("rows = {} exceeds the limit 16777216", usize::MAX / 2)
+    );
+}
+
+/// A stack of different types computes each part's rows with its own kernel, exactly as
+/// the parts alone do, and counts every part's bytes.
+#[test]
+fn stacked_parts_of_mixed_types_equal_the_parts_alone() {
+    let pool = ThreadPool::new(2);
+    let types = [WeightType::Q4_K, WeightType::Q6_K, WeightType::Q8_0];
+    let rows = [24, 8, 17];
+    let cols = 256;
+    let parts: Vec<Case> = types
+        .iter()
+        .zip(rows)
+        .enumerate()
+        .map(|(i, (&t, r))| case(t, r, cols, 40 + i as u64))
+        .collect();
+    let total: usize = rows.iter().sum();
+    let raws: Vec<QMatrix> = types
+        .iter()
+        .zip(rows)
+        .enumerate()
+        .map(|(i, (&t, r))| case(t, r, cols, 40 + i as u64).m)
+        .collect();
+    let bytes: usize = raws.iter().map(|m| m.weight_bytes()).sum();
+    let stack = QMatrix::stack(raws).unwrap();
+    assert_eq!(
+        (stack.rows(), stack.cols(), stack.weight_bytes()),
+        (total, cols, bytes)
+    );
+    let n = 5;
+    let x = random_x(n, cols, 3);
+    for isa in Isa::available() {
+        let mut got = vec![f32::NAN; n * total];
+        stack.matmul_with(isa, &x, n, &mut got, &pool);
+        let mut r0 = 0;
+        for p in &parts {
+            let mut want = vec![0f32; n * p.rows];
+            p.m.matmul_with(isa, &x, n, &mut want, &pool);
+            for b in 0..n {
+                assert_eq!(
+                    &got[b * total + r0..b * total + r0 + p.rows],
+                    &want[b * p.rows..(b + 1) * p.rows],
+                    "{isa:?} {:?}",
+                    p.ty
+                );
+            }
+            r0 += p.rows;
+        }
+        let mut row = vec![0f32; cols];
+        stack.row_f32(30, &mut row);
+        assert_eq!(&row[..], &parts[1].w[6 * cols..7 * cols]);
+    }
+    let e = QMatrix::stack(vec![
+        case(WeightType::Q8_0, 2, 64, 1).m,
+        case(WeightType::Q8_0, 2, 32, 1).m,
+    ])
+    .unwrap_err();
+    assert_eq!(
+        e,
+        KernelError::WrongLength {
+            field: "cols of a stacked part",
+            expected: 64,
+            value: 32
+        }
     );
 }
 

@@ -42,12 +42,19 @@ pub(crate) fn weight_type(name: &str, t: GgmlType) -> Result<WeightType, ModelEr
         GgmlType::Q4_0 => WeightType::Q4_0,
         GgmlType::Q4_1 => WeightType::Q4_1,
         GgmlType::Q8_0 => WeightType::Q8_0,
+        GgmlType::Q5_0 => WeightType::Q5_0,
+        GgmlType::Q5_1 => WeightType::Q5_1,
+        GgmlType::IQ4_NL => WeightType::IQ4_NL,
+        GgmlType::Q2_K => WeightType::Q2_K,
+        GgmlType::Q3_K => WeightType::Q3_K,
         GgmlType::Q4_K => WeightType::Q4_K,
+        GgmlType::Q5_K => WeightType::Q5_K,
         GgmlType::Q6_K => WeightType::Q6_K,
+        GgmlType::IQ4_XS => WeightType::IQ4_XS,
         other => {
             return Err(ModelError::Tensor {
                 name: name.into(),
-                what: format!("unsupported tensor type {other:?} (supported: F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q4_K Q6_K)"),
+                what: format!("unsupported tensor type {other} (supported: F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_NL IQ4_XS)"),
             })
         }
     })
@@ -85,38 +92,45 @@ fn matrix(f: &GgufFile, name: &str, cols: usize, rows: usize) -> Result<QMatrix,
     stacked(f, &[(name, rows)], cols)
 }
 
-/// Stacks the rows of several tensors of the same type into one matrix.
+/// Stacks the rows of several tensors into one matrix: one packed matrix when they share a
+/// type, else a stack of per-type parts (Q4_K_M files mix Q4_K and Q6_K in Q/K/V), each
+/// still in its own exact layout.
 fn stacked(f: &GgufFile, parts: &[(&str, usize)], cols: usize) -> Result<QMatrix, ModelError> {
     let first = info(f, parts[0].0)?;
     let ty = first.ggml_type;
-    let wt = weight_type(parts[0].0, ty)?;
-    let mut raw = Vec::new();
-    let mut total_rows = 0;
+    let mut same = true;
     for &(name, rows) in parts {
         let t = info(f, name)?;
         check_shape(name, t, cols, rows)?;
-        if t.ggml_type != ty {
-            // Mixed types cannot share one packed matrix; fall back to f32 for all parts.
-            return stacked_f32(f, parts, cols);
-        }
-        if parts.len() == 1 {
-            return Ok(QMatrix::from_ggml(wt, rows, cols, f.tensor_data(t))?);
-        }
-        raw.extend_from_slice(f.tensor_data(t));
-        total_rows += rows;
+        weight_type(name, t.ggml_type)?;
+        same &= t.ggml_type == ty;
     }
-    Ok(QMatrix::from_ggml(wt, total_rows, cols, &raw)?)
-}
-
-fn stacked_f32(f: &GgufFile, parts: &[(&str, usize)], cols: usize) -> Result<QMatrix, ModelError> {
-    let mut vals: Vec<f32> = Vec::new();
-    let mut rows = 0;
-    for &(name, r) in parts {
-        vals.extend(f.tensor_f32(name)?);
-        rows += r;
+    if parts.len() == 1 || !same {
+        let mats = parts
+            .iter()
+            .map(|&(name, rows)| {
+                let t = info(f, name)?;
+                let wt = weight_type(name, t.ggml_type)?;
+                Ok(QMatrix::from_ggml(wt, rows, cols, f.tensor_data(t))?)
+            })
+            .collect::<Result<Vec<_>, ModelError>>()?;
+        return Ok(if mats.len() == 1 {
+            mats.into_iter().next().expect("one part")
+        } else {
+            QMatrix::stack(mats)?
+        });
     }
-    let raw: Vec<u8> = vals.iter().flat_map(|v| v.to_le_bytes()).collect();
-    Ok(QMatrix::from_ggml(WeightType::F32, rows, cols, &raw)?)
+    let mut raw = Vec::new();
+    for &(name, _) in parts {
+        raw.extend_from_slice(f.tensor_data(info(f, name)?));
+    }
+    let total_rows = parts.iter().map(|p| p.1).sum();
+    Ok(QMatrix::from_ggml(
+        weight_type(parts[0].0, ty)?,
+        total_rows,
+        cols,
+        &raw,
+    )?)
 }
 
 impl Weights {

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{build, prompt as prompt_in, rel_err, Shape, BASE, EPS};
+use common::{build, build_with, prompt as prompt_in, rel_err, Shape, BASE, EPS};
 use folio_gguf::{GgmlType, GgufFile};
 use folio_kernels::pool::ThreadPool;
 use folio_model::{ForwardBatch, KvFormat, Model};
@@ -182,8 +182,11 @@ fn tolerance(ty: GgmlType) -> f32 {
 }
 
 fn check(arch: &str, ty: GgmlType) {
+    check_file(arch, ty, build(&SHAPE, arch, ty, 42));
+}
+
+fn check_file(arch: &str, ty: GgmlType, tiny: Vec<u8>) {
     let tol = tolerance(ty);
-    let tiny = build(&SHAPE, arch, ty, 42);
     let f = GgufFile::from_bytes(tiny).expect("valid tiny gguf");
     let model = Model::from_gguf(&f).expect("load tiny model");
     let toks = prompt(1, 19);
@@ -221,10 +224,35 @@ fn llama_every_type_matches_reference() {
         GgmlType::Q8_0,
         GgmlType::Q4_0,
         GgmlType::Q4_1,
+        GgmlType::Q5_0,
+        GgmlType::Q5_1,
+        GgmlType::IQ4_NL,
+        GgmlType::Q2_K,
+        GgmlType::Q3_K,
         GgmlType::Q4_K,
+        GgmlType::Q5_K,
         GgmlType::Q6_K,
+        GgmlType::IQ4_XS,
     ] {
         check("llama", ty);
+    }
+}
+
+/// A Q4_K_M-like file: Q4_K matrices with Q6_K V projections, FFN down and output (the
+/// fused Q/K/V then stacks parts of two types).
+#[test]
+fn mixed_types_match_reference() {
+    let ty_of = |name: &str| {
+        if name.contains("attn_v") || name.contains("ffn_down") || name == "output.weight" {
+            GgmlType::Q6_K
+        } else if name.contains("attn_k") {
+            GgmlType::Q5_0
+        } else {
+            GgmlType::Q4_K
+        }
+    };
+    for arch in ["llama", "qwen2"] {
+        check_file(arch, GgmlType::Q4_K, build_with(&SHAPE, arch, &ty_of, 42));
     }
 }
 

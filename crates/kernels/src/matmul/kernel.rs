@@ -84,7 +84,7 @@ const ACT_CHUNK: usize = 32;
 /// Computes output rows of panels `p0..p1` for every activation row.
 ///
 /// # Safety
-/// `out` must point to `acts.n() * rows` floats, and no other thread may write the
+/// `out` must point to `(acts.n() - 1) * ostride + rows` floats, and no other thread may write the
 /// entries of these panels concurrently. `isa` must be supported (VNNI for `Avx512`).
 #[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn run_panels(
@@ -95,6 +95,7 @@ pub(crate) unsafe fn run_panels(
     p1: usize,
     acts: &QuantizedActs,
     rows: usize,
+    ostride: usize,
     out: *mut f32,
 ) {
     let (nb, l) = (packed.nb, packed.layout);
@@ -119,8 +120,8 @@ pub(crate) unsafe fn run_panels(
                     xs: xs.as_ptr().add(j0 * nb),
                     xg: xg.as_ptr().add(j0 * cols / GROUP),
                     xi: xi.as_ptr().add(j0 * nb),
-                    out: out.add(j0 * rows + p * PANEL),
-                    ostride: rows,
+                    out: out.add(j0 * ostride + p * PANEL),
+                    ostride,
                     valid,
                 };
                 run_tile(isa, sums, l, &t, tr.min(a1 - j0));
@@ -137,7 +138,6 @@ unsafe fn run_tile(isa: Isa, sums: Sums, l: Layout, t: &Tile, nr: usize) {
             match l {
                 Layout::Q4MinF16 => $m::tile::<true, false, true, $lanes>(t, nr),
                 Layout::Q4SymF16 => $m::tile::<true, false, false, $lanes>(t, nr),
-                Layout::Q4MinF32 => $m::tile::<true, true, true, $lanes>(t, nr),
                 Layout::Q8SymF16 => $m::tile::<false, false, false, $lanes>(t, nr),
             }
         };

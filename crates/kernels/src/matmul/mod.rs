@@ -12,23 +12,29 @@
 //!   W from memory;
 //! - output panels are spread over the persistent `ThreadPool`.
 //!
-//! Every weight type maps onto one of four packed layouts (see `ggml` for the mapping):
-//! Q4_1, Q4_0 and Q4_K keep 4-bit codes with per-32 scale and min; Q8_0 and Q6_K become
-//! 8-bit codes. F32/F16/BF16 use a dense FMA kernel.
+//! Every quantized type keeps its exact bits and scales, only rearranged so one load serves
+//! 16 output rows: Q4_0, Q4_1 and Q8_0 in the 32-block panel layout (`packed`, whose
+//! kernels can also sum in ggml's lane order for llama.cpp's bits), Q5_0, Q5_1, IQ4_NL and
+//! the K-quants Q2_K … Q6_K and IQ4_XS in the superblock layout (`sb_format`), whose bytes
+//! equal the GGUF tensor's. F32/F16/BF16 use a dense FMA kernel.
 
 mod dense;
 mod ggml;
 mod kernel;
 mod packed;
+mod sb_format;
+mod sb_kernel;
+mod sb_lanes;
 
 pub use kernel::Sums;
 
 use crate::cpu::{self, Isa};
 use crate::pool::{SendPtr, ThreadPool};
-use crate::quant_act::QuantizedActs;
+use crate::quant_act::{ExtraSums, QuantizedActs};
 use ggml::SubBlock;
 use half::{bf16, f16};
 use packed::{Layout, Packed, PANEL};
+use sb_format::{SbPacked, SbType};
 use std::cell::RefCell;
 
 /// ggml tensor types folio can multiply with.
@@ -41,8 +47,15 @@ pub enum WeightType {
     Q4_0,
     Q4_1,
     Q8_0,
+    Q5_0,
+    Q5_1,
+    IQ4_NL,
+    Q2_K,
+    Q3_K,
     Q4_K,
+    Q5_K,
     Q6_K,
+    IQ4_XS,
 }
 
 impl WeightType {
@@ -54,9 +67,49 @@ impl WeightType {
             WeightType::Q4_0 => (32, 18),
             WeightType::Q4_1 => (32, 20),
             WeightType::Q8_0 => (32, 34),
-            WeightType::Q4_K => (256, 144),
-            WeightType::Q6_K => (256, 210),
+            other => {
+                let d = other
+                    .sb_type()
+                    .expect("legacy and dense types matched above")
+                    .desc();
+                (d.sb, d.ggml_bytes)
+            }
         }
+    }
+
+    /// Every type, in ggml's id order.
+    pub const ALL: [WeightType; 15] = [
+        WeightType::F32,
+        WeightType::F16,
+        WeightType::Q4_0,
+        WeightType::Q4_1,
+        WeightType::Q5_0,
+        WeightType::Q5_1,
+        WeightType::Q8_0,
+        WeightType::Q2_K,
+        WeightType::Q3_K,
+        WeightType::Q4_K,
+        WeightType::Q5_K,
+        WeightType::Q6_K,
+        WeightType::IQ4_NL,
+        WeightType::IQ4_XS,
+        WeightType::BF16,
+    ];
+
+    /// The superblock-layout type, for the types stored that way.
+    fn sb_type(self) -> Option<SbType> {
+        Some(match self {
+            WeightType::Q5_0 => SbType::Q5_0,
+            WeightType::Q5_1 => SbType::Q5_1,
+            WeightType::IQ4_NL => SbType::IQ4_NL,
+            WeightType::Q2_K => SbType::Q2_K,
+            WeightType::Q3_K => SbType::Q3_K,
+            WeightType::Q4_K => SbType::Q4_K,
+            WeightType::Q5_K => SbType::Q5_K,
+            WeightType::Q6_K => SbType::Q6_K,
+            WeightType::IQ4_XS => SbType::IQ4_XS,
+            _ => return None,
+        })
     }
 
     /// Bytes of a `rows x cols` tensor in ggml layout (`None` if cols is not a whole
@@ -105,8 +158,12 @@ pub const MAX_DIM: usize = 1 << 24;
 
 enum Storage {
     Packed(Packed),
+    Super(SbPacked),
     F32(Vec<f32>),
     F16(Vec<f16>),
+    /// Row blocks of different types stacked (a fused Q/K/V whose V is Q6_K while Q and K
+    /// are Q4_K, as Q4_K_M files have): `(first row, part)`, each part written in place.
+    Stack(Vec<(usize, QMatrix)>),
 }
 
 /// A weight matrix `W[rows = out features][cols = in features]`, repacked at load time
@@ -209,19 +266,11 @@ impl QMatrix {
                     per_block(row(r), 34, o, ggml::decode_q8_0)
                 }))
             }
-            WeightType::Q4_K => {
-                Storage::Packed(Packed::build(Layout::Q4MinF32, rows, nb, |r, o| {
-                    for (blk, out) in row(r).chunks_exact(144).zip(o.chunks_exact_mut(8)) {
-                        ggml::decode_q4_k(blk, out);
-                    }
-                }))
-            }
-            WeightType::Q6_K => {
-                Storage::Packed(Packed::build(Layout::Q8SymF16, rows, nb, |r, o| {
-                    for (blk, out) in row(r).chunks_exact(210).zip(o.chunks_exact_mut(8)) {
-                        ggml::decode_q6_k(blk, out);
-                    }
-                }))
+            other => {
+                let ty = other
+                    .sb_type()
+                    .expect("every other type has a superblock layout");
+                Storage::Super(SbPacked::build(ty, rows, cols, row))
             }
         };
         Ok(QMatrix {
@@ -236,6 +285,43 @@ impl QMatrix {
     /// How the quantized kernels accumulate (see [`Sums`]); dense matrices ignore it.
     pub fn set_sums(&mut self, sums: Sums) {
         self.sums = sums;
+        if let Storage::Stack(parts) = &mut self.data {
+            for (_, m) in parts {
+                m.set_sums(sums);
+            }
+        }
+    }
+
+    /// Stacks matrices with the same `cols` (of any types) into one: rows of the first,
+    /// then of the second, …; one call computes them all, each part with its own kernel.
+    pub fn stack(parts: Vec<QMatrix>) -> Result<QMatrix, KernelError> {
+        let first = parts.first().ok_or(KernelError::TooSmall {
+            field: "parts",
+            min: 1,
+            value: 0,
+        })?;
+        let (cols, ty, sums) = (first.cols, first.ty, first.sums);
+        let mut at = Vec::with_capacity(parts.len());
+        let mut rows = 0;
+        for m in parts {
+            if m.cols != cols {
+                return Err(KernelError::WrongLength {
+                    field: "cols of a stacked part",
+                    expected: cols,
+                    value: m.cols,
+                });
+            }
+            let r = m.rows;
+            at.push((rows, m));
+            rows += r;
+        }
+        Ok(QMatrix {
+            ty,
+            rows,
+            cols,
+            data: Storage::Stack(at),
+            sums,
+        })
     }
 
     /// The accumulation form in use.
@@ -262,6 +348,8 @@ impl QMatrix {
     pub fn weight_bytes(&self) -> usize {
         match &self.data {
             Storage::Packed(p) => p.bytes().len(),
+            Storage::Super(p) => p.bytes().len(),
+            Storage::Stack(parts) => parts.iter().map(|(_, m)| m.weight_bytes()).sum(),
             Storage::F32(v) => v.len() * 4,
             Storage::F16(v) => v.len() * 2,
         }
@@ -294,27 +382,86 @@ impl QMatrix {
         if n == 0 {
             return;
         }
-        let isa = isa.clamp();
-        let outp = SendPtr(out.as_mut_ptr());
+        self.matmul_raw(
+            isa.clamp(),
+            x,
+            n,
+            SendPtr(out.as_mut_ptr()),
+            self.rows,
+            pool,
+        );
+    }
+
+    /// The matmul into `out`, whose activation row b starts `b * ostride` floats further.
+    fn matmul_raw(
+        &self,
+        isa: Isa,
+        x: &[f32],
+        n: usize,
+        outp: SendPtr<f32>,
+        ostride: usize,
+        pool: &ThreadPool,
+    ) {
+        // The quantized AVX-512 kernels need VNNI; without it the AVX2 ones run.
+        let qisa = if isa == Isa::Avx512 && !cpu::has_vnni512() {
+            Isa::Avx2
+        } else {
+            isa
+        };
+        let with_acts = |f: &dyn Fn(&mut QuantizedActs)| {
+            ACTS.with(|cell| match cell.try_borrow_mut() {
+                Ok(mut acts) => f(&mut acts),
+                // Re-entered on this thread (a matmul inside a pool task): a fresh buffer.
+                Err(_) => f(&mut QuantizedActs::new()),
+            })
+        };
         match &self.data {
             Storage::Packed(p) => {
-                let isa = if isa == Isa::Avx512 && !cpu::has_vnni512() {
-                    Isa::Avx2
-                } else {
-                    isa
-                };
-                ACTS.with(|cell| match cell.try_borrow_mut() {
-                    Ok(mut acts) => self.packed_matmul(p, isa, x, n, outp, pool, &mut acts),
-                    // Re-entered on this thread (a matmul inside a pool task): use a fresh buffer.
-                    Err(_) => {
-                        let mut acts = QuantizedActs::new();
-                        self.packed_matmul(p, isa, x, n, outp, pool, &mut acts)
-                    }
-                });
+                with_acts(&|acts| self.packed_matmul(p, qisa, x, n, outp, ostride, pool, acts))
             }
-            Storage::F32(w) => self.dense_matmul(w, isa, x, n, outp, pool),
-            Storage::F16(w) => self.dense_matmul(w, isa, x, n, outp, pool),
+            Storage::Super(p) => {
+                with_acts(&|acts| self.super_matmul(p, qisa, x, n, outp, ostride, pool, acts))
+            }
+            Storage::F32(w) => self.dense_matmul(w, isa, x, n, outp, ostride, pool),
+            Storage::F16(w) => self.dense_matmul(w, isa, x, n, outp, ostride, pool),
+            Storage::Stack(parts) => {
+                for (r0, part) in parts {
+                    // SAFETY: the part's rows r0..r0+part.rows lie inside every output row.
+                    let o = SendPtr(unsafe { outp.get().add(*r0) });
+                    part.matmul_raw(isa, x, n, o, ostride, pool);
+                }
+            }
         }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn super_matmul(
+        &self,
+        p: &SbPacked,
+        isa: Isa,
+        x: &[f32],
+        n: usize,
+        out: SendPtr<f32>,
+        ostride: usize,
+        pool: &ThreadPool,
+        acts: &mut QuantizedActs,
+    ) {
+        let extra = ExtraSums {
+            groups: false,
+            halves: p.ty.desc().sub16,
+        };
+        acts.quantize(isa, x, n, self.cols, extra, pool);
+        let acts = &*acts;
+        let (n_tasks, per) = split(p.panels, pool.n_threads(), n);
+        let rows = self.rows;
+        pool.run(n_tasks, &|t| {
+            let p0 = (t * per).min(p.panels);
+            let p1 = ((t + 1) * per).min(p.panels);
+            // SAFETY: task t owns panels p0..p1, i.e. output rows disjoint from other tasks;
+            // `out` has n * rows floats (checked above) and outlives `run`; the 16-sums were
+            // computed for the types that read them.
+            unsafe { sb_kernel::run_panels(isa, p, p0, p1, acts, rows, ostride, out.get()) };
+        });
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -325,12 +472,17 @@ impl QMatrix {
         x: &[f32],
         n: usize,
         out: SendPtr<f32>,
+        ostride: usize,
         pool: &ThreadPool,
         acts: &mut QuantizedActs,
     ) {
         // Group sums feed only the offset term of symmetric layouts in ggml's lane order.
         let groups = self.sums == Sums::Ggml && !p.layout.stored_min();
-        acts.quantize(isa, x, n, self.cols, groups, pool);
+        let extra = ExtraSums {
+            groups,
+            halves: false,
+        };
+        acts.quantize(isa, x, n, self.cols, extra, pool);
         let acts = &*acts;
         let (n_tasks, per) = split(p.panels, pool.n_threads(), n);
         let (rows, sums) = (self.rows, self.sums);
@@ -339,10 +491,11 @@ impl QMatrix {
             let p1 = ((t + 1) * per).min(p.panels);
             // SAFETY: task t owns panels p0..p1, i.e. output rows disjoint from other tasks;
             // `out` has n * rows floats (checked above) and outlives `run`.
-            unsafe { kernel::run_panels(isa, sums, p, p0, p1, acts, rows, out.get()) };
+            unsafe { kernel::run_panels(isa, sums, p, p0, p1, acts, rows, ostride, out.get()) };
         });
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn dense_matmul<T: dense::DenseElem>(
         &self,
         w: &[T],
@@ -350,6 +503,7 @@ impl QMatrix {
         x: &[f32],
         n: usize,
         out: SendPtr<f32>,
+        ostride: usize,
         pool: &ThreadPool,
     ) {
         let (rows, cols) = (self.rows, self.cols);
@@ -359,12 +513,12 @@ impl QMatrix {
             let r0 = (t * per * PANEL).min(rows);
             let r1 = ((t + 1) * per * PANEL).min(rows);
             // SAFETY: task t owns rows r0..r1 of every output row; sizes checked above.
-            unsafe { dense::run_rows(isa, w, cols, rows, r0, r1, x, n, out.get()) };
+            unsafe { dense::run_rows(isa, w, cols, ostride, r0, r1, x, n, out.get()) };
         });
     }
 
-    /// Dequantizes row `r` into `out` (`cols` values): the embedding lookup.
-    /// For Q6_K this returns the requantized values the kernel uses (see `ggml`).
+    /// Dequantizes row `r` into `out` (`cols` values): the embedding lookup, exactly the
+    /// values ggml's dequantization gives.
     ///
     /// # Panics
     /// If `r >= rows` or `out.len() != cols`.
@@ -379,6 +533,15 @@ impl QMatrix {
         let c = self.cols;
         match &self.data {
             Storage::Packed(p) => p.row_f32(r, out),
+            Storage::Super(p) => p.row_f32(r, out),
+            Storage::Stack(parts) => {
+                let (r0, m) = parts
+                    .iter()
+                    .rev()
+                    .find(|(r0, _)| *r0 <= r)
+                    .expect("parts start at row 0");
+                m.row_f32(r - r0, out)
+            }
             Storage::F32(w) => out.copy_from_slice(&w[r * c..(r + 1) * c]),
             Storage::F16(w) => {
                 for (o, v) in out.iter_mut().zip(&w[r * c..(r + 1) * c]) {

@@ -25,9 +25,7 @@ pub(crate) enum Layout {
     Q4MinF16,
     /// 4-bit codes, f16 d, min implicit `-8 d` (Q4_0).
     Q4SymF16,
-    /// 4-bit codes, f32 d and m (Q4_K: `d * sc` does not fit f16 exactly).
-    Q4MinF32,
-    /// 8-bit codes `q + 128`, f16 d, min implicit `-128 d` (Q8_0, requantized Q6_K).
+    /// 8-bit codes `q + 128`, f16 d, min implicit `-128 d` (Q8_0).
     Q8SymF16,
 }
 
@@ -35,11 +33,12 @@ impl Layout {
     pub fn code4(self) -> bool {
         !matches!(self, Layout::Q8SymF16)
     }
+    /// Scales stored as f32 (none of the legacy types; the kernels keep the form).
     pub fn f32_scales(self) -> bool {
-        matches!(self, Layout::Q4MinF32)
+        false
     }
     pub fn stored_min(self) -> bool {
-        matches!(self, Layout::Q4MinF16 | Layout::Q4MinF32)
+        matches!(self, Layout::Q4MinF16)
     }
     /// Code offset of the symmetric forms: `w = d * (u - offset)`.
     pub fn offset(self) -> i32 {

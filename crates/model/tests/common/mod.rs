@@ -45,6 +45,11 @@ pub fn rel_err(a: &[f32], b: &[f32]) -> f32 {
 /// with per-head Q/K norms) with every matrix stored as `ty`; llama ties its head to the
 /// embedding, the Qwen shapes have their own (both paths covered).
 pub fn build(sh: &Shape, arch: &str, ty: GgmlType, seed: u64) -> Vec<u8> {
+    build_with(sh, arch, &|_| ty, seed)
+}
+
+/// [`build`] with each matrix's type chosen by its tensor name (mixed-type files).
+pub fn build_with(sh: &Shape, arch: &str, ty_of: &dyn Fn(&str) -> GgmlType, seed: u64) -> Vec<u8> {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut w = GgufWriter::new();
     w.add_metadata("general.architecture", Value::String(arch.into()));
@@ -65,7 +70,7 @@ pub fn build(sh: &Shape, arch: &str, ty: GgmlType, seed: u64) -> Vec<u8> {
     let mat =
         |w: &mut GgufWriter, rng: &mut StdRng, name: &str, cols: usize, rows: usize, scale: f32| {
             let v = randn(rng, cols * rows, scale);
-            w.add_tensor_f32(name, &[cols as u64, rows as u64], ty, &v)
+            w.add_tensor_f32(name, &[cols as u64, rows as u64], ty_of(name), &v)
                 .expect("quantize");
         };
     let vec_ =

@@ -1,0 +1,463 @@
+//! The *superblock* panel layout: ggml's Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K
+//! and IQ4_XS blocks with their exact bits and scales, only rearranged so that one 64-byte
+//! load serves 16 output rows.
+//!
+//! NOTE: hand-written rather than taken from ggml's CPU "repack" types because those keep
+//! ggml's own order of activations (q8_K, 256 per scale) and folio quantizes activations per
+//! 32 (one format shared by every weight type and the attention kernels); the idea (rows
+//! interleaved per block, scales kept in their packed bit form) is the same as ggml's
+//! `block_q4_Kx8` and ik_llama.cpp's `_R4`/`_R8` types.
+//!
+//! Rows are grouped into panels of 16. A panel is its row blocks' *superblocks* (one ggml
+//! block: 32 values for the legacy types, 256 for K-quants and IQ4_XS) one after another:
+//! ```text
+//! superblock: [header: each field as a plane of 16 rows][codes of 32-block 0]…[codes of 32-block S-1]
+//! field plane: 16 x (2 or 4) bytes, row r at r * width (f16 scales, packed scale words)
+//! codes:       a lo-bit plane (b = 2, 4 bits) then an optional hi-bit plane (1 or 2 bits)
+//! b-bit plane: b vectors of 64 bytes; vector i, byte r*4 + c holds at bits t*b..(t+1)*b
+//!              the code of row r, k = 4 (i * 8/b + t) + c            (t in 0..8/b)
+//! ```
+//! so each `(vector, shift)` pair unpacks to the `u8` operand of one `vpdpbusd`: 16 rows x 4
+//! consecutive k. A code is `lo | hi << b`; IQ4 codes index ggml's non-linear table.
+//! Header words are the ggml block's scale bytes read as little-endian u32 (or u16), so the
+//! byte count equals the GGUF tensor's: the kernels unpack the 6-bit scales with shifts on
+//! all 16 rows at once (see `sb_lanes`).
+
+use half::f16;
+
+/// Rows per panel (as the legacy layout: one 512-bit register of i32 / f32).
+pub(crate) const PANEL: usize = 16;
+
+/// ggml's IQ4_NL / IQ4_XS value table (`kvalues_iq4nl`).
+pub(crate) const IQ4_VALUES: [i8; 16] = [
+    -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
+];
+
+/// The types stored in the superblock layout (ids as const generic parameters).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[allow(non_camel_case_types)] // ggml's names
+#[repr(u8)]
+pub(crate) enum SbType {
+    Q5_0 = 0,
+    Q5_1 = 1,
+    IQ4_NL = 2,
+    Q2_K = 3,
+    Q3_K = 4,
+    Q4_K = 5,
+    Q5_K = 6,
+    Q6_K = 7,
+    IQ4_XS = 8,
+}
+
+/// How a type's minimum enters the dot product.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum MinKind {
+    /// Symmetric (an offset on the codes, or none).
+    None,
+    /// A float `m` per 32 values times the activation block's `d * isum` (Q5_1, Q4_K, Q5_K).
+    Float,
+    /// Integer mins per 16 values times the activation 16-sums, scaled by `dmin` (Q2_K).
+    Int16,
+}
+
+/// Everything the packer and the kernels need to know about a type, as constants.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Desc {
+    /// Values per superblock (one ggml block).
+    pub sb: usize,
+    /// Bytes of one ggml block.
+    pub ggml_bytes: usize,
+    /// Header fields per row, in bytes (2 or 4).
+    pub fields: [usize; 6],
+    pub n_fields: usize,
+    /// Bits of the low and high code planes.
+    pub lo: u32,
+    pub hi: u32,
+    /// Codes index [`IQ4_VALUES`].
+    pub lut: bool,
+    /// Integer sub-scales per 16 values (else one float scale per 32).
+    pub sub16: bool,
+    /// Subtracted from each (unsigned, table-applied) code: `w ∝ u - offset`.
+    pub offset: i32,
+    pub min: MinKind,
+}
+
+impl Desc {
+    /// 32-blocks per superblock.
+    pub const fn subs(&self) -> usize {
+        self.sb / 32
+    }
+    /// Header bytes of one superblock (16 rows).
+    pub const fn header_bytes(&self) -> usize {
+        let mut s = 0;
+        let mut i = 0;
+        while i < self.n_fields {
+            s += self.fields[i];
+            i += 1;
+        }
+        s * PANEL
+    }
+    /// Offset of field `i`'s plane in the header.
+    pub const fn field_off(&self, i: usize) -> usize {
+        let mut s = 0;
+        let mut j = 0;
+        while j < i {
+            s += self.fields[j];
+            j += 1;
+        }
+        s * PANEL
+    }
+    /// Code bytes of one 32-block (16 rows).
+    pub const fn code_bytes(&self) -> usize {
+        64 * (self.lo + self.hi) as usize
+    }
+    /// Bytes of one superblock of a panel: exactly 16 ggml blocks.
+    pub const fn sb_bytes(&self) -> usize {
+        self.header_bytes() + self.subs() * self.code_bytes()
+    }
+}
+
+impl SbType {
+    pub const fn from_id(id: u8) -> SbType {
+        match id {
+            0 => SbType::Q5_0,
+            1 => SbType::Q5_1,
+            2 => SbType::IQ4_NL,
+            3 => SbType::Q2_K,
+            4 => SbType::Q3_K,
+            5 => SbType::Q4_K,
+            6 => SbType::Q5_K,
+            7 => SbType::Q6_K,
+            _ => SbType::IQ4_XS,
+        }
+    }
+
+    pub const fn desc(self) -> Desc {
+        #[allow(clippy::too_many_arguments)] // one row of the table below
+        const fn d(
+            sb: usize,
+            ggml_bytes: usize,
+            f: &[usize],
+            lo: u32,
+            hi: u32,
+            lut: bool,
+            sub16: bool,
+            offset: i32,
+            min: MinKind,
+        ) -> Desc {
+            let mut fields = [0; 6];
+            let mut i = 0;
+            while i < f.len() {
+                fields[i] = f[i];
+                i += 1;
+            }
+            Desc {
+                sb,
+                ggml_bytes,
+                fields,
+                n_fields: f.len(),
+                lo,
+                hi,
+                lut,
+                sub16,
+                offset,
+                min,
+            }
+        }
+        use MinKind::*;
+        match self {
+            SbType::Q5_0 => d(32, 22, &[2], 4, 1, false, false, 16, None),
+            SbType::Q5_1 => d(32, 24, &[2, 2], 4, 1, false, false, 0, Float),
+            SbType::IQ4_NL => d(32, 18, &[2], 4, 0, true, false, 128, None),
+            SbType::Q2_K => d(256, 84, &[2, 2, 4, 4, 4, 4], 2, 0, false, true, 0, Int16),
+            SbType::Q3_K => d(256, 110, &[2, 4, 4, 4], 2, 1, false, true, 4, None),
+            SbType::Q4_K => d(256, 144, &[2, 2, 4, 4, 4], 4, 0, false, false, 0, Float),
+            SbType::Q5_K => d(256, 176, &[2, 2, 4, 4, 4], 4, 1, false, false, 0, Float),
+            SbType::Q6_K => d(256, 210, &[2, 4, 4, 4, 4], 4, 2, false, true, 32, None),
+            SbType::IQ4_XS => d(256, 136, &[2, 2, 4], 4, 0, true, false, 128, None),
+        }
+    }
+}
+
+fn u16_at(b: &[u8], i: usize) -> u32 {
+    u16::from_le_bytes([b[i], b[i + 1]]) as u32
+}
+
+fn u32_at(b: &[u8], i: usize) -> u32 {
+    u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]])
+}
+
+/// Splits one ggml block into its header field values (raw bits) and its `sb` codes in
+/// column order (`lo | hi << lo_bits`, before the IQ4 table).
+pub(crate) fn split_block(ty: SbType, b: &[u8], fields: &mut [u32], u: &mut [u8]) {
+    match ty {
+        SbType::Q5_0 | SbType::Q5_1 => {
+            let (qh, qs) = if ty == SbType::Q5_0 {
+                fields[0] = u16_at(b, 0);
+                (u32_at(b, 2), &b[6..22])
+            } else {
+                fields[0] = u16_at(b, 0);
+                fields[1] = u16_at(b, 2);
+                (u32_at(b, 4), &b[8..24])
+            };
+            for j in 0..16 {
+                u[j] = (qs[j] & 15) | ((((qh >> j) & 1) as u8) << 4);
+                u[j + 16] = (qs[j] >> 4) | ((((qh >> (j + 16)) & 1) as u8) << 4);
+            }
+        }
+        SbType::IQ4_NL => {
+            fields[0] = u16_at(b, 0);
+            for j in 0..16 {
+                u[j] = b[2 + j] & 15;
+                u[j + 16] = b[2 + j] >> 4;
+            }
+        }
+        SbType::Q4_K | SbType::Q5_K => {
+            fields[0] = u16_at(b, 0);
+            fields[1] = u16_at(b, 2);
+            for w in 0..3 {
+                fields[2 + w] = u32_at(b, 4 + 4 * w);
+            }
+            let (qh, qs) = if ty == SbType::Q4_K {
+                (None, &b[16..144])
+            } else {
+                (Some(&b[16..48]), &b[48..176])
+            };
+            for j in 0..4 {
+                for l in 0..32 {
+                    let q = qs[32 * j + l];
+                    let (h0, h1) = match qh {
+                        Some(h) => ((h[l] >> (2 * j)) & 1, (h[l] >> (2 * j + 1)) & 1),
+                        None => (0, 0),
+                    };
+                    u[64 * j + l] = (q & 15) | (h0 << 4);
+                    u[64 * j + 32 + l] = (q >> 4) | (h1 << 4);
+                }
+            }
+        }
+        SbType::Q6_K => {
+            let (ql, qh) = (&b[0..128], &b[128..192]);
+            fields[0] = u16_at(b, 208);
+            for w in 0..4 {
+                fields[1 + w] = u32_at(b, 192 + 4 * w);
+            }
+            for h in 0..2 {
+                let (ql, qh, u) = (&ql[64 * h..], &qh[32 * h..], &mut u[128 * h..]);
+                for l in 0..32 {
+                    u[l] = (ql[l] & 15) | ((qh[l] & 3) << 4);
+                    u[l + 32] = (ql[l + 32] & 15) | (((qh[l] >> 2) & 3) << 4);
+                    u[l + 64] = (ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4);
+                    u[l + 96] = (ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4);
+                }
+            }
+        }
+        SbType::Q3_K => {
+            let (hm, qs) = (&b[0..32], &b[32..96]);
+            fields[0] = u16_at(b, 108);
+            for w in 0..3 {
+                fields[1 + w] = u32_at(b, 96 + 4 * w);
+            }
+            for n in 0..2 {
+                for j in 0..4 {
+                    for l in 0..32 {
+                        let lo = (qs[32 * n + l] >> (2 * j)) & 3;
+                        let hb = (hm[l] >> (4 * n + j)) & 1;
+                        u[128 * n + 32 * j + l] = lo | (hb << 2);
+                    }
+                }
+            }
+        }
+        SbType::Q2_K => {
+            let qs = &b[16..80];
+            fields[0] = u16_at(b, 80);
+            fields[1] = u16_at(b, 82);
+            for w in 0..4 {
+                fields[2 + w] = u32_at(b, 4 * w);
+            }
+            for n in 0..2 {
+                for j in 0..4 {
+                    for l in 0..32 {
+                        u[128 * n + 32 * j + l] = (qs[32 * n + l] >> (2 * j)) & 3;
+                    }
+                }
+            }
+        }
+        SbType::IQ4_XS => {
+            fields[0] = u16_at(b, 0);
+            fields[1] = u16_at(b, 2);
+            fields[2] = u32_at(b, 4);
+            for ib in 0..8 {
+                for j in 0..16 {
+                    let q = b[8 + 16 * ib + j];
+                    u[32 * ib + j] = q & 15;
+                    u[32 * ib + 16 + j] = q >> 4;
+                }
+            }
+        }
+    }
+}
+
+/// Writes the codes `u` (32 values per row, 16 rows) of one 32-block into `out`
+/// (`desc.code_bytes()` bytes) as the module doc lays them out.
+fn write_codes(desc: &Desc, u: impl Fn(usize, usize) -> u8, out: &mut [u8]) {
+    out.fill(0);
+    let plane = |bits: u32, shift: u32, out: &mut [u8]| {
+        let per = 8 / bits as usize;
+        let mask = ((1u32 << bits) - 1) as u8;
+        for r in 0..PANEL {
+            for k in 0..32 {
+                let (g, c) = (k / 4, k % 4);
+                let (i, t) = (g / per, g % per);
+                let v = (u(r, k) >> shift) & mask;
+                out[i * 64 + r * 4 + c] |= v << (t as u32 * bits);
+            }
+        }
+    };
+    let lo_bytes = 64 * desc.lo as usize;
+    plane(desc.lo, 0, &mut out[..lo_bytes]);
+    if desc.hi > 0 {
+        plane(desc.hi, desc.lo, &mut out[lo_bytes..]);
+    }
+}
+
+/// Code of row `r`, column `k` (0..32) of a packed 32-block, table applied for IQ4
+/// (`kv + 128`), so `w ∝ code - desc.offset`.
+pub(crate) fn code(desc: &Desc, blk: &[u8], r: usize, k: usize) -> i32 {
+    let read = |bits: u32, base: usize| {
+        let per = 8 / bits as usize;
+        let (g, c) = (k / 4, k % 4);
+        let (i, t) = (g / per, g % per);
+        (blk[base + i * 64 + r * 4 + c] >> (t as u32 * bits)) & ((1u32 << bits) - 1) as u8
+    };
+    let mut v = read(desc.lo, 0);
+    if desc.hi > 0 {
+        v |= read(desc.hi, 64 * desc.lo as usize) << desc.lo;
+    }
+    if desc.lut {
+        IQ4_VALUES[v as usize] as i32 + 128
+    } else {
+        v as i32
+    }
+}
+
+/// 64-byte aligned storage so no code load splits a cache line.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Line([u8; 64]);
+
+/// A whole matrix in the superblock panel layout.
+pub(crate) struct SbPacked {
+    pub ty: SbType,
+    /// 32-column blocks per row.
+    pub nb: usize,
+    pub panels: usize,
+    lines: Vec<Line>,
+}
+
+impl SbPacked {
+    /// Repacks `rows` rows of ggml blocks (`row(r)` gives row r's bytes).
+    pub fn build<'a>(
+        ty: SbType,
+        rows: usize,
+        cols: usize,
+        row: impl Fn(usize) -> &'a [u8],
+    ) -> SbPacked {
+        let desc = ty.desc();
+        let nsb = cols / desc.sb;
+        let panels = rows.div_ceil(PANEL);
+        let total = panels * nsb * desc.sb_bytes();
+        let mut lines = vec![Line([0; 64]); total.div_ceil(64)];
+        // SAFETY: Line is plain bytes; the slice covers exactly the allocation's prefix.
+        let bytes = unsafe { std::slice::from_raw_parts_mut(lines.as_mut_ptr() as *mut u8, total) };
+        let mut fields = vec![[0u32; 6]; PANEL];
+        let mut codes = vec![0u8; PANEL * desc.sb];
+        for p in 0..panels {
+            for s in 0..nsb {
+                for r in 0..PANEL {
+                    let rr = p * PANEL + r;
+                    if rr < rows {
+                        let blk = &row(rr)[s * desc.ggml_bytes..(s + 1) * desc.ggml_bytes];
+                        split_block(
+                            ty,
+                            blk,
+                            &mut fields[r],
+                            &mut codes[r * desc.sb..(r + 1) * desc.sb],
+                        );
+                    } else {
+                        // Padding rows: zero scales, zero codes (their outputs are never stored).
+                        fields[r] = [0; 6];
+                        codes[r * desc.sb..(r + 1) * desc.sb].fill(0);
+                    }
+                }
+                let sbb = &mut bytes[(p * nsb + s) * desc.sb_bytes()..][..desc.sb_bytes()];
+                for f in 0..desc.n_fields {
+                    let w = desc.fields[f];
+                    let off = desc.field_off(f);
+                    for (r, fr) in fields.iter().enumerate() {
+                        let v = fr[f].to_le_bytes();
+                        sbb[off + r * w..off + (r + 1) * w].copy_from_slice(&v[..w]);
+                    }
+                }
+                let hb = desc.header_bytes();
+                for sub in 0..desc.subs() {
+                    let out = &mut sbb[hb + sub * desc.code_bytes()..][..desc.code_bytes()];
+                    write_codes(&desc, |r, k| codes[r * desc.sb + sub * 32 + k], out);
+                }
+            }
+        }
+        SbPacked {
+            ty,
+            nb: cols / 32,
+            panels,
+            lines,
+        }
+    }
+
+    pub fn bytes(&self) -> &[u8] {
+        let d = self.ty.desc();
+        let total = self.panels * (self.nb * 32 / d.sb) * d.sb_bytes();
+        // SAFETY: as in build.
+        unsafe { std::slice::from_raw_parts(self.lines.as_ptr() as *const u8, total) }
+    }
+
+    /// Dequantizes row `row` into `out` (`nb * 32` values) exactly as ggml's
+    /// `dequantize_row_*` does (same operations, same order).
+    pub fn row_f32(&self, row: usize, out: &mut [f32]) {
+        use super::sb_lanes::{header, scales, One};
+        let desc = self.ty.desc();
+        let (p, r) = (row / PANEL, row % PANEL);
+        let nsb = self.nb * 32 / desc.sb;
+        let bytes = self.bytes();
+        for s in 0..nsb {
+            let sbb = &bytes[(p * nsb + s) * desc.sb_bytes()..][..desc.sb_bytes()];
+            // SAFETY: the pointer addresses this superblock's header; `One` reads row r only.
+            let h = unsafe { header::<One>(self.ty, sbb.as_ptr(), r) };
+            for sub in 0..desc.subs() {
+                let sc = scales::<One>(self.ty, &h, sub);
+                let blk = &sbb[desc.header_bytes() + sub * desc.code_bytes()..];
+                for k in 0..32 {
+                    let q = (code(&desc, blk, r, k) - desc.offset) as f32;
+                    let y = &mut out[s * desc.sb + sub * 32 + k];
+                    *y = if desc.sub16 {
+                        let hf = k / 16;
+                        let dl = h.d.0 * sc.sc[hf].0 as f32;
+                        match desc.min {
+                            MinKind::Int16 => dl * q - h.f1.0 * sc.mn[hf].0 as f32,
+                            _ => dl * q,
+                        }
+                    } else {
+                        match desc.min {
+                            MinKind::Float => sc.da.0 * q + sc.m.0,
+                            _ => sc.da.0 * q,
+                        }
+                    };
+                }
+            }
+        }
+    }
+}
+
+/// f16 bits -> f32.
+pub(crate) fn f16_bits(v: u32) -> f32 {
+    f16::from_bits(v as u16).to_f32()
+}

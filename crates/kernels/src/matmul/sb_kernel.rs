@@ -1,0 +1,548 @@
+//! The matmul kernels on the superblock layout (see `sb_format`), one per ISA.
+//!
+//! Per 32-block of a row and activation row j (codes `u`, activation codes `x`, scale
+//! `dx`, code sums `X` per 32 and `X0`, `X1` per 16):
+//! ```text
+//! 32-value scales: I = sum_k u[k] x[k] - offset * X                     (int32, exact)
+//!                  acc = fma(f32(I), da * dx, acc);  acc = fma(f32(X), m * dx, acc)  (with mins)
+//! 16-value scales: I = sc0 (D0 - offset X0) + sc1 (D1 - offset X1)      (int32, exact)
+//!                  acc = fma(f32(I), d * dx, acc);  acc = fma(-f32(mn0 X0 + mn1 X1), dmin * dx, acc)
+//! ```
+//! with `da`, `m`, `sc`, `mn` from `sb_lanes::scales`. That is the f32 dot product of the
+//! exactly dequantized weights with the int8 activations, up to float summation order:
+//! the integer part is exact, `da = d * sc` is exact in f32 (an f16 times a 6-bit integer),
+//! so the only roundings are one product and one FMA per block. Every ISA performs the same
+//! f32 operations in the same order, so SIMD results equal the scalar reference bit for bit.
+
+use super::sb_format::{code, MinKind, SbPacked, SbType, PANEL};
+use super::sb_lanes::{header, scales, One};
+use crate::cpu::Isa;
+use crate::quant_act::QuantizedActs;
+
+/// Pointers describing one tile; all derived from checked slices by `run_panels`.
+#[derive(Clone, Copy)]
+pub(crate) struct Tile {
+    /// First superblock of the panel.
+    w: *const u8,
+    /// 32-blocks per row.
+    nb: usize,
+    /// Codes / scales / `isum` / 16-sums of the tile's first activation row.
+    xq: *const i8,
+    xd: *const f32,
+    xi: *const i32,
+    xh: *const i32,
+    /// Output of activation row 0, panel row 0; activation row j is `ostride` further.
+    out: *mut f32,
+    ostride: usize,
+    /// Valid panel rows (the last panel may be partial).
+    valid: usize,
+}
+
+/// Activation rows per pass over a panel (the codes are unpacked once per pass).
+fn tile_rows(isa: Isa) -> usize {
+    match isa {
+        Isa::Avx2 => 4,
+        _ => 8,
+    }
+}
+
+/// Activation rows whose codes stay cache-resident while a task walks its panels.
+const ACT_CHUNK: usize = 32;
+
+/// Computes output rows of panels `p0..p1` for every activation row.
+///
+/// # Safety
+/// `out` must point to `(acts.n() - 1) * ostride + rows` floats, and no other thread may write the
+/// entries of these panels concurrently. `isa` must be supported (VNNI for `Avx512`).
+/// `acts` must hold the 16-sums when the type's scales cover 16 values.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn run_panels(
+    isa: Isa,
+    packed: &SbPacked,
+    p0: usize,
+    p1: usize,
+    acts: &QuantizedActs,
+    rows: usize,
+    ostride: usize,
+    out: *mut f32,
+) {
+    let (nb, ty) = (packed.nb, packed.ty);
+    let desc = ty.desc();
+    let cols = nb * 32;
+    debug_assert_eq!(acts.cols(), cols);
+    let n = acts.n();
+    let panel_bytes = nb / desc.subs() * desc.sb_bytes();
+    let w = packed.bytes().as_ptr();
+    let tr = tile_rows(isa);
+    let (xq, xd, xi) = (acts.codes(), acts.scales(), acts.isums());
+    let xh = if desc.sub16 {
+        acts.half_sums().as_ptr()
+    } else {
+        std::ptr::null()
+    };
+    for a0 in (0..n).step_by(ACT_CHUNK) {
+        let a1 = (a0 + ACT_CHUNK).min(n);
+        for p in p0..p1 {
+            let valid = PANEL.min(rows - p * PANEL);
+            for j0 in (a0..a1).step_by(tr) {
+                let t = Tile {
+                    w: w.add(p * panel_bytes),
+                    nb,
+                    xq: xq.as_ptr().add(j0 * cols),
+                    xd: xd.as_ptr().add(j0 * nb),
+                    xi: xi.as_ptr().add(j0 * nb),
+                    xh: xh.wrapping_add(j0 * nb * 2),
+                    out: out.add(j0 * ostride + p * PANEL),
+                    ostride,
+                    valid,
+                };
+                run_tile(isa, ty, &t, tr.min(a1 - j0));
+            }
+        }
+    }
+}
+
+unsafe fn run_tile(isa: Isa, ty: SbType, t: &Tile, nr: usize) {
+    macro_rules! types {
+        ($m:ident) => {
+            match ty {
+                SbType::Q5_0 => $m::tile::<0>(t, nr),
+                SbType::Q5_1 => $m::tile::<1>(t, nr),
+                SbType::IQ4_NL => $m::tile::<2>(t, nr),
+                SbType::Q2_K => $m::tile::<3>(t, nr),
+                SbType::Q3_K => $m::tile::<4>(t, nr),
+                SbType::Q4_K => $m::tile::<5>(t, nr),
+                SbType::Q5_K => $m::tile::<6>(t, nr),
+                SbType::Q6_K => $m::tile::<7>(t, nr),
+                SbType::IQ4_XS => $m::tile::<8>(t, nr),
+            }
+        };
+    }
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => types!(avx512),
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => types!(avx2),
+        _ => tile_scalar(ty, t, nr),
+    }
+}
+
+/// The reference kernel: the arithmetic of the module doc, one row at a time.
+unsafe fn tile_scalar(ty: SbType, t: &Tile, nr: usize) {
+    let desc = ty.desc();
+    let (subs, sbb, hb, cb) = (
+        desc.subs(),
+        desc.sb_bytes(),
+        desc.header_bytes(),
+        desc.code_bytes(),
+    );
+    let nsb = t.nb / subs;
+    let cols = t.nb * 32;
+    for j in 0..nr {
+        for r in 0..t.valid {
+            let mut acc = 0f32;
+            for s in 0..nsb {
+                let sbp = t.w.add(s * sbb);
+                let h = header::<One>(ty, sbp, r);
+                for sub in 0..subs {
+                    let sc = scales::<One>(ty, &h, sub);
+                    let blk = std::slice::from_raw_parts(sbp.add(hb + sub * cb), cb);
+                    let b = s * subs + sub;
+                    let jb = j * t.nb + b;
+                    let x = std::slice::from_raw_parts(t.xq.add(j * cols + b * 32), 32);
+                    let dx = *t.xd.add(jb);
+                    let dot = |k0: usize| -> i32 {
+                        (k0..k0 + 16)
+                            .map(|k| code(&desc, blk, r, k) * x[k] as i32)
+                            .sum()
+                    };
+                    if desc.sub16 {
+                        let xh = [*t.xh.add(2 * jb), *t.xh.add(2 * jb + 1)];
+                        let mut i = 0i32;
+                        for (hf, xh) in xh.iter().enumerate() {
+                            i += sc.sc[hf].0 * (dot(16 * hf) - desc.offset * xh);
+                        }
+                        acc = (i as f32).mul_add(h.d.0 * dx, acc);
+                        if desc.min == MinKind::Int16 {
+                            let m = sc.mn[0].0 * xh[0] + sc.mn[1].0 * xh[1];
+                            acc = (-(m as f32)).mul_add(h.f1.0 * dx, acc);
+                        }
+                    } else {
+                        let i = dot(0) + dot(16) - desc.offset * *t.xi.add(jb);
+                        acc = (i as f32).mul_add(sc.da.0 * dx, acc);
+                        if desc.min == MinKind::Float {
+                            acc = (*t.xi.add(jb) as f32).mul_add(sc.m.0 * dx, acc);
+                        }
+                    }
+                }
+            }
+            *t.out.add(j * t.ostride + r) = acc;
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use super::super::sb_format::{Desc, MinKind, SbType, IQ4_VALUES};
+    use super::super::sb_lanes::{header, scales, Z};
+    use super::Tile;
+    use std::arch::x86_64::*;
+
+    /// Bytes ahead of the current block to prefetch (a few blocks: DRAM latency / block time).
+    const PREFETCH: usize = 4096;
+
+    pub(super) unsafe fn tile<const T: u8>(t: &Tile, nr: usize) {
+        match nr {
+            1 => tile_n::<T, 1>(t),
+            2 => tile_n::<T, 2>(t),
+            3 => tile_n::<T, 3>(t),
+            4 => tile_n::<T, 4>(t),
+            5 => tile_n::<T, 5>(t),
+            6 => tile_n::<T, 6>(t),
+            7 => tile_n::<T, 7>(t),
+            _ => tile_n::<T, 8>(t),
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn srl16(v: __m512i, n: u32) -> __m512i {
+        _mm512_srl_epi16(v, _mm_cvtsi32_si128(n as i32))
+    }
+
+    #[inline(always)]
+    unsafe fn sll16(v: __m512i, n: u32) -> __m512i {
+        _mm512_sll_epi16(v, _mm_cvtsi32_si128(n as i32))
+    }
+
+    /// The 8 `vpdpbusd` operands (16 rows x 4 k each) of one 32-block's code planes.
+    #[inline(always)]
+    pub(super) unsafe fn unpack(desc: &Desc, p: *const u8, lut: __m512i) -> [__m512i; 8] {
+        let mut u = [_mm512_setzero_si512(); 8];
+        let per = 8 / desc.lo as usize;
+        let lmask = _mm512_set1_epi8(((1u32 << desc.lo) - 1) as i8);
+        for i in 0..desc.lo as usize {
+            let v = _mm512_loadu_si512(p.add(64 * i) as *const _);
+            for t in 0..per {
+                u[i * per + t] = _mm512_and_si512(srl16(v, t as u32 * desc.lo), lmask);
+            }
+        }
+        if desc.hi > 0 {
+            let hp = p.add(64 * desc.lo as usize);
+            let hper = 8 / desc.hi as usize;
+            let hmask = _mm512_set1_epi8((((1u32 << desc.hi) - 1) << desc.lo) as i8);
+            for i in 0..desc.hi as usize {
+                let v = _mm512_loadu_si512(hp.add(64 * i) as *const _);
+                for t in 0..hper {
+                    let shift = t as u32 * desc.hi;
+                    let moved = if shift >= desc.lo {
+                        srl16(v, shift - desc.lo)
+                    } else {
+                        sll16(v, desc.lo - shift)
+                    };
+                    let g = i * hper + t;
+                    u[g] = _mm512_or_si512(u[g], _mm512_and_si512(moved, hmask));
+                }
+            }
+        }
+        if desc.lut {
+            for ug in u.iter_mut() {
+                *ug = _mm512_shuffle_epi8(lut, *ug);
+            }
+        }
+        u
+    }
+
+    /// ggml's IQ4 table as `kv + 128` (unsigned), in every 128-bit lane.
+    #[inline(always)]
+    unsafe fn lut() -> __m512i {
+        let mut b = [0u8; 16];
+        for (o, v) in b.iter_mut().zip(IQ4_VALUES) {
+            *o = (v as i32 + 128) as u8;
+        }
+        _mm512_broadcast_i32x4(_mm_loadu_si128(b.as_ptr() as *const _))
+    }
+
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn tile_n<const T: u8, const NR: usize>(t: &Tile) {
+        let ty = const { SbType::from_id(T) };
+        let desc = const { SbType::from_id(T).desc() };
+        let (subs, sbb, hb, cb) = (
+            desc.subs(),
+            desc.sb_bytes(),
+            desc.header_bytes(),
+            desc.code_bytes(),
+        );
+        let nsb = t.nb / subs;
+        let cols = t.nb * 32;
+        let lut = if desc.lut {
+            lut()
+        } else {
+            _mm512_setzero_si512()
+        };
+        let mut acc = [_mm512_setzero_ps(); NR];
+        for s in 0..nsb {
+            let sbp = t.w.add(s * sbb);
+            // Decode streams weights from DRAM; the hardware prefetcher alone runs dry.
+            for line in (0..sbb).step_by(64) {
+                _mm_prefetch::<_MM_HINT_T0>(sbp.wrapping_add(PREFETCH + line) as *const i8);
+            }
+            let h = header::<Z>(ty, sbp, 0);
+            for sub in 0..subs {
+                let u = unpack(&desc, sbp.add(hb + sub * cb), lut);
+                let sc = scales::<Z>(ty, &h, sub);
+                let b = s * subs + sub;
+                for (j, accj) in acc.iter_mut().enumerate() {
+                    let xp = t.xq.add(j * cols + b * 32) as *const i32;
+                    let jb = j * t.nb + b;
+                    let dx = _mm512_set1_ps(*t.xd.add(jb));
+                    let x = |k: usize| _mm512_set1_epi32(xp.add(k).read_unaligned());
+                    if desc.sub16 {
+                        let mut d0 = _mm512_setzero_si512();
+                        let mut d1 = _mm512_setzero_si512();
+                        for k in 0..4 {
+                            d0 = _mm512_dpbusd_epi32(d0, u[k], x(k));
+                            d1 = _mm512_dpbusd_epi32(d1, u[k + 4], x(k + 4));
+                        }
+                        let (x0, x1) = (*t.xh.add(2 * jb), *t.xh.add(2 * jb + 1));
+                        if desc.offset != 0 {
+                            d0 = _mm512_sub_epi32(d0, _mm512_set1_epi32(desc.offset * x0));
+                            d1 = _mm512_sub_epi32(d1, _mm512_set1_epi32(desc.offset * x1));
+                        }
+                        let i = _mm512_add_epi32(
+                            _mm512_mullo_epi32(sc.sc[0].0, d0),
+                            _mm512_mullo_epi32(sc.sc[1].0, d1),
+                        );
+                        *accj =
+                            _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), _mm512_mul_ps(h.d, dx), *accj);
+                        if desc.min == MinKind::Int16 {
+                            let m = _mm512_add_epi32(
+                                _mm512_mullo_epi32(sc.mn[0].0, _mm512_set1_epi32(x0)),
+                                _mm512_mullo_epi32(sc.mn[1].0, _mm512_set1_epi32(x1)),
+                            );
+                            let md = _mm512_mul_ps(h.f1, dx);
+                            *accj = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(m), md, *accj);
+                        }
+                    } else {
+                        // Two chains of 4 dependent `vpdpbusd` (latency ~5) when few rows
+                        // interleave; integer sums, same result either way.
+                        let mut dp = if NR <= 4 {
+                            let mut e = _mm512_setzero_si512();
+                            let mut o = _mm512_setzero_si512();
+                            for k in 0..4 {
+                                e = _mm512_dpbusd_epi32(e, u[2 * k], x(2 * k));
+                                o = _mm512_dpbusd_epi32(o, u[2 * k + 1], x(2 * k + 1));
+                            }
+                            _mm512_add_epi32(e, o)
+                        } else {
+                            let mut s = _mm512_setzero_si512();
+                            for (k, uk) in u.iter().enumerate() {
+                                s = _mm512_dpbusd_epi32(s, *uk, x(k));
+                            }
+                            s
+                        };
+                        if desc.offset != 0 {
+                            dp = _mm512_sub_epi32(
+                                dp,
+                                _mm512_set1_epi32(desc.offset * *t.xi.add(jb)),
+                            );
+                        }
+                        *accj = _mm512_fmadd_ps(
+                            _mm512_cvtepi32_ps(dp),
+                            _mm512_mul_ps(sc.da, dx),
+                            *accj,
+                        );
+                        if desc.min == MinKind::Float {
+                            let xi = _mm512_set1_ps(*t.xi.add(jb) as f32);
+                            *accj = _mm512_fmadd_ps(xi, _mm512_mul_ps(sc.m, dx), *accj);
+                        }
+                    }
+                }
+            }
+        }
+        let mask: __mmask16 = if t.valid >= 16 {
+            0xffff
+        } else {
+            (1u16 << t.valid) - 1
+        };
+        for (j, a) in acc.iter().enumerate() {
+            _mm512_mask_storeu_ps(t.out.add(j * t.ostride), mask, *a);
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use super::super::sb_format::{MinKind, SbType, IQ4_VALUES};
+    use super::super::sb_lanes::{header, scales, Y};
+    use super::Tile;
+    use std::arch::x86_64::*;
+
+    pub(super) unsafe fn tile<const T: u8>(t: &Tile, nr: usize) {
+        match nr {
+            1 => tile_n::<T, 1>(t),
+            2 => tile_n::<T, 2>(t),
+            3 => tile_n::<T, 3>(t),
+            _ => tile_n::<T, 4>(t),
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn srl16(v: __m256i, n: u32) -> __m256i {
+        _mm256_srl_epi16(v, _mm_cvtsi32_si128(n as i32))
+    }
+
+    #[inline(always)]
+    unsafe fn sll16(v: __m256i, n: u32) -> __m256i {
+        _mm256_sll_epi16(v, _mm_cvtsi32_si128(n as i32))
+    }
+
+    /// Without VNNI: `vpmaddubsw` (u8 x i8 -> i16 pairs, exact for codes below 64:
+    /// 2 * 63 * 127 fits) then `vpmaddwd` give `vpdpbusd`'s 4-value lane sums. IQ4 codes are
+    /// the signed table values instead (sign trick: |w| x sign(x, w)), so their offset is
+    /// already applied; the integer results are the same.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn tile_n<const T: u8, const NR: usize>(t: &Tile) {
+        let ty = const { SbType::from_id(T) };
+        let desc = const { SbType::from_id(T).desc() };
+        let (subs, sbb, hb, cb) = (
+            desc.subs(),
+            desc.sb_bytes(),
+            desc.header_bytes(),
+            desc.code_bytes(),
+        );
+        let nsb = t.nb / subs;
+        let cols = t.nb * 32;
+        let offset = if desc.lut { 0 } else { desc.offset };
+        let lut = {
+            let mut b = [0u8; 16];
+            for (o, v) in b.iter_mut().zip(IQ4_VALUES) {
+                *o = v as u8;
+            }
+            _mm256_broadcastsi128_si256(_mm_loadu_si128(b.as_ptr() as *const _))
+        };
+        let ones = _mm256_set1_epi16(1);
+        let mut acc = [[_mm256_setzero_ps(); NR]; 2];
+        for s in 0..nsb {
+            let sbp = t.w.add(s * sbb);
+            for (hf, acch) in acc.iter_mut().enumerate() {
+                let h = header::<Y>(ty, sbp, 8 * hf);
+                for sub in 0..subs {
+                    let p = sbp.add(hb + sub * cb + 32 * hf);
+                    let mut u = [_mm256_setzero_si256(); 8];
+                    let per = 8 / desc.lo as usize;
+                    let lmask = _mm256_set1_epi8(((1u32 << desc.lo) - 1) as i8);
+                    for i in 0..desc.lo as usize {
+                        let v = _mm256_loadu_si256(p.add(64 * i) as *const _);
+                        for tt in 0..per {
+                            u[i * per + tt] =
+                                _mm256_and_si256(srl16(v, tt as u32 * desc.lo), lmask);
+                        }
+                    }
+                    if desc.hi > 0 {
+                        let hp = p.add(64 * desc.lo as usize);
+                        let hper = 8 / desc.hi as usize;
+                        let hmask = _mm256_set1_epi8((((1u32 << desc.hi) - 1) << desc.lo) as i8);
+                        for i in 0..desc.hi as usize {
+                            let v = _mm256_loadu_si256(hp.add(64 * i) as *const _);
+                            for tt in 0..hper {
+                                let shift = tt as u32 * desc.hi;
+                                let moved = if shift >= desc.lo {
+                                    srl16(v, shift - desc.lo)
+                                } else {
+                                    sll16(v, desc.lo - shift)
+                                };
+                                let g = i * hper + tt;
+                                u[g] = _mm256_or_si256(u[g], _mm256_and_si256(moved, hmask));
+                            }
+                        }
+                    }
+                    let mut a = [_mm256_setzero_si256(); 8];
+                    if desc.lut {
+                        for (ug, ag) in u.iter_mut().zip(a.iter_mut()) {
+                            *ug = _mm256_shuffle_epi8(lut, *ug);
+                            *ag = _mm256_abs_epi8(*ug);
+                        }
+                    }
+                    let sc = scales::<Y>(ty, &h, sub);
+                    let b = s * subs + sub;
+                    for (j, accj) in acch.iter_mut().enumerate() {
+                        let xp = t.xq.add(j * cols + b * 32) as *const i32;
+                        let jb = j * t.nb + b;
+                        let dx = _mm256_set1_ps(*t.xd.add(jb));
+                        let dot4 = |g: usize| {
+                            let x = _mm256_set1_epi32(xp.add(g).read_unaligned());
+                            let q = if desc.lut {
+                                _mm256_maddubs_epi16(a[g], _mm256_sign_epi8(x, u[g]))
+                            } else {
+                                _mm256_maddubs_epi16(u[g], x)
+                            };
+                            _mm256_madd_epi16(q, ones)
+                        };
+                        let mut d0 = dot4(0);
+                        let mut d1 = dot4(4);
+                        for g in 1..4 {
+                            d0 = _mm256_add_epi32(d0, dot4(g));
+                            d1 = _mm256_add_epi32(d1, dot4(g + 4));
+                        }
+                        if desc.sub16 {
+                            let (x0, x1) = (*t.xh.add(2 * jb), *t.xh.add(2 * jb + 1));
+                            if offset != 0 {
+                                d0 = _mm256_sub_epi32(d0, _mm256_set1_epi32(offset * x0));
+                                d1 = _mm256_sub_epi32(d1, _mm256_set1_epi32(offset * x1));
+                            }
+                            let i = _mm256_add_epi32(
+                                _mm256_mullo_epi32(sc.sc[0].0, d0),
+                                _mm256_mullo_epi32(sc.sc[1].0, d1),
+                            );
+                            *accj = _mm256_fmadd_ps(
+                                _mm256_cvtepi32_ps(i),
+                                _mm256_mul_ps(h.d, dx),
+                                *accj,
+                            );
+                            if desc.min == MinKind::Int16 {
+                                let m = _mm256_add_epi32(
+                                    _mm256_mullo_epi32(sc.mn[0].0, _mm256_set1_epi32(x0)),
+                                    _mm256_mullo_epi32(sc.mn[1].0, _mm256_set1_epi32(x1)),
+                                );
+                                let md = _mm256_mul_ps(h.f1, dx);
+                                *accj = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(m), md, *accj);
+                            }
+                        } else {
+                            let mut dp = _mm256_add_epi32(d0, d1);
+                            if offset != 0 {
+                                dp =
+                                    _mm256_sub_epi32(dp, _mm256_set1_epi32(offset * *t.xi.add(jb)));
+                            }
+                            *accj = _mm256_fmadd_ps(
+                                _mm256_cvtepi32_ps(dp),
+                                _mm256_mul_ps(sc.da, dx),
+                                *accj,
+                            );
+                            if desc.min == MinKind::Float {
+                                let xi = _mm256_set1_ps(*t.xi.add(jb) as f32);
+                                *accj = _mm256_fmadd_ps(xi, _mm256_mul_ps(sc.m, dx), *accj);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        for (hf, acch) in acc.iter().enumerate() {
+            let lo = hf * 8;
+            if t.valid <= lo {
+                break;
+            }
+            let n = (t.valid - lo).min(8);
+            for (j, a) in acch.iter().enumerate() {
+                let dst = t.out.add(j * t.ostride + lo);
+                if n == 8 {
+                    _mm256_storeu_ps(dst, *a);
+                } else {
+                    let mut tmp = [0f32; 8];
+                    _mm256_storeu_ps(tmp.as_mut_ptr(), *a);
+                    std::ptr::copy_nonoverlapping(tmp.as_ptr(), dst, n);
+                }
+            }
+        }
+    }
+}
