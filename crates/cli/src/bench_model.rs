@@ -5,6 +5,11 @@
 //! already hold `ctx` tokens of context, all in one forward per step, and report aggregate
 //! tokens/s (median round, as `folio profile` measures it): the figure continuous batching
 //! turns into throughput.
+//!
+//! Each row also says which matmul kernels ran and its memory-bandwidth utilization: weight
+//! bytes the kernels read per step (the packed matrices' real size) times steps per second,
+//! over this machine's DRAM read bandwidth, probed first with a streaming read of a buffer
+//! several times larger than the last-level cache.
 
 use anyhow::Result;
 use folio_bench::profile::rounds::tokens;
@@ -23,6 +28,10 @@ pub struct Row {
     pub tok_s: f64,
     pub weight_bytes_per_step: usize,
     pub weight_gb_s: f64,
+    /// `weight_gb_s` over the probed DRAM read bandwidth.
+    pub mbu: f64,
+    /// The quantized matmul kernels the row ran (`avx512-vnni`, `avx2`, `scalar`).
+    pub kernel: String,
     /// Decode rows: aggregate tok/s over the batch-1 decode row's at the same context (when
     /// the run has one): what batching buys on this machine.
     pub vs_batch_1: Option<f64>,
@@ -70,13 +79,31 @@ pub fn tg(model: &Model, steps: usize, format: KvFormat) -> Result<f64> {
     Ok(t.elapsed().as_secs_f64())
 }
 
+/// The whole report: the bandwidth probe and one row per test.
+#[derive(Serialize)]
+pub struct Report {
+    /// Streaming read bandwidth of this machine's DRAM (GB/s), all pool threads.
+    pub dram_gb_s: f64,
+    /// Bytes of the probe's buffer.
+    pub probe_bytes: usize,
+    pub rows: Vec<Row>,
+}
+
+/// The probe's buffer: 2 GiB, several times any last-level cache of the CPUs folio targets
+/// (this machine's L3 is 480 MiB), so the read comes from DRAM.
+const PROBE_BYTES: usize = 2 << 30;
+
 pub fn run(
     model: &Model,
     quick: bool,
     batches: &[usize],
     decode_only: bool,
     format: KvFormat,
-) -> Result<Vec<Row>> {
+) -> Result<Report> {
+    let threads = ThreadPool::global().n_threads();
+    let dram = folio_bench::profile::probe::read_bandwidth(PROBE_BYTES, threads, 3);
+    let dram_gb_s = dram / 1e9;
+    let kernel = folio_kernels::cpu::matmul_path(folio_kernels::cpu::isa()).to_string();
     let wb = model.weights.bytes_per_step();
     let mut rows = Vec::new();
     let row = |test: &str, batch, context, tokens: usize, seconds: f64, steps: usize| Row {
@@ -88,6 +115,8 @@ pub fn run(
         tok_s: tokens as f64 / seconds,
         weight_bytes_per_step: wb,
         weight_gb_s: wb as f64 * steps as f64 / seconds / 1e9,
+        mbu: wb as f64 * steps as f64 / seconds / dram,
+        kernel: kernel.clone(),
         vs_batch_1: None,
     };
     let reps = if quick { 1 } else { 3 };
@@ -126,12 +155,23 @@ pub fn run(
     for r in rows.iter_mut().filter(|r| r.test == "decode") {
         r.vs_batch_1 = base.map(|b| r.tok_s / b);
     }
-    Ok(rows)
+    Ok(Report {
+        dram_gb_s,
+        probe_bytes: PROBE_BYTES,
+        rows,
+    })
 }
 
-pub fn print_table(rows: &[Row]) {
+pub fn print_table(report: &Report) {
     println!(
-        "{:<8} {:>5} {:>7} {:>7} {:>9} {:>10} {:>12} {:>9} {:>6}",
+        "DRAM read bandwidth (probe: {} MiB streamed by {} threads): {:.1} GB/s",
+        report.probe_bytes >> 20,
+        ThreadPool::global().n_threads(),
+        report.dram_gb_s
+    );
+    let rows = &report.rows;
+    println!(
+        "{:<8} {:>5} {:>7} {:>7} {:>9} {:>10} {:>12} {:>9} {:>5} {:>6}  {}",
         "test",
         "batch",
         "context",
@@ -140,12 +180,14 @@ pub fn print_table(rows: &[Row]) {
         "tok/s",
         "weight MB/st",
         "weight GB/s",
-        "x b1"
+        "MBU",
+        "x b1",
+        "kernel"
     );
     for r in rows {
         let vs = r.vs_batch_1.map_or(String::new(), |x| format!("{x:.2}x"));
         println!(
-            "{:<8} {:>5} {:>7} {:>7} {:>9.3} {:>10.1} {:>12.1} {:>9.1} {:>6}",
+            "{:<8} {:>5} {:>7} {:>7} {:>9.3} {:>10.1} {:>12.1} {:>9.1} {:>4.0}% {:>6}  {}",
             r.test,
             r.batch,
             r.context,
@@ -154,7 +196,9 @@ pub fn print_table(rows: &[Row]) {
             r.tok_s,
             r.weight_bytes_per_step as f64 / 1e6,
             r.weight_gb_s,
-            vs
+            r.mbu * 100.0,
+            vs,
+            r.kernel
         );
     }
 }

@@ -104,6 +104,15 @@ pub fn isa() -> Isa {
     })
 }
 
+/// The quantized matmul kernels `isa` runs (for reports): `avx512-vnni`, `avx2` or `scalar`.
+pub fn matmul_path(isa: Isa) -> &'static str {
+    match isa.clamp() {
+        Isa::Avx512 if has_vnni512() => "avx512-vnni",
+        Isa::Avx512 | Isa::Avx2 => "avx2",
+        Isa::Scalar => "scalar",
+    }
+}
+
 /// Whether the quantized AVX-512 kernels (which need VNNI) can run.
 pub(crate) fn has_vnni512() -> bool {
     best() == Isa::Avx512 && features().avx512_vnni
