@@ -171,7 +171,7 @@ pub fn print_table(report: &Report) {
     );
     let rows = &report.rows;
     println!(
-        "{:<8} {:>5} {:>7} {:>7} {:>9} {:>10} {:>12} {:>9} {:>5} {:>6}  {}",
+        "{:<8} {:>5} {:>7} {:>7} {:>9} {:>10} {:>12} {:>9} {:>5} {:>6}  kernel",
         "test",
         "batch",
         "context",
@@ -182,7 +182,6 @@ pub fn print_table(report: &Report) {
         "weight GB/s",
         "MBU",
         "x b1",
-        "kernel"
     );
     for r in rows {
         let vs = r.vs_batch_1.map_or(String::new(), |x| format!("{x:.2}x"));
