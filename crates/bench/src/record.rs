@@ -8,7 +8,7 @@
 //!
 //! Every time is seconds since the start of the run. Latencies are measured from the
 //! **scheduled arrival** `t_a`, not from when the request was sent: time spent waiting for a
-//! concurrency slot or behind a slow client still counts (SPEC §6).
+//! concurrency slot or behind a slow client still counts (chapter 8.6).
 
 use serde::{Deserialize, Serialize};
 

@@ -61,7 +61,7 @@ pub struct RunReport {
     pub slo: Slo,
     /// Requests correct (or unjudged) and within the SLO.
     pub good: usize,
-    /// `good / duration_s` (SPEC §6: R_good = Σ Q_i·D_i / T_obs).
+    /// `good / duration_s` (chapter 8.6: R_good = Σ Q_i·D_i / T_obs).
     pub goodput_rps: f64,
     pub prefix_cache: Option<PrefixCacheDelta>,
     /// Prompt tokens the server's usage reported as cached, over all prompt tokens.

@@ -3,7 +3,7 @@
 //! One round computing chunks of `c_i` new tokens after `h_i` context tokens costs
 //! `fixed + per_token·Σc_i + per_pair·Σ(c_i·h_i + c_i(c_i+1)/2)` seconds: a constant part
 //! (weight reads, launches, host work), a linear part, and the causal attention pairs, which
-//! make a chunk deep in a long prompt dearer than the same chunk at its start (SPEC §2).
+//! make a chunk deep in a long prompt dearer than the same chunk at its start (chapter 8.2).
 
 /// Round-time model `a + b·tokens + c·pairs`, all in seconds.
 #[derive(Debug, Clone, Copy, PartialEq)]

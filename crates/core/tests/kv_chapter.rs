@@ -1,4 +1,4 @@
-//! Part A acceptance tests with exact block ids (SPEC §3).
+//! Part A acceptance tests with exact block ids (chapter 8.3).
 
 use folio_core::cost::CostModel;
 use folio_core::kv::{CopyOp, EvictionPolicy, KvConfig, KvManager, StepId};

@@ -1,4 +1,4 @@
-//! The chapter's worked example (SPEC §2) through the real scheduler.
+//! The chapter's worked example (chapter 8.2) through the real scheduler.
 
 use folio_core::cost::CostModel;
 use folio_core::kv::KvConfig;

@@ -1,4 +1,4 @@
-//! Memory and KV arithmetic (SPEC §1, §3): bytes per token, per-request KV at its final
+//! Memory and KV arithmetic (chapter 8.1, §3): bytes per token, per-request KV at its final
 //! length rounded to blocks, how many requests fit (reserving the final length vs the wrong
 //! post-prefill sizing), prefix sharing, paging slot counts, branch sharing, adapters.
 
@@ -236,7 +236,7 @@ impl Capacity {
     }
 }
 
-/// Slots of KV a set of sequences occupies under three layouts (SPEC §3, exercise 8-3).
+/// Slots of KV a set of sequences occupies under three layouts (chapter 8.3, exercise 8-3).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Paging {
     pub lengths: Vec<u64>,

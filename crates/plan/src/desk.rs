@@ -1,4 +1,4 @@
-//! The design desk (SPEC §6): candidate configurations checked in the chapter's order —
+//! The design desk (chapter 8.6): candidate configurations checked in the chapter's order —
 //! fits in memory, then meets the deadline, then GPU-seconds and energy per good result.
 
 use serde::Serialize;

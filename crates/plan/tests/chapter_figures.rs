@@ -1,4 +1,4 @@
-//! Issue 8, acceptance 1: the chapter's figures (SPEC §1–6), pinned at the chapter's rounding.
+//! Issue 8, acceptance 1: the chapter's figures (chapter 8.1–8.6), pinned at the chapter's rounding.
 
 use folio_plan::cache::{prefix_value, CacheValue};
 use folio_plan::capacity::{branches, capacity, lora, paging, shared, Shape};

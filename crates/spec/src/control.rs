@@ -1,4 +1,4 @@
-//! How many tokens to draft: the marginal rule of SPEC §5, applied to the whole batch.
+//! How many tokens to draft: the marginal rule of chapter 8.5, applied to the whole batch.
 //!
 //! With per-position acceptance a, a round drafting m tokens fixes E[N_m] = 1 + a + … + a^m
 //! tokens. One more draft token pays only if ΔT/ΔN < T/N, where T is the step's time and N
@@ -157,7 +157,7 @@ mod tests {
 
     #[test]
     fn chapter_expected_tokens() {
-        // AAAA (a = 1/4) ≈ 1.33 tokens/round, BBBB (a = 3/4) ≈ 3.05 (SPEC §5).
+        // AAAA (a = 1/4) ≈ 1.33 tokens/round, BBBB (a = 3/4) ≈ 3.05 (chapter 8.5).
         assert!((expected_tokens(0.25, 4) - 1.33).abs() < 0.005);
         assert!((expected_tokens(0.75, 4) - 3.05).abs() < 0.005);
     }

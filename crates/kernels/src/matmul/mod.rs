@@ -2,7 +2,7 @@
 //!
 //! NOTE: these kernels are hand-written (not candle's) because candle's CPU Q4_1 dot product
 //! is a scalar loop, it quantizes activations serially, and a batch of 16 rows costs it ~15x
-//! one row: it re-reads the weights per row (see shared/MEASURED.md). Here:
+//! one row: it re-reads the weights per row (measured on the development machine). Here:
 //! - weights are repacked at load time into 16-row panels (`packed`) so one AVX-512 VNNI
 //!   `vpdpbusd` computes 4 k-values for 16 output rows;
 //! - activations are quantized once per call to int8 blocks of 32 (`quant_act`, ggml's q8_1
@@ -95,6 +95,34 @@ impl WeightType {
         WeightType::IQ4_XS,
         WeightType::BF16,
     ];
+
+    /// ggml's name (`Q4_K`, `IQ4_XS`, …).
+    pub fn name(self) -> &'static str {
+        match self {
+            WeightType::F32 => "F32",
+            WeightType::F16 => "F16",
+            WeightType::BF16 => "BF16",
+            WeightType::Q4_0 => "Q4_0",
+            WeightType::Q4_1 => "Q4_1",
+            WeightType::Q8_0 => "Q8_0",
+            WeightType::Q5_0 => "Q5_0",
+            WeightType::Q5_1 => "Q5_1",
+            WeightType::IQ4_NL => "IQ4_NL",
+            WeightType::Q2_K => "Q2_K",
+            WeightType::Q3_K => "Q3_K",
+            WeightType::Q4_K => "Q4_K",
+            WeightType::Q5_K => "Q5_K",
+            WeightType::Q6_K => "Q6_K",
+            WeightType::IQ4_XS => "IQ4_XS",
+        }
+    }
+
+    /// The type named `s` (ggml's name, any case).
+    pub fn from_name(s: &str) -> Option<WeightType> {
+        WeightType::ALL
+            .into_iter()
+            .find(|t| t.name().eq_ignore_ascii_case(s))
+    }
 
     /// The superblock-layout type, for the types stored that way.
     fn sb_type(self) -> Option<SbType> {
