@@ -1,4 +1,4 @@
-//! Memory and KV arithmetic (chapter 8.1, §3): bytes per token, per-request KV at its final
+//! Memory and KV arithmetic (chapter 8.1, 8.3): bytes per token, per-request KV at its final
 //! length rounded to blocks, how many requests fit (reserving the final length vs the wrong
 //! post-prefill sizing), prefix sharing, paging slot counts, branch sharing, adapters.
 

@@ -1,4 +1,4 @@
-//! Serving under load (chapter 8.1, §6, §7): request latency, throughput, Little's law, goodput,
+//! Serving under load (chapter 8.1, 8.6, 8.7): request latency, throughput, Little's law, goodput,
 //! Amdahl, GPU-seconds per request, cost per token and MBU from a token rate.
 
 use serde::Serialize;
