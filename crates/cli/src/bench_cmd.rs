@@ -123,7 +123,7 @@ pub struct PlotArgs {
 
 #[derive(Args, Debug, Clone)]
 pub struct ProfileArgs {
-    /// A local GGUF file; default: the default model.
+    /// A local GGUF file or a catalogue model (`folio models`); default: the default model.
     #[arg(long)]
     pub model: Option<PathBuf>,
     /// Matmul arithmetic: `fast`, or `llama` for llama.cpp's exact outputs.
@@ -351,7 +351,7 @@ pub fn run_plot(a: PlotArgs) -> Result<()> {
 
 /// `folio profile`.
 pub fn run_profile(a: ProfileArgs) -> Result<()> {
-    let path = folio_fetch::resolve_model(a.model.as_deref())?;
+    let path = crate::engine_args::resolve_model(a.model.as_deref())?;
     let gguf =
         folio_gguf::GgufFile::open(&path).with_context(|| format!("opening {}", path.display()))?;
     let mut m = folio_model::Model::from_gguf(&gguf)

@@ -7,7 +7,7 @@ use folio_core::kv::EvictionPolicy;
 use folio_core::sched::{BatchPolicy, KvReservation};
 use folio_engine::{EngineConfig, EngineHandle, SpecMethod};
 use folio_model::KvFormat;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 #[derive(Copy, Clone, Debug, ValueEnum)]
@@ -76,7 +76,8 @@ impl KvFormatArg {
 /// Model and engine settings.
 #[derive(Args, Clone, Debug)]
 pub struct EngineArgs {
-    /// A local GGUF file; default: SmolLM2-135M-Instruct Q4_1, fetched on first use.
+    /// A local GGUF file, or a catalogue model fetched on first use (`folio models` lists
+    /// them; `--model list` too); default: smollm2-135m (SmolLM2-135M-Instruct Q4_1).
     #[arg(long)]
     pub model: Option<PathBuf>,
     #[arg(long, value_enum, default_value = "continuous")]
@@ -128,13 +129,25 @@ pub struct EngineArgs {
     /// Fixed draft length; adaptive (marginal rule) when omitted.
     #[arg(long)]
     pub spec_tokens: Option<usize>,
-    /// A separate draft GGUF (same vocabulary) for `--spec self`, instead of the target's
-    /// first layers. Its KV cache is extra memory (the same blocks, its bytes per token).
+    /// A separate draft GGUF or catalogue model (same vocabulary) for `--spec self`, instead
+    /// of the target's first layers. Its KV cache is extra memory (the same blocks, its bytes per token).
     #[arg(long)]
     pub draft_model: Option<PathBuf>,
     /// Layers of the self-draft (default: three quarters of the model).
     #[arg(long, default_value_t = 0)]
     pub spec_draft_layers: usize,
+}
+
+/// `--model PATH|NAME|list`: an existing file, else a catalogue model (fetched on first
+/// use), else the default model; `list` prints the catalogue and exits.
+pub fn resolve_model(arg: Option<&Path>) -> Result<PathBuf> {
+    if let Some(a) = arg {
+        if folio_fetch::choose(a, Path::is_file)? == folio_fetch::Choice::List {
+            print!("{}", folio_fetch::catalogue_table());
+            std::process::exit(0);
+        }
+    }
+    folio_fetch::resolve_model(arg)
 }
 
 /// "512m" → 536870912.
@@ -222,13 +235,17 @@ impl EngineArgs {
 pub fn start_with(args: &EngineArgs, cfg: EngineConfig) -> Result<EngineHandle> {
     {
         let self_ = args;
-        let path = folio_fetch::resolve_model(self_.model.as_deref())?;
+        let path = resolve_model(self_.model.as_deref())?;
+        let draft_path = match &self_.draft_model {
+            Some(p) => Some(resolve_model(Some(p))?),
+            None => None,
+        };
         let gguf = folio_gguf::GgufFile::open(&path)
             .with_context(|| format!("opening {}", path.display()))?;
         let mut model = folio_model::Model::from_gguf(&gguf)
             .with_context(|| format!("loading {}", path.display()))?;
         model.set_sums(self_.numerics.sums());
-        let draft = match &self_.draft_model {
+        let draft = match &draft_path {
             Some(p) => {
                 let g = folio_gguf::GgufFile::open(p)
                     .with_context(|| format!("opening draft model {}", p.display()))?;

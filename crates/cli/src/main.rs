@@ -69,6 +69,8 @@ enum Cmd {
     Profile(bench_cmd::ProfileArgs),
     /// Capacity, roofline, scheduling, cache, offload, speculation and design-desk arithmetic.
     Plan(plan_cmd::PlanArgs),
+    /// The models `--model NAME` fetches on first use: name, size, whether downloaded, path.
+    Models,
     /// Benchmarks (commands that print figures).
     Bench {
         #[command(subcommand)]
@@ -82,7 +84,7 @@ enum BenchCmd {
     Load(bench_cmd::BenchServeCmds),
     /// Forward-pass speed: pp512, tg128, aggregate decode at batch 1/4/16/64.
     Model {
-        /// A local GGUF file; default: the default model.
+        /// A local GGUF file or a catalogue model (`folio models`); default: the default model.
         #[arg(long)]
         model: Option<PathBuf>,
         /// Print JSON instead of a table.
@@ -186,6 +188,10 @@ fn main() -> Result<()> {
             h.shutdown();
             r
         }
+        Cmd::Models => {
+            print!("{}", folio_fetch::catalogue_table());
+            Ok(())
+        }
         Cmd::Plan(args) => plan_cmd::run(args),
         Cmd::Profile(a) => bench_cmd::run_profile(a),
         Cmd::Bench {
@@ -242,7 +248,7 @@ fn main() -> Result<()> {
                     kv_format,
                 },
         } => {
-            let path = folio_fetch::resolve_model(model.as_deref())?;
+            let path = engine_args::resolve_model(model.as_deref())?;
             let gguf = folio_gguf::GgufFile::open(&path)
                 .with_context(|| format!("opening {}", path.display()))?;
             let mut m = folio_model::Model::from_gguf(&gguf)
