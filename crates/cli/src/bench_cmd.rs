@@ -351,7 +351,7 @@ pub fn run_plot(a: PlotArgs) -> Result<()> {
 
 /// `folio profile`.
 pub fn run_profile(a: ProfileArgs) -> Result<()> {
-    let path = crate::engine_args::resolve_model(a.model.as_deref())?;
+    let path = folio_fetch::resolve_model_or_list(a.model.as_deref())?;
     let gguf =
         folio_gguf::GgufFile::open(&path).with_context(|| format!("opening {}", path.display()))?;
     let mut m = folio_model::Model::from_gguf(&gguf)

@@ -141,13 +141,7 @@ pub struct EngineArgs {
 /// `--model PATH|NAME|list`: an existing file, else a catalogue model (fetched on first
 /// use), else the default model; `list` prints the catalogue and exits.
 pub fn resolve_model(arg: Option<&Path>) -> Result<PathBuf> {
-    if let Some(a) = arg {
-        if folio_fetch::choose(a, Path::is_file)? == folio_fetch::Choice::List {
-            print!("{}", folio_fetch::catalogue_table());
-            std::process::exit(0);
-        }
-    }
-    folio_fetch::resolve_model(arg)
+    folio_fetch::resolve_model_or_list(arg)
 }
 
 /// "512m" → 536870912.

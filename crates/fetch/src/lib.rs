@@ -405,6 +405,17 @@ pub fn choose(arg: &Path, is_file: impl Fn(&Path) -> bool) -> Result<Choice> {
     )
 }
 
+/// [`resolve_model`] for a command line: `list` prints the catalogue and exits the process.
+pub fn resolve_model_or_list(arg: Option<&Path>) -> Result<PathBuf> {
+    if let Some(a) = arg {
+        if choose(a, Path::is_file)? == Choice::List {
+            print!("{}", catalogue_table());
+            std::process::exit(0);
+        }
+    }
+    resolve_model(arg)
+}
+
 /// `--model PATH|NAME` if given (an existing file, else a catalogue model, fetched if
 /// needed), else the default model.
 pub fn resolve_model(arg: Option<&Path>) -> Result<PathBuf> {

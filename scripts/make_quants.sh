@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Requantize the Qwen2.5-Coder-1.5B-Instruct Q4_K_M GGUF into the other formats folio reads,
+# with llama.cpp's llama-quantize (built by scripts/build_llamacpp.sh), then list the tensor
+# types in each output (scripts/gguf_tensor_types.py, needs `pip install gguf`).
+#
+#   bash scripts/make_quants.sh /work/peer/build/bin/llama-quantize \
+#       /work/dl/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf /work/dl/quants
+#
+# --allow-requantize: the source is already quantized (Q4_K_M), so these are requantized
+# from dequantized Q4_K_M weights, not from F16: fine as test inputs, not as quality references.
+# No imatrix: IQ4_XS / IQ4_NL / Q2_K / Q3_K_M are made without one (llama-quantize allows it
+# for these types). llama-quantize picks per-tensor types itself (token_embd, output, and
+# some ffn_down / attn_v get other types in the _K_M/_XS mixes; rows not a multiple of 256
+# fall back to a legacy type), so each file mixes types: see the listing.
+set -euo pipefail
+Q=${1:?usage: make_quants.sh LLAMA_QUANTIZE SRC.gguf OUTDIR}
+SRC=${2:?}
+OUT=${3:?}
+THREADS=${THREADS:-2}
+mkdir -p "$OUT"
+here=$(cd "$(dirname "$0")" && pwd)
+
+for pair in q4_0:Q4_0 q8_0:Q8_0 q5_k_m:Q5_K_M q6_k:Q6_K iq4_xs:IQ4_XS q3_k_m:Q3_K_M \
+            q2_k:Q2_K q5_0:Q5_0 q5_1:Q5_1 iq4_nl:IQ4_NL; do
+    name=${pair%%:*}
+    type=${pair#*:}
+    dst="$OUT/qwen-$name.gguf"
+    if [ -s "$dst" ] && [ "${FORCE:-0}" != 1 ]; then
+        echo "== $dst exists (FORCE=1 to redo)"
+    else
+        echo "== $type -> $dst"
+        nice -n 10 "$Q" --allow-requantize "$SRC" "$dst" "$type" "$THREADS" > "$dst.log" 2>&1 \
+            || { tail -20 "$dst.log"; exit 1; }
+        tail -2 "$dst.log"
+    fi
+done
+
+python3 "$here/gguf_tensor_types.py" "$OUT"/qwen-*.gguf
