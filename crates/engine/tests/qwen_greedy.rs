@@ -128,3 +128,21 @@ fn q4_k_m_matches_llama_cpp() {
         catalogue_q4_k_m(),
     );
 }
+
+#[test]
+fn q4_0_matches_llama_cpp() {
+    check(
+        "Q4_0",
+        include_str!("../../../testdata/qwen-coder-greedy-q4_0.json"),
+        quant("qwen-q4_0.gguf"),
+    );
+}
+
+#[test]
+fn q8_0_matches_llama_cpp() {
+    check(
+        "Q8_0",
+        include_str!("../../../testdata/qwen-coder-greedy-q8_0.json"),
+        quant("qwen-q8_0.gguf"),
+    );
+}
