@@ -136,9 +136,9 @@ unsafe fn run_tile(isa: Isa, sums: Sums, l: Layout, t: &Tile, nr: usize) {
     macro_rules! layouts {
         ($m:ident, $lanes:literal) => {
             match l {
-                Layout::Q4MinF16 => $m::tile::<true, false, true, $lanes>(t, nr),
-                Layout::Q4SymF16 => $m::tile::<true, false, false, $lanes>(t, nr),
-                Layout::Q8SymF16 => $m::tile::<false, false, false, $lanes>(t, nr),
+                Layout::Q4MinF16 => $m::tile::<true, true, $lanes>(t, nr),
+                Layout::Q4SymF16 => $m::tile::<true, false, $lanes>(t, nr),
+                Layout::Q8SymF16 => $m::tile::<false, false, $lanes>(t, nr),
             }
         };
     }
@@ -214,51 +214,36 @@ mod avx512 {
     use std::arch::x86_64::*;
 
     /// Dispatches the activation-row count to a fully unrolled instance.
-    pub(super) unsafe fn tile<
-        const C4: bool,
-        const F32S: bool,
-        const MIN: bool,
-        const LANES: bool,
-    >(
+    pub(super) unsafe fn tile<const C4: bool, const MIN: bool, const LANES: bool>(
         t: &Tile,
         nr: usize,
     ) {
         match nr {
-            1 => tile_n::<C4, F32S, MIN, LANES, 1>(t),
-            2 => tile_n::<C4, F32S, MIN, LANES, 2>(t),
-            3 => tile_n::<C4, F32S, MIN, LANES, 3>(t),
-            4 => tile_n::<C4, F32S, MIN, LANES, 4>(t),
-            5 => tile_n::<C4, F32S, MIN, LANES, 5>(t),
-            6 => tile_n::<C4, F32S, MIN, LANES, 6>(t),
-            7 => tile_n::<C4, F32S, MIN, LANES, 7>(t),
-            _ => tile_n::<C4, F32S, MIN, LANES, 8>(t),
+            1 => tile_n::<C4, MIN, LANES, 1>(t),
+            2 => tile_n::<C4, MIN, LANES, 2>(t),
+            3 => tile_n::<C4, MIN, LANES, 3>(t),
+            4 => tile_n::<C4, MIN, LANES, 4>(t),
+            5 => tile_n::<C4, MIN, LANES, 5>(t),
+            6 => tile_n::<C4, MIN, LANES, 6>(t),
+            7 => tile_n::<C4, MIN, LANES, 7>(t),
+            _ => tile_n::<C4, MIN, LANES, 8>(t),
         }
     }
 
     #[inline(always)]
-    unsafe fn load_scales<const F32S: bool>(p: *const u8) -> __m512 {
-        if F32S {
-            _mm512_loadu_ps(p as *const f32)
-        } else {
-            _mm512_cvtph_ps(_mm256_loadu_si256(p as *const __m256i))
-        }
+    unsafe fn load_scales(p: *const u8) -> __m512 {
+        _mm512_cvtph_ps(_mm256_loadu_si256(p as *const __m256i))
     }
 
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
-    unsafe fn tile_n<
-        const C4: bool,
-        const F32S: bool,
-        const MIN: bool,
-        const LANES: bool,
-        const NB: usize,
-    >(
+    unsafe fn tile_n<const C4: bool, const MIN: bool, const LANES: bool, const NB: usize>(
         t: &Tile,
     ) {
         let Geometry {
             code_bytes,
             scale_bytes: sbytes,
             block_bytes: bb,
-        } = const { Geometry::of(C4, F32S, MIN) };
+        } = const { Geometry::of(C4, MIN) };
         let off = if C4 { 8 } else { 128 };
         let cols = t.nb * 32;
         let ng = cols / super::GROUP;
@@ -283,9 +268,9 @@ mod avx512 {
                     *ui = _mm512_loadu_si512(base.add(i * 64) as *const _);
                 }
             }
-            let d = load_scales::<F32S>(base.add(code_bytes));
+            let d = load_scales(base.add(code_bytes));
             let m = if MIN {
-                load_scales::<F32S>(base.add(code_bytes + sbytes))
+                load_scales(base.add(code_bytes + sbytes))
             } else {
                 _mm512_setzero_ps()
             };
@@ -371,30 +356,21 @@ mod avx2 {
     use super::{Geometry, Tile};
     use std::arch::x86_64::*;
 
-    pub(super) unsafe fn tile<
-        const C4: bool,
-        const F32S: bool,
-        const MIN: bool,
-        const LANES: bool,
-    >(
+    pub(super) unsafe fn tile<const C4: bool, const MIN: bool, const LANES: bool>(
         t: &Tile,
         nr: usize,
     ) {
         match nr {
-            1 => tile_n::<C4, F32S, MIN, LANES, 1>(t),
-            2 => tile_n::<C4, F32S, MIN, LANES, 2>(t),
-            3 => tile_n::<C4, F32S, MIN, LANES, 3>(t),
-            _ => tile_n::<C4, F32S, MIN, LANES, 4>(t),
+            1 => tile_n::<C4, MIN, LANES, 1>(t),
+            2 => tile_n::<C4, MIN, LANES, 2>(t),
+            3 => tile_n::<C4, MIN, LANES, 3>(t),
+            _ => tile_n::<C4, MIN, LANES, 4>(t),
         }
     }
 
     #[inline(always)]
-    unsafe fn load_scales<const F32S: bool>(p: *const u8) -> __m256 {
-        if F32S {
-            _mm256_loadu_ps(p as *const f32)
-        } else {
-            _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i))
-        }
+    unsafe fn load_scales(p: *const u8) -> __m256 {
+        _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i))
     }
 
     /// Without VNNI: `vpmaddubsw` (u8 x i8 -> saturating i16 pairs) then `vpmaddwd` give
@@ -403,21 +379,15 @@ mod avx2 {
     /// |w| (u8) x sign(x, w) (i8) <= 2 * 128 * 127 fits i16, and the offset is then already
     /// applied.
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn tile_n<
-        const C4: bool,
-        const F32S: bool,
-        const MIN: bool,
-        const LANES: bool,
-        const NB: usize,
-    >(
+    unsafe fn tile_n<const C4: bool, const MIN: bool, const LANES: bool, const NB: usize>(
         t: &Tile,
     ) {
         let Geometry {
             code_bytes,
             scale_bytes: sbytes,
             block_bytes: bb,
-        } = const { Geometry::of(C4, F32S, MIN) };
-        let ssz = if F32S { 4 } else { 2 };
+        } = const { Geometry::of(C4, MIN) };
+        let ssz = 2; // f16 scales
         let cols = t.nb * 32;
         let ng = cols / super::GROUP;
         let m4 = _mm256_set1_epi8(0x0f);
@@ -428,9 +398,9 @@ mod avx2 {
         for blk in 0..t.nb {
             let base = t.w.add(blk * bb);
             for h in 0..2 {
-                let d = load_scales::<F32S>(base.add(code_bytes + h * 8 * ssz));
+                let d = load_scales(base.add(code_bytes + h * 8 * ssz));
                 let m = if MIN {
-                    load_scales::<F32S>(base.add(code_bytes + sbytes + h * 8 * ssz))
+                    load_scales(base.add(code_bytes + sbytes + h * 8 * ssz))
                 } else {
                     _mm256_setzero_ps()
                 };

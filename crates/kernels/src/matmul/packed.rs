@@ -4,7 +4,7 @@
 //! 32-column blocks one after another, so one matmul reads every byte exactly once, in order:
 //! ```text
 //! panel p:  [block 0][block 1]...[block nb-1]
-//! block:    [codes: 16 rows x 32 k][d: 16 x f16|f32][m: 16 x f16|f32, only with stored mins]
+//! block:    [codes: 16 rows x 32 k][d: 16 x f16][m: 16 x f16, only with stored mins]
 //! 8-bit codes: byte  t*64 + r*4 + b       = u[row r][k = 4t + b]            (t in 0..8)
 //! 4-bit codes: byte  i*64 + r*4 + b  low  = u[row r][k = 8i + b]            (i in 0..4)
 //!                                    high = u[row r][k = 8i + 4 + b]
@@ -33,10 +33,6 @@ impl Layout {
     pub fn code4(self) -> bool {
         !matches!(self, Layout::Q8SymF16)
     }
-    /// Scales stored as f32 (none of the legacy types; the kernels keep the form).
-    pub fn f32_scales(self) -> bool {
-        false
-    }
     pub fn stored_min(self) -> bool {
         matches!(self, Layout::Q4MinF16)
     }
@@ -49,7 +45,7 @@ impl Layout {
         }
     }
     fn geometry(self) -> Geometry {
-        Geometry::of(self.code4(), self.f32_scales(), self.stored_min())
+        Geometry::of(self.code4(), self.stored_min())
     }
     pub fn code_bytes(self) -> usize {
         self.geometry().code_bytes
@@ -72,9 +68,9 @@ pub(crate) struct Geometry {
 }
 
 impl Geometry {
-    pub const fn of(code4: bool, f32_scales: bool, stored_min: bool) -> Geometry {
+    pub const fn of(code4: bool, stored_min: bool) -> Geometry {
         let code_bytes = if code4 { 256 } else { 512 };
-        let scale_bytes = PANEL * if f32_scales { 4 } else { 2 };
+        let scale_bytes = PANEL * 2; // f16
         Geometry {
             code_bytes,
             scale_bytes,
@@ -178,18 +174,10 @@ fn write_block<'a>(l: Layout, blk: &mut [u8], sb: impl Fn(usize) -> &'a SubBlock
         }
         let cb = l.code_bytes();
         let sbytes = l.scale_bytes();
-        if l.f32_scales() {
-            blk[cb + r * 4..cb + r * 4 + 4].copy_from_slice(&s.d.to_le_bytes());
-            if l.stored_min() {
-                let o = cb + sbytes + r * 4;
-                blk[o..o + 4].copy_from_slice(&s.m.to_le_bytes());
-            }
-        } else {
-            blk[cb + r * 2..cb + r * 2 + 2].copy_from_slice(&f16::from_f32(s.d).to_le_bytes());
-            if l.stored_min() {
-                let o = cb + sbytes + r * 2;
-                blk[o..o + 2].copy_from_slice(&f16::from_f32(s.m).to_le_bytes());
-            }
+        blk[cb + r * 2..cb + r * 2 + 2].copy_from_slice(&f16::from_f32(s.d).to_le_bytes());
+        if l.stored_min() {
+            let o = cb + sbytes + r * 2;
+            blk[o..o + 2].copy_from_slice(&f16::from_f32(s.m).to_le_bytes());
         }
     }
 }
@@ -213,17 +201,10 @@ pub(crate) fn code(l: Layout, blk: &[u8], r: usize, k: usize) -> u8 {
 pub(crate) fn scales(l: Layout, blk: &[u8], r: usize) -> (f32, f32) {
     let cb = l.code_bytes();
     let sb = l.scale_bytes();
-    let get = |o: usize| {
-        if l.f32_scales() {
-            f32::from_le_bytes([blk[o], blk[o + 1], blk[o + 2], blk[o + 3]])
-        } else {
-            f16::from_le_bytes([blk[o], blk[o + 1]]).to_f32()
-        }
-    };
-    let w = if l.f32_scales() { 4 } else { 2 };
-    let d = get(cb + r * w);
+    let get = |o: usize| f16::from_le_bytes([blk[o], blk[o + 1]]).to_f32();
+    let d = get(cb + r * 2);
     let m = if l.stored_min() {
-        get(cb + sb + r * w)
+        get(cb + sb + r * 2)
     } else {
         0.0
     };

@@ -424,7 +424,11 @@ mod avx2 {
         // Groups of 4 products whose `vpmaddubsw` pair sums add up in i16 without overflow:
         // each pair sum is at most 2 * max|w| * 127.
         let chunk = {
-            let maxw = if desc.lut { 127 } else { (1i32 << (desc.lo + desc.hi)) - 1 };
+            let maxw = if desc.lut {
+                127
+            } else {
+                (1i32 << (desc.lo + desc.hi)) - 1
+            };
             ((32767 / (254 * maxw)) as usize).clamp(1, 4)
         };
         let mut acc = [[_mm256_setzero_ps(); NR]; 2];
