@@ -480,14 +480,9 @@ impl QMatrix {
         };
         acts.quantize(isa, x, n, self.cols, extra, pool);
         let acts = &*acts;
-        let (n_tasks, per) = split(p.panels, pool.n_threads(), n);
         let rows = self.rows;
-        pool.run(n_tasks, &|t| {
-            let p0 = (t * per).min(p.panels);
-            let p1 = ((t + 1) * per).min(p.panels);
-            // SAFETY: task t owns panels p0..p1, i.e. output rows disjoint from other tasks;
-            // `out` has n * rows floats (checked above) and outlives `run`; the 16-sums were
-            // computed for the types that read them.
+        over_panels(p.panels, n, pool, &|p0, p1| {
+            // SAFETY: as in `over_panels`; the 16-sums were computed for the types that read them.
             unsafe { sb_kernel::run_panels(isa, p, p0, p1, acts, rows, ostride, out.get()) };
         });
     }
@@ -512,13 +507,9 @@ impl QMatrix {
         };
         acts.quantize(isa, x, n, self.cols, extra, pool);
         let acts = &*acts;
-        let (n_tasks, per) = split(p.panels, pool.n_threads(), n);
         let (rows, sums) = (self.rows, self.sums);
-        pool.run(n_tasks, &|t| {
-            let p0 = (t * per).min(p.panels);
-            let p1 = ((t + 1) * per).min(p.panels);
-            // SAFETY: task t owns panels p0..p1, i.e. output rows disjoint from other tasks;
-            // `out` has n * rows floats (checked above) and outlives `run`.
+        over_panels(p.panels, n, pool, &|p0, p1| {
+            // SAFETY: as in `over_panels`.
             unsafe { kernel::run_panels(isa, sums, p, p0, p1, acts, rows, ostride, out.get()) };
         });
     }
@@ -595,6 +586,19 @@ fn per_block(row: &[u8], bytes: usize, out: &mut [SubBlock], f: fn(&[u8], &mut S
     for (blk, sb) in row.chunks_exact(bytes).zip(out.iter_mut()) {
         f(blk, sb);
     }
+}
+
+/// Runs `f(p0, p1)` on the pool for disjoint ranges of `panels` panels covering them all.
+///
+/// Callers' SAFETY: a range's panels are output rows no other task writes; the output
+/// (`(n - 1) * ostride + rows` floats, checked by `matmul_with`) outlives `run`.
+fn over_panels(panels: usize, n: usize, pool: &ThreadPool, f: &(dyn Fn(usize, usize) + Sync)) {
+    let (n_tasks, per) = split(panels, pool.n_threads(), n);
+    pool.run(n_tasks, &|t| {
+        let p0 = (t * per).min(panels);
+        let p1 = ((t + 1) * per).min(panels);
+        f(p0, p1);
+    });
 }
 
 /// Splits `units` panels into `(tasks, units per task)`: a few tasks per thread so a
