@@ -3,7 +3,7 @@ testdata/llamacpp-greedy.json (see testdata/llamacpp-greedy.README.md).
 
     llama-server -m MODEL.gguf -t 2 --parallel 1 -c 2048 --port 8099 &
     python3 scripts/llamacpp_greedy.py http://127.0.0.1:8099 "MODEL description" OUT.json \
-        [--prompts qwen-coder|smollm2]
+        [--prompts qwen-coder|smollm2|gemma3]
 
 For each prompt: the prompt token ids and pieces (POST /tokenize, add_special and
 parse_special on), then POST /completion twice with n_predict=32, temperature=0, top_k=1,
@@ -27,6 +27,18 @@ def chatml(user, system=SYSTEM):
     return f"{system}<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n"
 
 
+def gemma_turn(user):
+    return f"<start_of_turn>user\n{user}<end_of_turn>\n<start_of_turn>model\n"
+
+
+COLOURS = ["red", "green", "blue", "yellow", "purple", "orange", "black", "white", "grey", "pink"]
+ANIMALS = ["fox", "owl", "whale", "tiger", "horse", "rabbit", "eagle", "otter", "camel", "panda", "lynx"]
+LONG_INVENTORY = "An inventory of a toy shop, one line per item.\n" + "".join(
+    f"Item {i}: a {COLOURS[(i * 7) % 10]} {ANIMALS[(i * 3) % 11]} made of wood, priced at {(i * 37) % 90 + 10} dollars, on shelf {i % 12}.\n"
+    for i in range(1, 81)
+)
+
+
 PROMPT_SETS = {
     # Qwen2.5-Coder-Instruct: 2 raw code prompts, 3 chats in the model's ChatML template.
     "qwen-coder": [
@@ -35,6 +47,15 @@ PROMPT_SETS = {
         ("chat_capital", chatml("What is the capital of France?")),
         ("chat_python_sort", chatml("Write a Python one-liner that sorts a list of tuples by their second element.")),
         ("chat_explain_recursion", chatml("Explain recursion to a beginner in two sentences.")),
+    ],
+    # Gemma 3 270M: its turn format (the tokenizer adds <bos>); the last prompt is ~1,900
+    # tokens, far past the 512-token sliding window, and asks about its beginning.
+    "gemma3": [
+        ("chat_capital", gemma_turn("What is the capital of France?")),
+        ("chat_haiku", gemma_turn("Write a haiku about the ocean.")),
+        ("plain_story", "The quick brown fox jumps over the lazy dog. Once upon a time, in a small village nestled between two mountains,"),
+        ("code_fib", "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n"),
+        ("long_inventory", gemma_turn(LONG_INVENTORY + "\nWhich colour is the animal of item 3? Answer in one word.")),
     ],
     # The prompts of testdata/llamacpp-greedy.json (SmolLM2-135M-Instruct).
     "smollm2": [

@@ -36,6 +36,7 @@ fn main() {
                 n: g,
                 scale: 0.125,
                 order,
+                first: 0,
             };
             let reps = 20000;
             for _ in 0..reps / 10 {

@@ -96,6 +96,21 @@ fn run_in(
     q: &[f32],
     n_q: usize,
 ) -> Vec<f32> {
+    run_window(isa, order, c, head, 0, n_ctx, q, n_q)
+}
+
+/// Attention of the queries over positions `first..n_ctx` only (a sliding window).
+#[allow(clippy::too_many_arguments)]
+fn run_window(
+    isa: Isa,
+    order: SumOrder,
+    c: &Cache,
+    head: usize,
+    first: usize,
+    n_ctx: usize,
+    q: &[f32],
+    n_q: usize,
+) -> Vec<f32> {
     let scale = 1.0 / (c.hd as f32).sqrt();
     let mut out = vec![f32::NAN; n_q * c.hd];
     let mut scratch = Vec::new();
@@ -109,6 +124,7 @@ fn run_in(
             n: n_q,
             scale,
             order,
+            first,
         },
         &mut scratch,
         &mut out,
@@ -118,8 +134,20 @@ fn run_in(
 
 /// Plain attention in f64 over the decoded rows (no f16 rounding of the weights).
 fn plain(c: &Cache, head: usize, n_ctx: usize, q: &[f32], n_q: usize) -> Vec<f32> {
+    plain_window(c, head, 0, n_ctx, q, n_q)
+}
+
+/// [`plain`] over positions `first..n_ctx`.
+fn plain_window(
+    c: &Cache,
+    head: usize,
+    first: usize,
+    n_ctx: usize,
+    q: &[f32],
+    n_q: usize,
+) -> Vec<f32> {
     let hd = c.hd;
-    let rows: Vec<_> = (0..n_ctx).map(|j| c.row(head, j)).collect();
+    let rows: Vec<_> = (first..n_ctx).map(|j| c.row(head, j)).collect();
     let mut out = vec![0f32; n_q * hd];
     for g in 0..n_q {
         let qg = &q[g * hd..(g + 1) * hd];
@@ -174,6 +202,44 @@ fn every_isa_matches_scalar_and_plain_attention() {
                     for isa in Isa::available() {
                         let got = run(isa, &c, 1, n_ctx, &q, n_q);
                         close(&got, &reference, 2e-3, &format!("{what} {isa:?}"));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A sliding window (`Queries::first`): every ISA and order attends to exactly the
+/// positions `first..n_ctx`, whether the window starts on a block boundary or inside one,
+/// and never reads the blocks before it (their table entries point past the buffers here).
+#[test]
+fn a_window_sees_only_its_positions() {
+    for format in KvFormat::ALL {
+        for hd in [64, 80] {
+            for (n_ctx, bs, first) in [
+                (50, 16, 16),
+                (50, 16, 21),
+                (200, 16, 199),
+                (17, 4, 3),
+                (9, 4, 8),
+            ] {
+                let mut c = Cache::new(format, hd, bs, 3, n_ctx, (hd + n_ctx + first) as u64);
+                let mut r = StdRng::seed_from_u64(first as u64);
+                let mut q = rand_vec(3 * hd, &mut r, 1.0);
+                round_f16(&mut q);
+                let want = plain_window(&c, 1, first, n_ctx, &q, 3);
+                // Blocks wholly before the window are freed: poison their ids.
+                for b in &mut c.table[..first / bs] {
+                    *b = u32::MAX / 2;
+                }
+                let what = format!(
+                    "{} hd={hd} n_ctx={n_ctx} bs={bs} first={first}",
+                    format.name()
+                );
+                for isa in Isa::available() {
+                    for order in [SumOrder::Batched, SumOrder::Single] {
+                        let got = run_window(isa, order, &c, 1, first, n_ctx, &q, 3);
+                        close(&got, &want, 2e-3, &format!("{what} {isa:?} {order:?}"));
                     }
                 }
             }

@@ -38,6 +38,10 @@ pub struct AttnShape {
     pub n_heads: usize,
     pub n_kv_heads: usize,
     pub head_dim: usize,
+    /// Score scale (`ModelConfig::attn_scale`).
+    pub scale: f32,
+    /// Tokens a query sees, itself included, in a sliding-window layer; `None`: all.
+    pub window: Option<usize>,
 }
 
 /// `q`: [n_tokens][n_heads·hd] (RoPE applied); the layer's K/V for every new token must
@@ -60,10 +64,11 @@ pub fn attention(
         n_heads,
         n_kv_heads,
         head_dim: hd,
+        scale,
+        window,
     } = shape;
     let group = n_heads / n_kv_heads;
     let n_tokens = batch.n_tokens();
-    let scale = 1.0 / (hd as f32).sqrt();
     let out_ptr = SyncPtr(out.as_mut_ptr());
     let views: Vec<attn::PagedKv> = (0..n_kv_heads).map(|h| kv.head_view(layer, h)).collect();
     let task = |t: usize, h: usize| {
@@ -90,6 +95,7 @@ pub fn attention(
                 n: group,
                 scale,
                 order,
+                first: window.map_or(0, |w| (pos + 1).saturating_sub(w)),
             };
             attn::attend(&views[h], table, pos + 1, &qs, scores, o);
         });

@@ -3,7 +3,8 @@
 //! # Layout
 //!
 //! - [`config`]: hyper-parameters read from GGUF metadata (`general.architecture` picks the
-//!   variant: `llama`, `qwen2` with QKV bias, `qwen3` with per-head QK RMSNorm).
+//!   variant: `llama`, `qwen2` with QKV bias, `qwen3` with per-head QK RMSNorm, `gemma3`
+//!   with post-norms, GeGLU and sliding-window layers).
 //! - [`weights`]: tensors loaded once and repacked into the kernels' layouts.
 //! - [`batch`]: [`ForwardBatch`], the flat description of one engine iteration: the tokens of
 //!   many sequences (prefill chunks and decode tokens mixed), their positions, block tables
@@ -28,7 +29,7 @@ mod par;
 pub mod weights;
 
 pub use batch::{ForwardBatch, SeqSpan};
-pub use config::{Arch, ModelConfig};
+pub use config::{Activation, Arch, ModelConfig};
 pub use error::ModelError;
 pub use kv_cache::{KvCache, KvFormat};
 pub use model::{ForwardStats, Model};

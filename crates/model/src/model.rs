@@ -3,7 +3,7 @@
 use crate::attention::{attention, AttnShape};
 use crate::par::{self, Rows};
 use crate::weights::Weights;
-use crate::{Arch, ForwardBatch, KvCache, KvFormat, ModelConfig, ModelError};
+use crate::{Activation, ForwardBatch, KvCache, KvFormat, ModelConfig, ModelError};
 use folio_gguf::GgufFile;
 use folio_kernels::matmul::Sums;
 use folio_kernels::ops::{self, Rope};
@@ -15,6 +15,8 @@ pub struct Model {
     pub config: ModelConfig,
     pub weights: Weights,
     rope: Rope,
+    /// The sliding-window layers' RoPE when their base differs (Gemma 3).
+    rope_window: Option<Rope>,
 }
 
 /// Work done by one forward call, for bandwidth and FLOP figures.
@@ -42,10 +44,21 @@ impl Model {
             config.rope_freq_scale,
             config.arch.rope_neox(),
         );
+        let has_window = config.window_layers.iter().any(|&w| w);
+        let rope_window = (has_window && config.rope_base_window != config.rope_base).then(|| {
+            Rope::new(
+                config.head_dim,
+                config.rope_dim,
+                config.rope_base_window,
+                1.0,
+                config.arch.rope_neox(),
+            )
+        });
         Ok(Model {
             config,
             weights,
             rope,
+            rope_window,
         })
     }
 
@@ -178,6 +191,9 @@ impl Model {
                 .token_embd
                 .row_f32(id as usize, &mut x[t * d..(t + 1) * d]);
         }
+        if c.embed_scale != 1.0 {
+            x.iter_mut().for_each(|v| *v *= c.embed_scale);
+        }
         let mut h = vec![0f32; n * d];
         let mut qkv = vec![0f32; n * qkv_dim];
         let mut q = vec![0f32; n * qd];
@@ -185,10 +201,16 @@ impl Model {
         let mut proj = vec![0f32; n * d];
         let mut gu = vec![0f32; n * 2 * c.ffn_dim];
         let mut act = vec![0f32; n * c.ffn_dim];
-        let shape = AttnShape {
-            n_heads: nh,
-            n_kv_heads: nkv,
-            head_dim: hd,
+        // Gemma's post-norms need a second row buffer (the norm cannot run in place).
+        let post_norms = self
+            .weights
+            .layers
+            .iter()
+            .any(|l| !l.post_attn_norm.is_empty());
+        let mut normed = if post_norms {
+            vec![0f32; n * d]
+        } else {
+            Vec::new()
         };
 
         // llama.cpp's arithmetic (`set_sums(Sums::Ggml)`) includes its two attention orders
@@ -197,7 +219,8 @@ impl Model {
         // no f64 tail (~10% faster decode attention). The matmuls hold the setting.
         let llama_orders = self.weights.head().sums() == Sums::Ggml;
         let max_pos = token_pos.iter().map(|&(_, p)| p).max().unwrap_or(0);
-        let rope = self.rope.rows(max_pos);
+        let rope_global = self.rope.rows(max_pos);
+        let rope_window = self.rope_window.as_ref().map(|r| r.rows(max_pos));
         let layers = &self.weights.layers[..n_layers.min(self.weights.layers.len())];
         if let Some(first) = layers.first() {
             rmsnorm_rows(pool, &x, &first.attn_norm, c.rms_eps, &mut h, d);
@@ -216,6 +239,18 @@ impl Model {
             slots.windows(2).all(|w| w[0] != w[1])
         };
         for (l, w) in layers.iter().enumerate() {
+            let window = c.is_window_layer(l);
+            let rope = match (&rope_window, window) {
+                (Some(r), true) => r,
+                _ => &rope_global,
+            };
+            let shape = AttnShape {
+                n_heads: nh,
+                n_kv_heads: nkv,
+                head_dim: hd,
+                scale: c.attn_scale,
+                window: if window { c.sliding_window } else { None },
+            };
             w.wqkv.matmul(&h, n, &mut qkv, pool);
             {
                 let (qkv_rows, q_rows) = (Rows::new(&mut qkv, qkv_dim), Rows::new(&mut q, qd));
@@ -230,7 +265,7 @@ impl Model {
                         }
                         let (qr, rest) = row.split_at_mut(qd);
                         let (kr, vr) = rest.split_at_mut(kvd);
-                        if c.arch == Arch::Qwen3 {
+                        if !w.q_norm.is_empty() {
                             for (s, norm) in qr
                                 .chunks_exact_mut(hd)
                                 .map(|s| (s, &w.q_norm))
@@ -279,9 +314,11 @@ impl Model {
                 pool,
             );
             w.wo.matmul(&attn, n, &mut proj, pool);
-            add_norm_rows(pool, &mut x, &proj, Some(&w.ffn_norm), c.rms_eps, &mut h, d);
+            let out = post_norm(pool, &proj, &w.post_attn_norm, c.rms_eps, &mut normed, d);
+            add_norm_rows(pool, &mut x, out, Some(&w.ffn_norm), c.rms_eps, &mut h, d);
             w.w_gate_up.matmul(&h, n, &mut gu, pool);
             let f = c.ffn_dim;
+            let act_fn = c.arch.activation();
             {
                 let (gu_rows, act_rows) = (Rows::new(&mut gu, 2 * f), Rows::new(&mut act, f));
                 par::ranges(pool, n, &|r| {
@@ -289,15 +326,19 @@ impl Model {
                         // SAFETY: row t belongs to this task alone.
                         let (row, out) = unsafe { (gu_rows.row(t), act_rows.row(t)) };
                         let (g, u) = row.split_at_mut(f);
-                        ops::silu_mul(g, u);
+                        match act_fn {
+                            Activation::Silu => ops::silu_mul(g, u),
+                            Activation::Gelu => ops::gelu_mul(g, u),
+                        }
                         out.copy_from_slice(g);
                     }
                 });
             }
             w.w_down.matmul(&act, n, &mut proj, pool);
+            let out = post_norm(pool, &proj, &w.post_ffn_norm, c.rms_eps, &mut normed, d);
             // The residual add, then the next layer's attention norm in the same pass.
             let next_norm = layers.get(l + 1).map(|next| &next.attn_norm[..]);
-            add_norm_rows(pool, &mut x, &proj, next_norm, c.rms_eps, &mut h, d);
+            add_norm_rows(pool, &mut x, out, next_norm, c.rms_eps, &mut h, d);
         }
 
         // Only the rows that need logits go through the final norm and the head.
@@ -320,6 +361,9 @@ impl Model {
         if m > 0 {
             self.weights.head().matmul(&hn, m, &mut logits, pool);
         }
+        if let Some(cap) = c.final_softcap {
+            logits.iter_mut().for_each(|v| *v = cap * (*v / cap).tanh());
+        }
         Ok(logits)
     }
 
@@ -340,6 +384,23 @@ impl Model {
             flops: c.matmul_flops_per_token() * batch.n_tokens() as f64 + attn_flops,
         }
     }
+}
+
+/// `rmsnorm(y)` into `buf` when the layer has a post-norm (Gemma), else `y` itself: what
+/// is added to the residual stream.
+fn post_norm<'a>(
+    pool: &ThreadPool,
+    y: &'a [f32],
+    weight: &[f32],
+    eps: f32,
+    buf: &'a mut [f32],
+    d: usize,
+) -> &'a [f32] {
+    if weight.is_empty() {
+        return y;
+    }
+    rmsnorm_rows(pool, y, weight, eps, buf, d);
+    buf
 }
 
 /// `ops::rmsnorm_rows` with the rows spread over the pool.

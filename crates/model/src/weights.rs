@@ -20,6 +20,10 @@ pub struct LayerWeights {
     pub k_norm: Vec<f32>,
     pub wo: QMatrix,
     pub ffn_norm: Vec<f32>,
+    /// Gemma's norms of the attention output and of the FFN output, applied before each is
+    /// added to the residual stream; empty when absent.
+    pub post_attn_norm: Vec<f32>,
+    pub post_ffn_norm: Vec<f32>,
     /// Rows: ffn gate then ffn up.
     pub w_gate_up: QMatrix,
     pub w_down: QMatrix,
@@ -151,9 +155,14 @@ impl Weights {
                 bqkv.extend(vector(f, &n("attn_v.bias"), kv_rows)?);
             }
             let (mut q_norm, mut k_norm) = (Vec::new(), Vec::new());
-            if cfg.arch == Arch::Qwen3 {
+            if cfg.arch.qk_norm() {
                 q_norm = vector(f, &n("attn_q_norm.weight"), cfg.head_dim)?;
                 k_norm = vector(f, &n("attn_k_norm.weight"), cfg.head_dim)?;
+            }
+            let (mut post_attn_norm, mut post_ffn_norm) = (Vec::new(), Vec::new());
+            if cfg.arch == Arch::Gemma3 {
+                post_attn_norm = vector(f, &n("post_attention_norm.weight"), d)?;
+                post_ffn_norm = vector(f, &n("post_ffw_norm.weight"), d)?;
             }
             let (g, u) = (n("ffn_gate.weight"), n("ffn_up.weight"));
             layers.push(LayerWeights {
@@ -164,6 +173,8 @@ impl Weights {
                 k_norm,
                 wo: matrix(f, &n("attn_output.weight"), q_rows, d)?,
                 ffn_norm: vector(f, &n("ffn_norm.weight"), d)?,
+                post_attn_norm,
+                post_ffn_norm,
                 w_gate_up: stacked(f, &[(&g, cfg.ffn_dim), (&u, cfg.ffn_dim)], d)?,
                 w_down: matrix(f, &n("ffn_down.weight"), cfg.ffn_dim, d)?,
             });

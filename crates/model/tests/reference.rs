@@ -4,7 +4,10 @@
 
 mod common;
 
-use common::{build, build_with, prompt as prompt_in, rel_err, Shape, BASE, EPS};
+use common::{
+    build, build_with, prompt as prompt_in, rel_err, Shape, BASE, EPS, GEMMA_BASE_WINDOW,
+    GEMMA_PATTERN, GEMMA_SOFTCAP, GEMMA_WINDOW,
+};
 use folio_gguf::{GgmlType, GgufFile};
 use folio_kernels::pool::ThreadPool;
 use folio_model::{ForwardBatch, KvFormat, Model};
@@ -48,11 +51,11 @@ fn matvec(w: &[f32], x: &[f32], rows: usize) -> Vec<f32> {
         .collect()
 }
 
-fn rope(x: &mut [f32], n_heads: usize, pos: usize, neox: bool) {
+fn rope(x: &mut [f32], n_heads: usize, pos: usize, neox: bool, base: f32) {
     for h in 0..n_heads {
         let v = &mut x[h * HD..(h + 1) * HD];
         for i in 0..HD / 2 {
-            let theta = pos as f32 * BASE.powf(-2.0 * i as f32 / HD as f32);
+            let theta = pos as f32 * base.powf(-2.0 * i as f32 / HD as f32);
             let (s, c) = theta.sin_cos();
             let (a, b) = if neox {
                 (i, i + HD / 2)
@@ -71,12 +74,23 @@ fn reference(f: &GgufFile, arch: &str, tokens: &[u32]) -> Vec<Vec<f32>> {
     let t = |n: &str| f.tensor_f32(n).expect(n);
     let emb = t("token_embd.weight");
     let neox = arch != "llama";
+    let gemma = arch == "gemma3";
+    // Gemma scales the embeddings by √d.
+    let embed_scale = if gemma { (D as f32).sqrt() } else { 1.0 };
     let mut xs: Vec<Vec<f32>> = tokens
         .iter()
-        .map(|&id| emb[id as usize * D..(id as usize + 1) * D].to_vec())
+        .map(|&id| {
+            emb[id as usize * D..(id as usize + 1) * D]
+                .iter()
+                .map(|v| v * embed_scale)
+                .collect()
+        })
         .collect();
     for l in 0..LAYERS {
         let n = |x: &str| format!("blk.{l}.{x}");
+        // Gemma: of every GEMMA_PATTERN layers all but the last see only the window.
+        let window = gemma && l % GEMMA_PATTERN < GEMMA_PATTERN - 1;
+        let base = if window { GEMMA_BASE_WINDOW } else { BASE };
         let (wq, wk, wv, wo) = (
             t(&n("attn_q.weight")),
             t(&n("attn_k.weight")),
@@ -102,7 +116,7 @@ fn reference(f: &GgufFile, arch: &str, tokens: &[u32]) -> Vec<Vec<f32>> {
                     *a += b;
                 }
             }
-            if arch == "qwen3" {
+            if arch == "qwen3" || gemma {
                 let (qn, kn) = (t(&n("attn_q_norm.weight")), t(&n("attn_k_norm.weight")));
                 for hh in 0..HEADS {
                     let r = rmsnorm(&q[hh * HD..(hh + 1) * HD], &qn);
@@ -113,8 +127,8 @@ fn reference(f: &GgufFile, arch: &str, tokens: &[u32]) -> Vec<Vec<f32>> {
                     k[hh * HD..(hh + 1) * HD].copy_from_slice(&r);
                 }
             }
-            rope(&mut q, HEADS, pos, neox);
-            rope(&mut k, KV_HEADS, pos, neox);
+            rope(&mut q, HEADS, pos, neox, base);
+            rope(&mut k, KV_HEADS, pos, neox, base);
             qs.push(q);
             ks.push(k);
             vs.push(v);
@@ -124,8 +138,16 @@ fn reference(f: &GgufFile, arch: &str, tokens: &[u32]) -> Vec<Vec<f32>> {
             for h in 0..HEADS {
                 let kh = h / (HEADS / KV_HEADS);
                 let q = &qs[pos][h * HD..(h + 1) * HD];
+                let first = if window {
+                    (pos + 1).saturating_sub(GEMMA_WINDOW)
+                } else {
+                    0
+                };
                 let sc: Vec<f32> = (0..=pos)
                     .map(|j| {
+                        if j < first {
+                            return f32::NEG_INFINITY;
+                        }
                         q.iter()
                             .zip(&ks[j][kh * HD..(kh + 1) * HD])
                             .map(|(a, b)| a * b)
@@ -142,7 +164,10 @@ fn reference(f: &GgufFile, arch: &str, tokens: &[u32]) -> Vec<Vec<f32>> {
                     }
                 }
             }
-            let proj = matvec(&wo, &o, D);
+            let mut proj = matvec(&wo, &o, D);
+            if gemma {
+                proj = rmsnorm(&proj, &t(&n("post_attention_norm.weight")));
+            }
             for (a, b) in xs[pos].iter_mut().zip(proj) {
                 *a += b;
             }
@@ -152,9 +177,19 @@ fn reference(f: &GgufFile, arch: &str, tokens: &[u32]) -> Vec<Vec<f32>> {
             let a: Vec<f32> = g
                 .iter()
                 .zip(&u)
-                .map(|(g, u)| g / (1.0 + (-g).exp()) * u)
+                .map(|(&g, u)| {
+                    let act = if gemma {
+                        0.5 * g * (1.0 + (0.797_884_6 * g * (1.0 + 0.044715 * g * g)).tanh())
+                    } else {
+                        g / (1.0 + (-g).exp())
+                    };
+                    act * u
+                })
                 .collect();
-            let down = matvec(&t(&n("ffn_down.weight")), &a, D);
+            let mut down = matvec(&t(&n("ffn_down.weight")), &a, D);
+            if gemma {
+                down = rmsnorm(&down, &t(&n("post_ffw_norm.weight")));
+            }
             for (x, d) in xs[pos].iter_mut().zip(down) {
                 *x += d;
             }
@@ -167,7 +202,15 @@ fn reference(f: &GgufFile, arch: &str, tokens: &[u32]) -> Vec<Vec<f32>> {
     };
     let on = t("output_norm.weight");
     xs.iter()
-        .map(|x| matvec(&head, &rmsnorm(x, &on), VOCAB))
+        .map(|x| {
+            let logits = matvec(&head, &rmsnorm(x, &on), VOCAB);
+            if gemma {
+                let c = GEMMA_SOFTCAP;
+                logits.iter().map(|v| c * (v / c).tanh()).collect()
+            } else {
+                logits
+            }
+        })
         .collect()
 }
 
@@ -267,6 +310,20 @@ fn qwen2_matches_reference() {
 fn qwen3_matches_reference() {
     for ty in [GgmlType::F32, GgmlType::Q4_K, GgmlType::Q6_K] {
         check("qwen3", ty);
+    }
+}
+
+/// Gemma 3: √d embeddings, Q/K norms, post-norms, GeGLU, a window layer (5 tokens, its own
+/// RoPE base) and a global one, soft-capped logits; 19 tokens, so the window matters.
+#[test]
+fn gemma3_matches_reference() {
+    for ty in [
+        GgmlType::F32,
+        GgmlType::Q8_0,
+        GgmlType::Q5_0,
+        GgmlType::Q4_K,
+    ] {
+        check("gemma3", ty);
     }
 }
 

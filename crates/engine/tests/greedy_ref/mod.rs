@@ -1,9 +1,14 @@
 //! Greedy decoding straight on the model, and reading llama.cpp's reference files
 //! (testdata/*greedy*.json): shared by the tests that compare folio with llama.cpp.
 
+#![allow(dead_code)]
+
+use folio_gguf::GgufFile;
 use folio_kernels::pool::ThreadPool;
 use folio_model::{ForwardBatch, KvFormat, Model};
+use folio_tokenizer::Tokenizer;
 use serde_json::Value;
+use std::path::PathBuf;
 
 /// Token ids of a JSON array.
 pub fn ids(v: &Value) -> Vec<u32> {
@@ -60,4 +65,106 @@ pub fn greedy(
         b.push(&[next], prompt.len() + out.len() - 1, table.clone(), 1);
         logits = model.forward(&b, &mut kv, pool).expect("decode");
     }
+}
+
+/// Below this top-1/top-2 gap (nats) in llama.cpp's own log-probabilities, a different
+/// greedy pick is a near-tie, not an error.
+pub const NEAR_TIE: f64 = 0.1;
+
+/// The file of catalogue model `name` when it is downloaded (these tests do not fetch).
+pub fn catalogue(name: &str) -> Result<PathBuf, String> {
+    let e = folio_fetch::catalog::find(name).expect("catalogue entry");
+    match folio_fetch::state(e) {
+        folio_fetch::State::Missing => Err(format!(
+            "{} is not downloaded (run `folio models` / `--model {}` once)",
+            e.name, e.name
+        )),
+        _ => Ok(folio_fetch::model_path(e)),
+    }
+}
+
+/// Runs every prompt of `reference` on `path`, printing where folio's and llama.cpp's
+/// outputs part; fails on a prompt-id difference or on parting at a step that is no near-tie.
+pub fn check(label: &str, reference: &str, path: Result<PathBuf, String>) {
+    let path = match path {
+        Ok(p) => p,
+        Err(why) => {
+            eprintln!("skipping {label}: {why}");
+            return;
+        }
+    };
+    let f = GgufFile::open(&path).expect("open model");
+    let model = Model::from_gguf(&f).expect("load model");
+    let tok = Tokenizer::from_gguf(&f).ok();
+    let data: Value = serde_json::from_str(reference).expect("json");
+    let eog = tok
+        .as_ref()
+        .map(|t| t.eog_ids().to_vec())
+        .unwrap_or(vec![1, 106]);
+    let mut failures = Vec::new();
+    for p in data["prompts"].as_array().expect("prompts") {
+        let name = p["name"].as_str().expect("name");
+        let prompt = match &tok {
+            Some(tok) => tok
+                .encode(p["prompt_text"].as_str().expect("text"), true)
+                .expect("encode"),
+            None => ids(&p["prompt_token_ids"]),
+        };
+        assert_eq!(
+            prompt,
+            ids(&p["prompt_token_ids"]),
+            "{label} {name}: prompt token ids differ from llama.cpp"
+        );
+        // The natural run (stops at an end token) is the output a user gets; the masked run
+        // goes on past it. A masked run parting after llama.cpp's own end token (text the
+        // model would never have produced) is reported, not failed.
+        let natural_len = ids(&p["greedy"]["output_token_ids"]).len();
+        for (kind, mask) in [("greedy", false), ("greedy_ignore_eos", true)] {
+            let run = &p[kind];
+            let want = ids(&run["output_token_ids"]);
+            let (got, lps) = greedy(&model, &prompt, want.len(), &eog, mask);
+            let parted = (0..want.len()).find(|&i| got.get(i) != want.get(i));
+            // How far folio's log-probabilities of llama.cpp's top-5 (relative to its top-1)
+            // are from llama.cpp's, over the steps both runs share.
+            let mut dev = 0f64;
+            for s in 0..=parted.unwrap_or(want.len() - 1).min(lps.len() - 1) {
+                let top = &run["top5_logprobs_per_step"][s];
+                let id0 = top[0][0].as_u64().expect("id") as usize;
+                let lp0 = top[0][1].as_f64().expect("lp");
+                for e in top.as_array().expect("top5").iter().skip(1) {
+                    let (id, lp) = (
+                        e[0].as_u64().expect("id") as usize,
+                        e[1].as_f64().expect("lp"),
+                    );
+                    let dd = ((lps[s][id] - lps[s][id0]) - (lp - lp0)).abs();
+                    if dd > 0.3 && std::env::var_os("GREEDY_DEBUG").is_some() {
+                        eprintln!(
+                            "  step {s} id {id}: folio {:.4} {:.4} llama {lp0:.4} {lp:.4}",
+                            lps[s][id0], lps[s][id]
+                        );
+                    }
+                    dev = dev.max(dd);
+                }
+            }
+            let Some(step) = parted else {
+                eprintln!(
+                    "{label} {name} {kind}: all {} tokens identical (top-5 log-prob deviation <= {dev:.3})",
+                    want.len()
+                );
+                continue;
+            };
+            let top = &run["top5_logprobs_per_step"][step];
+            let gap = top[0][1].as_f64().expect("lp") - top[1][1].as_f64().expect("lp");
+            let line = format!(
+                "{label} {name} {kind}: parts at step {step} (folio {:?}, llama.cpp {}), llama.cpp's top-1/top-2 gap there {gap:.4} (top-5 log-prob deviation up to there <= {dev:.3})",
+                got.get(step), want[step]
+            );
+            eprintln!("{line}");
+            let past_end = mask && step >= natural_len;
+            if gap >= NEAR_TIE && !past_end {
+                failures.push(line);
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

@@ -287,8 +287,11 @@ unsafe fn run<R: Rows8>(kv: &PagedKv, table: &[u32], n_ctx: usize, qs: &Queries,
     let (mut offs, mut sc) = SCRATCH.with(|s| std::mem::take(&mut *s.borrow_mut()));
     offs.clear();
     offs.extend(
-        (0..n_ctx).map(|j| kv.row_offset(table[j / kv.block_size] as usize, j % kv.block_size)),
+        (qs.first..n_ctx)
+            .map(|j| kv.row_offset(table[j / kv.block_size] as usize, j % kv.block_size)),
     );
+    // The window's positions only: scores and values index them 0..n.
+    let n_ctx = n_ctx - qs.first;
     sc.clear();
     sc.resize(n_q * n_ctx, 0.0);
     let (q, s, o) = (qs.q.as_ptr(), sc.as_mut_ptr(), out.as_mut_ptr());
@@ -324,7 +327,7 @@ unsafe fn run<R: Rows8>(kv: &PagedKv, table: &[u32], n_ctx: usize, qs: &Queries,
 /// reference.
 ///
 /// # Safety
-/// AVX2, FMA and F16C must be present; `kv.check(table, n_ctx)` must have passed,
+/// AVX2, FMA and F16C must be present; `kv.check(table, qs.first, n_ctx)` must have passed,
 /// `supports(kv.head_dim)`, `n_ctx > 0`; `qs.q` and `out` hold `qs.n * head_dim` values.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn attend(kv: &PagedKv, table: &[u32], n_ctx: usize, qs: &Queries, out: &mut [f32]) {

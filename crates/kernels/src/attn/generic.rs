@@ -79,12 +79,18 @@ pub fn attend(
         n: n_q,
         scale,
         order,
+        first,
     } = *qs;
     let (hd, bs, rb) = (kv.head_dim, kv.block_size, kv.row_bytes());
+    // The visible positions are first..n_ctx; below, j counts from the first of them.
+    let n_ctx = n_ctx - first;
     // Scores, then every decoded K row of the context.
     scratch.resize(n_q * n_ctx + n_ctx * hd, 0.0);
     let (scores, rows) = scratch.split_at_mut(n_q * n_ctx);
-    let at = |j: usize| kv.row_offset(table[j / bs] as usize, j % bs);
+    let at = |j: usize| {
+        let p = first + j;
+        kv.row_offset(table[p / bs] as usize, p % bs)
+    };
     for (j, row) in rows.chunks_exact_mut(hd).enumerate() {
         let off = at(j);
         load_row_scalar(kv.format, &kv.k[off..off + rb], row);

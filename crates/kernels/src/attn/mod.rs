@@ -89,9 +89,9 @@ impl PagedKv<'_> {
         block * self.block_stride + self.head_offset + slot * self.row_bytes()
     }
 
-    /// Checks that every row `attend` will touch lies inside both buffers, so the SIMD
-    /// kernel may use unchecked pointer reads.
-    fn check(&self, table: &[u32], n_ctx: usize) {
+    /// Checks that every row `attend` will touch (positions `first..n_ctx`) lies inside both
+    /// buffers, so the SIMD kernel may use unchecked pointer reads.
+    fn check(&self, table: &[u32], first: usize, n_ctx: usize) {
         let bs = self.block_size;
         assert!(bs > 0 && self.head_dim > 0, "attend: empty block or head");
         let n_blocks = n_ctx.div_ceil(bs);
@@ -101,7 +101,7 @@ impl PagedKv<'_> {
             table.len()
         );
         let len = self.k.len().min(self.v.len());
-        for &b in &table[..n_blocks] {
+        for &b in &table[first / bs..n_blocks] {
             let end = self.row_offset(b as usize, bs);
             assert!(
                 end <= len,
@@ -118,9 +118,13 @@ pub struct Queries<'a> {
     pub q: &'a [f32],
     /// Number of heads.
     pub n: usize,
-    /// Score scale (1 / sqrt(head_dim)).
+    /// Score scale (1 / sqrt(head_dim) unless the model sets its own).
     pub scale: f32,
     pub order: SumOrder,
+    /// First position the queries see: 0 for full causal attention, `pos + 1 - window`
+    /// for a sliding-window layer (positions before it are outside the window, and their
+    /// blocks may already be back in the pool: they are never read).
+    pub first: usize,
 }
 
 /// Causal attention of the query heads `qs` over the first `n_ctx` positions of `kv`
@@ -159,9 +163,16 @@ pub fn attend_with(
     if n_ctx == 0 || n_q == 0 {
         return;
     }
-    kv.check(table, n_ctx);
+    assert!(
+        qs.first < n_ctx,
+        "attend: first visible position {} must be below n_ctx {n_ctx}",
+        qs.first
+    );
+    kv.check(table, qs.first, n_ctx);
+    // NOTE: the AVX-512 kernel walks whole blocks from position 0; a window that starts
+    // mid-context takes the AVX2 kernel (same operations, 8 lanes) or the reference.
     #[cfg(target_arch = "x86_64")]
-    if isa.clamp() == Isa::Avx512 && x86::supports(kv.format, hd) {
+    if isa.clamp() == Isa::Avx512 && x86::supports(kv.format, hd) && qs.first == 0 {
         scores.resize(n_q * n_ctx, 0.0);
         // SAFETY: clamp() guarantees AVX-512; `check` bounds every row read.
         unsafe { x86::attend_512(kv, table, n_ctx, qs, scores, out) };

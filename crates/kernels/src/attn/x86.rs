@@ -654,7 +654,9 @@ pub unsafe fn attend_512(
         n: n_q,
         scale,
         order,
+        ..
     } = *qs;
+    debug_assert_eq!(qs.first, 0, "attend_512 reads from position 0");
     macro_rules! go {
         ($r:ty) => {
             match order {

@@ -7,11 +7,13 @@
 //! # Panics
 //! On mismatched slice lengths (caller bugs).
 
+mod gelu;
 mod rope;
 mod scalar;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
+pub use gelu::{gelu, gelu_f32, gelu_mul};
 pub use rope::{Rope, RopeRows};
 
 use crate::cpu::{isa, Isa};

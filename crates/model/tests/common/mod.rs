@@ -7,6 +7,12 @@ use rand::{Rng, SeedableRng};
 
 pub const EPS: f32 = 1e-5;
 pub const BASE: f32 = 10000.0;
+/// The tiny Gemma 3: layers alternate window / global (pattern 2), a 5-token window with
+/// its own RoPE base, and final logit soft-capping switched on (as Gemma 2 files set it).
+pub const GEMMA_WINDOW: usize = 5;
+pub const GEMMA_PATTERN: usize = 2;
+pub const GEMMA_BASE_WINDOW: f32 = 1000.0;
+pub const GEMMA_SOFTCAP: f32 = 3.0;
 
 /// Dimensions of a tiny model.
 pub struct Shape {
@@ -66,6 +72,20 @@ pub fn build_with(sh: &Shape, arch: &str, ty_of: &dyn Fn(&str) -> GgmlType, seed
     w.add_metadata(&k("attention.layer_norm_rms_epsilon"), Value::F32(EPS));
     w.add_metadata(&k("rope.freq_base"), Value::F32(BASE));
     w.add_metadata(&k("vocab_size"), Value::U32(sh.vocab as u32));
+    if arch == "gemma3" {
+        w.add_metadata(&k("attention.key_length"), Value::U32(sh.hd as u32));
+        w.add_metadata(&k("attention.value_length"), Value::U32(sh.hd as u32));
+        w.add_metadata(
+            &k("attention.sliding_window"),
+            Value::U32(GEMMA_WINDOW as u32),
+        );
+        w.add_metadata(
+            &k("attention.sliding_window_pattern"),
+            Value::U32(GEMMA_PATTERN as u32),
+        );
+        w.add_metadata(&k("rope.freq_base_swa"), Value::F32(GEMMA_BASE_WINDOW));
+        w.add_metadata(&k("final_logit_softcapping"), Value::F32(GEMMA_SOFTCAP));
+    }
     let s = 1.0 / (sh.d as f32).sqrt();
     let mat =
         |w: &mut GgufWriter, rng: &mut StdRng, name: &str, cols: usize, rows: usize, scale: f32| {
@@ -135,7 +155,7 @@ pub fn build_with(sh: &Shape, arch: &str, ty_of: &dyn Fn(&str) -> GgmlType, seed
                 0.3,
             );
         }
-        if arch == "qwen3" {
+        if arch == "qwen3" || arch == "gemma3" {
             vec_(&mut w, &mut rng, &n("attn_q_norm.weight"), sh.hd, 1.0, 0.3);
             vec_(&mut w, &mut rng, &n("attn_k_norm.weight"), sh.hd, 1.0, 0.3);
         }
@@ -148,6 +168,11 @@ pub fn build_with(sh: &Shape, arch: &str, ty_of: &dyn Fn(&str) -> GgmlType, seed
             s,
         );
         vec_(&mut w, &mut rng, &n("ffn_norm.weight"), sh.d, 1.0, 0.2);
+        if arch == "gemma3" {
+            let (a, f) = (n("post_attention_norm.weight"), n("post_ffw_norm.weight"));
+            vec_(&mut w, &mut rng, &a, sh.d, 1.0, 0.2);
+            vec_(&mut w, &mut rng, &f, sh.d, 1.0, 0.2);
+        }
         mat(
             &mut w,
             &mut rng,
@@ -167,8 +192,8 @@ pub fn build_with(sh: &Shape, arch: &str, ty_of: &dyn Fn(&str) -> GgmlType, seed
         );
     }
     vec_(&mut w, &mut rng, "output_norm.weight", sh.d, 1.0, 0.2);
-    if arch != "llama" {
-        // Untied head for the Qwen shapes, tied for llama: both paths get covered.
+    if arch != "llama" && arch != "gemma3" {
+        // Untied head for the Qwen shapes, tied for llama and gemma: both paths covered.
         mat(&mut w, &mut rng, "output.weight", sh.d, sh.vocab, s * 4.0);
     }
     w.to_bytes()
