@@ -38,12 +38,38 @@ fn load() -> Option<Arc<Tokenizer>> {
     tok.clone()
 }
 
-fn reference() -> Value {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../testdata/gemma3-spm-tokens.json"
-    );
+fn read_reference(name: &str) -> Value {
+    let path = format!("{}/../../testdata/{name}", env!("CARGO_MANIFEST_DIR"));
     serde_json::from_str(&std::fs::read_to_string(path).expect("read reference")).unwrap()
+}
+
+fn reference() -> Value {
+    read_reference("gemma3-spm-tokens.json")
+}
+
+/// Fails listing every fixture string whose ids differ from llama.cpp's.
+fn check_ids(tok: &Tokenizer, reference: &Value) {
+    let cases = reference["cases"].as_array().unwrap();
+    assert!(cases.len() >= 30);
+    let mut failures = Vec::new();
+    for case in cases {
+        let text = case["text"].as_str().unwrap();
+        for (parse_special, key) in [(true, "ids"), (false, "ids_no_parse_special")] {
+            let want = ids(&case[key]);
+            let got = tok.encode(text, parse_special).unwrap();
+            if got != want {
+                failures.push(format!(
+                    "{text:?} parse_special={parse_special}:\n  got  {got:?}\n  want {want:?}"
+                ));
+            }
+        }
+        assert_eq!(
+            tok.decode(&ids(&case["ids"]), false),
+            case["detokenized"].as_str().unwrap(),
+            "{text:?}"
+        );
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
 fn ids(v: &Value) -> Vec<u32> {
@@ -74,23 +100,24 @@ fn spec_matches_the_known_metadata() {
 #[test]
 fn ids_match_llama_cpp_for_every_fixture_string() {
     let Some(tok) = load() else { return };
-    let reference = reference();
-    let cases = reference["cases"].as_array().unwrap();
-    assert!(cases.len() >= 30);
-    let mut failures = Vec::new();
-    for case in cases {
-        let text = case["text"].as_str().unwrap();
-        for (parse_special, key) in [(true, "ids"), (false, "ids_no_parse_special")] {
-            let want = ids(&case[key]);
-            let got = tok.encode(text, parse_special).unwrap();
-            if got != want {
-                failures.push(format!(
-                    "{text:?} parse_special={parse_special}:\n  got  {got:?}\n  want {want:?}"
-                ));
-            }
-        }
+    check_ids(&tok, &reference());
+}
+
+/// The same vocabulary with `add_space_prefix` on (llama.cpp ran on a copy of the file
+/// with that one key changed): the Llama 2 / Mistral / Phi-3 convention, a space before
+/// the text at the start and after every special token (Gemma's `\n` and runs of spaces
+/// are user-defined tokens, so this hits often).
+#[test]
+fn ids_match_llama_cpp_with_add_space_prefix() {
+    let path = model_path();
+    if !path.exists() {
+        eprintln!("SKIPPED: model file {} not found", path.display());
+        return;
     }
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    let mut spec = TokenizerSpec::from_gguf(&GgufFile::open(&path).unwrap()).unwrap();
+    spec.add_space_prefix = true;
+    let tok = Tokenizer::from_spec(spec).unwrap();
+    check_ids(&tok, &read_reference("gemma3-spm-prefix-tokens.json"));
 }
 
 #[test]
