@@ -357,6 +357,8 @@ fn phi3_special_tokens_strip_whitespace_to_their_right() {
 
 #[test]
 fn gemma_turns_without_a_template_use_llama_cpp_gemma_format() {
+    // Expected texts are llama.cpp's (`llama-server --no-jinja --chat-template gemma`,
+    // POST /apply-template).
     let mut spec = spm_spec(false);
     for t in ["<start_of_turn>", "<end_of_turn>"] {
         spec.tokens.push(t.into());
@@ -375,6 +377,19 @@ fn gemma_turns_without_a_template_use_llama_cpp_gemma_format() {
         "<start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n\
          <start_of_turn>model\nHello.<end_of_turn>\n\
          <start_of_turn>user\nBye<end_of_turn>\n\
+         <start_of_turn>model\n"
+    );
+    // Also from llama-server --no-jinja --chat-template gemma: system messages join
+    // with nothing between and wait for the first user turn.
+    let msgs2 = [
+        ChatMessage::new("system", "A"),
+        ChatMessage::new("system", "B"),
+        ChatMessage::new("assistant", "x"),
+        ChatMessage::new("user", "u"),
+    ];
+    assert_eq!(
+        tok.apply_chat_template(&msgs2, true).unwrap(),
+        "<start_of_turn>model\nx<end_of_turn>\n<start_of_turn>user\nAB\n\nu<end_of_turn>\n\
          <start_of_turn>model\n"
     );
     assert_eq!(
