@@ -57,6 +57,14 @@ const EOG_TEXTS: &[&str] = &[
     "<|end_of_text|>",
     "<end_of_utterance>",
     "<｜end▁of▁sentence｜>",
+    "<|return|>",
+    "<|call|>",
+    "<|flush|>",
+    "<|calls|>",
+    "<eos>",
+    "<turn|>",
+    "<|tool_response>",
+    "[e~[",
 ];
 
 /// How plain text becomes ids.
@@ -147,6 +155,18 @@ impl Tokenizer {
         for id in EOG_TEXTS.iter().filter_map(|t| by_text.get(t)) {
             types[*id as usize] = token_type::CONTROL;
         }
+        let eot_id = spec
+            .eot_id
+            .or_else(|| EOT_TEXTS.iter().find_map(|t| by_text.get(t).copied()));
+        let mut eog_ids: Vec<u32> = spec
+            .eos_id
+            .into_iter()
+            .chain(eot_id)
+            .chain(EOG_TEXTS.iter().filter_map(|t| by_text.get(t).copied()))
+            .collect();
+        eog_ids.sort_unstable();
+        eog_ids.dedup();
+        drop_eog_exceptions(&mut eog_ids, &mut types, &spec.tokens);
 
         let (model, bytes) = if spec.model == "llama" {
             let spm = Spm::new(&spec.tokens, &spec.scores, &types, spec.unk_id)?;
@@ -198,18 +218,6 @@ impl Tokenizer {
             special::phi3_rstrip(&mut specials, &by_text);
         }
         special::sort_for_matching(&mut specials);
-
-        let eot_id = spec
-            .eot_id
-            .or_else(|| EOT_TEXTS.iter().find_map(|t| by_text.get(t).copied()));
-        let mut eog_ids: Vec<u32> = spec
-            .eos_id
-            .into_iter()
-            .chain(eot_id)
-            .chain(EOG_TEXTS.iter().filter_map(|t| by_text.get(t).copied()))
-            .collect();
-        eog_ids.sort_unstable();
-        eog_ids.dedup();
 
         let fallback = (spec.chat_template.is_none()
             && by_text.contains_key("<start_of_turn>")
@@ -390,6 +398,29 @@ impl Tokenizer {
             .as_ref()
             .ok_or(TokenizerError::NoChatTemplate)?
             .render(messages, add_generation_prompt)
+    }
+}
+
+/// llama.cpp's two exceptions to its end-of-generation texts: with `<|return|>` and
+/// `<|call|>` (gpt-oss), or `<|calls|>`/`<|call|>` and `<|flush|>` (solar-open),
+/// `<|end|>` is a user-defined token, not EOG; with `<|tool_response>` (Gemma 4) or
+/// `<|plamo:eos|>`, `</s>` is a normal token, not EOG.
+fn drop_eog_exceptions(eog_ids: &mut Vec<u32>, types: &mut [i32], tokens: &[String]) {
+    let find = |text: &str| {
+        eog_ids
+            .iter()
+            .copied()
+            .find(|&id| tokens[id as usize] == text)
+    };
+    let has = |text: &str| find(text).is_some();
+    let has_call = has("<|call|>") || has("<|calls|>");
+    let end = find("<|end|>").filter(|_| has_call && (has("<|return|>") || has("<|flush|>")));
+    let s = find("</s>").filter(|_| has("<|tool_response>") || has("<|plamo:eos|>"));
+    for (id, ty) in [(end, token_type::USER_DEFINED), (s, token_type::NORMAL)] {
+        if let Some(id) = id {
+            eog_ids.retain(|&x| x != id);
+            types[id as usize] = ty;
+        }
     }
 }
 

@@ -404,3 +404,41 @@ fn gemma_turns_without_a_template_use_llama_cpp_gemma_format() {
         Err(TokenizerError::NoChatTemplate)
     ));
 }
+
+#[test]
+fn end_of_generation_texts_and_llama_cpp_exceptions() {
+    let with = |texts: &[&str]| {
+        let mut spec = spm_spec(false);
+        for t in texts {
+            spec.tokens.push((*t).into());
+            // Typed normal: llama.cpp makes end-of-generation texts control tokens.
+            spec.token_types.push(token_type::NORMAL);
+            spec.scores.push(0.0);
+        }
+        Tokenizer::from_spec(spec).unwrap()
+    };
+    // 277 <|end|>, 278 <eos>.
+    let tok = with(&["<|end|>", "<eos>"]);
+    assert_eq!(tok.eog_ids(), &[EOS, 277, 278]);
+    assert!(tok.is_special(277));
+    assert_eq!(tok.encode("<|end|>", true).unwrap(), [277]);
+    assert_ne!(tok.encode("<|end|>", false).unwrap(), [277]);
+
+    // gpt-oss: with <|return|> and <|call|>, <|end|> is user-defined text, not EOG.
+    let tok = with(&["<|end|>", "<|return|>", "<|call|>"]);
+    assert_eq!(tok.eog_ids(), &[EOS, 278, 279]);
+    assert!(!tok.is_special(277));
+    assert_eq!(tok.encode("<|end|>", false).unwrap(), [277]);
+
+    // Gemma 4: with <|tool_response>, </s> is a normal token.
+    let mut spec = spm_spec(false);
+    spec.tokens[EOS as usize] = "<eos>".into();
+    spec.tokens.push("</s>".into());
+    spec.tokens.push("<|tool_response>".into());
+    spec.token_types
+        .extend([token_type::NORMAL, token_type::CONTROL]);
+    spec.scores.extend([0.0, 0.0]);
+    let tok = Tokenizer::from_spec(spec).unwrap();
+    assert_eq!(tok.eog_ids(), &[EOS, 278]);
+    assert!(!tok.is_special(277));
+}
