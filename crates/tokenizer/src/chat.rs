@@ -27,6 +27,29 @@ impl ChatMessage {
 
 const TEMPLATE_NAME: &str = "chat";
 
+/// llama.cpp's built-in "gemma" chat format (`llm_chat_apply_template`), for Gemma
+/// files without `tokenizer.chat_template`: system messages are joined into the first
+/// following user turn, `assistant` is called `model`, contents are trimmed. BOS is not
+/// part of the text: [`crate::Tokenizer::encode`] adds it (`add_bos_token`).
+pub(crate) const GEMMA_TEMPLATE: &str = "\
+{%- set ns = namespace(system='') -%}
+{%- for m in messages -%}
+{%- if m.role == 'system' -%}
+{%- set ns.system = ns.system + m.content.strip() -%}
+{%- else -%}
+{%- set role = 'model' if m.role == 'assistant' else m.role -%}
+{{- '<start_of_turn>' + role + '\\n' -}}
+{%- if ns.system and role != 'model' -%}
+{{- ns.system + '\\n\\n' -}}
+{%- set ns.system = '' -%}
+{%- endif -%}
+{{- m.content.strip() + '<end_of_turn>\\n' -}}
+{%- endif -%}
+{%- endfor -%}
+{%- if add_generation_prompt -%}
+{{- '<start_of_turn>model\\n' -}}
+{%- endif -%}";
+
 /// A compiled chat template plus the token texts it may refer to.
 pub(crate) struct ChatTemplate {
     source: String,

@@ -19,7 +19,7 @@ pub enum TokenizerError {
     },
 
     /// `tokenizer.ggml.model` names a tokenizer folio does not implement.
-    #[error("unsupported tokenizer model {model:?} in \"tokenizer.ggml.model\" (folio supports \"gpt2\", byte-level BPE)")]
+    #[error("unsupported tokenizer model {model:?} in \"tokenizer.ggml.model\" (folio supports \"gpt2\", byte-level BPE, and \"llama\", SentencePiece)")]
     UnsupportedModel { model: String },
 
     /// `tokenizer.ggml.pre` names a pre-tokenizer whose split rules folio does not know;
@@ -54,6 +54,15 @@ pub enum TokenizerError {
         "merge rule #{index} in \"tokenizer.ggml.merges\" is {value:?}: expected \"LEFT RIGHT\""
     )]
     BadMerge { index: usize, value: String },
+
+    /// A SentencePiece token typed BYTE whose text is not `<0xNN>`.
+    #[error("token #{id} is a byte token in \"tokenizer.ggml.token_type\" but its text {text:?} in \"tokenizer.ggml.tokens\" is not <0xNN>")]
+    BadByteToken { id: u32, text: String },
+
+    /// A SentencePiece vocabulary with neither a `<0xNN>` token for a byte that needs
+    /// one nor an unknown token to fall back to.
+    #[error("the vocabulary has no token for byte 0x{byte:02X} (no <0x{byte:02X}> token and no \"tokenizer.ggml.unknown_token_id\")")]
+    NoByteToken { byte: u8 },
 
     /// The `tokenizers` crate refused the model or pre-tokenizer.
     #[error("building the BPE tokenizer failed: {0}")]

@@ -7,6 +7,7 @@
 //! - [`spec`]: [`TokenizerSpec`], the tokenizer metadata read from a GGUF file.
 //! - `pretokenize`: llama.cpp's split regexes per `tokenizer.ggml.pre`.
 //! - `special`: splitting input at special-token texts before BPE.
+//! - `spm`: llama.cpp's SentencePiece merge, for `tokenizer.ggml.model = "llama"`.
 //! - `byte_level`: GPT-2's byte ⇄ char alphabet, for decoding.
 //! - [`Tokenizer`]: encode / decode / special ids / chat template.
 //! - `chat` + `date`: [`ChatMessage`] and the minijinja environment for chat templates.
@@ -22,6 +23,7 @@ mod incremental;
 mod pretokenize;
 pub mod spec;
 mod special;
+mod spm;
 mod stop;
 mod tokenizer;
 

@@ -21,6 +21,29 @@ pub(crate) struct SpecialText {
     /// Matched even when the caller did not ask to parse special tokens: llama.cpp always
     /// matches user-defined tokens, but control tokens only with `parse_special`.
     pub always: bool,
+    /// Whitespace right after the token is dropped (llama.cpp's `RSTRIP` attribute,
+    /// which it gives to Phi-3's special tokens).
+    pub rstrip: bool,
+}
+
+/// llama.cpp's Phi-3 rule: every special token (`</s>` included) strips whitespace to
+/// its right, except `<unk>`, `<s>` and `<|endoftext|>`.
+pub(crate) fn phi3_rstrip(
+    specials: &mut [SpecialText],
+    by_text: &std::collections::HashMap<&str, u32>,
+) {
+    let keep: Vec<u32> = ["<unk>", "<s>", "<|endoftext|>"]
+        .iter()
+        .filter_map(|t| by_text.get(t).copied())
+        .collect();
+    for special in specials {
+        special.rstrip = !keep.contains(&special.id);
+    }
+}
+
+/// C's `isspace` in the "C" locale, which llama.cpp's strip uses.
+fn is_c_space(b: u8) -> bool {
+    matches!(b, b' ' | b'\t' | b'\n' | 0x0B | 0x0C | b'\r')
 }
 
 /// Sorts `specials` into matching order: longest text first, then by id for determinism.
@@ -49,12 +72,24 @@ pub(crate) fn partition<'a>(
                 continue;
             };
             let mut rest_start = 0;
-            for (pos, _) in s.match_indices(special.text.as_str()) {
+            while let Some(found) = s[rest_start..].find(special.text.as_str()) {
+                let pos = rest_start + found;
                 if pos > rest_start {
                     next.push(Fragment::Text(&s[rest_start..pos]));
                 }
                 next.push(Fragment::Token(special.id));
                 rest_start = pos + special.text.len();
+                if special.rstrip {
+                    // ASCII whitespace only, so `rest_start` stays on a char boundary.
+                    while s
+                        .as_bytes()
+                        .get(rest_start)
+                        .copied()
+                        .is_some_and(is_c_space)
+                    {
+                        rest_start += 1;
+                    }
+                }
             }
             if rest_start < s.len() {
                 next.push(Fragment::Text(&s[rest_start..]));
@@ -75,16 +110,19 @@ mod tests {
                 text: "<a>".into(),
                 id: 1,
                 always: false,
+                rstrip: false,
             },
             SpecialText {
                 text: "<a><b>".into(),
                 id: 2,
                 always: false,
+                rstrip: false,
             },
             SpecialText {
                 text: "<u>".into(),
                 id: 3,
                 always: true,
+                rstrip: false,
             },
         ];
         sort_for_matching(&mut v);
@@ -104,6 +142,25 @@ mod tests {
                 Token(1),
                 Text("z"),
                 Token(3)
+            ]
+        );
+    }
+
+    #[test]
+    fn rstrip_drops_whitespace_after_the_token_only() {
+        use Fragment::*;
+        let mut v = specials();
+        v.iter_mut().for_each(|s| s.rstrip = s.id == 1);
+        let got = partition("x <a> \n\ty<a>  <u> z", &v, true);
+        assert_eq!(
+            got,
+            vec![
+                Text("x "),
+                Token(1),
+                Text("y"),
+                Token(1),
+                Token(3),
+                Text(" z")
             ]
         );
     }

@@ -1,9 +1,10 @@
 //! [`Tokenizer`]: text ⇄ token ids for a GGUF model, matching llama.cpp's ids.
 //!
 //! Encoding: split the input at special-token texts ([`crate::special`]), then run each
-//! plain fragment through a `tokenizers` BPE whose pre-tokenizer reproduces llama.cpp's
-//! split regexes ([`crate::pretokenize`]). Decoding: concatenate each token's raw bytes
-//! (precomputed once) and convert to UTF-8 at the very end.
+//! plain fragment through the vocabulary's model: for `gpt2`, a `tokenizers` BPE whose
+//! pre-tokenizer reproduces llama.cpp's split regexes ([`crate::pretokenize`]); for
+//! `llama`, llama.cpp's SentencePiece merge ([`crate::spm`]). Decoding: concatenate each
+//! token's raw bytes (precomputed once) and convert to UTF-8 at the very end.
 
 use std::collections::HashMap;
 
@@ -16,29 +17,74 @@ use crate::error::{Result, TokenizerError};
 use crate::pretokenize;
 use crate::spec::{token_type, TokenizerSpec};
 use crate::special::{self, Fragment, SpecialText};
+use crate::spm::{self, Spm};
 
 /// Largest vocabulary accepted. Ids are u32; the cap keeps a crafted file from making us
 /// allocate per-token tables of absurd size.
 pub const MAX_VOCAB: usize = 1 << 24;
 
-/// Token texts that end a turn in common chat formats. llama.cpp treats each one present
-/// in the vocabulary as end-of-generation, whatever the metadata says.
+/// Token texts that end a turn, in llama.cpp's order for picking the end-of-turn token
+/// when the metadata names none.
+const EOT_TEXTS: &[&str] = &[
+    "<|eot_id|>",
+    "<|im_end|>",
+    "<|end|>",
+    "<end_of_turn>",
+    "<|endoftext|>",
+    "<|end_of_text|>",
+    "<EOT>",
+    "_<EOT>",
+    "[EOT]",
+    "<｜end▁of▁sentence｜>",
+    "<end_of_utterance>",
+];
+
+/// Token texts that end generation in common chat formats. llama.cpp treats each one
+/// present in the vocabulary as end-of-generation, whatever the metadata says, and makes
+/// it a control token if the file did not (Gemma 3's `</s>` is typed normal).
 const EOG_TEXTS: &[&str] = &[
     "<|eot_id|>",
     "<|im_end|>",
     "<|end|>",
     "<end_of_turn>",
     "<|endoftext|>",
+    "</s>",
     "<|eom_id|>",
     "<EOT>",
     "_<EOT>",
+    "[EOT]",
+    "[EOS]",
+    "<|end_of_text|>",
+    "<end_of_utterance>",
+    "<｜end▁of▁sentence｜>",
+    "<|return|>",
+    "<|call|>",
+    "<|flush|>",
+    "<|calls|>",
+    "<eos>",
+    "<turn|>",
+    "<|tool_response>",
+    "[e~[",
 ];
 
-/// A byte-level BPE tokenizer built from GGUF metadata. `Send + Sync`; share it via `Arc`.
+/// How plain text becomes ids.
+enum Model {
+    /// `gpt2`: BPE model + pre-tokenizer, with no added tokens: special tokens are
+    /// matched by [`special::partition`] so that `parse_special = false` can leave them
+    /// as text.
+    Bpe(Box<tokenizers::Tokenizer>),
+    /// `llama`: SentencePiece.
+    Spm {
+        spm: Box<Spm>,
+        /// Prepend a space to text at the start and after a special token.
+        add_space_prefix: bool,
+    },
+}
+
+/// A byte-level BPE or SentencePiece tokenizer built from GGUF metadata. `Send + Sync`;
+/// share it via `Arc`.
 pub struct Tokenizer {
-    /// BPE model + pre-tokenizer, with no added tokens: special tokens are matched by
-    /// [`special::partition`] so that `parse_special = false` can leave them as text.
-    bpe: tokenizers::Tokenizer,
+    model: Model,
     /// Raw bytes of every token, indexed by id.
     bytes: Vec<Vec<u8>>,
     /// `tokenizer.ggml.token_type` per id.
@@ -63,7 +109,7 @@ impl Tokenizer {
 
     /// Builds the tokenizer described by `spec`.
     pub fn from_spec(spec: TokenizerSpec) -> Result<Tokenizer> {
-        if spec.model != "gpt2" {
+        if spec.model != "gpt2" && spec.model != "llama" {
             return Err(TokenizerError::UnsupportedModel { model: spec.model });
         }
         let n = spec.tokens.len();
@@ -73,7 +119,7 @@ impl Tokenizer {
                 limit: MAX_VOCAB,
             });
         }
-        let types = if spec.token_types.is_empty() {
+        let mut types = if spec.token_types.is_empty() {
             vec![token_type::NORMAL; n]
         } else if spec.token_types.len() == n {
             spec.token_types.clone()
@@ -88,6 +134,7 @@ impl Tokenizer {
             ("tokenizer.ggml.bos_token_id", spec.bos_id),
             ("tokenizer.ggml.eos_token_id", spec.eos_id),
             ("tokenizer.ggml.eot_token_id", spec.eot_id),
+            ("tokenizer.ggml.unknown_token_id", spec.unk_id),
         ] {
             if let Some(id) = id.filter(|&id| id as usize >= n) {
                 return Err(TokenizerError::IdOutOfRange {
@@ -98,18 +145,56 @@ impl Tokenizer {
             }
         }
 
-        let rules = pretokenize::rules_for(spec.pre.as_deref())?;
-        let bpe = build_bpe(&spec.tokens, &spec.merges, rules.ignore_merges)?;
-        let mut bpe = tokenizers::Tokenizer::new(bpe);
-        bpe.with_pre_tokenizer(Some(pretokenize::build(&rules)?));
-
-        let decoder = ByteDecoder::new();
-        let bytes = spec
+        let by_text: HashMap<&str, u32> = spec
             .tokens
             .iter()
-            .zip(&types)
-            .map(|(text, &ty)| token_raw_bytes(&decoder, text, ty))
+            .enumerate()
+            .map(|(id, t)| (t.as_str(), id as u32))
             .collect();
+        // llama.cpp makes every end-of-generation text a control token.
+        for id in EOG_TEXTS.iter().filter_map(|t| by_text.get(t)) {
+            types[*id as usize] = token_type::CONTROL;
+        }
+        let eot_id = spec
+            .eot_id
+            .or_else(|| EOT_TEXTS.iter().find_map(|t| by_text.get(t).copied()));
+        let mut eog_ids: Vec<u32> = spec
+            .eos_id
+            .into_iter()
+            .chain(eot_id)
+            .chain(EOG_TEXTS.iter().filter_map(|t| by_text.get(t).copied()))
+            .collect();
+        eog_ids.sort_unstable();
+        eog_ids.dedup();
+        drop_eog_exceptions(&mut eog_ids, &mut types, &spec.tokens);
+
+        let (model, bytes) = if spec.model == "llama" {
+            let spm = Spm::new(&spec.tokens, &spec.scores, &types, spec.unk_id)?;
+            let bytes = spec
+                .tokens
+                .iter()
+                .zip(&types)
+                .map(|(text, &ty)| spm::token_raw_bytes(text, ty))
+                .collect();
+            let model = Model::Spm {
+                spm: Box::new(spm),
+                add_space_prefix: spec.add_space_prefix,
+            };
+            (model, bytes)
+        } else {
+            let rules = pretokenize::rules_for(spec.pre.as_deref())?;
+            let bpe = build_bpe(&spec.tokens, &spec.merges, rules.ignore_merges)?;
+            let mut bpe = tokenizers::Tokenizer::new(bpe);
+            bpe.with_pre_tokenizer(Some(pretokenize::build(&rules)?));
+            let decoder = ByteDecoder::new();
+            let bytes = spec
+                .tokens
+                .iter()
+                .zip(&types)
+                .map(|(text, &ty)| token_raw_bytes(&decoder, text, ty))
+                .collect();
+            (Model::Bpe(Box::new(bpe)), bytes)
+        };
 
         let mut specials: Vec<SpecialText> = spec
             .tokens
@@ -126,29 +211,19 @@ impl Tokenizer {
                 text: text.clone(),
                 id: id as u32,
                 always: ty == token_type::USER_DEFINED,
+                rstrip: false,
             })
             .collect();
+        if is_phi3(spec.name.as_deref()) {
+            special::phi3_rstrip(&mut specials, &by_text);
+        }
         special::sort_for_matching(&mut specials);
 
-        let by_text: HashMap<&str, u32> = spec
-            .tokens
-            .iter()
-            .enumerate()
-            .map(|(id, t)| (t.as_str(), id as u32))
-            .collect();
-        let eot_id = spec
-            .eot_id
-            .or_else(|| EOG_TEXTS.iter().find_map(|t| by_text.get(t).copied()));
-        let mut eog_ids: Vec<u32> = spec
-            .eos_id
-            .into_iter()
-            .chain(eot_id)
-            .chain(EOG_TEXTS.iter().filter_map(|t| by_text.get(t).copied()))
-            .collect();
-        eog_ids.sort_unstable();
-        eog_ids.dedup();
-
-        let template = spec.chat_template.as_deref().map(|src| {
+        let fallback = (spec.chat_template.is_none()
+            && by_text.contains_key("<start_of_turn>")
+            && by_text.contains_key("<end_of_turn>"))
+        .then_some(crate::chat::GEMMA_TEMPLATE);
+        let template = spec.chat_template.as_deref().or(fallback).map(|src| {
             let token_text = |id: Option<u32>| {
                 id.and_then(|id| spec.tokens.get(id as usize))
                     .cloned()
@@ -158,7 +233,7 @@ impl Tokenizer {
         });
 
         Ok(Tokenizer {
-            bpe,
+            model,
             bytes,
             types,
             specials,
@@ -172,25 +247,45 @@ impl Tokenizer {
         })
     }
 
-    /// Token ids for `text`. Adds BOS/EOS only when the model asks for it
-    /// (`add_bos_token` / `add_eos_token`). With `parse_special`, the text of a control
-    /// token (e.g. `<|im_start|>`) becomes that one token; without it, it is encoded as
-    /// ordinary text. User-defined tokens are always matched (as in llama.cpp).
+    /// Token ids for `text`, as llama.cpp's `llama_tokenize` with `add_special`. Adds
+    /// BOS/EOS only when the model asks for it (`add_bos_token` / `add_eos_token`). With
+    /// `parse_special`, the text of a control token (e.g. `<|im_start|>`) becomes that
+    /// one token; without it, it is encoded as ordinary text. User-defined tokens are
+    /// always matched (as in llama.cpp). A SentencePiece vocabulary with
+    /// `add_space_prefix` gets a space before the text at the start and after each
+    /// special token, as llama.cpp (never before an empty text: `""` is just BOS).
     pub fn encode(&self, text: &str, parse_special: bool) -> Result<Vec<u32>> {
         let mut ids = Vec::with_capacity(text.len() / 3 + 2);
         if self.add_bos {
             ids.extend(self.bos_id);
         }
+        let mut prev_special = true;
         for fragment in special::partition(text, &self.specials, parse_special) {
             match fragment {
-                Fragment::Token(id) => ids.push(id),
-                Fragment::Text(s) => {
-                    let enc = self
-                        .bpe
-                        .encode(s, false)
-                        .map_err(|e| TokenizerError::Encode(e.to_string()))?;
-                    ids.extend_from_slice(enc.get_ids());
+                Fragment::Token(id) => {
+                    ids.push(id);
+                    prev_special = true;
                 }
+                Fragment::Text("") => {}
+                Fragment::Text(s) => match &self.model {
+                    Model::Bpe(bpe) => {
+                        let enc = bpe
+                            .encode(s, false)
+                            .map_err(|e| TokenizerError::Encode(e.to_string()))?;
+                        ids.extend_from_slice(enc.get_ids());
+                    }
+                    Model::Spm {
+                        spm,
+                        add_space_prefix,
+                    } => {
+                        if *add_space_prefix && prev_special {
+                            spm.encode_into(&format!(" {s}"), &mut ids)?;
+                        } else {
+                            spm.encode_into(s, &mut ids)?;
+                        }
+                        prev_special = false;
+                    }
+                },
             }
         }
         if self.add_eos {
@@ -202,7 +297,15 @@ impl Tokenizer {
     /// The text of `ids`. With `skip_special`, special tokens (see [`Self::is_special`])
     /// produce nothing. Ids outside the vocabulary are skipped. Invalid UTF-8 is replaced
     /// by U+FFFD only after all bytes are joined, so multi-byte chars split across tokens
-    /// survive.
+    /// survive (SentencePiece byte tokens `<0xE6>` `<0x97>` `<0xA5>` make one char).
+    ///
+    /// This is the concatenation of llama.cpp's `token_to_piece` for each id, as its
+    /// server's `/detokenize` and its streamed output. NOTE: llama.cpp's
+    /// `llama_detokenize` additionally drops one leading space of the first token when
+    /// `add_space_prefix` is set (unless that token is BOS, in which case nothing is
+    /// dropped); that is not done here, so that decoding a generated continuation, or
+    /// one token for log-probabilities, keeps its space, and so that decoding agrees
+    /// with [`crate::IncrementalDecoder`].
     pub fn decode(&self, ids: &[u32], skip_special: bool) -> String {
         let mut out = Vec::new();
         for &id in ids {
@@ -216,7 +319,8 @@ impl Tokenizer {
         String::from_utf8_lossy(&out).into_owned()
     }
 
-    /// Raw bytes of one token: byte-level text decoded for ordinary tokens, the literal
+    /// Raw bytes of one token: byte-level text decoded (BPE) or `▁` made a space
+    /// (SentencePiece) for ordinary tokens, the byte of a `<0xNN>` token, the literal
     /// text for control tokens. Empty for ids outside the vocabulary.
     pub fn token_bytes(&self, id: u32) -> Vec<u8> {
         self.token_bytes_ref(id).to_vec()
@@ -276,7 +380,9 @@ impl Tokenizer {
         })
     }
 
-    /// The model's Jinja chat template, if it has one.
+    /// The model's Jinja chat template, if it has one; a vocabulary with Gemma's
+    /// `<start_of_turn>` / `<end_of_turn>` but no template gets llama.cpp's built-in
+    /// "gemma" format.
     pub fn chat_template(&self) -> Option<&str> {
         self.template.as_ref().map(ChatTemplate::source)
     }
@@ -293,6 +399,37 @@ impl Tokenizer {
             .ok_or(TokenizerError::NoChatTemplate)?
             .render(messages, add_generation_prompt)
     }
+}
+
+/// llama.cpp's two exceptions to its end-of-generation texts: with `<|return|>` and
+/// `<|call|>` (gpt-oss), or `<|calls|>`/`<|call|>` and `<|flush|>` (solar-open),
+/// `<|end|>` is a user-defined token, not EOG; with `<|tool_response>` (Gemma 4) or
+/// `<|plamo:eos|>`, `</s>` is a normal token, not EOG.
+fn drop_eog_exceptions(eog_ids: &mut Vec<u32>, types: &mut [i32], tokens: &[String]) {
+    let find = |text: &str| {
+        eog_ids
+            .iter()
+            .copied()
+            .find(|&id| tokens[id as usize] == text)
+    };
+    let has = |text: &str| find(text).is_some();
+    let has_call = has("<|call|>") || has("<|calls|>");
+    let end = find("<|end|>").filter(|_| has_call && (has("<|return|>") || has("<|flush|>")));
+    let s = find("</s>").filter(|_| has("<|tool_response>") || has("<|plamo:eos|>"));
+    for (id, ty) in [(end, token_type::USER_DEFINED), (s, token_type::NORMAL)] {
+        if let Some(id) = id {
+            eog_ids.retain(|&x| x != id);
+            types[id as usize] = ty;
+        }
+    }
+}
+
+/// Whether llama.cpp treats the model as Phi-3 (by `general.name`, lower-cased).
+fn is_phi3(name: Option<&str>) -> bool {
+    name.is_some_and(|n| {
+        let n = n.to_lowercase();
+        n.contains("phi-3") || n.contains("phi3")
+    })
 }
 
 /// The `tokenizers` BPE for a GGUF vocabulary (id = position) and merge list.

@@ -49,15 +49,19 @@ pub fn tiny_spec() -> TokenizerSpec {
     }
     TokenizerSpec {
         model: "gpt2".into(),
+        name: None,
         pre: Some("gpt2".into()),
         tokens,
         token_types,
+        scores: Vec::new(),
         merges: ["Ġ t", "h e", "Ġt he", "l o", "Ġ w"]
             .map(String::from)
             .to_vec(),
         bos_id: Some(BOS),
         eos_id: Some(END),
         eot_id: None,
+        unk_id: None,
+        add_space_prefix: false,
         add_bos: false,
         add_eos: false,
         chat_template: None,
