@@ -55,13 +55,18 @@ pub struct ModelConfig {
     /// scaling type is linear.
     pub rope_freq_scale: f32,
     pub rope_dim: usize,
+    /// Mixture-of-experts FFN (`qwen2moe`, `qwen3moe`, llama with `expert_count` > 0).
+    pub moe: Option<crate::moe::MoeConfig>,
 }
 
 impl ModelConfig {
     /// Reads `{arch}.*` keys. Missing optional keys take llama.cpp's defaults.
     pub fn from_gguf(f: &GgufFile) -> Result<ModelConfig, ModelError> {
         let arch_name = f.get_str("general.architecture")?.to_string();
-        let arch = Arch::from_name(&arch_name)?;
+        let arch = match crate::moe::dense_arch(&arch_name) {
+            Some(a) => a,
+            None => Arch::from_name(&arch_name)?,
+        };
         let key = |k: &str| format!("{arch_name}.{k}");
         let get = |k: &str| -> Result<usize, ModelError> { Ok(f.get_u64(&key(k))? as usize) };
         let n_layers = get("block_count")?;
@@ -120,6 +125,7 @@ impl ModelConfig {
             Some(_) => get("vocab_size")?,
             None => tokens.unwrap_or(0),
         };
+        let moe = crate::moe::MoeConfig::from_gguf(f, &arch_name, ffn_dim)?;
         let cfg = ModelConfig {
             arch,
             n_layers,
@@ -134,6 +140,7 @@ impl ModelConfig {
             rope_base,
             rope_freq_scale,
             rope_dim,
+            moe,
         };
         cfg.validate()?;
         Ok(cfg)
@@ -193,7 +200,11 @@ impl ModelConfig {
         let d = self.d_model as f64;
         let q = (self.n_heads * self.head_dim) as f64;
         let kv = (self.n_kv_heads * self.head_dim) as f64;
-        let per_layer = d * q + 2.0 * d * kv + q * d + 3.0 * d * self.ffn_dim as f64;
+        let ffn = match &self.moe {
+            Some(m) => m.active_ffn_params(self.d_model) as f64,
+            None => 3.0 * d * self.ffn_dim as f64,
+        };
+        let per_layer = d * q + 2.0 * d * kv + q * d + ffn;
         2.0 * (self.n_layers as f64 * per_layer + d * self.vocab_size as f64)
     }
 }
