@@ -22,6 +22,7 @@ use folio_kernels::matmul::{QMatrix, Sums, WeightType};
 use folio_kernels::ops;
 use folio_kernels::pool::ThreadPool;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Mutex;
 
 /// The MoE hyper-parameters of a model (`{arch}.expert_*` keys).
 #[derive(Clone, Debug, PartialEq)]
@@ -99,7 +100,10 @@ impl MoeConfig {
             None => ffn_dim,
         };
         if expert_ffn_dim == 0 {
-            return Err(bad("expert_feed_forward_length", "must be > 0, got 0".into()));
+            return Err(bad(
+                "expert_feed_forward_length",
+                "must be > 0, got 0".into(),
+            ));
         }
         let shared_ffn_dim = match opt("expert_shared_feed_forward_length")? {
             Some(v) => v,
@@ -151,6 +155,8 @@ pub struct MoeWeights {
     reads: Vec<AtomicU64>,
     /// Rows each expert got in the layer's last step.
     last_rows: Vec<AtomicUsize>,
+    /// The last step's experts of each row, `[row][k]` flattened.
+    last_experts: Mutex<Vec<usize>>,
 }
 
 /// The matrix a MoE layer keeps in place of the dense FFN's (never multiplied, 4 bytes).
@@ -257,12 +263,17 @@ impl MoeWeights {
             norm_top_k: m.norm_top_k,
             reads: (0..e).map(|_| AtomicU64::new(0)).collect(),
             last_rows: (0..e).map(|_| AtomicUsize::new(0)).collect(),
+            last_experts: Mutex::new(Vec::new()),
         })
     }
 
     pub(crate) fn set_sums(&mut self, sums: Sums) {
         self.router.set_sums(sums);
-        for x in self.experts.iter_mut().chain(self.shared.as_mut().map(|s| &mut s.ffn)) {
+        for x in self
+            .experts
+            .iter_mut()
+            .chain(self.shared.as_mut().map(|s| &mut s.ffn))
+        {
             x.gate_up.set_sums(sums);
             x.down.set_sums(sums);
         }
@@ -322,6 +333,10 @@ impl MoeWeights {
         for (t, s) in sel.chunks_exact_mut(k).enumerate() {
             self.route(&logits[t * n_exp..(t + 1) * n_exp], s);
         }
+        if let Ok(mut last) = self.last_experts.lock() {
+            last.clear();
+            last.extend(sel.iter().map(|s| s.0));
+        }
         // Rows of each expert, in token order: (token, slot among its k).
         let mut rows_of: Vec<Vec<(usize, usize)>> = vec![Vec::new(); n_exp];
         for (i, &(e, _)) in sel.iter().enumerate() {
@@ -361,7 +376,11 @@ impl MoeWeights {
             s.ffn.run(h, n, sf, &mut gu, &mut act, &mut y, pool);
             for (t, o) in out.chunks_exact_mut(d).take(n).enumerate() {
                 let g = s.gate.as_ref().map_or(1.0, |g| {
-                    let z: f32 = g.iter().zip(&h[t * d..(t + 1) * d]).map(|(a, b)| a * b).sum();
+                    let z: f32 = g
+                        .iter()
+                        .zip(&h[t * d..(t + 1) * d])
+                        .map(|(a, b)| a * b)
+                        .sum();
                     1.0 / (1.0 + (-z).exp())
                 });
                 for (o, v) in o.iter_mut().zip(&y[t * d..(t + 1) * d]) {
@@ -416,6 +435,8 @@ pub struct MoeStats {
     pub reads: Vec<Vec<u64>>,
     /// `[layer][expert]`: rows the expert got in the last step.
     pub last_rows: Vec<Vec<usize>>,
+    /// `[layer][row · k + j]`: the last step's experts of each row, in descending weight.
+    pub last_experts: Vec<Vec<usize>>,
     /// Weight bytes the last step read: attention, the head, and per MoE layer the router,
     /// the experts that got rows and the shared expert (`Weights::bytes_per_step` counts
     /// every expert: the dense upper bound).
@@ -443,6 +464,7 @@ impl Model {
         let mut s = MoeStats {
             reads: Vec::new(),
             last_rows: Vec::new(),
+            last_experts: Vec::new(),
             last_step_weight_bytes: w.head().weight_bytes(),
         };
         for l in &w.layers {
@@ -457,6 +479,8 @@ impl Model {
                             .map(|r| r.load(Ordering::Relaxed))
                             .collect(),
                     );
+                    let last = m.last_experts.lock().map(|v| v.clone()).unwrap_or_default();
+                    s.last_experts.push(last);
                     s.last_step_weight_bytes += m.last_step_bytes();
                 }
                 None => {

@@ -69,7 +69,7 @@ pub(crate) fn info<'a>(f: &'a GgufFile, name: &str) -> Result<&'a TensorInfo, Mo
     })
 }
 
-pub(crate) fn check_shape(name: &str, t: &TensorInfo, cols: usize, rows: usize) -> Result<(), ModelError> {
+fn check_shape(name: &str, t: &TensorInfo, cols: usize, rows: usize) -> Result<(), ModelError> {
     if t.cols() != cols || t.rows() != rows {
         return Err(ModelError::Tensor {
             name: name.into(),
@@ -90,14 +90,23 @@ pub(crate) fn vector(f: &GgufFile, name: &str, len: usize) -> Result<Vec<f32>, M
     Ok(f.tensor_f32(name)?)
 }
 
-pub(crate) fn matrix(f: &GgufFile, name: &str, cols: usize, rows: usize) -> Result<QMatrix, ModelError> {
+pub(crate) fn matrix(
+    f: &GgufFile,
+    name: &str,
+    cols: usize,
+    rows: usize,
+) -> Result<QMatrix, ModelError> {
     stacked(f, &[(name, rows)], cols)
 }
 
 /// Stacks the rows of several tensors into one matrix: one packed matrix when they share a
 /// type, else a stack of per-type parts (Q4_K_M files mix Q4_K and Q6_K in Q/K/V), each
 /// still in its own exact layout.
-pub(crate) fn stacked(f: &GgufFile, parts: &[(&str, usize)], cols: usize) -> Result<QMatrix, ModelError> {
+pub(crate) fn stacked(
+    f: &GgufFile,
+    parts: &[(&str, usize)],
+    cols: usize,
+) -> Result<QMatrix, ModelError> {
     let first = info(f, parts[0].0)?;
     let ty = first.ggml_type;
     let mut same = true;
