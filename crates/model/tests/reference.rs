@@ -562,8 +562,8 @@ fn check_moe(arch: &str, m: &MoeShape, ty_of: &dyn Fn(&str) -> GgmlType, ty: Ggm
         pos += len;
     }
     let (want, routing) = reference_routed(&f, arch, &toks, Some(&chosen));
-    for l in 0..LAYERS {
-        for p in 0..toks.len() {
+    for (l, layer) in chosen.iter().enumerate() {
+        for (p, experts) in layer.iter().enumerate() {
             if routing.margins[l][p] > CLEAR_MARGIN || tol < 0.01 {
                 // The same set (the order between chosen experts is not a margin).
                 let sorted = |v: &[usize]| {
@@ -572,7 +572,7 @@ fn check_moe(arch: &str, m: &MoeShape, ty_of: &dyn Fn(&str) -> GgmlType, ty: Ggm
                     v
                 };
                 assert_eq!(
-                    sorted(&chosen[l][p]),
+                    sorted(experts),
                     sorted(&routing.experts[l][p]),
                     "{arch} {ty:?}: layer {l} position {p} routed differently"
                 );
@@ -705,13 +705,13 @@ fn moe_batched_equals_alone_and_reads_each_expert_once() {
                     step.len() * m.used,
                     "{arch} layer {l}"
                 );
-                for e in 0..m.experts {
+                assert_eq!(rows.len(), m.experts);
+                for (e, &r) in rows.iter().enumerate() {
                     let reads = after.reads[l][e] - before.reads[l][e];
                     assert_eq!(
                         reads,
-                        (rows[e] > 0) as u64,
-                        "{arch} layer {l} expert {e}: {reads} reads for {} rows",
-                        rows[e]
+                        (r > 0) as u64,
+                        "{arch} layer {l} expert {e}: {reads} reads for {r} rows"
                     );
                 }
             }
