@@ -35,6 +35,11 @@ pub struct Row {
     /// Decode rows: aggregate tok/s over the batch-1 decode row's at the same context (when
     /// the run has one): what batching buys on this machine.
     pub vs_batch_1: Option<f64>,
+    /// MoE models: mean rows per expert that got any in the row's last step (each such
+    /// expert's weights are read once per step for all its rows); `weight_bytes_per_step`
+    /// then counts the experts that step read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rows_per_expert: Option<f64>,
 }
 
 const BLOCK: usize = 16;
@@ -104,20 +109,25 @@ pub fn run(
     let dram = folio_bench::profile::probe::read_bandwidth(PROBE_BYTES, threads, 3);
     let dram_gb_s = dram / 1e9;
     let kernel = folio_kernels::cpu::matmul_path(folio_kernels::cpu::isa()).to_string();
-    let wb = model.weights.bytes_per_step();
+    let dense_wb = model.weights.bytes_per_step();
     let mut rows = Vec::new();
-    let row = |test: &str, batch, context, tokens: usize, seconds: f64, steps: usize| Row {
-        test: test.into(),
-        batch,
-        context,
-        tokens,
-        seconds,
-        tok_s: tokens as f64 / seconds,
-        weight_bytes_per_step: wb,
-        weight_gb_s: wb as f64 * steps as f64 / seconds / 1e9,
-        mbu: wb as f64 * steps as f64 / seconds / dram,
-        kernel: kernel.clone(),
-        vs_batch_1: None,
+    let row = |test: &str, batch, context, tokens: usize, seconds: f64, steps: usize| {
+        let moe = model.moe_stats();
+        let wb = moe.as_ref().map_or(dense_wb, |m| m.last_step_weight_bytes);
+        Row {
+            test: test.into(),
+            batch,
+            context,
+            tokens,
+            seconds,
+            tok_s: tokens as f64 / seconds,
+            weight_bytes_per_step: wb,
+            weight_gb_s: wb as f64 * steps as f64 / seconds / 1e9,
+            mbu: wb as f64 * steps as f64 / seconds / dram,
+            kernel: kernel.clone(),
+            vs_batch_1: None,
+            rows_per_expert: moe.map(|m| m.last_rows_per_expert()),
+        }
     };
     let reps = if quick { 1 } else { 3 };
     if !decode_only {
@@ -198,6 +208,19 @@ pub fn print_table(report: &Report) {
             r.mbu * 100.0,
             vs,
             r.kernel
+        );
+    }
+    let moe: Vec<String> = rows
+        .iter()
+        .filter_map(|r| {
+            let x = r.rows_per_expert?;
+            Some(format!("{} b{} {x:.1}", r.test, r.batch))
+        })
+        .collect();
+    if !moe.is_empty() {
+        println!(
+            "MoE rows per active expert (last step; weight MB/st counts the experts read): {}",
+            moe.join(", ")
         );
     }
 }

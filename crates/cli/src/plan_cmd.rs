@@ -91,12 +91,28 @@ fn model_from_gguf(path: &Path) -> Result<ModelProfile> {
         .tensor("token_embd.weight")
         .with_context(|| format!("{}: no token_embd.weight tensor", path.display()))?;
     let tied = f.tensor("output.weight").is_none();
+    let (experts, active) = (
+        get("expert_count").unwrap_or(0),
+        get("expert_used_count").unwrap_or(0),
+    );
+    let moe = experts > 1 && active > 0;
+    // A MoE decode step reads `active` of each `*_exps` tensor's `experts` slices.
     let read: usize = f
         .tensors()
         .iter()
         .filter(|t| tied || t.name != "token_embd.weight")
-        .map(|t| t.n_bytes)
+        .map(|t| match moe && t.name.contains("_exps.") {
+            true => (t.n_bytes as u64 * active / experts) as usize,
+            false => t.n_bytes,
+        })
         .sum();
+    let dense_ffn = get("feed_forward_length")?;
+    // One expert's width: the key, else llama.cpp's defaults (Qwen MoE: ffn / used).
+    let ffn = match get("expert_feed_forward_length") {
+        Ok(v) if moe => v,
+        _ if moe && arch.ends_with("moe") => dense_ffn / active,
+        _ => dense_ffn,
+    };
     let name = path
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
@@ -108,12 +124,12 @@ fn model_from_gguf(path: &Path) -> Result<ModelProfile> {
         heads,
         kv_heads,
         head_dim,
-        ffn: get("feed_forward_length")?,
+        ffn,
         vocab: embd.rows() as u64,
         tied_embeddings: tied,
         qk_norm: f.tensor("blk.0.attn_q_norm.weight").is_some(),
-        experts: get("expert_count").unwrap_or(0),
-        active_experts: get("expert_used_count").unwrap_or(0),
+        experts,
+        active_experts: active,
         weight_bytes_per_param: 2.0,
         weight_read_bytes: Some(read as u64),
         kv_format: KvFormat::F16,

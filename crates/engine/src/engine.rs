@@ -653,7 +653,7 @@ impl Engine {
                 span.decode_from = r.num_prompt_tokens();
             }
         }
-        let fstats = self.model.stats(&batch, self.kv.bytes_per_token());
+        let mut fstats = self.model.stats(&batch, self.kv.bytes_per_token());
         let logits = match self.model.forward(&batch, &mut self.kv, self.pool) {
             Ok(l) => l,
             Err(e) => {
@@ -669,6 +669,10 @@ impl Engine {
                 return;
             }
         };
+        if let Some(m) = self.model.moe_stats() {
+            // MoE: the bytes this step read (the experts that got rows), not every expert.
+            fstats.weight_bytes = m.last_step_weight_bytes;
+        }
         if let Some(d) = self.draft.as_mut() {
             // The draft model computes the same tokens into its own KV (no logits needed).
             let mut db = batch.clone();

@@ -96,6 +96,8 @@ pub struct ModelConfig {
     pub embed_scale: f32,
     /// `final_logit_softcapping`: logits become `c · tanh(logits / c)`.
     pub final_softcap: Option<f32>,
+    /// Mixture-of-experts FFN (`qwen2moe`, `qwen3moe`, llama with `expert_count` > 0).
+    pub moe: Option<crate::moe::MoeConfig>,
 }
 
 /// Most transformer blocks a model may have: far above any published model (the largest
@@ -113,7 +115,10 @@ impl ModelConfig {
     /// Reads `{arch}.*` keys. Missing optional keys take llama.cpp's defaults.
     pub fn from_gguf(f: &GgufFile) -> Result<ModelConfig, ModelError> {
         let arch_name = f.get_str("general.architecture")?.to_string();
-        let arch = Arch::from_name(&arch_name)?;
+        let arch = match crate::moe::dense_arch(&arch_name) {
+            Some(a) => a,
+            None => Arch::from_name(&arch_name)?,
+        };
         let key = |k: &str| format!("{arch_name}.{k}");
         let get = |k: &str| -> Result<usize, ModelError> { Ok(f.get_u64(&key(k))? as usize) };
         let n_layers = get("block_count")?;
@@ -234,6 +239,7 @@ impl ModelConfig {
             .get_f32(&key("final_logit_softcapping"))
             .ok()
             .filter(|&c| c != 0.0);
+        let moe = crate::moe::MoeConfig::from_gguf(f, &arch_name, ffn_dim)?;
         let cfg = ModelConfig {
             arch,
             n_layers,
@@ -254,6 +260,7 @@ impl ModelConfig {
             attn_scale,
             embed_scale,
             final_softcap,
+            moe,
         };
         cfg.validate()?;
         Ok(cfg)
@@ -326,7 +333,11 @@ impl ModelConfig {
         let d = self.d_model as f64;
         let q = (self.n_heads * self.head_dim) as f64;
         let kv = (self.n_kv_heads * self.head_dim) as f64;
-        let per_layer = d * q + 2.0 * d * kv + q * d + 3.0 * d * self.ffn_dim as f64;
+        let ffn = match &self.moe {
+            Some(m) => m.active_ffn_params(self.d_model) as f64,
+            None => 3.0 * d * self.ffn_dim as f64,
+        };
+        let per_layer = d * q + 2.0 * d * kv + q * d + ffn;
         2.0 * (self.n_layers as f64 * per_layer + d * self.vocab_size as f64)
     }
 }

@@ -14,6 +14,7 @@
 //!   the bytes.
 //! - [`attention`]: causal grouped-query attention over the paged cache.
 //! - [`model`]: [`Model::forward`], one fused pass over the whole batch.
+//! - [`moe`]: the mixture-of-experts FFN (`qwen2moe`, `qwen3moe`, Mixtral), grouped by expert.
 //!
 //! The model never allocates KV blocks or decides what to compute: it is handed a batch and
 //! a cache and returns logits, so the scheduler stays pure and the same batch description
@@ -25,6 +26,7 @@ pub mod config;
 pub mod error;
 pub mod kv_cache;
 pub mod model;
+pub mod moe;
 mod par;
 pub mod weights;
 
@@ -33,3 +35,4 @@ pub use config::{Activation, Arch, ModelConfig};
 pub use error::ModelError;
 pub use kv_cache::{KvCache, KvFormat};
 pub use model::{ForwardStats, Model};
+pub use moe::{MoeConfig, MoeStats};

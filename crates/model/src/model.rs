@@ -80,6 +80,9 @@ impl Model {
             for m in [&mut l.wqkv, &mut l.wo, &mut l.w_gate_up, &mut l.w_down] {
                 m.set_sums(sums);
             }
+            if let Some(m) = l.moe.as_mut() {
+                m.set_sums(sums);
+            }
         }
     }
 
@@ -316,6 +319,13 @@ impl Model {
             w.wo.matmul(&attn, n, &mut proj, pool);
             let out = post_norm(pool, &proj, &w.post_attn_norm, c.rms_eps, &mut normed, d);
             add_norm_rows(pool, &mut x, out, Some(&w.ffn_norm), c.rms_eps, &mut h, d);
+            if let Some(moe) = &w.moe {
+                // Mixture of experts (crate::moe), then the same residual add and norm.
+                moe.forward(&h, n, &mut proj, pool);
+                let next_norm = layers.get(l + 1).map(|next| &next.attn_norm[..]);
+                add_norm_rows(pool, &mut x, &proj, next_norm, c.rms_eps, &mut h, d);
+                continue;
+            }
             w.w_gate_up.matmul(&h, n, &mut gu, pool);
             let f = c.ffn_dim;
             let act_fn = c.arch.activation();

@@ -27,6 +27,8 @@ pub struct LayerWeights {
     /// Rows: ffn gate then ffn up.
     pub w_gate_up: QMatrix,
     pub w_down: QMatrix,
+    /// The MoE FFN, in place of `w_gate_up`/`w_down` (then 1×1 placeholders).
+    pub moe: Option<crate::moe::MoeWeights>,
 }
 
 /// All weights of a model.
@@ -64,7 +66,7 @@ pub(crate) fn weight_type(name: &str, t: GgmlType) -> Result<WeightType, ModelEr
     })
 }
 
-fn info<'a>(f: &'a GgufFile, name: &str) -> Result<&'a TensorInfo, ModelError> {
+pub(crate) fn info<'a>(f: &'a GgufFile, name: &str) -> Result<&'a TensorInfo, ModelError> {
     f.tensor(name).ok_or_else(|| ModelError::Tensor {
         name: name.into(),
         what: "missing".into(),
@@ -81,7 +83,7 @@ fn check_shape(name: &str, t: &TensorInfo, cols: usize, rows: usize) -> Result<(
     Ok(())
 }
 
-fn vector(f: &GgufFile, name: &str, len: usize) -> Result<Vec<f32>, ModelError> {
+pub(crate) fn vector(f: &GgufFile, name: &str, len: usize) -> Result<Vec<f32>, ModelError> {
     let t = info(f, name)?;
     if t.n_elements() != len as u64 {
         return Err(ModelError::Tensor {
@@ -92,14 +94,23 @@ fn vector(f: &GgufFile, name: &str, len: usize) -> Result<Vec<f32>, ModelError> 
     Ok(f.tensor_f32(name)?)
 }
 
-fn matrix(f: &GgufFile, name: &str, cols: usize, rows: usize) -> Result<QMatrix, ModelError> {
+pub(crate) fn matrix(
+    f: &GgufFile,
+    name: &str,
+    cols: usize,
+    rows: usize,
+) -> Result<QMatrix, ModelError> {
     stacked(f, &[(name, rows)], cols)
 }
 
 /// Stacks the rows of several tensors into one matrix: one packed matrix when they share a
 /// type, else a stack of per-type parts (Q4_K_M files mix Q4_K and Q6_K in Q/K/V), each
 /// still in its own exact layout.
-fn stacked(f: &GgufFile, parts: &[(&str, usize)], cols: usize) -> Result<QMatrix, ModelError> {
+pub(crate) fn stacked(
+    f: &GgufFile,
+    parts: &[(&str, usize)],
+    cols: usize,
+) -> Result<QMatrix, ModelError> {
     let first = info(f, parts[0].0)?;
     let ty = first.ggml_type;
     let mut same = true;
@@ -165,6 +176,20 @@ impl Weights {
                 post_ffn_norm = vector(f, &n("post_ffw_norm.weight"), d)?;
             }
             let (g, u) = (n("ffn_gate.weight"), n("ffn_up.weight"));
+            let moe = match &cfg.moe {
+                Some(m) => Some(crate::moe::MoeWeights::load(f, cfg, m, i)?),
+                None => None,
+            };
+            let dense = |m: &Option<_>| -> Result<_, ModelError> {
+                if m.is_some() {
+                    return Ok((crate::moe::unused(), crate::moe::unused()));
+                }
+                Ok((
+                    stacked(f, &[(&g, cfg.ffn_dim), (&u, cfg.ffn_dim)], d)?,
+                    matrix(f, &n("ffn_down.weight"), cfg.ffn_dim, d)?,
+                ))
+            };
+            let (w_gate_up, w_down) = dense(&moe)?;
             layers.push(LayerWeights {
                 attn_norm: vector(f, &n("attn_norm.weight"), d)?,
                 wqkv,
@@ -175,8 +200,9 @@ impl Weights {
                 ffn_norm: vector(f, &n("ffn_norm.weight"), d)?,
                 post_attn_norm,
                 post_ffn_norm,
-                w_gate_up: stacked(f, &[(&g, cfg.ffn_dim), (&u, cfg.ffn_dim)], d)?,
-                w_down: matrix(f, &n("ffn_down.weight"), cfg.ffn_dim, d)?,
+                w_gate_up,
+                w_down,
+                moe,
             });
         }
         let output = if f.tensor("output.weight").is_some() {
@@ -198,6 +224,8 @@ impl Weights {
     }
 
     /// Bytes of weights one forward step streams (every matrix once, embedding rows aside).
+    /// MoE layers count every expert (the upper bound; `Model::moe_stats` has the bytes the
+    /// last step actually read).
     pub fn bytes_per_step(&self) -> usize {
         let layers: usize = self
             .layers
@@ -205,8 +233,10 @@ impl Weights {
             .map(|l| {
                 l.wqkv.weight_bytes()
                     + l.wo.weight_bytes()
-                    + l.w_gate_up.weight_bytes()
-                    + l.w_down.weight_bytes()
+                    + match &l.moe {
+                        Some(m) => m.all_bytes(),
+                        None => l.w_gate_up.weight_bytes() + l.w_down.weight_bytes(),
+                    }
             })
             .sum();
         layers + self.head().weight_bytes()

@@ -5,8 +5,8 @@
 mod common;
 
 use common::{
-    build, build_with, prompt as prompt_in, rel_err, Shape, BASE, EPS, GEMMA_BASE_WINDOW,
-    GEMMA_PATTERN, GEMMA_SOFTCAP, GEMMA_WINDOW,
+    build, build_moe_with, build_with, prompt as prompt_in, rel_err, MoeShape, Shape, BASE, EPS,
+    GEMMA_BASE_WINDOW, GEMMA_PATTERN, GEMMA_SOFTCAP, GEMMA_WINDOW,
 };
 use folio_gguf::{GgmlType, GgufFile};
 use folio_kernels::pool::ThreadPool;
@@ -69,8 +69,126 @@ fn rope(x: &mut [f32], n_heads: usize, pos: usize, neox: bool, base: f32) {
     }
 }
 
+/// `down(silu(gate h) · up h)` for row-major `[ff][D]` gate/up and `[D][ff]` down.
+fn swiglu(gate: &[f32], up: &[f32], down: &[f32], h: &[f32], ff: usize) -> Vec<f32> {
+    let g = matvec(gate, h, ff);
+    let u = matvec(up, h, ff);
+    let a: Vec<f32> = g
+        .iter()
+        .zip(&u)
+        .map(|(g, u)| g / (1.0 + (-g).exp()) * u)
+        .collect();
+    matvec(down, &a, D)
+}
+
+/// Gemma's FFN: tanh-GELU of the gate times up, then down.
+fn geglu(gate: &[f32], up: &[f32], down: &[f32], h: &[f32], ff: usize) -> Vec<f32> {
+    let g = matvec(gate, h, ff);
+    let u = matvec(up, h, ff);
+    let a: Vec<f32> = g
+        .iter()
+        .zip(&u)
+        .map(|(&g, u)| 0.5 * g * (1.0 + (0.797_884_6 * g * (1.0 + 0.044715 * g * g)).tanh()) * u)
+        .collect();
+    matvec(down, &a, D)
+}
+
+/// The MoE FFN of layer `l` for one normed row `h`, the naive way (llama.cpp's
+/// `build_moe_ffn`): softmax over all experts, the top k, renormalized unless qwen2moe, the
+/// weighted sum of their FFNs, plus qwen2moe's sigmoid-gated shared expert. Also returns
+/// the token's experts and the router-logit gap between the last one chosen and the first
+/// one not. `None` for a dense layer. `forced`: use these experts instead of the top k
+/// (still weighted by their softmax probabilities, renormalized as the arch does).
+fn moe_ffn(
+    f: &GgufFile,
+    arch: &str,
+    l: usize,
+    h: &[f32],
+    forced: Option<&[usize]>,
+) -> Option<(Vec<f32>, Vec<usize>, f32)> {
+    let n = |x: &str| format!("blk.{l}.{x}");
+    let t = |x: &str| f.tensor_f32(&n(x)).expect(x);
+    let router = f.tensor_f32(&n("ffn_gate_inp.weight")).ok()?;
+    let e = router.len() / D;
+    let key = |k: &str| f.get_u64(&format!("{arch}.{k}")).expect(k) as usize;
+    let (k, ff) = (key("expert_used_count"), key("expert_feed_forward_length"));
+    let logits = matvec(&router, h, e);
+    let m = logits.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
+    let z: f32 = logits.iter().map(|v| (v - m).exp()).sum();
+    let probs: Vec<f32> = logits.iter().map(|v| (v - m).exp() / z).collect();
+    let mut idx: Vec<usize> = (0..e).collect();
+    idx.sort_by(|&a, &b| probs[b].partial_cmp(&probs[a]).unwrap());
+    let margin = if k < e {
+        logits[idx[k - 1]] - logits[idx[k]]
+    } else {
+        f32::INFINITY
+    };
+    idx.truncate(k);
+    let chosen = idx.clone();
+    if let Some(fx) = forced {
+        idx = fx.to_vec();
+    }
+    let mut ws: Vec<f32> = idx.iter().map(|&i| probs[i]).collect();
+    if arch != "qwen2moe" {
+        let sum: f32 = ws.iter().sum();
+        ws.iter_mut().for_each(|w| *w /= sum);
+    }
+    let (g, u, dn) = (
+        t("ffn_gate_exps.weight"),
+        t("ffn_up_exps.weight"),
+        t("ffn_down_exps.weight"),
+    );
+    let per = ff * D;
+    let mut y = vec![0f32; D];
+    for (&x, &w) in idx.iter().zip(&ws) {
+        let r = x * per..(x + 1) * per;
+        let o = swiglu(&g[r.clone()], &u[r.clone()], &dn[r], h, ff);
+        y.iter_mut().zip(o).for_each(|(y, o)| *y += w * o);
+    }
+    if f.tensor(&n("ffn_gate_shexp.weight")).is_some() {
+        let down = t("ffn_down_shexp.weight");
+        let o = swiglu(
+            &t("ffn_gate_shexp.weight"),
+            &t("ffn_up_shexp.weight"),
+            &down,
+            h,
+            down.len() / D,
+        );
+        let zg: f32 = t("ffn_gate_inp_shexp.weight")
+            .iter()
+            .zip(h)
+            .map(|(a, b)| a * b)
+            .sum();
+        let gate = 1.0 / (1.0 + (-zg).exp());
+        y.iter_mut().zip(o).for_each(|(y, o)| *y += gate * o);
+    }
+    Some((y, chosen, margin))
+}
+
 /// Logits at every position of one sequence, computed from scratch.
 fn reference(f: &GgufFile, arch: &str, tokens: &[u32]) -> Vec<Vec<f32>> {
+    reference_routed(f, arch, tokens, None).0
+}
+
+/// Each position's experts, `[layer][pos]`, and each one's routing margin (see
+/// [`moe_ffn`]).
+struct Routing {
+    experts: Vec<Vec<Vec<usize>>>,
+    margins: Vec<Vec<f32>>,
+}
+
+/// [`reference`], and for MoE models the routing it chose; `forced` (`[layer][pos]`) makes
+/// it run those experts instead.
+fn reference_routed(
+    f: &GgufFile,
+    arch: &str,
+    tokens: &[u32],
+    forced: Option<&[Vec<Vec<usize>>]>,
+) -> (Vec<Vec<f32>>, Routing) {
+    let mut routes = Routing {
+        experts: vec![Vec::new(); LAYERS],
+        margins: vec![Vec::new(); LAYERS],
+    };
     let t = |n: &str| f.tensor_f32(n).expect(n);
     let emb = t("token_embd.weight");
     let neox = arch != "llama";
@@ -105,7 +223,7 @@ fn reference(f: &GgufFile, arch: &str, tokens: &[u32]) -> Vec<Vec<f32>> {
             let mut q = matvec(&wq, &h, HEADS * HD);
             let mut k = matvec(&wk, &h, KV_HEADS * HD);
             let mut v = matvec(&wv, &h, KV_HEADS * HD);
-            if arch == "qwen2" {
+            if arch.starts_with("qwen2") {
                 for (a, b) in q.iter_mut().zip(t(&n("attn_q.bias"))) {
                     *a += b;
                 }
@@ -116,7 +234,7 @@ fn reference(f: &GgufFile, arch: &str, tokens: &[u32]) -> Vec<Vec<f32>> {
                     *a += b;
                 }
             }
-            if arch == "qwen3" || gemma {
+            if arch.starts_with("qwen3") || gemma {
                 let (qn, kn) = (t(&n("attn_q_norm.weight")), t(&n("attn_k_norm.weight")));
                 for hh in 0..HEADS {
                     let r = rmsnorm(&q[hh * HD..(hh + 1) * HD], &qn);
@@ -172,24 +290,24 @@ fn reference(f: &GgufFile, arch: &str, tokens: &[u32]) -> Vec<Vec<f32>> {
                 *a += b;
             }
             let h = rmsnorm(&xs[pos], &t(&n("ffn_norm.weight")));
-            let g = matvec(&t(&n("ffn_gate.weight")), &h, FFN);
-            let u = matvec(&t(&n("ffn_up.weight")), &h, FFN);
-            let a: Vec<f32> = g
-                .iter()
-                .zip(&u)
-                .map(|(&g, u)| {
-                    let act = if gemma {
-                        0.5 * g * (1.0 + (0.797_884_6 * g * (1.0 + 0.044715 * g * g)).tanh())
+            let fx = forced.map(|r| &r[l][pos][..]);
+            let down = match moe_ffn(f, arch, l, &h, fx) {
+                Some((y, experts, margin)) => {
+                    routes.experts[l].push(experts);
+                    routes.margins[l].push(margin);
+                    y
+                }
+                None => {
+                    let (g, u) = (t(&n("ffn_gate.weight")), t(&n("ffn_up.weight")));
+                    let down = t(&n("ffn_down.weight"));
+                    if gemma {
+                        let y = geglu(&g, &u, &down, &h, FFN);
+                        rmsnorm(&y, &t(&n("post_ffw_norm.weight")))
                     } else {
-                        g / (1.0 + (-g).exp())
-                    };
-                    act * u
-                })
-                .collect();
-            let mut down = matvec(&t(&n("ffn_down.weight")), &a, D);
-            if gemma {
-                down = rmsnorm(&down, &t(&n("post_ffw_norm.weight")));
-            }
+                        swiglu(&g, &u, &down, &h, FFN)
+                    }
+                }
+            };
             for (x, d) in xs[pos].iter_mut().zip(down) {
                 *x += d;
             }
@@ -201,7 +319,8 @@ fn reference(f: &GgufFile, arch: &str, tokens: &[u32]) -> Vec<Vec<f32>> {
         emb
     };
     let on = t("output_norm.weight");
-    xs.iter()
+    let logits = xs
+        .iter()
         .map(|x| {
             let logits = matvec(&head, &rmsnorm(x, &on), VOCAB);
             if gemma {
@@ -211,7 +330,8 @@ fn reference(f: &GgufFile, arch: &str, tokens: &[u32]) -> Vec<Vec<f32>> {
                 logits
             }
         })
-        .collect()
+        .collect();
+    (logits, routes)
 }
 
 /// Float weights run an f32 kernel: near-exact. Quantized weights run against 8-bit
@@ -460,4 +580,301 @@ fn shared_slot_writes_land_in_token_order() {
             assert_eq!((&k, &v), (&k1, &v1), "layer {layer} head {head}");
         }
     }
+}
+
+// ---- mixture of experts -----------------------------------------------------------
+
+/// qwen2moe: 8 experts, 2 used (weights not renormalized), a sigmoid-gated shared expert.
+const QWEN2MOE: MoeShape = MoeShape::new(8, 2, 256, 512);
+/// qwen3moe: 8 experts, 3 used, renormalized top-k, QK norm.
+const QWEN3MOE: MoeShape = MoeShape::new(8, 3, 256, 0);
+/// Mixtral (llama + expert_count): 4 experts, 2 used, renormalized.
+const MIXTRAL: MoeShape = MoeShape::new(4, 2, 512, 0);
+
+fn moe_file(arch: &str, m: &MoeShape, ty: GgmlType, seed: u64) -> Vec<u8> {
+    build_moe_with(&SHAPE, arch, Some(m), &|_| ty, seed)
+}
+
+/// Quantized weights run on 8-bit activations: a token whose k-th and (k+1)-th router
+/// logits are within that noise may pick another expert than the f32 reference (a
+/// different, equally valid FFN, and a large logit difference that says nothing about the
+/// arithmetic). So the reference runs the experts the model chose, and the model must have
+/// chosen the reference's own wherever its margin is clear of the noise.
+const CLEAR_MARGIN: f32 = 0.05;
+
+fn check_moe(arch: &str, m: &MoeShape, ty_of: &dyn Fn(&str) -> GgmlType, ty: GgmlType) {
+    let tol = tolerance(ty);
+    let tiny = build_moe_with(&SHAPE, arch, Some(m), ty_of, 42);
+    let f = GgufFile::from_bytes(tiny).expect("valid tiny gguf");
+    let model = Model::from_gguf(&f).expect("load tiny model");
+    let toks = prompt(1, 19);
+    let mut kv = model.new_kv_cache(4, 8, KvFormat::F16);
+    let table: Vec<u32> = vec![7, 2, 5, 0, 1, 3];
+    let pool = ThreadPool::global();
+    let (mut pos, mut got) = (0, Vec::new());
+    let mut chosen = vec![Vec::new(); LAYERS];
+    for len in [12usize, 5, 1, 1] {
+        let mut b = ForwardBatch::new();
+        b.push(&toks[pos..pos + len], pos, table.clone(), len);
+        let logits = model.forward(&b, &mut kv, pool).expect("forward");
+        got.extend(logits.chunks_exact(VOCAB).map(|r| r.to_vec()));
+        let st = model.moe_stats().expect("a MoE model");
+        for (c, e) in chosen.iter_mut().zip(&st.last_experts) {
+            c.extend(e.chunks_exact(m.used).map(|x| x.to_vec()));
+        }
+        pos += len;
+    }
+    let (want, routing) = reference_routed(&f, arch, &toks, Some(&chosen));
+    for (l, layer) in chosen.iter().enumerate() {
+        for (p, experts) in layer.iter().enumerate() {
+            if routing.margins[l][p] > CLEAR_MARGIN || tol < 0.01 {
+                // The same set (the order between chosen experts is not a margin).
+                let sorted = |v: &[usize]| {
+                    let mut v = v.to_vec();
+                    v.sort_unstable();
+                    v
+                };
+                assert_eq!(
+                    sorted(experts),
+                    sorted(&routing.experts[l][p]),
+                    "{arch} {ty:?}: layer {l} position {p} routed differently"
+                );
+            }
+        }
+    }
+    for (p, (g, w)) in got.iter().zip(&want).enumerate() {
+        let e = rel_err(g, w);
+        assert!(
+            e < tol,
+            "{arch} {ty:?}: position {p} logits off by {e} (tolerance {tol})"
+        );
+    }
+}
+
+#[test]
+fn qwen2moe_matches_reference() {
+    for ty in [GgmlType::F32, GgmlType::Q8_0, GgmlType::Q4_K] {
+        check_moe("qwen2moe", &QWEN2MOE, &|_| ty, ty);
+    }
+}
+
+#[test]
+fn qwen3moe_matches_reference() {
+    for ty in [GgmlType::F32, GgmlType::Q6_K, GgmlType::Q4_0] {
+        check_moe("qwen3moe", &QWEN3MOE, &|_| ty, ty);
+    }
+}
+
+#[test]
+fn mixtral_matches_reference() {
+    for ty in [GgmlType::F32, GgmlType::Q4_K] {
+        check_moe("llama", &MIXTRAL, &|_| ty, ty);
+    }
+    // Mixed expert types: Q6_K down projections, Q4_K gate/up (stacked per expert).
+    let ty_of = |name: &str| {
+        if name.contains("down") {
+            GgmlType::Q6_K
+        } else if name.contains("up_exps") {
+            GgmlType::Q5_K
+        } else {
+            GgmlType::Q4_K
+        }
+    };
+    check_moe("llama", &MIXTRAL, &ty_of, GgmlType::Q4_K);
+}
+
+/// Rows each expert gets in a step, `[layer][expert]`, from the reference's routing of the
+/// step's positions `(sequence, position)`.
+fn expected_rows(routes: &[Routing], step: &[(usize, usize)], n_exp: usize) -> Vec<Vec<usize>> {
+    (0..LAYERS)
+        .map(|l| {
+            let mut rows = vec![0; n_exp];
+            for &(s, p) in step {
+                for &e in &routes[s].experts[l][p] {
+                    rows[e] += 1;
+                }
+            }
+            rows
+        })
+        .collect()
+}
+
+/// 16 sequences of different prompts, prefilled in one batch then decoded one token each in
+/// one batch, give the same logits as each sequence alone; each step reads every expert
+/// that got rows exactly once and no other, with the rows the reference's routing gives.
+#[test]
+fn moe_batched_equals_alone_and_reads_each_expert_once() {
+    let pool = ThreadPool::global();
+    for (arch, m, ty) in [
+        ("qwen3moe", QWEN3MOE, GgmlType::F32),
+        ("qwen2moe", QWEN2MOE, GgmlType::Q4_K),
+        ("llama", MIXTRAL, GgmlType::Q8_0),
+    ] {
+        let f = GgufFile::from_bytes(moe_file(arch, &m, ty, 7)).expect("valid tiny gguf");
+        let model = Model::from_gguf(&f).expect("load");
+        let prompts: Vec<Vec<u32>> = (0..16)
+            .map(|i| prompt(100 + i as u64, (i * 5) % 13 + 1))
+            .collect();
+        let next: Vec<u32> = (0..16).map(|i| (i * 37 + 5) % VOCAB as u32).collect();
+        let table = |i: usize| (i as u32 * 8..(i as u32 + 1) * 8).collect::<Vec<u32>>();
+        // Alone: prefill then one decode step, each sequence in its own cache.
+        let mut alone = Vec::new();
+        for (i, p) in prompts.iter().enumerate() {
+            let mut kv = model.new_kv_cache(4, 8, KvFormat::F16);
+            let mut b = ForwardBatch::new();
+            b.push(p, 0, (0..8).collect(), 1);
+            let pre = model.forward(&b, &mut kv, pool).expect("prefill");
+            let mut b = ForwardBatch::new();
+            b.push(&[next[i]], p.len(), (0..8).collect(), 1);
+            alone.push((pre, model.forward(&b, &mut kv, pool).expect("decode")));
+        }
+        let routes: Vec<_> = prompts
+            .iter()
+            .zip(&next)
+            .map(|(p, &t)| {
+                let mut all = p.clone();
+                all.push(t);
+                reference_routed(&f, arch, &all, None).1
+            })
+            .collect();
+        let mut kv = model.new_kv_cache(4, 16 * 8, KvFormat::F16);
+        for decode in [false, true] {
+            let mut b = ForwardBatch::new();
+            let mut step = Vec::new();
+            for (i, p) in prompts.iter().enumerate() {
+                if decode {
+                    b.push(&[next[i]], p.len(), table(i), 1);
+                    step.push((i, p.len()));
+                } else {
+                    b.push(p, 0, table(i), 1);
+                    step.extend((0..p.len()).map(|j| (i, j)));
+                }
+            }
+            let before = model.moe_stats().expect("a MoE model");
+            let together = model.forward(&b, &mut kv, pool).expect("forward");
+            let after = model.moe_stats().expect("a MoE model");
+            for (i, (pre, dec)) in alone.iter().enumerate() {
+                let want = if decode { dec } else { pre };
+                assert_eq!(
+                    &together[i * VOCAB..(i + 1) * VOCAB],
+                    &want[..],
+                    "{arch} {ty:?}: sequence {i} differs when batched (decode: {decode})"
+                );
+            }
+            for l in 0..LAYERS {
+                let rows = &after.last_rows[l];
+                assert_eq!(
+                    rows.iter().sum::<usize>(),
+                    step.len() * m.used,
+                    "{arch} layer {l}"
+                );
+                assert_eq!(rows.len(), m.experts);
+                for (e, &r) in rows.iter().enumerate() {
+                    let reads = after.reads[l][e] - before.reads[l][e];
+                    assert_eq!(
+                        reads,
+                        (r > 0) as u64,
+                        "{arch} layer {l} expert {e}: {reads} reads for {r} rows"
+                    );
+                }
+            }
+            if ty == GgmlType::F32 {
+                // Float weights: the model routes exactly as the reference.
+                assert_eq!(
+                    after.last_rows,
+                    expected_rows(&routes, &step, m.experts),
+                    "{arch}: rows per expert (decode: {decode})"
+                );
+            }
+            let bound = model.weights.bytes_per_step();
+            assert!(after.last_step_weight_bytes <= bound);
+            if after.last_active_experts() < LAYERS * m.experts {
+                assert!(after.last_step_weight_bytes < bound);
+            }
+        }
+    }
+}
+
+#[test]
+fn bad_moe_metadata_is_an_error_naming_it() {
+    let err = |arch: &str, m: MoeShape| match Model::from_gguf(
+        &GgufFile::from_bytes(moe_file(arch, &m, GgmlType::F32, 1)).expect("valid gguf"),
+    ) {
+        Ok(_) => panic!("{arch}: loaded a bad MoE file"),
+        Err(e) => e.to_string(),
+    };
+    let cases: [(&str, MoeShape, &str); 7] = [
+        (
+            "qwen3moe",
+            MoeShape {
+                meta_used: Some(9),
+                ..QWEN3MOE
+            },
+            "qwen3moe.expert_used_count",
+        ),
+        (
+            "llama",
+            MoeShape {
+                meta_used: Some(0),
+                ..MIXTRAL
+            },
+            "llama.expert_used_count",
+        ),
+        (
+            "qwen3moe",
+            MoeShape {
+                meta_experts: Some(0),
+                ..QWEN3MOE
+            },
+            "qwen3moe.expert_count",
+        ),
+        (
+            "qwen2moe",
+            MoeShape {
+                meta_experts: Some(6),
+                ..QWEN2MOE
+            },
+            "blk.0.ffn_gate_inp.weight",
+        ),
+        (
+            "qwen3moe",
+            MoeShape {
+                omit: Some("blk.1.ffn_down_exps.weight"),
+                ..QWEN3MOE
+            },
+            "blk.1.ffn_down_exps.weight",
+        ),
+        (
+            "llama",
+            MoeShape {
+                omit: Some("blk.0.ffn_gate_inp.weight"),
+                ..MIXTRAL
+            },
+            "blk.0.ffn_gate_inp.weight",
+        ),
+        (
+            "qwen2moe",
+            MoeShape {
+                omit: Some("blk.0.ffn_gate_inp_shexp.weight"),
+                ..QWEN2MOE
+            },
+            "blk.0.ffn_gate_inp_shexp.weight",
+        ),
+    ];
+    for (arch, m, want) in cases {
+        let e = err(arch, m);
+        assert!(e.contains(want), "{arch}: error '{e}' does not name {want}");
+    }
+    // llama with expert_count 0 is the dense model.
+    let dense = moe_file(
+        "llama",
+        &MoeShape {
+            meta_experts: Some(0),
+            ..MIXTRAL
+        },
+        GgmlType::F32,
+        1,
+    );
+    let model = Model::from_gguf(&GgufFile::from_bytes(dense).expect("valid")).expect("dense");
+    assert!(model.config.moe.is_none() && model.moe_stats().is_none());
 }

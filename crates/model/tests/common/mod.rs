@@ -56,6 +56,48 @@ pub fn build(sh: &Shape, arch: &str, ty: GgmlType, seed: u64) -> Vec<u8> {
 
 /// [`build`] with each matrix's type chosen by its tensor name (mixed-type files).
 pub fn build_with(sh: &Shape, arch: &str, ty_of: &dyn Fn(&str) -> GgmlType, seed: u64) -> Vec<u8> {
+    build_moe_with(sh, arch, None, ty_of, seed)
+}
+
+/// The experts of a tiny MoE model (`qwen2moe`, `qwen3moe`, or `llama` = Mixtral), and
+/// ways to write it wrong.
+#[derive(Clone, Copy)]
+pub struct MoeShape {
+    pub experts: usize,
+    pub used: usize,
+    pub ffn_exp: usize,
+    /// Shared expert width (qwen2moe); 0 = none.
+    pub shared: usize,
+    /// Written as `expert_count` / `expert_used_count` instead of the true values.
+    pub meta_experts: Option<u32>,
+    pub meta_used: Option<u32>,
+    /// A tensor name (`blk.N.x`) left out of the file.
+    pub omit: Option<&'static str>,
+}
+
+impl MoeShape {
+    pub const fn new(experts: usize, used: usize, ffn_exp: usize, shared: usize) -> MoeShape {
+        MoeShape {
+            experts,
+            used,
+            ffn_exp,
+            shared,
+            meta_experts: None,
+            meta_used: None,
+            omit: None,
+        }
+    }
+}
+
+/// [`build_with`], plus the expert tensors and keys of `moe` (the dense FFN tensors are
+/// written too; a MoE model ignores them).
+pub fn build_moe_with(
+    sh: &Shape,
+    arch: &str,
+    moe: Option<&MoeShape>,
+    ty_of: &dyn Fn(&str) -> GgmlType,
+    seed: u64,
+) -> Vec<u8> {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut w = GgufWriter::new();
     w.add_metadata("general.architecture", Value::String(arch.into()));
@@ -129,7 +171,7 @@ pub fn build_with(sh: &Shape, arch: &str, ty_of: &dyn Fn(&str) -> GgmlType, seed
             sh.kv_heads * sh.hd,
             s,
         );
-        if arch == "qwen2" {
+        if arch.starts_with("qwen2") {
             vec_(
                 &mut w,
                 &mut rng,
@@ -155,7 +197,7 @@ pub fn build_with(sh: &Shape, arch: &str, ty_of: &dyn Fn(&str) -> GgmlType, seed
                 0.3,
             );
         }
-        if arch == "qwen3" || arch == "gemma3" {
+        if arch.starts_with("qwen3") || arch == "gemma3" {
             vec_(&mut w, &mut rng, &n("attn_q_norm.weight"), sh.hd, 1.0, 0.3);
             vec_(&mut w, &mut rng, &n("attn_k_norm.weight"), sh.hd, 1.0, 0.3);
         }
@@ -190,6 +232,25 @@ pub fn build_with(sh: &Shape, arch: &str, ty_of: &dyn Fn(&str) -> GgmlType, seed
             sh.d,
             1.0 / (sh.ffn as f32).sqrt(),
         );
+        if let Some(m) = moe {
+            add_experts(&mut w, &mut rng, sh, m, l, ty_of);
+        }
+    }
+    if let Some(m) = moe {
+        let e = m.meta_experts.unwrap_or(m.experts as u32);
+        w.add_metadata(&k("expert_count"), Value::U32(e));
+        let u = m.meta_used.unwrap_or(m.used as u32);
+        w.add_metadata(&k("expert_used_count"), Value::U32(u));
+        w.add_metadata(
+            &k("expert_feed_forward_length"),
+            Value::U32(m.ffn_exp as u32),
+        );
+        if m.shared > 0 {
+            w.add_metadata(
+                &k("expert_shared_feed_forward_length"),
+                Value::U32(m.shared as u32),
+            );
+        }
     }
     vec_(&mut w, &mut rng, "output_norm.weight", sh.d, 1.0, 0.2);
     if arch != "llama" && arch != "gemma3" {
@@ -197,4 +258,49 @@ pub fn build_with(sh: &Shape, arch: &str, ty_of: &dyn Fn(&str) -> GgmlType, seed
         mat(&mut w, &mut rng, "output.weight", sh.d, sh.vocab, s * 4.0);
     }
     w.to_bytes()
+}
+
+fn add_experts(
+    w: &mut GgufWriter,
+    rng: &mut StdRng,
+    sh: &Shape,
+    m: &MoeShape,
+    l: usize,
+    ty_of: &dyn Fn(&str) -> GgmlType,
+) {
+    let (d, e, f) = (sh.d as u64, m.experts as u64, m.ffn_exp as u64);
+    let s = 1.0 / (sh.d as f32).sqrt();
+    let mut add = |w: &mut GgufWriter, name: String, dims: &[u64], ty: GgmlType, scale: f32| {
+        let v = randn(rng, dims.iter().product::<u64>() as usize, scale);
+        if m.omit != Some(&name[..]) {
+            w.add_tensor_f32(&name, dims, ty, &v).expect("quantize");
+        }
+    };
+    let n = |x: &str| format!("blk.{l}.{x}");
+    // The router stays f32, as llama.cpp's quantizer leaves it.
+    add(w, n("ffn_gate_inp.weight"), &[d, e], GgmlType::F32, s * 4.0);
+    for (x, dims, scale) in [
+        ("ffn_gate_exps.weight", [d, f, e], s * 2.0),
+        ("ffn_up_exps.weight", [d, f, e], s * 2.0),
+        ("ffn_down_exps.weight", [f, d, e], 1.0 / (f as f32).sqrt()),
+    ] {
+        add(w, n(x), &dims, ty_of(&n(x)), scale);
+    }
+    if m.shared > 0 {
+        let sf = m.shared as u64;
+        add(
+            w,
+            n("ffn_gate_inp_shexp.weight"),
+            &[d],
+            GgmlType::F32,
+            s * 4.0,
+        );
+        for (x, dims, scale) in [
+            ("ffn_gate_shexp.weight", [d, sf], s * 2.0),
+            ("ffn_up_shexp.weight", [d, sf], s * 2.0),
+            ("ffn_down_shexp.weight", [sf, d], 1.0 / (sf as f32).sqrt()),
+        ] {
+            add(w, n(x), &dims, ty_of(&n(x)), scale);
+        }
+    }
 }
