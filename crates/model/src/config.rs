@@ -57,40 +57,104 @@ pub struct ModelConfig {
     pub rope_dim: usize,
 }
 
+/// Upper bounds on the shape keys, checked before anything is sized from them. WHY: the
+/// metadata is untrusted; a `block_count` of 2^31 must be an error naming the key, not an
+/// allocation that aborts the process. Each is well above the largest released model
+/// (Llama 3.1 405B: 126 layers, 16,384 wide, 128 heads, 53,248 FFN; Gemma 3: 262,144
+/// vocabulary entries; Llama 4 Scout: 10M context).
+pub mod limits {
+    pub const MAX_BLOCK_COUNT: u64 = 1024;
+    pub const MAX_EMBEDDING_LENGTH: u64 = 1 << 16;
+    pub const MAX_HEAD_COUNT: u64 = 1024;
+    pub const MAX_FEED_FORWARD_LENGTH: u64 = 1 << 18;
+    pub const MAX_CONTEXT_LENGTH: u64 = 1 << 24;
+    pub const MAX_VOCAB_SIZE: u64 = 1 << 22;
+    pub const MAX_HEAD_DIM: u64 = 1024;
+}
+
+/// `ModelError::Metadata` for `key` (the full `{arch}.` key).
+fn meta_err(key: &str, what: String) -> ModelError {
+    ModelError::Metadata {
+        key: key.into(),
+        what,
+    }
+}
+
+/// An integer key in `1..=limit`, or the error naming the key, the limit and the value.
+fn bounded(f: &GgufFile, key: &str, limit: u64) -> Result<usize, ModelError> {
+    let v = f.get_u64(key)?;
+    if v == 0 || v > limit {
+        return Err(meta_err(key, format!("{v} is outside 1..={limit}")));
+    }
+    Ok(v as usize)
+}
+
+/// An optional float key: `default` when absent, else it must be a finite number > 0.
+fn positive_f32(f: &GgufFile, key: &str, default: f32) -> Result<f32, ModelError> {
+    if f.get(key).is_none() {
+        return Ok(default);
+    }
+    let v = f.get_f32(key)?;
+    if !v.is_finite() || v <= 0.0 {
+        return Err(meta_err(key, format!("{v} must be a finite number > 0")));
+    }
+    Ok(v)
+}
+
 impl ModelConfig {
-    /// Reads `{arch}.*` keys. Missing optional keys take llama.cpp's defaults.
+    /// Reads `{arch}.*` keys. Missing optional keys take llama.cpp's defaults. Every shape
+    /// key is bounded (see [`limits`]) and every float checked finite and positive before
+    /// anything is sized from them.
     pub fn from_gguf(f: &GgufFile) -> Result<ModelConfig, ModelError> {
+        use limits::*;
         let arch_name = f.get_str("general.architecture")?.to_string();
         let arch = Arch::from_name(&arch_name)?;
         let key = |k: &str| format!("{arch_name}.{k}");
-        let get = |k: &str| -> Result<usize, ModelError> { Ok(f.get_u64(&key(k))? as usize) };
-        let n_layers = get("block_count")?;
-        let d_model = get("embedding_length")?;
-        let n_heads = get("attention.head_count")?;
-        let n_kv_heads = if f.get(&key("attention.head_count_kv")).is_some() {
-            get("attention.head_count_kv")?
+        let has = |k: &str| f.get(&key(k)).is_some();
+        let get = |k: &str, limit: u64| bounded(f, &key(k), limit);
+        let n_layers = get("block_count", MAX_BLOCK_COUNT)?;
+        let d_model = get("embedding_length", MAX_EMBEDDING_LENGTH)?;
+        let n_heads = get("attention.head_count", MAX_HEAD_COUNT)?;
+        let n_kv_heads = if has("attention.head_count_kv") {
+            get("attention.head_count_kv", MAX_HEAD_COUNT)?
         } else {
             n_heads
         };
-        let ffn_dim = get("feed_forward_length")?;
-        let head_dim = if f.get(&key("attention.key_length")).is_some() {
-            get("attention.key_length")?
+        let ffn_dim = get("feed_forward_length", MAX_FEED_FORWARD_LENGTH)?;
+        let head_dim = if has("attention.key_length") {
+            get("attention.key_length", MAX_HEAD_DIM)?
         } else {
-            if n_heads == 0 || d_model % n_heads != 0 {
-                return Err(ModelError::Metadata {
-                    key: key("attention.head_count"),
-                    what: format!("{n_heads} does not divide embedding_length {d_model}"),
-                });
+            if !d_model.is_multiple_of(n_heads) {
+                return Err(meta_err(
+                    &key("attention.head_count"),
+                    format!("{n_heads} does not divide embedding_length {d_model}"),
+                ));
             }
             d_model / n_heads
         };
-        let context_length = get("context_length")?;
-        let rms_eps = f
-            .get_f32(&key("attention.layer_norm_rms_epsilon"))
-            .unwrap_or(1e-5);
-        let rope_base = f.get_f32(&key("rope.freq_base")).unwrap_or(10000.0);
-        let rope_dim = if f.get(&key("rope.dimension_count")).is_some() {
-            get("rope.dimension_count")?
+        // folio's cache and attention use one head size for K and V.
+        if has("attention.value_length") {
+            let v = get("attention.value_length", MAX_HEAD_DIM)?;
+            if v != head_dim {
+                return Err(meta_err(
+                    &key("attention.value_length"),
+                    format!("{v} differs from the key head size {head_dim} (attention.key_length or embedding_length / head_count)"),
+                ));
+            }
+        }
+        let context_length = get("context_length", MAX_CONTEXT_LENGTH)?;
+        let rms_eps = positive_f32(f, &key("attention.layer_norm_rms_epsilon"), 1e-5)?;
+        let rope_base = positive_f32(f, &key("rope.freq_base"), 10000.0)?;
+        let rope_dim = if has("rope.dimension_count") {
+            let k = key("rope.dimension_count");
+            let v = f.get_u64(&k)?;
+            if v == 0 || v % 2 != 0 || v > head_dim as u64 {
+                return Err(meta_err(
+                    &k,
+                    format!("{v} must be even and in 2..={head_dim} (the head size)"),
+                ));
+            }
+            v as usize
         } else {
             head_dim
         };
@@ -99,10 +163,8 @@ impl ModelConfig {
             match kind {
                 "none" => {}
                 "linear" => {
-                    let factor = f.get_f32(&key("rope.scaling.factor")).unwrap_or(1.0);
-                    if factor > 0.0 {
-                        rope_freq_scale = 1.0 / factor;
-                    }
+                    let factor = positive_f32(f, &key("rope.scaling.factor"), 1.0)?;
+                    rope_freq_scale = 1.0 / factor;
                 }
                 other => {
                     return Err(ModelError::Metadata {
@@ -112,13 +174,20 @@ impl ModelConfig {
                 }
             }
         }
-        let tokens = f
-            .get("tokenizer.ggml.tokens")
-            .and_then(|v| v.as_array())
-            .map(|a| a.len());
-        let vocab_size = match f.get(&key("vocab_size")) {
-            Some(_) => get("vocab_size")?,
-            None => tokens.unwrap_or(0),
+        let vocab_size = if has("vocab_size") {
+            get("vocab_size", MAX_VOCAB_SIZE)?
+        } else {
+            let tokens = f
+                .get("tokenizer.ggml.tokens")
+                .and_then(|v| v.as_array())
+                .map_or(0, |a| a.len());
+            if tokens == 0 || tokens as u64 > MAX_VOCAB_SIZE {
+                return Err(meta_err(
+                    "tokenizer.ggml.tokens",
+                    format!("{tokens} entries (no {arch_name}.vocab_size key) is outside 1..={MAX_VOCAB_SIZE}"),
+                ));
+            }
+            tokens
         };
         let cfg = ModelConfig {
             arch,
@@ -140,45 +209,25 @@ impl ModelConfig {
     }
 
     fn validate(&self) -> Result<(), ModelError> {
-        let bad = |k: &str, what: String| {
-            Err(ModelError::Metadata {
-                key: k.into(),
-                what,
-            })
-        };
-        if self.n_kv_heads == 0 || !self.n_heads.is_multiple_of(self.n_kv_heads) {
-            return bad(
-                "attention.head_count_kv",
+        let key = |k: &str| format!("{}.{k}", self.arch.name());
+        if !self.n_heads.is_multiple_of(self.n_kv_heads) {
+            return Err(meta_err(
+                &key("attention.head_count_kv"),
                 format!(
                     "{} must divide head_count {}",
                     self.n_kv_heads, self.n_heads
                 ),
-            );
+            ));
         }
-        if self.head_dim == 0 || !self.head_dim.is_multiple_of(2) || self.head_dim > 1024 {
-            return bad(
-                "attention.key_length",
-                format!("{} must be even and in 2..=1024", self.head_dim),
-            );
-        }
-        if self.rope_dim > self.head_dim || !self.rope_dim.is_multiple_of(2) {
-            return bad(
-                "rope.dimension_count",
+        if !self.head_dim.is_multiple_of(2) {
+            return Err(meta_err(
+                &key("attention.key_length"),
                 format!(
-                    "{} must be even and <= head_dim {}",
-                    self.rope_dim, self.head_dim
+                    "{} must be even and in 2..={}",
+                    self.head_dim,
+                    limits::MAX_HEAD_DIM
                 ),
-            );
-        }
-        for (k, v) in [
-            ("block_count", self.n_layers),
-            ("embedding_length", self.d_model),
-            ("feed_forward_length", self.ffn_dim),
-            ("context_length", self.context_length),
-        ] {
-            if v == 0 {
-                return bad(k, "must be > 0, got 0".into());
-            }
+            ));
         }
         Ok(())
     }

@@ -25,6 +25,7 @@ pub mod error;
 pub mod kv_cache;
 pub mod model;
 mod par;
+mod shapes;
 pub mod weights;
 
 pub use batch::{ForwardBatch, SeqSpan};

@@ -135,6 +135,7 @@ fn stacked(f: &GgufFile, parts: &[(&str, usize)], cols: usize) -> Result<QMatrix
 
 impl Weights {
     pub fn load(f: &GgufFile, cfg: &ModelConfig) -> Result<Weights, ModelError> {
+        crate::shapes::check(f, cfg)?;
         let d = cfg.d_model;
         let q_rows = cfg.n_heads * cfg.head_dim;
         let kv_rows = cfg.n_kv_heads * cfg.head_dim;

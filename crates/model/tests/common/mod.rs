@@ -50,6 +50,12 @@ pub fn build(sh: &Shape, arch: &str, ty: GgmlType, seed: u64) -> Vec<u8> {
 
 /// [`build`] with each matrix's type chosen by its tensor name (mixed-type files).
 pub fn build_with(sh: &Shape, arch: &str, ty_of: &dyn Fn(&str) -> GgmlType, seed: u64) -> Vec<u8> {
+    writer(sh, arch, ty_of, seed).to_bytes()
+}
+
+/// The writer [`build_with`] fills, for tests that change a key or add a tensor before
+/// writing (`add_metadata` replaces a key in place).
+pub fn writer(sh: &Shape, arch: &str, ty_of: &dyn Fn(&str) -> GgmlType, seed: u64) -> GgufWriter {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut w = GgufWriter::new();
     w.add_metadata("general.architecture", Value::String(arch.into()));
@@ -171,5 +177,5 @@ pub fn build_with(sh: &Shape, arch: &str, ty_of: &dyn Fn(&str) -> GgmlType, seed
         // Untied head for the Qwen shapes, tied for llama: both paths get covered.
         mat(&mut w, &mut rng, "output.weight", sh.d, sh.vocab, s * 4.0);
     }
-    w.to_bytes()
+    w
 }
