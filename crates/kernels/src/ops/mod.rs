@@ -12,7 +12,7 @@ mod scalar;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
-pub use rope::{Rope, RopeRows};
+pub use rope::{yarn_corr_dims, Rope, RopeRows, RopeScaling};
 
 use crate::cpu::{isa, Isa};
 
