@@ -55,6 +55,25 @@ pub struct ModelConfig {
     /// scaling type is linear.
     pub rope_freq_scale: f32,
     pub rope_dim: usize,
+    /// YaRN and the rest of `rope.scaling.*` (see [`RopeYarn`]).
+    pub rope_yarn: RopeYarn,
+}
+
+/// The `rope.scaling.*` parameters besides the linear scale, as llama.cpp derives them
+/// (llama-model.cpp's hparams, llama-context.cpp's cparams): YaRN only for
+/// `rope.scaling.type = yarn`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RopeYarn {
+    /// 1 for YaRN (or `rope.scaling.yarn_ext_factor`), else 0.
+    pub ext_factor: f32,
+    /// The cos/sin magnitude ggml's rope receives: YaRN's `get_mscale` with its in-kernel
+    /// correction cancelled, times `rope.scaling.attn_factor` (Phi-3 LongRoPE sets it).
+    pub attn_factor: f32,
+    pub beta_fast: f32,
+    pub beta_slow: f32,
+    /// `rope.scaling.original_context_length`, else `context_length`. Phi-3 takes its
+    /// long LongRoPE factors when `context_length` exceeds it.
+    pub orig_ctx: usize,
 }
 
 /// Upper bounds on the shape keys, checked before anything is sized from them. WHY: the
@@ -99,6 +118,94 @@ fn positive_f32(f: &GgufFile, key: &str, default: f32) -> Result<f32, ModelError
         return Err(meta_err(key, format!("{v} must be a finite number > 0")));
     }
     Ok(v)
+}
+
+/// `rope.scaling.*` as llama.cpp reads it: the type defaults to linear; `factor`
+/// (or the older `rope.scale_linear`) gives the frequency scale `1 / factor` for every type
+/// but `none`; `llama3` (an HF name, not a llama.cpp one) takes its scaling from the
+/// `rope_freqs` tensor alone; `longrope` (Phi-3) from its factor tensors.
+fn rope_scaling(
+    f: &GgufFile,
+    arch: &str,
+    context_length: usize,
+) -> Result<(f32, RopeYarn), ModelError> {
+    let key = |k: &str| format!("{arch}.{k}");
+    let type_key = key("rope.scaling.type");
+    let kind = if f.get(&type_key).is_some() {
+        f.get_str(&type_key)?
+    } else {
+        "linear"
+    };
+    let mut factor = 0.0;
+    for k in ["rope.scaling.factor", "rope.scale_linear"] {
+        if f.get(&key(k)).is_some() {
+            let v = f.get_f32(&key(k))?;
+            // 0 means "unset" to llama.cpp.
+            if !v.is_finite() || v < 0.0 {
+                return Err(meta_err(
+                    &key(k),
+                    format!("{v} must be a finite number >= 0"),
+                ));
+            }
+            factor = v;
+            break;
+        }
+    }
+    let mut freq_scale = if factor == 0.0 { 1.0 } else { 1.0 / factor };
+    let optional = |k: &str, default: f32| positive_f32(f, &key(k), default);
+    let ext_key = key("rope.scaling.yarn_ext_factor");
+    let mut ext_factor =
+        match kind {
+            "none" | "llama3" => {
+                freq_scale = 1.0;
+                0.0
+            }
+            "linear" | "longrope" => 0.0,
+            "yarn" => 1.0,
+            other => return Err(meta_err(
+                &type_key,
+                format!(
+                    "unsupported value '{other}' (supported: none, linear, yarn, longrope, llama3)"
+                ),
+            )),
+        };
+    if kind == "yarn" && f.get(&ext_key).is_some() {
+        ext_factor = f.get_f32(&ext_key)?;
+        if !ext_factor.is_finite() || ext_factor < 0.0 {
+            return Err(meta_err(
+                &ext_key,
+                format!("{ext_factor} must be a finite number >= 0"),
+            ));
+        }
+    }
+    let mut attn_factor = 1.0f32;
+    if ext_factor != 0.0 {
+        let factor = 1.0 / freq_scale;
+        attn_factor = if factor <= 1.0 {
+            1.0
+        } else {
+            0.1 * factor.ln() + 1.0
+        };
+        // ggml's rope_yarn multiplies by this again.
+        attn_factor *= 1.0 / (1.0 + 0.1 * factor.ln());
+    }
+    attn_factor *= optional("rope.scaling.attn_factor", 1.0)?;
+    let orig_key = key("rope.scaling.original_context_length");
+    let orig_ctx = if f.get(&orig_key).is_some() {
+        bounded(f, &orig_key, limits::MAX_CONTEXT_LENGTH)?
+    } else {
+        context_length
+    };
+    Ok((
+        freq_scale,
+        RopeYarn {
+            ext_factor,
+            attn_factor,
+            beta_fast: optional("rope.scaling.yarn_beta_fast", 32.0)?,
+            beta_slow: optional("rope.scaling.yarn_beta_slow", 1.0)?,
+            orig_ctx,
+        },
+    ))
 }
 
 impl ModelConfig {
@@ -158,22 +265,7 @@ impl ModelConfig {
         } else {
             head_dim
         };
-        let mut rope_freq_scale = 1.0;
-        if let Ok(kind) = f.get_str(&key("rope.scaling.type")) {
-            match kind {
-                "none" => {}
-                "linear" => {
-                    let factor = positive_f32(f, &key("rope.scaling.factor"), 1.0)?;
-                    rope_freq_scale = 1.0 / factor;
-                }
-                other => {
-                    return Err(ModelError::Metadata {
-                        key: key("rope.scaling.type"),
-                        what: format!("unsupported value '{other}' (supported: none, linear)"),
-                    })
-                }
-            }
-        }
+        let (rope_freq_scale, rope_yarn) = rope_scaling(f, &arch_name, context_length)?;
         let vocab_size = if has("vocab_size") {
             get("vocab_size", MAX_VOCAB_SIZE)?
         } else {
@@ -203,6 +295,7 @@ impl ModelConfig {
             rope_base,
             rope_freq_scale,
             rope_dim,
+            rope_yarn,
         };
         cfg.validate()?;
         Ok(cfg)

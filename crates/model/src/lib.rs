@@ -25,11 +25,12 @@ pub mod error;
 pub mod kv_cache;
 pub mod model;
 mod par;
+mod rope;
 mod shapes;
 pub mod weights;
 
 pub use batch::{ForwardBatch, SeqSpan};
-pub use config::{Arch, ModelConfig};
+pub use config::{Arch, ModelConfig, RopeYarn};
 pub use error::ModelError;
 pub use kv_cache::{KvCache, KvFormat};
 pub use model::{ForwardStats, Model};

@@ -172,3 +172,52 @@ fn tensor_shape_names_the_key() {
     );
     assert!(msg.contains("llama.feed_forward_length = 128"), "{msg}");
 }
+
+fn config_of(w: GgufWriter) -> folio_model::ModelConfig {
+    let f = GgufFile::from_bytes(w.to_bytes()).expect("valid gguf");
+    Model::from_gguf(&f).expect("loads").config
+}
+
+/// `rope.scaling.*` read as llama.cpp reads it (llama-model.cpp, llama-context.cpp).
+#[test]
+fn rope_scaling_keys_follow_llama_cpp() {
+    // YaRN, factor 4 over an original context of 16: ext_factor 1, and the magnitude
+    // get_mscale(4) / (1 + 0.1 ln 4) = 1 times rope.scaling.attn_factor.
+    let mut w = tiny();
+    w.add_metadata("llama.rope.scaling.type", Value::String("yarn".into()))
+        .add_metadata("llama.rope.scaling.factor", Value::F32(4.0))
+        .add_metadata("llama.rope.scaling.original_context_length", Value::U32(16))
+        .add_metadata("llama.rope.scaling.attn_factor", Value::F32(1.1));
+    let c = config_of(w);
+    assert_eq!(c.rope_freq_scale, 0.25);
+    assert_eq!(c.rope_yarn.ext_factor, 1.0);
+    assert!(
+        (c.rope_yarn.attn_factor - 1.1).abs() < 1e-6,
+        "{:?}",
+        c.rope_yarn
+    );
+    assert_eq!((c.rope_yarn.beta_fast, c.rope_yarn.beta_slow), (32.0, 1.0));
+    assert_eq!(c.rope_yarn.orig_ctx, 16);
+    // No type: linear, as llama.cpp's default; the factor applies.
+    let mut w = tiny();
+    w.add_metadata("llama.rope.scaling.factor", Value::F32(2.0));
+    let c = config_of(w);
+    assert_eq!((c.rope_freq_scale, c.rope_yarn.ext_factor), (0.5, 0.0));
+    assert_eq!(c.rope_yarn.orig_ctx, SHAPE.ctx);
+    // none: never scaled.
+    let mut w = tiny();
+    w.add_metadata("llama.rope.scaling.type", Value::String("none".into()))
+        .add_metadata("llama.rope.scaling.factor", Value::F32(2.0));
+    assert_eq!(config_of(w).rope_freq_scale, 1.0);
+    // Unknown types and bad factors are refused naming the key.
+    let k = "llama.rope.scaling.type";
+    assert_metadata(
+        load_with(k, Value::String("ntk".into())),
+        k,
+        &["ntk", "yarn"],
+    );
+    let k = "llama.rope.scaling.factor";
+    assert_metadata(load_with(k, Value::F32(f32::NAN)), k, &["NaN"]);
+    let k = "llama.rope.scaling.original_context_length";
+    assert_metadata(load_with(k, Value::U32(0)), k, &["0", "16777216"]);
+}

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{build, build_with, prompt as prompt_in, rel_err, Shape, BASE, EPS};
+use common::{build, build_with, prompt as prompt_in, rel_err, writer, Shape, BASE, EPS};
 use folio_gguf::{GgmlType, GgufFile};
 use folio_kernels::pool::ThreadPool;
 use folio_model::{ForwardBatch, KvFormat, Model};
@@ -48,11 +48,14 @@ fn matvec(w: &[f32], x: &[f32], rows: usize) -> Vec<f32> {
         .collect()
 }
 
-fn rope(x: &mut [f32], n_heads: usize, pos: usize, neox: bool) {
+/// RoPE over whole heads; pair i's angle divided by `factors[i]` when given (Llama 3's
+/// `rope_freqs`, Phi-3's LongRoPE factors, as ggml's `rope_ext` uses them).
+fn rope(x: &mut [f32], n_heads: usize, pos: usize, neox: bool, factors: Option<&[f32]>) {
     for h in 0..n_heads {
         let v = &mut x[h * HD..(h + 1) * HD];
         for i in 0..HD / 2 {
-            let theta = pos as f32 * BASE.powf(-2.0 * i as f32 / HD as f32);
+            let ff = factors.map_or(1.0, |f| f[i]);
+            let theta = pos as f32 * BASE.powf(-2.0 * i as f32 / HD as f32) / ff;
             let (s, c) = theta.sin_cos();
             let (a, b) = if neox {
                 (i, i + HD / 2)
@@ -71,6 +74,11 @@ fn reference(f: &GgufFile, arch: &str, tokens: &[u32]) -> Vec<Vec<f32>> {
     let t = |n: &str| f.tensor_f32(n).expect(n);
     let emb = t("token_embd.weight");
     let neox = arch != "llama";
+    // The tiny models' context never exceeds the original one: short factors.
+    let factors = ["rope_freqs.weight", "rope_factors_short.weight"]
+        .into_iter()
+        .find(|n| f.tensor(n).is_some())
+        .map(t);
     let mut xs: Vec<Vec<f32>> = tokens
         .iter()
         .map(|&id| emb[id as usize * D..(id as usize + 1) * D].to_vec())
@@ -113,8 +121,8 @@ fn reference(f: &GgufFile, arch: &str, tokens: &[u32]) -> Vec<Vec<f32>> {
                     k[hh * HD..(hh + 1) * HD].copy_from_slice(&r);
                 }
             }
-            rope(&mut q, HEADS, pos, neox);
-            rope(&mut k, KV_HEADS, pos, neox);
+            rope(&mut q, HEADS, pos, neox, factors.as_deref());
+            rope(&mut k, KV_HEADS, pos, neox, factors.as_deref());
             qs.push(q);
             ks.push(k);
             vs.push(v);
@@ -254,6 +262,60 @@ fn mixed_types_match_reference() {
     for arch in ["llama", "qwen2"] {
         check_file(arch, GgmlType::Q4_K, build_with(&SHAPE, arch, &ty_of, 42));
     }
+}
+
+/// Llama 3.1-style frequency factors (`rope_freqs.weight`, 1 for the fast pairs up to 8 for
+/// the slow ones) through the whole model; without them the logits differ.
+#[test]
+fn llama_rope_freqs_match_reference() {
+    let factors: Vec<f32> = (0..HD / 2)
+        .map(|i| 1.0 + 7.0 * (i as f32 / (HD / 2 - 1) as f32).powi(2))
+        .collect();
+    for ty in [GgmlType::F32, GgmlType::Q8_0] {
+        let mut w = writer(&SHAPE, "llama", &|_| ty, 42);
+        w.add_tensor_f32(
+            "rope_freqs.weight",
+            &[HD as u64 / 2],
+            GgmlType::F32,
+            &factors,
+        )
+        .expect("f32");
+        check_file("llama", ty, w.to_bytes());
+    }
+    // The factors matter: the model without them is off against this reference.
+    let mut w = writer(&SHAPE, "llama", &|_| GgmlType::F32, 42);
+    w.add_tensor_f32(
+        "rope_freqs.weight",
+        &[HD as u64 / 2],
+        GgmlType::F32,
+        &factors,
+    )
+    .expect("f32");
+    let with = GgufFile::from_bytes(w.to_bytes()).unwrap();
+    let plain = GgufFile::from_bytes(build(&SHAPE, "llama", GgmlType::F32, 42)).unwrap();
+    let toks = prompt(1, 19);
+    let want = reference(&with, "llama", &toks);
+    let model = Model::from_gguf(&plain).unwrap();
+    let mut kv = model.new_kv_cache(4, 8, KvFormat::F16);
+    let mut b = ForwardBatch::new();
+    b.push(&toks, 0, (0..5).collect(), toks.len());
+    let got = model.forward(&b, &mut kv, ThreadPool::global()).unwrap();
+    let e = rel_err(&got[18 * VOCAB..], &want[18]);
+    assert!(e > 1e-2, "factors made no difference ({e})");
+}
+
+/// A wrong-length `rope_freqs` is an error naming the tensor and the key.
+#[test]
+fn rope_freqs_of_wrong_length_are_refused() {
+    let mut w = writer(&SHAPE, "llama", &|_| GgmlType::F32, 42);
+    w.add_tensor_f32("rope_freqs.weight", &[HD as u64], GgmlType::F32, &[1.0; HD])
+        .expect("f32");
+    let f = GgufFile::from_bytes(w.to_bytes()).unwrap();
+    let e = Model::from_gguf(&f).err().expect("refused").to_string();
+    assert!(
+        e.contains("rope_freqs.weight") && e.contains("llama.rope.dimension_count / 2 = 32"),
+        "{e}"
+    );
 }
 
 #[test]
