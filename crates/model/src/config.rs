@@ -13,6 +13,9 @@ pub enum Arch {
     Qwen2,
     /// Qwen3: per-head RMSNorm on Q and K before RoPE; NeoX-style RoPE; no QKV bias.
     Qwen3,
+    /// Phi-3: Q/K/V fused in `attn_qkv` and gate/up in `ffn_up` (gate first); NeoX-style
+    /// RoPE, LongRoPE factors in the 128k files.
+    Phi3,
 }
 
 impl Arch {
@@ -21,6 +24,7 @@ impl Arch {
             "llama" => Ok(Arch::Llama),
             "qwen2" => Ok(Arch::Qwen2),
             "qwen3" => Ok(Arch::Qwen3),
+            "phi3" => Ok(Arch::Phi3),
             other => Err(ModelError::UnsupportedArch(other.to_string())),
         }
     }
@@ -29,6 +33,7 @@ impl Arch {
             Arch::Llama => "llama",
             Arch::Qwen2 => "qwen2",
             Arch::Qwen3 => "qwen3",
+            Arch::Phi3 => "phi3",
         }
     }
     /// NeoX RoPE rotates (x[i], x[i + d/2]); llama's GGUF layout rotates adjacent pairs.
@@ -154,21 +159,22 @@ fn rope_scaling(
     let mut freq_scale = if factor == 0.0 { 1.0 } else { 1.0 / factor };
     let optional = |k: &str, default: f32| positive_f32(f, &key(k), default);
     let ext_key = key("rope.scaling.yarn_ext_factor");
-    let mut ext_factor =
-        match kind {
-            "none" | "llama3" => {
-                freq_scale = 1.0;
-                0.0
-            }
-            "linear" | "longrope" => 0.0,
-            "yarn" => 1.0,
-            other => return Err(meta_err(
+    let mut ext_factor = match kind {
+        "none" | "llama3" => {
+            freq_scale = 1.0;
+            0.0
+        }
+        "linear" | "longrope" => 0.0,
+        "yarn" => 1.0,
+        other => {
+            return Err(meta_err(
                 &type_key,
                 format!(
                     "unsupported value '{other}' (supported: none, linear, yarn, longrope, llama3)"
                 ),
-            )),
-        };
+            ))
+        }
+    };
     if kind == "yarn" && f.get(&ext_key).is_some() {
         ext_factor = f.get_f32(&ext_key)?;
         if !ext_factor.is_finite() || ext_factor < 0.0 {

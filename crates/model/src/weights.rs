@@ -144,7 +144,13 @@ impl Weights {
         for i in 0..cfg.n_layers {
             let n = |s: &str| format!("blk.{i}.{s}");
             let (q, k, v) = (n("attn_q.weight"), n("attn_k.weight"), n("attn_v.weight"));
-            let wqkv = stacked(f, &[(&q, q_rows), (&k, kv_rows), (&v, kv_rows)], d)?;
+            // Phi-3 stores Q, K and V pre-fused in the same row order.
+            let fused_qkv = n("attn_qkv.weight");
+            let wqkv = if f.tensor(&fused_qkv).is_some() {
+                matrix(f, &fused_qkv, d, q_rows + 2 * kv_rows)?
+            } else {
+                stacked(f, &[(&q, q_rows), (&k, kv_rows), (&v, kv_rows)], d)?
+            };
             let mut bqkv = Vec::new();
             if cfg.arch == Arch::Qwen2 || f.tensor(&n("attn_q.bias")).is_some() {
                 bqkv.extend(vector(f, &n("attn_q.bias"), q_rows)?);
@@ -165,7 +171,13 @@ impl Weights {
                 k_norm,
                 wo: matrix(f, &n("attn_output.weight"), q_rows, d)?,
                 ffn_norm: vector(f, &n("ffn_norm.weight"), d)?,
-                w_gate_up: stacked(f, &[(&g, cfg.ffn_dim), (&u, cfg.ffn_dim)], d)?,
+                // Phi-3 has no ffn_gate: its ffn_up holds gate then up (llama.cpp's swiglu
+                // takes the first half as the gate).
+                w_gate_up: if f.tensor(&g).is_none() && cfg.arch == Arch::Phi3 {
+                    matrix(f, &u, d, 2 * cfg.ffn_dim)?
+                } else {
+                    stacked(f, &[(&g, cfg.ffn_dim), (&u, cfg.ffn_dim)], d)?
+                },
                 w_down: matrix(f, &n("ffn_down.weight"), cfg.ffn_dim, d)?,
             });
         }

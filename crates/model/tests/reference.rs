@@ -74,8 +74,15 @@ fn reference(f: &GgufFile, arch: &str, tokens: &[u32]) -> Vec<Vec<f32>> {
     let t = |n: &str| f.tensor_f32(n).expect(n);
     let emb = t("token_embd.weight");
     let neox = arch != "llama";
-    // The tiny models' context never exceeds the original one: short factors.
-    let factors = ["rope_freqs.weight", "rope_factors_short.weight"]
+    // Phi-3's LongRoPE: the long factors when the context exceeds the original one.
+    let key = |k: &str| f.get_u64(&format!("{arch}.{k}")).ok();
+    let long = key("context_length") > key("rope.scaling.original_context_length");
+    let longrope = if long {
+        "rope_factors_long.weight"
+    } else {
+        "rope_factors_short.weight"
+    };
+    let factors = ["rope_freqs.weight", longrope]
         .into_iter()
         .find(|n| f.tensor(n).is_some())
         .map(t);
@@ -85,12 +92,23 @@ fn reference(f: &GgufFile, arch: &str, tokens: &[u32]) -> Vec<Vec<f32>> {
         .collect();
     for l in 0..LAYERS {
         let n = |x: &str| format!("blk.{l}.{x}");
-        let (wq, wk, wv, wo) = (
-            t(&n("attn_q.weight")),
-            t(&n("attn_k.weight")),
-            t(&n("attn_v.weight")),
-            t(&n("attn_output.weight")),
-        );
+        let (wq, wk, wv) = if arch == "phi3" {
+            // Rows Q, then K, then V.
+            let qkv = t(&n("attn_qkv.weight"));
+            let (q, kv) = (HEADS * HD * D, KV_HEADS * HD * D);
+            (
+                qkv[..q].to_vec(),
+                qkv[q..q + kv].to_vec(),
+                qkv[q + kv..].to_vec(),
+            )
+        } else {
+            (
+                t(&n("attn_q.weight")),
+                t(&n("attn_k.weight")),
+                t(&n("attn_v.weight")),
+            )
+        };
+        let wo = t(&n("attn_output.weight"));
         let mut ks = Vec::new();
         let mut vs = Vec::new();
         let mut qs = Vec::new();
@@ -155,8 +173,16 @@ fn reference(f: &GgufFile, arch: &str, tokens: &[u32]) -> Vec<Vec<f32>> {
                 *a += b;
             }
             let h = rmsnorm(&xs[pos], &t(&n("ffn_norm.weight")));
-            let g = matvec(&t(&n("ffn_gate.weight")), &h, FFN);
-            let u = matvec(&t(&n("ffn_up.weight")), &h, FFN);
+            let (g, u) = if arch == "phi3" {
+                // Gate rows then up rows.
+                let gu = matvec(&t(&n("ffn_up.weight")), &h, 2 * FFN);
+                (gu[..FFN].to_vec(), gu[FFN..].to_vec())
+            } else {
+                (
+                    matvec(&t(&n("ffn_gate.weight")), &h, FFN),
+                    matvec(&t(&n("ffn_up.weight")), &h, FFN),
+                )
+            };
             let a: Vec<f32> = g
                 .iter()
                 .zip(&u)
@@ -333,8 +359,28 @@ fn qwen3_matches_reference() {
 }
 
 #[test]
+fn phi3_matches_reference() {
+    for ty in [GgmlType::F32, GgmlType::Q4_K, GgmlType::Q8_0] {
+        check("phi3", ty);
+    }
+    // A context past the original one takes the long LongRoPE factors.
+    let mut w = writer(&SHAPE, "phi3", &|_| GgmlType::F32, 42);
+    w.add_metadata(
+        "phi3.rope.scaling.original_context_length",
+        folio_gguf::Value::U32(CTX as u32 / 4),
+    );
+    check_file("phi3", GgmlType::F32, w.to_bytes());
+}
+
+#[test]
 fn batched_equals_alone() {
-    let tiny = build(&SHAPE, "llama", GgmlType::Q4_1, 3);
+    for arch in ["llama", "phi3"] {
+        batched_equals_alone_for(arch);
+    }
+}
+
+fn batched_equals_alone_for(arch: &str) {
+    let tiny = build(&SHAPE, arch, GgmlType::Q4_1, 3);
     let f = GgufFile::from_bytes(tiny).expect("valid tiny gguf");
     let model = Model::from_gguf(&f).expect("load");
     let pool = ThreadPool::global();
