@@ -56,8 +56,8 @@ pub struct ModelConfig {
     pub context_length: usize,
     pub rms_eps: f32,
     pub rope_base: f32,
-    /// Linear RoPE frequency scale (1.0 = none); from `rope.scaling.factor` when the
-    /// scaling type is linear.
+    /// Linear RoPE frequency scale (1.0 = none): `1 / rope.scaling.factor` for every
+    /// scaling type but `none` and `llama3`, as llama.cpp.
     pub rope_freq_scale: f32,
     pub rope_dim: usize,
     /// YaRN and the rest of `rope.scaling.*` (see [`RopeYarn`]).

@@ -3,7 +3,10 @@
 //! # Layout
 //!
 //! - [`config`]: hyper-parameters read from GGUF metadata (`general.architecture` picks the
-//!   variant: `llama`, `qwen2` with QKV bias, `qwen3` with per-head QK RMSNorm).
+//!   variant: `llama`, `qwen2` with QKV bias, `qwen3` with per-head QK RMSNorm, `phi3`
+//!   with pre-fused QKV and gate-up); every shape key bounded before anything is sized
+//!   from it. Tensor shapes are checked against it for the whole file before loading.
+//! - `rope`: the rotary embedding, with the file's frequency factors (`rope_freqs`, LongRoPE).
 //! - [`weights`]: tensors loaded once and repacked into the kernels' layouts.
 //! - [`batch`]: [`ForwardBatch`], the flat description of one engine iteration: the tokens of
 //!   many sequences (prefill chunks and decode tokens mixed), their positions, block tables
