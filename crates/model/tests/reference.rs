@@ -49,14 +49,40 @@ fn matvec(w: &[f32], x: &[f32], rows: usize) -> Vec<f32> {
 }
 
 /// RoPE over whole heads; pair i's angle divided by `factors[i]` when given (Llama 3's
-/// `rope_freqs`, Phi-3's LongRoPE factors, as ggml's `rope_ext` uses them).
-fn rope(x: &mut [f32], n_heads: usize, pos: usize, neox: bool, factors: Option<&[f32]>) {
+/// `rope_freqs`, Phi-3's LongRoPE factors, as ggml's `rope_ext` uses them). `yarn`:
+/// (factor, original context) as HF's `_compute_yarn_parameters` defines YaRN: pairs below
+/// the correction range keep their angle, pairs above it are divided by the factor, a
+/// linear ramp between, and cos/sin scaled by `0.1 ln(factor) + 1`.
+fn rope(
+    x: &mut [f32],
+    n_heads: usize,
+    pos: usize,
+    neox: bool,
+    factors: Option<&[f32]>,
+    yarn: Option<(f32, f32)>,
+) {
+    let corr = |rot: f32| {
+        HD as f32 * (yarn.map_or(1.0, |y| y.1) / (rot * 2.0 * std::f32::consts::PI)).ln()
+            / (2.0 * BASE.ln())
+    };
+    let (low, high) = (
+        corr(32.0).floor().max(0.0),
+        corr(1.0).ceil().min(HD as f32 - 1.0),
+    );
     for h in 0..n_heads {
         let v = &mut x[h * HD..(h + 1) * HD];
         for i in 0..HD / 2 {
             let ff = factors.map_or(1.0, |f| f[i]);
-            let theta = pos as f32 * BASE.powf(-2.0 * i as f32 / HD as f32) / ff;
+            let mut theta = pos as f32 * BASE.powf(-2.0 * i as f32 / HD as f32) / ff;
+            let mut mscale = 1.0;
+            if let Some((factor, _)) = yarn {
+                let extrapolate =
+                    1.0 - ((i as f32 - low) / (high - low).max(0.001)).clamp(0.0, 1.0);
+                theta = theta / factor * (1.0 - extrapolate) + theta * extrapolate;
+                mscale = 0.1 * factor.ln() + 1.0;
+            }
             let (s, c) = theta.sin_cos();
+            let (s, c) = (s * mscale, c * mscale);
             let (a, b) = if neox {
                 (i, i + HD / 2)
             } else {
@@ -86,6 +112,13 @@ fn reference(f: &GgufFile, arch: &str, tokens: &[u32]) -> Vec<Vec<f32>> {
         .into_iter()
         .find(|n| f.tensor(n).is_some())
         .map(t);
+    let yarn = (f.get_str(&format!("{arch}.rope.scaling.type")).ok() == Some("yarn")).then(|| {
+        let factor = f.get_f32(&format!("{arch}.rope.scaling.factor")).unwrap();
+        (
+            factor,
+            key("rope.scaling.original_context_length").unwrap() as f32,
+        )
+    });
     let mut xs: Vec<Vec<f32>> = tokens
         .iter()
         .map(|&id| emb[id as usize * D..(id as usize + 1) * D].to_vec())
@@ -139,8 +172,8 @@ fn reference(f: &GgufFile, arch: &str, tokens: &[u32]) -> Vec<Vec<f32>> {
                     k[hh * HD..(hh + 1) * HD].copy_from_slice(&r);
                 }
             }
-            rope(&mut q, HEADS, pos, neox, factors.as_deref());
-            rope(&mut k, KV_HEADS, pos, neox, factors.as_deref());
+            rope(&mut q, HEADS, pos, neox, factors.as_deref(), yarn);
+            rope(&mut k, KV_HEADS, pos, neox, factors.as_deref(), yarn);
             qs.push(q);
             ks.push(k);
             vs.push(v);
@@ -328,6 +361,26 @@ fn llama_rope_freqs_match_reference() {
     let got = model.forward(&b, &mut kv, ThreadPool::global()).unwrap();
     let e = rel_err(&got[18 * VOCAB..], &want[18]);
     assert!(e > 1e-2, "factors made no difference ({e})");
+}
+
+/// YaRN (factor 4 over an original context of 1024: pairs 5..18 on the ramp) through the
+/// whole model, llama and NeoX pairings, against HF's definition of it.
+#[test]
+fn yarn_matches_reference() {
+    for arch in ["llama", "qwen2"] {
+        let mut w = writer(&SHAPE, arch, &|_| GgmlType::F32, 42);
+        let k = |s: &str| format!("{arch}.{s}");
+        w.add_metadata(
+            &k("rope.scaling.type"),
+            folio_gguf::Value::String("yarn".into()),
+        )
+        .add_metadata(&k("rope.scaling.factor"), folio_gguf::Value::F32(4.0))
+        .add_metadata(
+            &k("rope.scaling.original_context_length"),
+            folio_gguf::Value::U32(1024),
+        );
+        check_file(arch, GgmlType::F32, w.to_bytes());
+    }
 }
 
 /// A wrong-length `rope_freqs` is an error naming the tensor and the key.
