@@ -1,5 +1,5 @@
-//! Every architecture under the engine: a tiny synthetic model of each (random weights, a
-//! byte-level vocabulary) gives each request the same greedy tokens alone and under
+//! Every architecture (llama, qwen2, qwen3, gemma3, phi3, qwen3moe, qwen2moe, mixtral)
+//! under the engine: a tiny synthetic model of each (random weights, a byte-level vocabulary) gives each request the same greedy tokens alone and under
 //! continuous batching x16, chunked prefill, the prefix cache (prompts sharing a prefix),
 //! preemption by recompute (a pool too small for all), and speculation (n-gram and
 //! self-draft). Gemma 3's 5-token window is far shorter than the prompts, so its window
@@ -59,18 +59,22 @@ fn tokenizer() -> Tokenizer {
     .expect("tiny tokenizer")
 }
 
+/// Experts of a tiny MoE: (experts, used per token, expert FFN width, shared expert width).
+type Experts = Option<(usize, usize, usize, usize)>;
+
 /// One tiny model of each architecture: (label, arch, experts).
-const MODELS: &[(&str, &str, Option<(usize, usize, usize, usize)>)] = &[
+const MODELS: &[(&str, &str, Experts)] = &[
     ("llama", "llama", None),
     ("qwen2", "qwen2", None),
     ("qwen3", "qwen3", None),
     ("gemma3", "gemma3", None),
+    ("phi3", "phi3", None),
     ("qwen3moe", "qwen3moe", Some((8, 2, 128, 0))),
     ("qwen2moe", "qwen2moe", Some((8, 2, 64, 128))),
     ("mixtral", "llama", Some((4, 2, 128, 0))),
 ];
 
-fn model(arch: &str, experts: Option<(usize, usize, usize, usize)>) -> Model {
+fn model(arch: &str, experts: Experts) -> Model {
     let sh = Shape {
         d: 128,
         heads: 4,
@@ -90,11 +94,7 @@ fn model(arch: &str, experts: Option<(usize, usize, usize, usize)>) -> Model {
 /// KV bytes of one token in the tiny models: 2 layers x 2 KV heads x 32 x (K + V) x f16.
 const KV_BYTES_PER_TOKEN: usize = 2 * 2 * 32 * 2 * 2;
 
-fn engine(
-    arch: &str,
-    experts: Option<(usize, usize, usize, usize)>,
-    cfg: EngineConfig,
-) -> EngineHandle {
+fn engine(arch: &str, experts: Experts, cfg: EngineConfig) -> EngineHandle {
     let path = std::path::Path::new("tiny.gguf");
     spawn_engine(model(arch, experts), Arc::new(tokenizer()), path, cfg).expect("engine")
 }

@@ -107,6 +107,18 @@ pub enum GgufError {
     )]
     TensorOutOfBounds { start: u64, end: u64, file_len: u64 },
 
+    /// Two tensors whose data ranges share bytes: writing one would change the other, and a
+    /// crafted file could alias a small tensor into a large one's data.
+    #[error("tensor {second:?} data {second_start}..{second_end} overlaps tensor {first:?} data {first_start}..{first_end} (absolute bytes)")]
+    TensorOverlap {
+        first: String,
+        first_start: u64,
+        first_end: u64,
+        second: String,
+        second_start: u64,
+        second_end: u64,
+    },
+
     /// `general.alignment` is zero, not a power of two, too large or not an integer.
     #[error("metadata key \"general.alignment\" is {value}: must be a power of two between 1 and {limit}")]
     BadAlignment { value: String, limit: u64 },

@@ -235,7 +235,33 @@ fn parse_tensor_infos(
         .map_err(|e| e.in_tensor(&name))?;
         tensors.push(info);
     }
+    check_overlaps(&tensors)?;
     Ok((tensors, index, data_offset))
+}
+
+/// Checks that no two tensors' data ranges share a byte (empty tensors share none).
+fn check_overlaps(tensors: &[TensorInfo]) -> Result<()> {
+    let mut ranges: Vec<(u64, u64, usize)> = tensors
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| t.n_bytes > 0)
+        .map(|(i, t)| (t.offset, t.offset + t.n_bytes as u64, i))
+        .collect();
+    ranges.sort_unstable();
+    for w in ranges.windows(2) {
+        let ((s0, e0, i0), (s1, e1, i1)) = (w[0], w[1]);
+        if s1 < e0 {
+            return Err(GgufError::TensorOverlap {
+                first: tensors[i0].name.clone(),
+                first_start: s0,
+                first_end: e0,
+                second: tensors[i1].name.clone(),
+                second_start: s1,
+                second_end: e1,
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Dims, type and relative offset of one tensor, as read.

@@ -463,3 +463,27 @@ fn q5_0_tensors_now_dequantize() {
     assert_eq!((t.ggml_type, t.n_bytes), (GgmlType::Q5_0, 22));
     assert_eq!(f.tensor_f32("q5").unwrap(), vec![0.0; 32]);
 }
+
+/// Two tensors whose data ranges share bytes (the second starts inside the first) are
+/// refused at open, naming both tensors and both ranges; touching ranges are fine.
+#[test]
+fn overlapping_tensor_data_is_refused() {
+    // F32 (type 0): "a" is 16 values = 64 bytes at 0, "b" 8 values at 32 (inside "a").
+    let mut r = Raw::header(2, 0);
+    r.tensor("a", &[16], 0, 0).tensor("b", &[8], 0, 32);
+    let bytes = r.data(64);
+    let e = GgufFile::from_bytes(bytes).unwrap_err();
+    assert!(
+        matches!(&e, GgufError::TensorOverlap { first, second, .. } if first == "a" && second == "b"),
+        "{e}"
+    );
+    let msg = e.to_string();
+    assert!(
+        msg.contains("\"a\"") && msg.contains("\"b\"") && msg.contains("overlaps"),
+        "{msg}"
+    );
+    // The same two tensors placed end to end open.
+    let mut r = Raw::header(2, 0);
+    r.tensor("a", &[16], 0, 0).tensor("b", &[8], 0, 64);
+    GgufFile::from_bytes(r.data(96)).expect("adjacent tensors are valid");
+}

@@ -18,6 +18,9 @@ pub enum Arch {
     /// layers (five of every six) with their own RoPE base. The GGUF conversion already
     /// folds Gemma's `(1 + w)` into the norm weights, so every norm is a plain RMSNorm.
     Gemma3,
+    /// Phi-3: Q/K/V fused in `attn_qkv` and gate/up in `ffn_up` (gate first); NeoX-style
+    /// RoPE, LongRoPE factors in the 128k files.
+    Phi3,
 }
 
 impl Arch {
@@ -27,6 +30,7 @@ impl Arch {
             "qwen2" => Ok(Arch::Qwen2),
             "qwen3" => Ok(Arch::Qwen3),
             "gemma3" => Ok(Arch::Gemma3),
+            "phi3" => Ok(Arch::Phi3),
             other => Err(ModelError::UnsupportedArch(other.to_string())),
         }
     }
@@ -36,6 +40,7 @@ impl Arch {
             Arch::Qwen2 => "qwen2",
             Arch::Qwen3 => "qwen3",
             Arch::Gemma3 => "gemma3",
+            Arch::Phi3 => "phi3",
         }
     }
     /// NeoX RoPE rotates (x[i], x[i + d/2]); llama's GGUF layout rotates adjacent pairs.
@@ -78,8 +83,8 @@ pub struct ModelConfig {
     pub context_length: usize,
     pub rms_eps: f32,
     pub rope_base: f32,
-    /// Linear RoPE frequency scale (1.0 = none); from `rope.scaling.factor` when the
-    /// scaling type is linear.
+    /// Linear RoPE frequency scale (1.0 = none): `1 / rope.scaling.factor` for every
+    /// scaling type but `none` and `llama3`, as llama.cpp.
     pub rope_freq_scale: f32,
     pub rope_dim: usize,
     /// Tokens a sliding-window layer sees (itself included): `attention.sliding_window`.
@@ -98,11 +103,159 @@ pub struct ModelConfig {
     pub final_softcap: Option<f32>,
     /// Mixture-of-experts FFN (`qwen2moe`, `qwen3moe`, llama with `expert_count` > 0).
     pub moe: Option<crate::moe::MoeConfig>,
+    /// YaRN and the rest of `rope.scaling.*` (see [`RopeYarn`]).
+    pub rope_yarn: RopeYarn,
 }
 
-/// Most transformer blocks a model may have: far above any published model (the largest
-/// have ~130), low enough that per-layer tables sized from the file stay small.
-pub const MAX_LAYERS: usize = 4096;
+/// The `rope.scaling.*` parameters besides the linear scale, as llama.cpp derives them
+/// (llama-model.cpp's hparams, llama-context.cpp's cparams): YaRN only for
+/// `rope.scaling.type = yarn`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RopeYarn {
+    /// 1 for YaRN (or `rope.scaling.yarn_ext_factor`), else 0.
+    pub ext_factor: f32,
+    /// The cos/sin magnitude ggml's rope receives: YaRN's `get_mscale` with its in-kernel
+    /// correction cancelled, times `rope.scaling.attn_factor` (Phi-3 LongRoPE sets it).
+    pub attn_factor: f32,
+    pub beta_fast: f32,
+    pub beta_slow: f32,
+    /// `rope.scaling.original_context_length`, else `context_length`. Phi-3 takes its
+    /// long LongRoPE factors when `context_length` exceeds it.
+    pub orig_ctx: usize,
+}
+
+/// Upper bounds on the shape keys, checked before anything is sized from them. WHY: the
+/// metadata is untrusted; a `block_count` of 2^31 must be an error naming the key, not an
+/// allocation that aborts the process. Each is well above the largest released model
+/// (Llama 3.1 405B: 126 layers, 16,384 wide, 128 heads, 53,248 FFN; Gemma 3: 262,144
+/// vocabulary entries; Llama 4 Scout: 10M context).
+pub mod limits {
+    pub const MAX_BLOCK_COUNT: u64 = 1024;
+    pub const MAX_EMBEDDING_LENGTH: u64 = 1 << 16;
+    pub const MAX_HEAD_COUNT: u64 = 1024;
+    pub const MAX_FEED_FORWARD_LENGTH: u64 = 1 << 18;
+    pub const MAX_CONTEXT_LENGTH: u64 = 1 << 24;
+    pub const MAX_VOCAB_SIZE: u64 = 1 << 22;
+    pub const MAX_HEAD_DIM: u64 = 1024;
+}
+
+/// `ModelError::Metadata` for `key` (the full `{arch}.` key).
+fn meta_err(key: &str, what: String) -> ModelError {
+    ModelError::Metadata {
+        key: key.into(),
+        what,
+    }
+}
+
+/// An integer key in `1..=limit`, or the error naming the key, the limit and the value.
+fn bounded(f: &GgufFile, key: &str, limit: u64) -> Result<usize, ModelError> {
+    let v = f.get_u64(key)?;
+    if v == 0 || v > limit {
+        return Err(meta_err(key, format!("{v} is outside 1..={limit}")));
+    }
+    Ok(v as usize)
+}
+
+/// An optional float key: `default` when absent, else it must be a finite number > 0.
+fn positive_f32(f: &GgufFile, key: &str, default: f32) -> Result<f32, ModelError> {
+    if f.get(key).is_none() {
+        return Ok(default);
+    }
+    let v = f.get_f32(key)?;
+    if !v.is_finite() || v <= 0.0 {
+        return Err(meta_err(key, format!("{v} must be a finite number > 0")));
+    }
+    Ok(v)
+}
+
+/// `rope.scaling.*` as llama.cpp reads it: the type defaults to linear; `factor`
+/// (or the older `rope.scale_linear`) gives the frequency scale `1 / factor` for every type
+/// but `none`; `llama3` (an HF name, not a llama.cpp one) takes its scaling from the
+/// `rope_freqs` tensor alone; `longrope` (Phi-3) from its factor tensors.
+fn rope_scaling(
+    f: &GgufFile,
+    arch: &str,
+    context_length: usize,
+) -> Result<(f32, RopeYarn), ModelError> {
+    let key = |k: &str| format!("{arch}.{k}");
+    let type_key = key("rope.scaling.type");
+    let kind = if f.get(&type_key).is_some() {
+        f.get_str(&type_key)?
+    } else {
+        "linear"
+    };
+    let mut factor = 0.0;
+    for k in ["rope.scaling.factor", "rope.scale_linear"] {
+        if f.get(&key(k)).is_some() {
+            let v = f.get_f32(&key(k))?;
+            // 0 means "unset" to llama.cpp.
+            if !v.is_finite() || v < 0.0 {
+                return Err(meta_err(
+                    &key(k),
+                    format!("{v} must be a finite number >= 0"),
+                ));
+            }
+            factor = v;
+            break;
+        }
+    }
+    let mut freq_scale = if factor == 0.0 { 1.0 } else { 1.0 / factor };
+    let optional = |k: &str, default: f32| positive_f32(f, &key(k), default);
+    let ext_key = key("rope.scaling.yarn_ext_factor");
+    let mut ext_factor = match kind {
+        "none" | "llama3" => {
+            freq_scale = 1.0;
+            0.0
+        }
+        "linear" | "longrope" => 0.0,
+        "yarn" => 1.0,
+        other => {
+            return Err(meta_err(
+                &type_key,
+                format!(
+                    "unsupported value '{other}' (supported: none, linear, yarn, longrope, llama3)"
+                ),
+            ))
+        }
+    };
+    if kind == "yarn" && f.get(&ext_key).is_some() {
+        ext_factor = f.get_f32(&ext_key)?;
+        if !ext_factor.is_finite() || ext_factor < 0.0 {
+            return Err(meta_err(
+                &ext_key,
+                format!("{ext_factor} must be a finite number >= 0"),
+            ));
+        }
+    }
+    let mut attn_factor = 1.0f32;
+    if ext_factor != 0.0 {
+        let factor = 1.0 / freq_scale;
+        attn_factor = if factor <= 1.0 {
+            1.0
+        } else {
+            0.1 * factor.ln() + 1.0
+        };
+        // ggml's rope_yarn multiplies by this again.
+        attn_factor *= 1.0 / (1.0 + 0.1 * factor.ln());
+    }
+    attn_factor *= optional("rope.scaling.attn_factor", 1.0)?;
+    let orig_key = key("rope.scaling.original_context_length");
+    let orig_ctx = if f.get(&orig_key).is_some() {
+        bounded(f, &orig_key, limits::MAX_CONTEXT_LENGTH)?
+    } else {
+        context_length
+    };
+    Ok((
+        freq_scale,
+        RopeYarn {
+            ext_factor,
+            attn_factor,
+            beta_fast: optional("rope.scaling.yarn_beta_fast", 32.0)?,
+            beta_slow: optional("rope.scaling.yarn_beta_slow", 1.0)?,
+            orig_ctx,
+        },
+    ))
+}
 
 /// Gemma 3's layout when the file names no pattern: of every 6 layers the first 5 use the
 /// sliding window and the 6th is global (llama.cpp's `set_swa_pattern(6)`).
@@ -112,79 +265,85 @@ const GEMMA3_WINDOW_PATTERN: usize = 6;
 const GEMMA3_WINDOW_ROPE_BASE: f32 = 10_000.0;
 
 impl ModelConfig {
-    /// Reads `{arch}.*` keys. Missing optional keys take llama.cpp's defaults.
+    /// Reads `{arch}.*` keys. Missing optional keys take llama.cpp's defaults. Every shape
+    /// key is bounded (see [`limits`]) and every float checked finite and positive before
+    /// anything is sized from them.
     pub fn from_gguf(f: &GgufFile) -> Result<ModelConfig, ModelError> {
+        use limits::*;
         let arch_name = f.get_str("general.architecture")?.to_string();
         let arch = match crate::moe::dense_arch(&arch_name) {
             Some(a) => a,
             None => Arch::from_name(&arch_name)?,
         };
         let key = |k: &str| format!("{arch_name}.{k}");
-        let get = |k: &str| -> Result<usize, ModelError> { Ok(f.get_u64(&key(k))? as usize) };
-        let n_layers = get("block_count")?;
-        if n_layers > MAX_LAYERS {
-            return Err(ModelError::Metadata {
-                key: key("block_count"),
-                what: format!("{n_layers} exceeds the limit of {MAX_LAYERS} layers"),
-            });
-        }
-        let d_model = get("embedding_length")?;
-        let n_heads = get("attention.head_count")?;
-        let n_kv_heads = if f.get(&key("attention.head_count_kv")).is_some() {
-            get("attention.head_count_kv")?
+        let has = |k: &str| f.get(&key(k)).is_some();
+        let get = |k: &str, limit: u64| bounded(f, &key(k), limit);
+        let n_layers = get("block_count", MAX_BLOCK_COUNT)?;
+        let d_model = get("embedding_length", MAX_EMBEDDING_LENGTH)?;
+        let n_heads = get("attention.head_count", MAX_HEAD_COUNT)?;
+        let n_kv_heads = if has("attention.head_count_kv") {
+            get("attention.head_count_kv", MAX_HEAD_COUNT)?
         } else {
             n_heads
         };
-        let ffn_dim = get("feed_forward_length")?;
-        let head_dim = if f.get(&key("attention.key_length")).is_some() {
-            get("attention.key_length")?
+        let ffn_dim = get("feed_forward_length", MAX_FEED_FORWARD_LENGTH)?;
+        let head_dim = if has("attention.key_length") {
+            get("attention.key_length", MAX_HEAD_DIM)?
         } else {
-            if n_heads == 0 || d_model % n_heads != 0 {
-                return Err(ModelError::Metadata {
-                    key: key("attention.head_count"),
-                    what: format!("{n_heads} does not divide embedding_length {d_model}"),
-                });
+            if !d_model.is_multiple_of(n_heads) {
+                return Err(meta_err(
+                    &key("attention.head_count"),
+                    format!("{n_heads} does not divide embedding_length {d_model}"),
+                ));
             }
             d_model / n_heads
         };
-        let context_length = get("context_length")?;
-        let rms_eps = f
-            .get_f32(&key("attention.layer_norm_rms_epsilon"))
-            .unwrap_or(1e-5);
-        let rope_base = f.get_f32(&key("rope.freq_base")).unwrap_or(10000.0);
-        let rope_dim = if f.get(&key("rope.dimension_count")).is_some() {
-            get("rope.dimension_count")?
+        // folio's cache and attention use one head size for K and V.
+        if has("attention.value_length") {
+            let v = get("attention.value_length", MAX_HEAD_DIM)?;
+            if v != head_dim {
+                return Err(meta_err(
+                    &key("attention.value_length"),
+                    format!("{v} differs from the key head size {head_dim} (attention.key_length or embedding_length / head_count)"),
+                ));
+            }
+        }
+        let context_length = get("context_length", MAX_CONTEXT_LENGTH)?;
+        let rms_eps = positive_f32(f, &key("attention.layer_norm_rms_epsilon"), 1e-5)?;
+        let rope_base = positive_f32(f, &key("rope.freq_base"), 10000.0)?;
+        let rope_dim = if has("rope.dimension_count") {
+            let k = key("rope.dimension_count");
+            let v = f.get_u64(&k)?;
+            if v == 0 || v % 2 != 0 || v > head_dim as u64 {
+                return Err(meta_err(
+                    &k,
+                    format!("{v} must be even and in 2..={head_dim} (the head size)"),
+                ));
+            }
+            v as usize
         } else {
             head_dim
         };
-        let mut rope_freq_scale = 1.0;
-        if let Ok(kind) = f.get_str(&key("rope.scaling.type")) {
-            match kind {
-                "none" => {}
-                "linear" => {
-                    let factor = f.get_f32(&key("rope.scaling.factor")).unwrap_or(1.0);
-                    if factor > 0.0 {
-                        rope_freq_scale = 1.0 / factor;
-                    }
-                }
-                other => {
-                    return Err(ModelError::Metadata {
-                        key: key("rope.scaling.type"),
-                        what: format!("unsupported value '{other}' (supported: none, linear)"),
-                    })
-                }
+        let (rope_freq_scale, rope_yarn) = rope_scaling(f, &arch_name, context_length)?;
+        let vocab_size = if has("vocab_size") {
+            get("vocab_size", MAX_VOCAB_SIZE)?
+        } else {
+            let tokens = f
+                .get("tokenizer.ggml.tokens")
+                .and_then(|v| v.as_array())
+                .map_or(0, |a| a.len());
+            if tokens == 0 || tokens as u64 > MAX_VOCAB_SIZE {
+                return Err(meta_err(
+                    "tokenizer.ggml.tokens",
+                    format!("{tokens} entries (no {arch_name}.vocab_size key) is outside 1..={MAX_VOCAB_SIZE}"),
+                ));
             }
-        }
-        let tokens = f
-            .get("tokenizer.ggml.tokens")
-            .and_then(|v| v.as_array())
-            .map(|a| a.len());
-        let vocab_size = match f.get(&key("vocab_size")) {
-            Some(_) => get("vocab_size")?,
-            None => tokens.unwrap_or(0),
+            tokens
         };
         let sliding_window = match f.get(&key("attention.sliding_window")) {
-            Some(_) => Some(get("attention.sliding_window")?).filter(|&w| w > 0),
+            Some(_) => Some(f.get_u64(&key("attention.sliding_window"))? as usize)
+                .filter(|&w| w > 0)
+                .map(|w| w.min(context_length)),
             None => None,
         };
         let window_layers: Vec<bool> = match (sliding_window, arch) {
@@ -212,12 +371,10 @@ impl ModelConfig {
                     }
                     other => {
                         let pattern = match other {
-                            Some(_) => get("attention.sliding_window_pattern")?,
+                            Some(_) => get("attention.sliding_window_pattern", MAX_BLOCK_COUNT)?,
                             None => GEMMA3_WINDOW_PATTERN,
                         };
-                        (0..n_layers)
-                            .map(|l| pattern == 0 || l % pattern < pattern - 1)
-                            .collect()
+                        (0..n_layers).map(|l| l % pattern < pattern - 1).collect()
                     }
                 }
             }
@@ -225,9 +382,7 @@ impl ModelConfig {
             (Some(_), _) => vec![true; n_layers],
         };
         let rope_base_window = match arch {
-            Arch::Gemma3 => f
-                .get_f32(&key("rope.freq_base_swa"))
-                .unwrap_or(GEMMA3_WINDOW_ROPE_BASE),
+            Arch::Gemma3 => positive_f32(f, &key("rope.freq_base_swa"), GEMMA3_WINDOW_ROPE_BASE)?,
             _ => rope_base,
         };
         let attn_scale = 1.0 / (head_dim as f32).sqrt();
@@ -261,51 +416,32 @@ impl ModelConfig {
             embed_scale,
             final_softcap,
             moe,
+            rope_yarn,
         };
         cfg.validate()?;
         Ok(cfg)
     }
 
     fn validate(&self) -> Result<(), ModelError> {
-        let bad = |k: &str, what: String| {
-            Err(ModelError::Metadata {
-                key: k.into(),
-                what,
-            })
-        };
-        if self.n_kv_heads == 0 || !self.n_heads.is_multiple_of(self.n_kv_heads) {
-            return bad(
-                "attention.head_count_kv",
+        let key = |k: &str| format!("{}.{k}", self.arch.name());
+        if !self.n_heads.is_multiple_of(self.n_kv_heads) {
+            return Err(meta_err(
+                &key("attention.head_count_kv"),
                 format!(
                     "{} must divide head_count {}",
                     self.n_kv_heads, self.n_heads
                 ),
-            );
+            ));
         }
-        if self.head_dim == 0 || !self.head_dim.is_multiple_of(2) || self.head_dim > 1024 {
-            return bad(
-                "attention.key_length",
-                format!("{} must be even and in 2..=1024", self.head_dim),
-            );
-        }
-        if self.rope_dim > self.head_dim || !self.rope_dim.is_multiple_of(2) {
-            return bad(
-                "rope.dimension_count",
+        if !self.head_dim.is_multiple_of(2) {
+            return Err(meta_err(
+                &key("attention.key_length"),
                 format!(
-                    "{} must be even and <= head_dim {}",
-                    self.rope_dim, self.head_dim
+                    "{} must be even and in 2..={}",
+                    self.head_dim,
+                    limits::MAX_HEAD_DIM
                 ),
-            );
-        }
-        for (k, v) in [
-            ("block_count", self.n_layers),
-            ("embedding_length", self.d_model),
-            ("feed_forward_length", self.ffn_dim),
-            ("context_length", self.context_length),
-        ] {
-            if v == 0 {
-                return bad(k, "must be > 0, got 0".into());
-            }
+            ));
         }
         Ok(())
     }

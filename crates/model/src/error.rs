@@ -10,7 +10,7 @@ pub enum ModelError {
     Gguf(#[from] folio_gguf::GgufError),
     #[error("kernels: {0}")]
     Kernel(#[from] folio_kernels::matmul::KernelError),
-    #[error("unsupported architecture '{0}' (supported: llama, qwen2, qwen3)")]
+    #[error("unsupported architecture '{0}' (supported: llama, qwen2, qwen3, phi3)")]
     UnsupportedArch(String),
     #[error("tensor '{name}': {what}")]
     Tensor { name: String, what: String },

@@ -4,7 +4,10 @@
 //!
 //! - [`config`]: hyper-parameters read from GGUF metadata (`general.architecture` picks the
 //!   variant: `llama`, `qwen2` with QKV bias, `qwen3` with per-head QK RMSNorm, `gemma3`
-//!   with post-norms, GeGLU and sliding-window layers).
+//!   with post-norms, GeGLU and sliding-window layers, `phi3` with pre-fused QKV and
+//!   gate-up); every shape key bounded before anything is sized from it. Tensor shapes are
+//!   checked against it for the whole file before loading.
+//! - `rope`: the rotary embedding, with the file's frequency factors (`rope_freqs`, LongRoPE).
 //! - [`weights`]: tensors loaded once and repacked into the kernels' layouts.
 //! - [`batch`]: [`ForwardBatch`], the flat description of one engine iteration: the tokens of
 //!   many sequences (prefill chunks and decode tokens mixed), their positions, block tables
@@ -28,10 +31,12 @@ pub mod kv_cache;
 pub mod model;
 pub mod moe;
 mod par;
+mod rope;
+mod shapes;
 pub mod weights;
 
 pub use batch::{ForwardBatch, SeqSpan};
-pub use config::{Activation, Arch, ModelConfig};
+pub use config::{Activation, Arch, ModelConfig, RopeYarn};
 pub use error::ModelError;
 pub use kv_cache::{KvCache, KvFormat};
 pub use model::{ForwardStats, Model};

@@ -36,14 +36,8 @@ impl Model {
 
     pub fn from_gguf(f: &GgufFile) -> Result<Model, ModelError> {
         let config = ModelConfig::from_gguf(f)?;
+        let rope = crate::rope::build(f, &config)?;
         let weights = Weights::load(f, &config)?;
-        let rope = Rope::new(
-            config.head_dim,
-            config.rope_dim,
-            config.rope_base,
-            config.rope_freq_scale,
-            config.arch.rope_neox(),
-        );
         let has_window = config.window_layers.iter().any(|&w| w);
         let rope_window = (has_window && config.rope_base_window != config.rope_base).then(|| {
             Rope::new(

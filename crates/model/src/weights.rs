@@ -150,6 +150,7 @@ pub(crate) fn stacked(
 
 impl Weights {
     pub fn load(f: &GgufFile, cfg: &ModelConfig) -> Result<Weights, ModelError> {
+        crate::shapes::check(f, cfg)?;
         let d = cfg.d_model;
         let q_rows = cfg.n_heads * cfg.head_dim;
         let kv_rows = cfg.n_kv_heads * cfg.head_dim;
@@ -158,7 +159,13 @@ impl Weights {
         for i in 0..cfg.n_layers {
             let n = |s: &str| format!("blk.{i}.{s}");
             let (q, k, v) = (n("attn_q.weight"), n("attn_k.weight"), n("attn_v.weight"));
-            let wqkv = stacked(f, &[(&q, q_rows), (&k, kv_rows), (&v, kv_rows)], d)?;
+            // Phi-3 stores Q, K and V pre-fused in the same row order.
+            let fused_qkv = n("attn_qkv.weight");
+            let wqkv = if f.tensor(&fused_qkv).is_some() {
+                matrix(f, &fused_qkv, d, q_rows + 2 * kv_rows)?
+            } else {
+                stacked(f, &[(&q, q_rows), (&k, kv_rows), (&v, kv_rows)], d)?
+            };
             let mut bqkv = Vec::new();
             if cfg.arch == Arch::Qwen2 || f.tensor(&n("attn_q.bias")).is_some() {
                 bqkv.extend(vector(f, &n("attn_q.bias"), q_rows)?);
@@ -184,10 +191,14 @@ impl Weights {
                 if m.is_some() {
                     return Ok((crate::moe::unused(), crate::moe::unused()));
                 }
-                Ok((
-                    stacked(f, &[(&g, cfg.ffn_dim), (&u, cfg.ffn_dim)], d)?,
-                    matrix(f, &n("ffn_down.weight"), cfg.ffn_dim, d)?,
-                ))
+                // Phi-3 has no ffn_gate: its ffn_up holds gate then up (llama.cpp's swiglu
+                // takes the first half as the gate).
+                let gate_up = if f.tensor(&g).is_none() && cfg.arch == Arch::Phi3 {
+                    matrix(f, &u, d, 2 * cfg.ffn_dim)?
+                } else {
+                    stacked(f, &[(&g, cfg.ffn_dim), (&u, cfg.ffn_dim)], d)?
+                };
+                Ok((gate_up, matrix(f, &n("ffn_down.weight"), cfg.ffn_dim, d)?))
             };
             let (w_gate_up, w_down) = dense(&moe)?;
             layers.push(LayerWeights {

@@ -5,8 +5,8 @@
 mod common;
 
 use common::{
-    build, build_moe_with, build_with, prompt as prompt_in, rel_err, MoeShape, Shape, BASE, EPS,
-    GEMMA_BASE_WINDOW, GEMMA_PATTERN, GEMMA_SOFTCAP, GEMMA_WINDOW,
+    build, build_moe_with, build_with, prompt as prompt_in, rel_err, writer, MoeShape, Shape, BASE,
+    EPS, GEMMA_BASE_WINDOW, GEMMA_PATTERN, GEMMA_SOFTCAP, GEMMA_WINDOW,
 };
 use folio_gguf::{GgmlType, GgufFile};
 use folio_kernels::pool::ThreadPool;
@@ -51,12 +51,43 @@ fn matvec(w: &[f32], x: &[f32], rows: usize) -> Vec<f32> {
         .collect()
 }
 
-fn rope(x: &mut [f32], n_heads: usize, pos: usize, neox: bool, base: f32) {
+/// RoPE over whole heads; pair i's angle divided by `factors[i]` when given (Llama 3's
+/// `rope_freqs`, Phi-3's LongRoPE factors, as ggml's `rope_ext` uses them). `yarn`:
+/// (factor, original context) as HF's `_compute_yarn_parameters` defines YaRN: pairs below
+/// the correction range keep their angle, pairs above it are divided by the factor, a
+/// linear ramp between, and cos/sin scaled by `0.1 ln(factor) + 1`. `base`: the layer's
+/// RoPE base (Gemma's window layers have their own).
+fn rope(
+    x: &mut [f32],
+    n_heads: usize,
+    pos: usize,
+    neox: bool,
+    factors: Option<&[f32]>,
+    yarn: Option<(f32, f32)>,
+    base: f32,
+) {
+    let corr = |rot: f32| {
+        HD as f32 * (yarn.map_or(1.0, |y| y.1) / (rot * 2.0 * std::f32::consts::PI)).ln()
+            / (2.0 * base.ln())
+    };
+    let (low, high) = (
+        corr(32.0).floor().max(0.0),
+        corr(1.0).ceil().min(HD as f32 - 1.0),
+    );
     for h in 0..n_heads {
         let v = &mut x[h * HD..(h + 1) * HD];
         for i in 0..HD / 2 {
-            let theta = pos as f32 * base.powf(-2.0 * i as f32 / HD as f32);
+            let ff = factors.map_or(1.0, |f| f[i]);
+            let mut theta = pos as f32 * base.powf(-2.0 * i as f32 / HD as f32) / ff;
+            let mut mscale = 1.0;
+            if let Some((factor, _)) = yarn {
+                let extrapolate =
+                    1.0 - ((i as f32 - low) / (high - low).max(0.001)).clamp(0.0, 1.0);
+                theta = theta / factor * (1.0 - extrapolate) + theta * extrapolate;
+                mscale = 0.1 * factor.ln() + 1.0;
+            }
             let (s, c) = theta.sin_cos();
+            let (s, c) = (s * mscale, c * mscale);
             let (a, b) = if neox {
                 (i, i + HD / 2)
             } else {
@@ -195,6 +226,25 @@ fn reference_routed(
     let gemma = arch == "gemma3";
     // Gemma scales the embeddings by √d.
     let embed_scale = if gemma { (D as f32).sqrt() } else { 1.0 };
+    // Phi-3's LongRoPE: the long factors when the context exceeds the original one.
+    let key = |k: &str| f.get_u64(&format!("{arch}.{k}")).ok();
+    let long = key("context_length") > key("rope.scaling.original_context_length");
+    let longrope = if long {
+        "rope_factors_long.weight"
+    } else {
+        "rope_factors_short.weight"
+    };
+    let factors = ["rope_freqs.weight", longrope]
+        .into_iter()
+        .find(|n| f.tensor(n).is_some())
+        .map(t);
+    let yarn = (f.get_str(&format!("{arch}.rope.scaling.type")).ok() == Some("yarn")).then(|| {
+        let factor = f.get_f32(&format!("{arch}.rope.scaling.factor")).unwrap();
+        (
+            factor,
+            key("rope.scaling.original_context_length").unwrap() as f32,
+        )
+    });
     let mut xs: Vec<Vec<f32>> = tokens
         .iter()
         .map(|&id| {
@@ -209,12 +259,23 @@ fn reference_routed(
         // Gemma: of every GEMMA_PATTERN layers all but the last see only the window.
         let window = gemma && l % GEMMA_PATTERN < GEMMA_PATTERN - 1;
         let base = if window { GEMMA_BASE_WINDOW } else { BASE };
-        let (wq, wk, wv, wo) = (
-            t(&n("attn_q.weight")),
-            t(&n("attn_k.weight")),
-            t(&n("attn_v.weight")),
-            t(&n("attn_output.weight")),
-        );
+        let (wq, wk, wv) = if arch == "phi3" {
+            // Rows Q, then K, then V.
+            let qkv = t(&n("attn_qkv.weight"));
+            let (q, kv) = (HEADS * HD * D, KV_HEADS * HD * D);
+            (
+                qkv[..q].to_vec(),
+                qkv[q..q + kv].to_vec(),
+                qkv[q + kv..].to_vec(),
+            )
+        } else {
+            (
+                t(&n("attn_q.weight")),
+                t(&n("attn_k.weight")),
+                t(&n("attn_v.weight")),
+            )
+        };
+        let wo = t(&n("attn_output.weight"));
         let mut ks = Vec::new();
         let mut vs = Vec::new();
         let mut qs = Vec::new();
@@ -245,8 +306,8 @@ fn reference_routed(
                     k[hh * HD..(hh + 1) * HD].copy_from_slice(&r);
                 }
             }
-            rope(&mut q, HEADS, pos, neox, base);
-            rope(&mut k, KV_HEADS, pos, neox, base);
+            rope(&mut q, HEADS, pos, neox, factors.as_deref(), yarn, base);
+            rope(&mut k, KV_HEADS, pos, neox, factors.as_deref(), yarn, base);
             qs.push(q);
             ks.push(k);
             vs.push(v);
@@ -298,7 +359,13 @@ fn reference_routed(
                     y
                 }
                 None => {
-                    let (g, u) = (t(&n("ffn_gate.weight")), t(&n("ffn_up.weight")));
+                    let (g, u) = if arch == "phi3" {
+                        // Gate rows then up rows, fused in ffn_up.
+                        let gu = t(&n("ffn_up.weight"));
+                        (gu[..FFN * D].to_vec(), gu[FFN * D..].to_vec())
+                    } else {
+                        (t(&n("ffn_gate.weight")), t(&n("ffn_up.weight")))
+                    };
                     let down = t(&n("ffn_down.weight"));
                     if gemma {
                         let y = geglu(&g, &u, &down, &h, FFN);
@@ -419,6 +486,80 @@ fn mixed_types_match_reference() {
     }
 }
 
+/// Llama 3.1-style frequency factors (`rope_freqs.weight`, 1 for the fast pairs up to 8 for
+/// the slow ones) through the whole model; without them the logits differ.
+#[test]
+fn llama_rope_freqs_match_reference() {
+    let factors: Vec<f32> = (0..HD / 2)
+        .map(|i| 1.0 + 7.0 * (i as f32 / (HD / 2 - 1) as f32).powi(2))
+        .collect();
+    for ty in [GgmlType::F32, GgmlType::Q8_0] {
+        let mut w = writer(&SHAPE, "llama", &|_| ty, 42);
+        w.add_tensor_f32(
+            "rope_freqs.weight",
+            &[HD as u64 / 2],
+            GgmlType::F32,
+            &factors,
+        )
+        .expect("f32");
+        check_file("llama", ty, w.to_bytes());
+    }
+    // The factors matter: the model without them is off against this reference.
+    let mut w = writer(&SHAPE, "llama", &|_| GgmlType::F32, 42);
+    w.add_tensor_f32(
+        "rope_freqs.weight",
+        &[HD as u64 / 2],
+        GgmlType::F32,
+        &factors,
+    )
+    .expect("f32");
+    let with = GgufFile::from_bytes(w.to_bytes()).unwrap();
+    let plain = GgufFile::from_bytes(build(&SHAPE, "llama", GgmlType::F32, 42)).unwrap();
+    let toks = prompt(1, 19);
+    let want = reference(&with, "llama", &toks);
+    let model = Model::from_gguf(&plain).unwrap();
+    let mut kv = model.new_kv_cache(4, 8, KvFormat::F16);
+    let mut b = ForwardBatch::new();
+    b.push(&toks, 0, (0..5).collect(), toks.len());
+    let got = model.forward(&b, &mut kv, ThreadPool::global()).unwrap();
+    let e = rel_err(&got[18 * VOCAB..], &want[18]);
+    assert!(e > 1e-2, "factors made no difference ({e})");
+}
+
+/// YaRN (factor 4 over an original context of 1024: pairs 5..18 on the ramp) through the
+/// whole model, llama and NeoX pairings, against HF's definition of it.
+#[test]
+fn yarn_matches_reference() {
+    for arch in ["llama", "qwen2"] {
+        let mut w = writer(&SHAPE, arch, &|_| GgmlType::F32, 42);
+        let k = |s: &str| format!("{arch}.{s}");
+        w.add_metadata(
+            &k("rope.scaling.type"),
+            folio_gguf::Value::String("yarn".into()),
+        )
+        .add_metadata(&k("rope.scaling.factor"), folio_gguf::Value::F32(4.0))
+        .add_metadata(
+            &k("rope.scaling.original_context_length"),
+            folio_gguf::Value::U32(1024),
+        );
+        check_file(arch, GgmlType::F32, w.to_bytes());
+    }
+}
+
+/// A wrong-length `rope_freqs` is an error naming the tensor and the key.
+#[test]
+fn rope_freqs_of_wrong_length_are_refused() {
+    let mut w = writer(&SHAPE, "llama", &|_| GgmlType::F32, 42);
+    w.add_tensor_f32("rope_freqs.weight", &[HD as u64], GgmlType::F32, &[1.0; HD])
+        .expect("f32");
+    let f = GgufFile::from_bytes(w.to_bytes()).unwrap();
+    let e = Model::from_gguf(&f).err().expect("refused").to_string();
+    assert!(
+        e.contains("rope_freqs.weight") && e.contains("llama.rope.dimension_count / 2 = 32"),
+        "{e}"
+    );
+}
+
 #[test]
 fn qwen2_matches_reference() {
     for ty in [GgmlType::F32, GgmlType::Q4_1, GgmlType::Q8_0] {
@@ -448,8 +589,28 @@ fn gemma3_matches_reference() {
 }
 
 #[test]
+fn phi3_matches_reference() {
+    for ty in [GgmlType::F32, GgmlType::Q4_K, GgmlType::Q8_0] {
+        check("phi3", ty);
+    }
+    // A context past the original one takes the long LongRoPE factors.
+    let mut w = writer(&SHAPE, "phi3", &|_| GgmlType::F32, 42);
+    w.add_metadata(
+        "phi3.rope.scaling.original_context_length",
+        folio_gguf::Value::U32(CTX as u32 / 4),
+    );
+    check_file("phi3", GgmlType::F32, w.to_bytes());
+}
+
+#[test]
 fn batched_equals_alone() {
-    let tiny = build(&SHAPE, "llama", GgmlType::Q4_1, 3);
+    for arch in ["llama", "phi3"] {
+        batched_equals_alone_for(arch);
+    }
+}
+
+fn batched_equals_alone_for(arch: &str) {
+    let tiny = build(&SHAPE, arch, GgmlType::Q4_1, 3);
     let f = GgufFile::from_bytes(tiny).expect("valid tiny gguf");
     let model = Model::from_gguf(&f).expect("load");
     let pool = ThreadPool::global();

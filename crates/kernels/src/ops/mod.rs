@@ -14,7 +14,7 @@ mod scalar;
 mod x86;
 
 pub use gelu::{gelu, gelu_f32, gelu_mul};
-pub use rope::{Rope, RopeRows};
+pub use rope::{yarn_corr_dims, Rope, RopeRows, RopeScaling};
 
 use crate::cpu::{isa, Isa};
 

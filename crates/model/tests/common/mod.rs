@@ -48,15 +48,22 @@ pub fn rel_err(a: &[f32], b: &[f32]) -> f32 {
 }
 
 /// The GGUF bytes of a random model of `arch` (`llama`, `qwen2` with QKV biases, `qwen3`
-/// with per-head Q/K norms) with every matrix stored as `ty`; llama ties its head to the
-/// embedding, the Qwen shapes have their own (both paths covered).
+/// with per-head Q/K norms, `phi3` with fused QKV, fused gate-up and LongRoPE factors) with
+/// every matrix stored as `ty`; llama ties its head to the embedding, the others have their
+/// own (both paths covered).
 pub fn build(sh: &Shape, arch: &str, ty: GgmlType, seed: u64) -> Vec<u8> {
     build_with(sh, arch, &|_| ty, seed)
 }
 
 /// [`build`] with each matrix's type chosen by its tensor name (mixed-type files).
 pub fn build_with(sh: &Shape, arch: &str, ty_of: &dyn Fn(&str) -> GgmlType, seed: u64) -> Vec<u8> {
-    build_moe_with(sh, arch, None, ty_of, seed)
+    writer(sh, arch, ty_of, seed).to_bytes()
+}
+
+/// The writer [`build_with`] fills, for tests that change a key or add a tensor before
+/// writing (`add_metadata` replaces a key in place).
+pub fn writer(sh: &Shape, arch: &str, ty_of: &dyn Fn(&str) -> GgmlType, seed: u64) -> GgufWriter {
+    moe_writer(sh, arch, None, ty_of, seed)
 }
 
 /// The experts of a tiny MoE model (`qwen2moe`, `qwen3moe`, or `llama` = Mixtral), and
@@ -98,6 +105,17 @@ pub fn build_moe_with(
     ty_of: &dyn Fn(&str) -> GgmlType,
     seed: u64,
 ) -> Vec<u8> {
+    moe_writer(sh, arch, moe, ty_of, seed).to_bytes()
+}
+
+/// The writer [`build_moe_with`] fills.
+pub fn moe_writer(
+    sh: &Shape,
+    arch: &str,
+    moe: Option<&MoeShape>,
+    ty_of: &dyn Fn(&str) -> GgmlType,
+    seed: u64,
+) -> GgufWriter {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut w = GgufWriter::new();
     w.add_metadata("general.architecture", Value::String(arch.into()));
@@ -147,30 +165,36 @@ pub fn build_moe_with(
     for l in 0..sh.layers {
         let n = |x: &str| format!("blk.{l}.{x}");
         vec_(&mut w, &mut rng, &n("attn_norm.weight"), sh.d, 1.0, 0.2);
-        mat(
-            &mut w,
-            &mut rng,
-            &n("attn_q.weight"),
-            sh.d,
-            sh.heads * sh.hd,
-            s * 2.0,
-        );
-        mat(
-            &mut w,
-            &mut rng,
-            &n("attn_k.weight"),
-            sh.d,
-            sh.kv_heads * sh.hd,
-            s * 2.0,
-        );
-        mat(
-            &mut w,
-            &mut rng,
-            &n("attn_v.weight"),
-            sh.d,
-            sh.kv_heads * sh.hd,
-            s,
-        );
+        if arch == "phi3" {
+            // Q, K and V fused, rows in that order.
+            let rows = (sh.heads + 2 * sh.kv_heads) * sh.hd;
+            mat(&mut w, &mut rng, &n("attn_qkv.weight"), sh.d, rows, s * 2.0);
+        } else {
+            mat(
+                &mut w,
+                &mut rng,
+                &n("attn_q.weight"),
+                sh.d,
+                sh.heads * sh.hd,
+                s * 2.0,
+            );
+            mat(
+                &mut w,
+                &mut rng,
+                &n("attn_k.weight"),
+                sh.d,
+                sh.kv_heads * sh.hd,
+                s * 2.0,
+            );
+            mat(
+                &mut w,
+                &mut rng,
+                &n("attn_v.weight"),
+                sh.d,
+                sh.kv_heads * sh.hd,
+                s,
+            );
+        }
         if arch.starts_with("qwen2") {
             vec_(
                 &mut w,
@@ -215,15 +239,27 @@ pub fn build_moe_with(
             vec_(&mut w, &mut rng, &a, sh.d, 1.0, 0.2);
             vec_(&mut w, &mut rng, &f, sh.d, 1.0, 0.2);
         }
-        mat(
-            &mut w,
-            &mut rng,
-            &n("ffn_gate.weight"),
-            sh.d,
-            sh.ffn,
-            s * 2.0,
-        );
-        mat(&mut w, &mut rng, &n("ffn_up.weight"), sh.d, sh.ffn, s * 2.0);
+        if arch == "phi3" {
+            // Gate then up, fused in ffn_up.
+            mat(
+                &mut w,
+                &mut rng,
+                &n("ffn_up.weight"),
+                sh.d,
+                2 * sh.ffn,
+                s * 2.0,
+            );
+        } else {
+            mat(
+                &mut w,
+                &mut rng,
+                &n("ffn_gate.weight"),
+                sh.d,
+                sh.ffn,
+                s * 2.0,
+            );
+            mat(&mut w, &mut rng, &n("ffn_up.weight"), sh.d, sh.ffn, s * 2.0);
+        }
         mat(
             &mut w,
             &mut rng,
@@ -252,12 +288,38 @@ pub fn build_moe_with(
             );
         }
     }
+    if arch == "phi3" {
+        // LongRoPE factors (one per pair); the original context is the context, so the
+        // short ones apply unless a test lowers it.
+        w.add_metadata(&k("rope.dimension_count"), Value::U32(sh.hd as u32));
+        w.add_metadata(
+            &k("rope.scaling.original_context_length"),
+            Value::U32(sh.ctx as u32),
+        );
+        w.add_metadata(&k("rope.scaling.attn_factor"), Value::F32(1.0));
+        vec_(
+            &mut w,
+            &mut rng,
+            "rope_factors_short.weight",
+            sh.hd / 2,
+            1.5,
+            0.5,
+        );
+        vec_(
+            &mut w,
+            &mut rng,
+            "rope_factors_long.weight",
+            sh.hd / 2,
+            6.0,
+            2.0,
+        );
+    }
     vec_(&mut w, &mut rng, "output_norm.weight", sh.d, 1.0, 0.2);
     if arch != "llama" && arch != "gemma3" {
         // Untied head for the Qwen shapes, tied for llama and gemma: both paths covered.
         mat(&mut w, &mut rng, "output.weight", sh.d, sh.vocab, s * 4.0);
     }
-    w.to_bytes()
+    w
 }
 
 fn add_experts(
