@@ -113,6 +113,14 @@ fn model_from_gguf(path: &Path) -> Result<ModelProfile> {
         _ if moe && arch.ends_with("moe") => dense_ffn / active,
         _ => dense_ffn,
     };
+    // Window layers as the model crate counts them (Gemma 3's pattern, Mistral's all).
+    let (window, window_layers) = match folio_model::ModelConfig::from_gguf(&f) {
+        Ok(c) => (
+            c.sliding_window.unwrap_or(0) as u64,
+            c.window_layers.iter().filter(|&&w| w).count() as u64,
+        ),
+        Err(_) => (0, 0),
+    };
     let name = path
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
@@ -137,6 +145,8 @@ fn model_from_gguf(path: &Path) -> Result<ModelProfile> {
             format: name,
             bytes: std::fs::metadata(path)?.len(),
         }],
+        sliding_window: window,
+        window_layers,
     };
     m.validate()?;
     Ok(m)

@@ -435,3 +435,120 @@ mod tests {
         assert!(paging(&[1], 16, 0, 0, 0).is_err());
     }
 }
+
+/// KV of one sequence at context `tokens` when sliding-window layers keep only the blocks
+/// their window can still see (chapter 8.3; vLLM's hybrid allocator): global layers hold
+/// every block, window layers at most `ceil(W / p) + 1` blocks (the window rarely starts on
+/// a block boundary).
+#[derive(Debug, Clone, Serialize)]
+pub struct WindowRow {
+    pub tokens: u64,
+    /// Every layer global.
+    pub all_global_bytes: u64,
+    /// Window layers capped at their window's blocks.
+    pub windowed_bytes: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Window {
+    pub model: String,
+    pub window: u64,
+    pub window_layers: u64,
+    pub layers: u64,
+    pub block: u64,
+    pub rows: Vec<WindowRow>,
+}
+
+/// The window table for `contexts`, or `None` for a model without window layers.
+pub fn window(
+    model: &ModelProfile,
+    format: KvFormat,
+    contexts: &[u64],
+    block: u64,
+) -> Option<Window> {
+    if model.sliding_window == 0 || model.window_layers == 0 || model.layers == 0 || block == 0 {
+        return None;
+    }
+    let per_layer = model.kv_bytes_per_token_in(format) / model.layers;
+    let w = model.window_layers.min(model.layers);
+    let rows = contexts
+        .iter()
+        .map(|&l| {
+            let held = round_up(l, block);
+            let window_held = held.min((model.sliding_window.div_ceil(block) + 1) * block);
+            WindowRow {
+                tokens: l,
+                all_global_bytes: held * per_layer * model.layers,
+                windowed_bytes: held * per_layer * (model.layers - w) + window_held * per_layer * w,
+            }
+        })
+        .collect();
+    Some(Window {
+        model: model.name.clone(),
+        window: model.sliding_window,
+        window_layers: w,
+        layers: model.layers,
+        block,
+        rows,
+    })
+}
+
+impl Window {
+    pub fn table(&self) -> Table {
+        let mut t = Table::new(
+            format!(
+                "Sliding window: {} of {} layers see the last {} tokens ({}-token blocks)",
+                self.window_layers, self.layers, self.window, self.block
+            ),
+            &["context", "all global MiB", "window released MiB", "ratio"],
+        );
+        for r in &self.rows {
+            t.push(vec![
+                group(r.tokens),
+                fx(mib(r.all_global_bytes as f64), 1),
+                fx(mib(r.windowed_bytes as f64), 1),
+                format!(
+                    "{}x",
+                    fx(
+                        r.all_global_bytes as f64 / r.windowed_bytes.max(1) as f64,
+                        2
+                    )
+                ),
+            ]);
+        }
+        t.explain(
+            "global layers hold ceil(L/p)·p tokens, window layers min(ceil(L/p), ceil(W/p) + 1)·p; \
+             what a hybrid allocator that returns out-of-window blocks holds (folio's engine \
+             restricts attention to the window but still keeps every layer's blocks)",
+        )
+    }
+}
+
+#[cfg(test)]
+mod window_tests {
+    use super::*;
+    use crate::model::ModelProfile;
+
+    #[test]
+    fn gemma3_270m_window_layers_hold_at_most_their_window() {
+        // Gemma 3 270M: 18 layers (15 window, 512 tokens), 1 KV head of 256, f16.
+        let mut m = ModelProfile {
+            sliding_window: 512,
+            window_layers: 15,
+            ..crate::model::smollm2_135m()
+        };
+        m.layers = 18;
+        m.kv_heads = 1;
+        m.head_dim = 256;
+        let w = window(&m, KvFormat::F16, &[100, 4000], 16).expect("window model");
+        let per_layer = 2 * 256 * 2; // K and V, f16
+                                     // 100 tokens: the window is not yet reached, nothing is saved.
+        assert_eq!(w.rows[0].all_global_bytes, 112 * per_layer * 18);
+        assert_eq!(w.rows[0].windowed_bytes, w.rows[0].all_global_bytes);
+        // 4,000 tokens: window layers hold 33 blocks (528 tokens), global layers 250 blocks.
+        assert_eq!(w.rows[1].all_global_bytes, 4000 * per_layer * 18);
+        assert_eq!(w.rows[1].windowed_bytes, (4000 * 3 + 528 * 15) * per_layer);
+        m.sliding_window = 0;
+        assert!(window(&m, KvFormat::F16, &[4000], 16).is_none());
+    }
+}

@@ -50,6 +50,12 @@ pub struct ModelProfile {
     /// Known weight files (format and size).
     #[serde(default)]
     pub weight_files: Vec<WeightFile>,
+    /// Tokens a sliding-window layer attends to (`attention.sliding_window`); 0 = none.
+    #[serde(default)]
+    pub sliding_window: u64,
+    /// How many of the layers attend through that window (Gemma 3: 5 of every 6).
+    #[serde(default)]
+    pub window_layers: u64,
 }
 
 fn two() -> f64 {
@@ -258,6 +264,8 @@ fn dense(
         weight_read_bytes: None,
         kv_format: KvFormat::Bf16,
         weight_files: Vec::new(),
+        sliding_window: 0,
+        window_layers: 0,
     }
 }
 

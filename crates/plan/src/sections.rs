@@ -260,10 +260,17 @@ pub fn run_section(section: Section, p: &PlanInput) -> Result<SectionOutput> {
             let br = branches(95, 4, 9);
             let lo = lora(&p.model, 16, 100, 8192);
             let mut t = cap.tables();
+            let contexts: Vec<u64> = shapes
+                .iter()
+                .map(|(_, s)| s.input)
+                .chain([32_768])
+                .collect();
+            let win = capacity::window(&p.model, p.format(), &contexts, p.block);
+            t.extend(win.as_ref().map(|w| w.table()));
             t.extend(sharing_tables(&pages, &br, &lo));
             (
                 t,
-                serde_json::json!({"capacity": json(&cap), "paging": json(&pages), "branches": json(&br), "lora": json(&lo)}),
+                serde_json::json!({"capacity": json(&cap), "window": json(&win), "paging": json(&pages), "branches": json(&br), "lora": json(&lo)}),
             )
         }
         Section::Roofline => {
