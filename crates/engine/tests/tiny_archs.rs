@@ -1,4 +1,4 @@
-//! Every architecture (llama, qwen2, qwen3, gemma3, phi3, qwen3moe, qwen2moe, mixtral)
+//! Every architecture (llama, qwen2, qwen3, gemma3, gemma2, phi3, qwen3moe, qwen2moe, mixtral)
 //! under the engine: a tiny synthetic model of each (random weights, a byte-level vocabulary) gives each request the same greedy tokens alone and under
 //! continuous batching x16, chunked prefill, the prefix cache (prompts sharing a prefix),
 //! preemption by recompute (a pool too small for all), and speculation (n-gram and
@@ -68,6 +68,7 @@ const MODELS: &[(&str, &str, Experts)] = &[
     ("qwen2", "qwen2", None),
     ("qwen3", "qwen3", None),
     ("gemma3", "gemma3", None),
+    ("gemma2", "gemma2", None),
     ("phi3", "phi3", None),
     ("qwen3moe", "qwen3moe", Some((8, 2, 128, 0))),
     ("qwen2moe", "qwen2moe", Some((8, 2, 64, 128))),

@@ -37,6 +37,7 @@ fn main() {
                 scale: 0.125,
                 order,
                 first: 0,
+                softcap: None,
             };
             let reps = 20000;
             for _ in 0..reps / 10 {

@@ -96,7 +96,7 @@ fn run_in(
     q: &[f32],
     n_q: usize,
 ) -> Vec<f32> {
-    run_window(isa, order, c, head, 0, n_ctx, q, n_q)
+    run_window(isa, order, c, head, 0, n_ctx, q, n_q, None)
 }
 
 /// Attention of the queries over positions `first..n_ctx` only (a sliding window).
@@ -110,6 +110,7 @@ fn run_window(
     n_ctx: usize,
     q: &[f32],
     n_q: usize,
+    softcap: Option<f32>,
 ) -> Vec<f32> {
     let scale = 1.0 / (c.hd as f32).sqrt();
     let mut out = vec![f32::NAN; n_q * c.hd];
@@ -125,6 +126,7 @@ fn run_window(
             scale,
             order,
             first,
+            softcap,
         },
         &mut scratch,
         &mut out,
@@ -134,7 +136,7 @@ fn run_window(
 
 /// Plain attention in f64 over the decoded rows (no f16 rounding of the weights).
 fn plain(c: &Cache, head: usize, n_ctx: usize, q: &[f32], n_q: usize) -> Vec<f32> {
-    plain_window(c, head, 0, n_ctx, q, n_q)
+    plain_window(c, head, 0, n_ctx, q, n_q, None)
 }
 
 /// [`plain`] over positions `first..n_ctx`.
@@ -145,6 +147,7 @@ fn plain_window(
     n_ctx: usize,
     q: &[f32],
     n_q: usize,
+    softcap: Option<f32>,
 ) -> Vec<f32> {
     let hd = c.hd;
     let rows: Vec<_> = (first..n_ctx).map(|j| c.row(head, j)).collect();
@@ -159,6 +162,10 @@ fn plain_window(
                     .map(|(&a, &b)| a as f64 * b as f64)
                     .sum::<f64>()
                     / (hd as f64).sqrt()
+            })
+            .map(|x| match softcap {
+                Some(cap) => (x / cap as f64).tanh() * cap as f64,
+                None => x,
             })
             .collect();
         let m = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
@@ -227,7 +234,7 @@ fn a_window_sees_only_its_positions() {
                 let mut r = StdRng::seed_from_u64(first as u64);
                 let mut q = rand_vec(3 * hd, &mut r, 1.0);
                 round_f16(&mut q);
-                let want = plain_window(&c, 1, first, n_ctx, &q, 3);
+                let want = plain_window(&c, 1, first, n_ctx, &q, 3, None);
                 // Blocks wholly before the window are freed: poison their ids.
                 for b in &mut c.table[..first / bs] {
                     *b = u32::MAX / 2;
@@ -238,9 +245,45 @@ fn a_window_sees_only_its_positions() {
                 );
                 for isa in Isa::available() {
                     for order in [SumOrder::Batched, SumOrder::Single] {
-                        let got = run_window(isa, order, &c, 1, first, n_ctx, &q, 3);
+                        let got = run_window(isa, order, &c, 1, first, n_ctx, &q, 3, None);
                         close(&got, &want, 2e-3, &format!("{what} {isa:?} {order:?}"));
                     }
+                }
+            }
+        }
+    }
+}
+
+/// Soft-capped scores (Gemma 2): every ISA and order equals plain attention over
+/// `c · tanh(s / c)`, with and without a window; a cap far above the scores changes nothing.
+#[test]
+fn soft_capped_scores_match_plain_attention() {
+    for format in [KvFormat::F16, KvFormat::Q8_0] {
+        for (n_ctx, first, cap) in [(40, 0, 0.5f32), (40, 9, 0.5), (70, 0, 2.0), (17, 0, 1e6)] {
+            let c = Cache::new(format, 64, 16, 2, n_ctx, (n_ctx + first) as u64);
+            let mut r = StdRng::seed_from_u64(7);
+            // Large queries, so the cap bends the scores.
+            let mut q = rand_vec(2 * 64, &mut r, 4.0);
+            round_f16(&mut q);
+            let want = plain_window(&c, 0, first, n_ctx, &q, 2, Some(cap));
+            let uncapped = plain_window(&c, 0, first, n_ctx, &q, 2, None);
+            let moved = want
+                .iter()
+                .zip(&uncapped)
+                .any(|(a, b)| (a - b).abs() > 1e-2);
+            assert_eq!(
+                moved,
+                cap < 10.0,
+                "cap {cap}: capping should matter only when small"
+            );
+            for isa in Isa::available() {
+                for order in [SumOrder::Batched, SumOrder::Single] {
+                    let got = run_window(isa, order, &c, 0, first, n_ctx, &q, 2, Some(cap));
+                    let what = format!(
+                        "{} n_ctx={n_ctx} first={first} cap={cap} {isa:?} {order:?}",
+                        format.name()
+                    );
+                    close(&got, &want, 2e-3, &what);
                 }
             }
         }

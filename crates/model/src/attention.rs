@@ -42,6 +42,8 @@ pub struct AttnShape {
     pub scale: f32,
     /// Tokens a query sees, itself included, in a sliding-window layer; `None`: all.
     pub window: Option<usize>,
+    /// Attention logit soft-capping (`ModelConfig::attn_softcap`).
+    pub softcap: Option<f32>,
 }
 
 /// `q`: [n_tokens][n_heads·hd] (RoPE applied); the layer's K/V for every new token must
@@ -66,6 +68,7 @@ pub fn attention(
         head_dim: hd,
         scale,
         window,
+        softcap,
     } = shape;
     let group = n_heads / n_kv_heads;
     let n_tokens = batch.n_tokens();
@@ -96,6 +99,7 @@ pub fn attention(
                 scale,
                 order,
                 first: window.map_or(0, |w| (pos + 1).saturating_sub(w)),
+                softcap,
             };
             attn::attend(&views[h], table, pos + 1, &qs, scores, o);
         });

@@ -18,6 +18,9 @@ pub enum Arch {
     /// layers (five of every six) with their own RoPE base. The GGUF conversion already
     /// folds Gemma's `(1 + w)` into the norm weights, so every norm is a plain RMSNorm.
     Gemma3,
+    /// Gemma 2: Gemma 3's block without the Q/K norms, with attention logit soft-capping,
+    /// every other layer windowed (4,096 tokens) and the same RoPE base for both kinds.
+    Gemma2,
     /// Phi-3: Q/K/V fused in `attn_qkv` and gate/up in `ffn_up` (gate first); NeoX-style
     /// RoPE, LongRoPE factors in the 128k files.
     Phi3,
@@ -30,6 +33,7 @@ impl Arch {
             "qwen2" => Ok(Arch::Qwen2),
             "qwen3" => Ok(Arch::Qwen3),
             "gemma3" => Ok(Arch::Gemma3),
+            "gemma2" => Ok(Arch::Gemma2),
             "phi3" => Ok(Arch::Phi3),
             other => Err(ModelError::UnsupportedArch(other.to_string())),
         }
@@ -40,6 +44,7 @@ impl Arch {
             Arch::Qwen2 => "qwen2",
             Arch::Qwen3 => "qwen3",
             Arch::Gemma3 => "gemma3",
+            Arch::Gemma2 => "gemma2",
             Arch::Phi3 => "phi3",
         }
     }
@@ -51,10 +56,14 @@ impl Arch {
     pub fn qk_norm(&self) -> bool {
         matches!(self, Arch::Qwen3 | Arch::Gemma3)
     }
+    /// Gemma's block: √d embeddings and norms after attention and after the FFN too.
+    pub fn gemma(&self) -> bool {
+        matches!(self, Arch::Gemma3 | Arch::Gemma2)
+    }
     /// The FFN's gate activation.
     pub fn activation(&self) -> Activation {
         match self {
-            Arch::Gemma3 => Activation::Gelu,
+            Arch::Gemma3 | Arch::Gemma2 => Activation::Gelu,
             _ => Activation::Silu,
         }
     }
@@ -101,6 +110,8 @@ pub struct ModelConfig {
     pub embed_scale: f32,
     /// `final_logit_softcapping`: logits become `c · tanh(logits / c)`.
     pub final_softcap: Option<f32>,
+    /// `attn_logit_softcapping` (Gemma 2): each attention score becomes `c · tanh(s / c)`.
+    pub attn_softcap: Option<f32>,
     /// Mixture-of-experts FFN (`qwen2moe`, `qwen3moe`, llama with `expert_count` > 0).
     pub moe: Option<crate::moe::MoeConfig>,
     /// YaRN and the rest of `rope.scaling.*` (see [`RopeYarn`]).
@@ -260,6 +271,12 @@ fn rope_scaling(
 /// Gemma 3's layout when the file names no pattern: of every 6 layers the first 5 use the
 /// sliding window and the 6th is global (llama.cpp's `set_swa_pattern(6)`).
 const GEMMA3_WINDOW_PATTERN: usize = 6;
+/// Gemma 2's defaults where its file is silent (llama.cpp's gemma2 hparams): a 4,096-token
+/// window on every other layer, scores capped at 50 and logits at 30.
+const GEMMA2_WINDOW: usize = 4096;
+const GEMMA2_WINDOW_PATTERN: usize = 2;
+const GEMMA2_ATTN_SOFTCAP: f32 = 50.0;
+const GEMMA2_FINAL_SOFTCAP: f32 = 30.0;
 /// Gemma 3's RoPE base for its sliding-window layers (llama.cpp's `rope_freq_base_train_swa`
 /// default, which Gemma 3 files do not override).
 const GEMMA3_WINDOW_ROPE_BASE: f32 = 10_000.0;
@@ -344,11 +361,12 @@ impl ModelConfig {
             Some(_) => Some(f.get_u64(&key("attention.sliding_window"))? as usize)
                 .filter(|&w| w > 0)
                 .map(|w| w.min(context_length)),
+            None if arch == Arch::Gemma2 => Some(GEMMA2_WINDOW.min(context_length)),
             None => None,
         };
         let window_layers: Vec<bool> = match (sliding_window, arch) {
             (None, _) => vec![false; n_layers],
-            (Some(_), Arch::Gemma3) => {
+            (Some(_), Arch::Gemma3 | Arch::Gemma2) => {
                 let pattern_key = key("attention.sliding_window_pattern");
                 match f.get(&pattern_key) {
                     // One flag per layer.
@@ -372,6 +390,7 @@ impl ModelConfig {
                     other => {
                         let pattern = match other {
                             Some(_) => get("attention.sliding_window_pattern", MAX_BLOCK_COUNT)?,
+                            None if arch == Arch::Gemma2 => GEMMA2_WINDOW_PATTERN,
                             None => GEMMA3_WINDOW_PATTERN,
                         };
                         (0..n_layers).map(|l| l % pattern < pattern - 1).collect()
@@ -383,17 +402,40 @@ impl ModelConfig {
         };
         let rope_base_window = match arch {
             Arch::Gemma3 => positive_f32(f, &key("rope.freq_base_swa"), GEMMA3_WINDOW_ROPE_BASE)?,
+            Arch::Gemma2 => positive_f32(f, &key("rope.freq_base_swa"), rope_base)?,
             _ => rope_base,
         };
-        let attn_scale = 1.0 / (head_dim as f32).sqrt();
-        let embed_scale = match arch {
-            Arch::Gemma3 => (d_model as f32).sqrt(),
-            _ => 1.0,
+        // Gemma's 27B models scale scores by 1/√(d / heads), the others by 1/√head_dim
+        // (llama.cpp, after gemma_pytorch's `query_pre_attn_scalar`).
+        let big_gemma = matches!((arch, n_layers), (Arch::Gemma2, 46) | (Arch::Gemma3, 62));
+        let attn_scale = match big_gemma {
+            true => 1.0 / ((d_model / n_heads) as f32).sqrt(),
+            false => 1.0 / (head_dim as f32).sqrt(),
         };
-        let final_softcap = f
-            .get_f32(&key("final_logit_softcapping"))
-            .ok()
-            .filter(|&c| c != 0.0);
+        let embed_scale = match arch.gemma() {
+            true => (d_model as f32).sqrt(),
+            false => 1.0,
+        };
+        // Soft-capping: Gemma 2 caps by default (llama.cpp's 50 and 30); 0 switches it off.
+        let (attn_cap, final_cap) = match arch {
+            Arch::Gemma2 => (GEMMA2_ATTN_SOFTCAP, GEMMA2_FINAL_SOFTCAP),
+            _ => (0.0, 0.0),
+        };
+        let cap = |k: &str, default: f32| -> Result<Option<f32>, ModelError> {
+            let c = match f.get(&key(k)) {
+                Some(_) => f.get_f32(&key(k))?,
+                None => default,
+            };
+            if !c.is_finite() || c < 0.0 {
+                return Err(meta_err(
+                    &key(k),
+                    format!("{c} must be a finite number >= 0"),
+                ));
+            }
+            Ok((c > 0.0).then_some(c))
+        };
+        let final_softcap = cap("final_logit_softcapping", final_cap)?;
+        let attn_softcap = cap("attn_logit_softcapping", attn_cap)?;
         let moe = crate::moe::MoeConfig::from_gguf(f, &arch_name, ffn_dim)?;
         let cfg = ModelConfig {
             arch,
@@ -415,6 +457,7 @@ impl ModelConfig {
             attn_scale,
             embed_scale,
             final_softcap,
+            attn_softcap,
             moe,
             rope_yarn,
         };

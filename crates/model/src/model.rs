@@ -247,6 +247,7 @@ impl Model {
                 head_dim: hd,
                 scale: c.attn_scale,
                 window: if window { c.sliding_window } else { None },
+                softcap: c.attn_softcap,
             };
             w.wqkv.matmul(&h, n, &mut qkv, pool);
             {

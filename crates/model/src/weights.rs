@@ -178,7 +178,7 @@ impl Weights {
                 k_norm = vector(f, &n("attn_k_norm.weight"), cfg.head_dim)?;
             }
             let (mut post_attn_norm, mut post_ffn_norm) = (Vec::new(), Vec::new());
-            if cfg.arch == Arch::Gemma3 {
+            if cfg.arch.gemma() {
                 post_attn_norm = vector(f, &n("post_attention_norm.weight"), d)?;
                 post_ffn_norm = vector(f, &n("post_ffw_norm.weight"), d)?;
             }

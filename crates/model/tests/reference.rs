@@ -6,7 +6,7 @@ mod common;
 
 use common::{
     build, build_moe_with, build_with, prompt as prompt_in, rel_err, writer, MoeShape, Shape, BASE,
-    EPS, GEMMA_BASE_WINDOW, GEMMA_PATTERN, GEMMA_SOFTCAP, GEMMA_WINDOW,
+    EPS, GEMMA2_ATTN_SOFTCAP, GEMMA_BASE_WINDOW, GEMMA_PATTERN, GEMMA_SOFTCAP, GEMMA_WINDOW,
 };
 use folio_gguf::{GgmlType, GgufFile};
 use folio_kernels::pool::ThreadPool;
@@ -223,7 +223,8 @@ fn reference_routed(
     let t = |n: &str| f.tensor_f32(n).expect(n);
     let emb = t("token_embd.weight");
     let neox = arch != "llama";
-    let gemma = arch == "gemma3";
+    // Gemma 3 and Gemma 2 share the block; Gemma 2 has no Q/K norms and soft-caps scores.
+    let gemma = arch.starts_with("gemma");
     // Gemma scales the embeddings by √d.
     let embed_scale = if gemma { (D as f32).sqrt() } else { 1.0 };
     // Phi-3's LongRoPE: the long factors when the context exceeds the original one.
@@ -258,6 +259,7 @@ fn reference_routed(
         let n = |x: &str| format!("blk.{l}.{x}");
         // Gemma: of every GEMMA_PATTERN layers all but the last see only the window.
         let window = gemma && l % GEMMA_PATTERN < GEMMA_PATTERN - 1;
+        // The tiny Gemmas' files set `rope.freq_base_swa` for their window layers.
         let base = if window { GEMMA_BASE_WINDOW } else { BASE };
         let (wq, wk, wv) = if arch == "phi3" {
             // Rows Q, then K, then V.
@@ -295,7 +297,7 @@ fn reference_routed(
                     *a += b;
                 }
             }
-            if arch.starts_with("qwen3") || gemma {
+            if arch.starts_with("qwen3") || arch == "gemma3" {
                 let (qn, kn) = (t(&n("attn_q_norm.weight")), t(&n("attn_k_norm.weight")));
                 for hh in 0..HEADS {
                     let r = rmsnorm(&q[hh * HD..(hh + 1) * HD], &qn);
@@ -327,11 +329,16 @@ fn reference_routed(
                         if j < first {
                             return f32::NEG_INFINITY;
                         }
-                        q.iter()
+                        let s = q
+                            .iter()
                             .zip(&ks[j][kh * HD..(kh + 1) * HD])
                             .map(|(a, b)| a * b)
                             .sum::<f32>()
-                            / (HD as f32).sqrt()
+                            / (HD as f32).sqrt();
+                        match arch {
+                            "gemma2" => (s / GEMMA2_ATTN_SOFTCAP).tanh() * GEMMA2_ATTN_SOFTCAP,
+                            _ => s,
+                        }
                     })
                     .collect();
                 let m = sc.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
@@ -600,6 +607,15 @@ fn phi3_matches_reference() {
         folio_gguf::Value::U32(CTX as u32 / 4),
     );
     check_file("phi3", GgmlType::F32, w.to_bytes());
+}
+
+/// Gemma 2: Gemma 3's block without Q/K norms, attention scores soft-capped (a cap of 1.5
+/// bends this model's scores), a window layer and a global one.
+#[test]
+fn gemma2_matches_reference() {
+    for ty in [GgmlType::F32, GgmlType::Q8_0, GgmlType::Q4_K] {
+        check("gemma2", ty);
+    }
 }
 
 #[test]

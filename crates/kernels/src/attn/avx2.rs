@@ -306,6 +306,7 @@ unsafe fn run<R: Rows8>(kv: &PagedKv, table: &[u32], n_ctx: usize, qs: &Queries,
         }
         g0 += MAX_G;
     }
+    super::softcap_scores(&mut sc, qs.softcap);
     for p in sc.chunks_exact_mut(n_ctx) {
         softmax_f16(p);
     }

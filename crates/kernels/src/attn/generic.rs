@@ -80,6 +80,7 @@ pub fn attend(
         scale,
         order,
         first,
+        softcap,
     } = *qs;
     let (hd, bs, rb) = (kv.head_dim, kv.block_size, kv.row_bytes());
     // The visible positions are first..n_ctx; below, j counts from the first of them.
@@ -101,6 +102,7 @@ pub fn attend(
             scores[g * n_ctx + j] = dot(order, qg, row) * scale;
         }
     }
+    super::softcap_scores(scores, softcap);
     for p in scores.chunks_exact_mut(n_ctx) {
         softmax_lanes(p);
         for v in p.iter_mut() {

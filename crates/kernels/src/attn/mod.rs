@@ -125,6 +125,19 @@ pub struct Queries<'a> {
     /// for a sliding-window layer (positions before it are outside the window, and their
     /// blocks may already be back in the pool: they are never read).
     pub first: usize,
+    /// Attention logit soft-capping (Gemma 2): each scaled score `s` becomes
+    /// `c · tanh(s / c)` before the softmax.
+    pub softcap: Option<f32>,
+}
+
+/// `s = c · tanh(s / c)` on every score (ggml's scale, tanh, scale).
+#[inline]
+pub(crate) fn softcap_scores(scores: &mut [f32], cap: Option<f32>) {
+    if let Some(c) = cap {
+        for s in scores {
+            *s = (*s / c).tanh() * c;
+        }
+    }
 }
 
 /// Causal attention of the query heads `qs` over the first `n_ctx` positions of `kv`
@@ -169,10 +182,15 @@ pub fn attend_with(
         qs.first
     );
     kv.check(table, qs.first, n_ctx);
-    // NOTE: the AVX-512 kernel walks whole blocks from position 0; a window that starts
-    // mid-context takes the AVX2 kernel (same operations, 8 lanes) or the reference.
+    // NOTE: the AVX-512 kernel walks whole blocks from position 0 and fuses the softmax into
+    // its score pass; a window that starts mid-context, or soft-capped scores, take the AVX2
+    // kernel (same operations, 8 lanes) or the reference.
     #[cfg(target_arch = "x86_64")]
-    if isa.clamp() == Isa::Avx512 && x86::supports(kv.format, hd) && qs.first == 0 {
+    if isa.clamp() == Isa::Avx512
+        && x86::supports(kv.format, hd)
+        && qs.first == 0
+        && qs.softcap.is_none()
+    {
         scores.resize(n_q * n_ctx, 0.0);
         // SAFETY: clamp() guarantees AVX-512; `check` bounds every row read.
         unsafe { x86::attend_512(kv, table, n_ctx, qs, scores, out) };

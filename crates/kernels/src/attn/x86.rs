@@ -657,6 +657,7 @@ pub unsafe fn attend_512(
         ..
     } = *qs;
     debug_assert_eq!(qs.first, 0, "attend_512 reads from position 0");
+    debug_assert!(qs.softcap.is_none(), "attend_512 does not soft-cap");
     macro_rules! go {
         ($r:ty) => {
             match order {

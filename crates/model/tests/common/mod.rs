@@ -13,6 +13,8 @@ pub const GEMMA_WINDOW: usize = 5;
 pub const GEMMA_PATTERN: usize = 2;
 pub const GEMMA_BASE_WINDOW: f32 = 1000.0;
 pub const GEMMA_SOFTCAP: f32 = 3.0;
+/// The tiny Gemma 2's attention score cap (low enough to bend its scores).
+pub const GEMMA2_ATTN_SOFTCAP: f32 = 1.5;
 
 /// Dimensions of a tiny model.
 pub struct Shape {
@@ -132,7 +134,13 @@ pub fn moe_writer(
     w.add_metadata(&k("attention.layer_norm_rms_epsilon"), Value::F32(EPS));
     w.add_metadata(&k("rope.freq_base"), Value::F32(BASE));
     w.add_metadata(&k("vocab_size"), Value::U32(sh.vocab as u32));
-    if arch == "gemma3" {
+    if arch == "gemma2" {
+        w.add_metadata(
+            &k("attn_logit_softcapping"),
+            Value::F32(GEMMA2_ATTN_SOFTCAP),
+        );
+    }
+    if arch == "gemma3" || arch == "gemma2" {
         w.add_metadata(&k("attention.key_length"), Value::U32(sh.hd as u32));
         w.add_metadata(&k("attention.value_length"), Value::U32(sh.hd as u32));
         w.add_metadata(
@@ -234,7 +242,7 @@ pub fn moe_writer(
             s,
         );
         vec_(&mut w, &mut rng, &n("ffn_norm.weight"), sh.d, 1.0, 0.2);
-        if arch == "gemma3" {
+        if arch == "gemma3" || arch == "gemma2" {
             let (a, f) = (n("post_attention_norm.weight"), n("post_ffw_norm.weight"));
             vec_(&mut w, &mut rng, &a, sh.d, 1.0, 0.2);
             vec_(&mut w, &mut rng, &f, sh.d, 1.0, 0.2);
@@ -315,7 +323,7 @@ pub fn moe_writer(
         );
     }
     vec_(&mut w, &mut rng, "output_norm.weight", sh.d, 1.0, 0.2);
-    if arch != "llama" && arch != "gemma3" {
+    if arch != "llama" && !arch.starts_with("gemma") {
         // Untied head for the Qwen shapes, tied for llama and gemma: both paths covered.
         mat(&mut w, &mut rng, "output.weight", sh.d, sh.vocab, s * 4.0);
     }
