@@ -225,6 +225,13 @@ fn reference_routed(
     let neox = arch != "llama";
     // Gemma 3 and Gemma 2 share the block; Gemma 2 has no Q/K norms and soft-caps scores.
     let gemma = arch.starts_with("gemma");
+    let mistral_window = match arch {
+        "llama" => f
+            .get_u64("llama.attention.sliding_window")
+            .ok()
+            .map(|w| w as usize),
+        _ => None,
+    };
     // Gemma scales the embeddings by √d.
     let embed_scale = if gemma { (D as f32).sqrt() } else { 1.0 };
     // Phi-3's LongRoPE: the long factors when the context exceeds the original one.
@@ -258,9 +265,17 @@ fn reference_routed(
     for l in 0..LAYERS {
         let n = |x: &str| format!("blk.{l}.{x}");
         // Gemma: of every GEMMA_PATTERN layers all but the last see only the window.
-        let window = gemma && l % GEMMA_PATTERN < GEMMA_PATTERN - 1;
+        // A Mistral-style file (llama with `attention.sliding_window`) windows every layer.
+        let window = match mistral_window {
+            Some(_) => true,
+            None => gemma && l % GEMMA_PATTERN < GEMMA_PATTERN - 1,
+        };
         // The tiny Gemmas' files set `rope.freq_base_swa` for their window layers.
-        let base = if window { GEMMA_BASE_WINDOW } else { BASE };
+        let base = if window && gemma {
+            GEMMA_BASE_WINDOW
+        } else {
+            BASE
+        };
         let (wq, wk, wv) = if arch == "phi3" {
             // Rows Q, then K, then V.
             let qkv = t(&n("attn_qkv.weight"));
@@ -320,7 +335,7 @@ fn reference_routed(
                 let kh = h / (HEADS / KV_HEADS);
                 let q = &qs[pos][h * HD..(h + 1) * HD];
                 let first = if window {
-                    (pos + 1).saturating_sub(GEMMA_WINDOW)
+                    (pos + 1).saturating_sub(mistral_window.unwrap_or(GEMMA_WINDOW))
                 } else {
                     0
                 };
@@ -615,6 +630,22 @@ fn phi3_matches_reference() {
 fn gemma2_matches_reference() {
     for ty in [GgmlType::F32, GgmlType::Q8_0, GgmlType::Q4_K] {
         check("gemma2", ty);
+    }
+}
+
+/// Mistral: a llama file with `attention.sliding_window` attends through a 6-token window
+/// in every layer (19 tokens: the window matters from position 6 on).
+#[test]
+fn mistral_sliding_window_matches_reference() {
+    for ty in [GgmlType::F32, GgmlType::Q4_0] {
+        let mut w = writer(&SHAPE, "llama", &|_| ty, 42);
+        w.add_metadata("llama.attention.sliding_window", folio_gguf::Value::U32(6));
+        let bytes = w.to_bytes();
+        let f = GgufFile::from_bytes(bytes.clone()).expect("tiny gguf");
+        let cfg = folio_model::ModelConfig::from_gguf(&f).expect("config");
+        assert_eq!(cfg.sliding_window, Some(6));
+        assert!(cfg.window_layers.iter().all(|&w| w));
+        check_file("llama", ty, bytes);
     }
 }
 
