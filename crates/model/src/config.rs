@@ -494,14 +494,6 @@ impl ModelConfig {
         self.window_layers.get(l).copied().unwrap_or(false)
     }
 
-    /// The first position a query at `pos` sees in layer `l` (0 for global layers).
-    pub fn first_visible(&self, l: usize, pos: usize) -> usize {
-        match self.sliding_window {
-            Some(w) if self.is_window_layer(l) => (pos + 1).saturating_sub(w),
-            _ => 0,
-        }
-    }
-
     /// Bytes of K and V per token at `bytes_per_value` (chapter 8.1: k = 2 × layers × kv_heads × head_dim × bytes).
     pub fn kv_bytes_per_token(&self, bytes_per_value: f64) -> f64 {
         2.0 * self.n_layers as f64 * self.n_kv_heads as f64 * self.head_dim as f64 * bytes_per_value

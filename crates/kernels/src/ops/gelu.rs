@@ -27,32 +27,31 @@ fn table() -> &'static [f16] {
     })
 }
 
-/// GELU of one value the way ggml's CPU backend computes it (f16 table in -10..10).
-#[inline]
-pub fn gelu(x: f32) -> f32 {
+/// ggml's GELU of `x` through table `t`: exact outside -10..10, the f16 table inside.
+#[inline(always)]
+fn lookup(t: &[f16], x: f32) -> f32 {
     if x <= -10.0 {
         0.0
     } else if x >= 10.0 {
         x
     } else {
-        table()[f16::from_f32(x).to_bits() as usize].to_f32()
+        t[f16::from_f32(x).to_bits() as usize].to_f32()
     }
+}
+
+/// GELU of one value the way ggml's CPU backend computes it (f16 table in -10..10).
+#[inline]
+pub fn gelu(x: f32) -> f32 {
+    lookup(table(), x)
 }
 
 /// `gate[i] = gelu(gate[i]) * up[i]` (ggml's `geglu`).
 pub fn gelu_mul(gate: &mut [f32], up: &[f32]) {
     assert_eq!(gate.len(), up.len(), "gelu_mul: gate and up lengths differ");
+    // The table once per call, not once per value.
     let t = table();
     for (g, &u) in gate.iter_mut().zip(up) {
-        let x = *g;
-        let y = if x <= -10.0 {
-            0.0
-        } else if x >= 10.0 {
-            x
-        } else {
-            t[f16::from_f32(x).to_bits() as usize].to_f32()
-        };
-        *g = y * u;
+        *g = lookup(t, *g) * u;
     }
 }
 
