@@ -15,7 +15,7 @@ use folio_tokenizer::Tokenizer;
 use serde_json::Value;
 
 mod greedy_ref;
-use greedy_ref::{greedy, ids};
+use greedy_ref::{checked_prompt, greedy, ids};
 
 /// The file's log-probabilities are rounded to 4 decimals, so a difference of two of them
 /// is off by up to 1e-4.
@@ -78,14 +78,7 @@ fn check() {
     let mut failures = Vec::new();
     for p in data["prompts"].as_array().expect("prompts") {
         let name = p["name"].as_str().expect("name");
-        let prompt = tok
-            .encode(p["prompt_text"].as_str().expect("text"), true)
-            .expect("encode");
-        assert_eq!(
-            prompt,
-            ids(&p["prompt_token_ids"]),
-            "{name}: prompt token ids differ from llama.cpp"
-        );
+        let prompt = checked_prompt(&tok, p, "SmolLM2");
         let eog = tok.eog_ids().to_vec();
         let (masked, lps) = greedy(&model, &prompt, 32, &eog, true);
         if let Err(e) = compare(name, "ignore_eos", &masked, &lps, &p["greedy_ignore_eos"]) {

@@ -19,6 +19,20 @@ pub fn ids(v: &Value) -> Vec<u32> {
         .collect()
 }
 
+/// Prompt `p` of a reference file encoded by folio, asserted equal to llama.cpp's ids.
+pub fn checked_prompt(tok: &Tokenizer, p: &Value, label: &str) -> Vec<u32> {
+    let name = p["name"].as_str().expect("name");
+    let prompt = tok
+        .encode(p["prompt_text"].as_str().expect("text"), true)
+        .expect("encode");
+    assert_eq!(
+        prompt,
+        ids(&p["prompt_token_ids"]),
+        "{label} {name}: prompt token ids differ from llama.cpp"
+    );
+    prompt
+}
+
 /// log-softmax of one row (before any masking, as llama.cpp reports it).
 pub fn log_softmax(logits: &[f32]) -> Vec<f64> {
     let max = logits.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v)) as f64;
@@ -109,14 +123,7 @@ pub fn check(label: &str, reference: &str, path: Result<PathBuf, String>) {
     let mut failures = Vec::new();
     for p in data["prompts"].as_array().expect("prompts") {
         let name = p["name"].as_str().expect("name");
-        let prompt = tok
-            .encode(p["prompt_text"].as_str().expect("text"), true)
-            .expect("encode");
-        assert_eq!(
-            prompt,
-            ids(&p["prompt_token_ids"]),
-            "{label} {name}: prompt token ids differ from llama.cpp"
-        );
+        let prompt = checked_prompt(&tok, p, label);
         // The natural run (stops at an end token) is the output a user gets; the masked run
         // goes on past it. A masked run parting after llama.cpp's own end token (text the
         // model would never have produced) is reported, not failed.
