@@ -89,6 +89,10 @@ pub struct EngineArgs {
     /// costs say fits in this many milliseconds (prefill chunks wait instead).
     #[arg(long)]
     pub max_itl_ms: Option<f64>,
+    /// Keep the sliding-window layers' KV for the whole context (as llama.cpp's
+    /// `--swa-full`); by default it is released behind the window.
+    #[arg(long)]
+    pub swa_full: bool,
     /// Most prompt tokens of one request per iteration (chunked prefill).
     #[arg(long, default_value_t = 512)]
     pub max_chunk: usize,
@@ -188,6 +192,7 @@ impl EngineArgs {
             },
             token_budget: self.token_budget,
             max_itl_ms: self.max_itl_ms,
+            swa_full: self.swa_full,
             max_chunk: self.max_chunk,
             max_running: self.max_running,
             reservation: match self.kv_reservation {

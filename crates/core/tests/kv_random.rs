@@ -4,11 +4,12 @@
 //! writes each sequence's new tokens into its slots, and writes restored blocks. After every
 //! operation: structural invariants hold, every sequence reads its own tokens through its
 //! block table, and every cached block's recorded tokens equal both the slots' content and
-//! the tokens of every sequence that maps it.
+//! the tokens of every sequence that maps it. With a sliding window (hybrid models), the
+//! window pages a sequence still holds and every cached window set are checked the same way.
 
 use std::collections::{BTreeMap, HashMap};
 
-use folio_core::kv::{EvictionPolicy, KvConfig, KvError, KvManager, StepId};
+use folio_core::kv::{EvictionPolicy, KvConfig, KvError, KvManager, StepId, WindowKv, RELEASED};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -24,11 +25,12 @@ struct World {
 }
 
 impl World {
-    fn new(num_blocks: usize, p: usize, policy: EvictionPolicy) -> Self {
+    fn new(num_blocks: usize, p: usize, policy: EvictionPolicy, window: Option<WindowKv>) -> Self {
         let cfg = KvConfig {
             num_blocks,
             block_size: p,
             eviction: policy,
+            window,
             ..KvConfig::default()
         };
         Self {
@@ -63,9 +65,18 @@ impl World {
             }
         }
         let toks = self.seqs[&id].clone();
+        let win = self.m.window_tables(id);
         for (pos, &t) in toks.iter().enumerate().skip(from) {
             let slot = self.m.slot(id, pos).expect("grown table covers new tokens");
             self.mem[slot] = Some(t);
+            for table in &win {
+                let b = table[pos / self.p];
+                assert_ne!(
+                    b, RELEASED,
+                    "seq {id}: new position {pos} has no window page"
+                );
+                self.mem[b as usize * self.p + pos % self.p] = Some(t);
+            }
         }
         self.m.commit(id, &toks, toks.len()).unwrap();
     }
@@ -82,6 +93,18 @@ impl World {
                     Some(tok),
                     "seq {id} pos {pos} reads foreign KV"
                 );
+            }
+            for table in self.m.window_tables(*id) {
+                for (pos, &tok) in toks.iter().enumerate() {
+                    let b = table[pos / self.p];
+                    if b != RELEASED {
+                        assert_eq!(
+                            self.mem[b as usize * self.p + pos % self.p],
+                            Some(tok),
+                            "seq {id} pos {pos} reads foreign window KV"
+                        );
+                    }
+                }
             }
             for (i, &b) in t.blocks.iter().enumerate() {
                 if let Some(h) = self.m.cache().hash_of_block(b) {
@@ -101,6 +124,19 @@ impl World {
                 "cached block {} content",
                 e.block
             );
+        }
+        for (h, set) in self.m.window_cache().entries() {
+            let tokens = &self
+                .m
+                .cache()
+                .get(*h)
+                .expect("set has its full block")
+                .tokens;
+            for &b in &set.pages {
+                let base = b as usize * self.p;
+                let data: Vec<Option<u32>> = tokens.iter().map(|&t| Some(t)).collect();
+                assert_eq!(self.mem[base..base + self.p], data[..], "window page {b}");
+            }
         }
         let s = self.m.stats();
         assert_eq!(
@@ -202,8 +238,11 @@ impl World {
                 };
                 let len = self.seqs[&id].len();
                 let keep = rng.gen_range(0..=len);
-                self.m.truncate(id, keep).unwrap();
-                self.seqs.get_mut(&id).unwrap().truncate(keep);
+                match self.m.truncate(id, keep) {
+                    Ok(()) => self.seqs.get_mut(&id).unwrap().truncate(keep),
+                    Err(KvError::BehindWindow { .. }) => {}
+                    Err(e) => panic!("{e}"),
+                }
             }
             _ => {
                 // Restore a spilled block whose parent is cached (or a root block).
@@ -242,9 +281,9 @@ impl World {
     }
 }
 
-fn run(seed: u64, num_blocks: usize, p: usize, policy: EvictionPolicy) {
+fn run(seed: u64, num_blocks: usize, p: usize, policy: EvictionPolicy, window: Option<WindowKv>) {
     let mut rng = StdRng::seed_from_u64(seed);
-    let mut w = World::new(num_blocks, p, policy);
+    let mut w = World::new(num_blocks, p, policy, window);
     for _ in 0..4000 {
         w.op(&mut rng);
         w.check();
@@ -259,6 +298,12 @@ fn run(seed: u64, num_blocks: usize, p: usize, policy: EvictionPolicy) {
         s.evictions > 0 && s.cow_copies > 0,
         "pool must be small enough to evict and fork must copy"
     );
+    if window.is_some() {
+        assert!(
+            s.window_released_blocks > 0,
+            "sequences must outgrow the window"
+        );
+    }
     for id in w.seqs.keys().copied().collect::<Vec<_>>() {
         w.m.free_seq(id);
     }
@@ -274,13 +319,30 @@ fn run(seed: u64, num_blocks: usize, p: usize, policy: EvictionPolicy) {
 #[test]
 fn random_ops_keep_invariants_value_policy() {
     for seed in 0..6 {
-        run(seed, 24, 2, EvictionPolicy::ValuePerByte);
+        run(seed, 24, 2, EvictionPolicy::ValuePerByte, None);
     }
 }
 
 #[test]
 fn random_ops_keep_invariants_lru_policy() {
     for seed in 100..104 {
-        run(seed, 32, 3, EvictionPolicy::Lru);
+        run(seed, 32, 3, EvictionPolicy::Lru, None);
+    }
+}
+
+/// The same operations on a hybrid layout: 2 window pages per block, a 5-token window (so
+/// sequences of up to ~30 tokens release blocks, and a block can be released before it is
+/// committed when one grow follows another).
+#[test]
+fn random_ops_keep_invariants_sliding_window() {
+    let window = Some(WindowKv {
+        tokens: 5,
+        pages: 2,
+    });
+    for seed in 200..206 {
+        run(seed, 72, 2, EvictionPolicy::ValuePerByte, window);
+    }
+    for seed in 300..303 {
+        run(seed, 96, 3, EvictionPolicy::Lru, window);
     }
 }

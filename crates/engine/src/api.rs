@@ -163,8 +163,14 @@ pub struct EngineInfo {
     pub vocab_size: usize,
     pub block_size: usize,
     pub num_blocks: usize,
-    /// KV capacity in tokens (num_blocks × block_size).
+    /// Longest sequence the KV pool holds (num_blocks × block_size in the single layout;
+    /// more with sliding-window layers, whose pages behind the window are released).
     pub kv_capacity_tokens: usize,
+    /// Layers whose K/V one block (page) holds: every layer, or for a model with
+    /// sliding-window layers, as many as it has full-attention layers.
+    pub kv_layers_per_block: usize,
+    /// Bytes of one block (page).
+    pub kv_block_bytes: usize,
     pub kv_format: String,
     /// Matmul arithmetic: "fast" (block sums) or "llama" (llama.cpp's exact order).
     pub numerics: String,
@@ -193,6 +199,8 @@ pub struct EngineMetrics {
     /// Prompt tokens served from blocks fetched back from the second tier.
     pub tier_hit_tokens: std::sync::atomic::AtomicU64,
     pub evictions: std::sync::atomic::AtomicU64,
+    /// Logical blocks whose sliding-window pages were released behind the window.
+    pub kv_window_released_blocks: std::sync::atomic::AtomicU64,
     /// Speculative decoding counters (drafted, accepted, by position, ΣT/ΣN).
     pub spec: std::sync::Mutex<folio_spec::SpecStats>,
     /// The most recent steps (bounded), for profiling and benchmarks.

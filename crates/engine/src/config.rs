@@ -63,6 +63,9 @@ pub struct EngineConfig {
     /// fits it (never below the running decodes + 1, never above `token_budget`), so
     /// prefill chunks cannot stretch the inter-token latency of running requests past it.
     pub max_itl_ms: Option<f64>,
+    /// Keep every sliding-window layer's KV for the whole context, as llama.cpp's
+    /// `--swa-full` (same page layout, nothing released): for comparison and debugging.
+    pub swa_full: bool,
 }
 
 impl Default for EngineConfig {
@@ -83,6 +86,7 @@ impl Default for EngineConfig {
             spec_tokens: None,
             spec_max_tokens: 8,
             max_itl_ms: None,
+            swa_full: false,
             spec_draft_layers: 0,
             kv_disk_dir: None,
             kv_disk_bytes: 4 << 30,

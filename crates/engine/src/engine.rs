@@ -14,13 +14,13 @@ use crate::sampler::{log_softmax, Sampler};
 use crate::speculate::{budget_for_step_time, SpecState, StepCurve};
 use crate::tier::DiskTier;
 use crate::{EngineConfig, GenerateRequest, RequestId, SpecMethod, StepStats};
-use folio_core::kv::KvConfig;
+use folio_core::kv::{KvConfig, WindowKv, RELEASED};
 use folio_core::sched::admission::Rates;
 use folio_core::{
     FinishReason as CoreFinish, Request, RequestResult, Scheduler, SchedulerConfig, SchedulerOutput,
 };
 use folio_kernels::pool::ThreadPool;
-use folio_model::{ForwardBatch, KvCache, Model};
+use folio_model::{ForwardBatch, KvCache, KvLayout, Model};
 use folio_spec::StepTime;
 use folio_tokenizer::{IncrementalDecoder, StopMatcher, Tokenizer};
 use std::collections::HashMap;
@@ -162,8 +162,20 @@ pub fn spawn_engine_with_draft(
         );
     }
     let c = &model.config;
+    // Sliding-window layers get their own page groups, released behind the window
+    // (folio_core::kv::window), unless the second tier is on: it spills whole pages of one
+    // chain hash, and a hybrid block spans several pages.
+    let layout = match (model.hybrid_kv_layout(), &cfg.kv_disk_dir) {
+        (Some(l), None) => l,
+        (Some(_), Some(_)) => {
+            tracing::info!("kv: the disk tier keeps sliding-window layers' KV whole");
+            KvLayout::single(c.n_layers)
+        }
+        (None, _) => KvLayout::single(c.n_layers),
+    };
     let bytes_per_token = c.kv_bytes_per_token(cfg.kv_format.bytes_per_value());
-    let block_bytes = bytes_per_token * cfg.block_size as f64;
+    let block_bytes =
+        bytes_per_token * cfg.block_size as f64 * layout.slots() as f64 / c.n_layers as f64;
     let num_blocks = (cfg.kv_cache_bytes as f64 / block_bytes).floor() as usize;
     if num_blocks < 2 {
         anyhow::bail!(
@@ -202,18 +214,28 @@ pub fn spawn_engine_with_draft(
                 fetch_per_token_s: 2e-5,
                 maintain_per_token_s: 2e-5,
             }),
+            window: (layout.n_groups() > 1).then(|| WindowKv {
+                tokens: match (cfg.swa_full, c.sliding_window) {
+                    (false, Some(w)) => w,
+                    _ => usize::MAX,
+                },
+                pages: layout.window_pages(),
+            }),
             ..KvConfig::default()
         },
     };
     let sched = Scheduler::new(sched_cfg).map_err(|e| anyhow::anyhow!("scheduler config: {e}"))?;
-    // Scratch blocks past the scheduler's pool hold self-draft K/V beyond a request's blocks.
-    let scratch_per_req = (cfg.spec_max_tokens + 1).div_ceil(cfg.block_size) + 1;
+    // Scratch blocks past the scheduler's pool hold self-draft K/V beyond a request's blocks
+    // (that many per page group).
+    let scratch_per_req =
+        ((cfg.spec_max_tokens + 1).div_ceil(cfg.block_size) + 1) * layout.n_groups();
     let scratch_slots = if cfg.spec == SpecMethod::Off {
         cfg.max_running.min(16)
     } else {
         cfg.max_running
     };
-    let kv = model.new_kv_cache(
+    let kv = model.new_kv_cache_with(
+        layout,
         cfg.block_size,
         num_blocks + scratch_per_req * scratch_slots,
         cfg.kv_format,
@@ -253,7 +275,9 @@ pub fn spawn_engine_with_draft(
         vocab_size: c.vocab_size,
         block_size: cfg.block_size,
         num_blocks,
-        kv_capacity_tokens: num_blocks * cfg.block_size,
+        kv_capacity_tokens: sched.kv().max_seq_tokens(cfg.max_chunk),
+        kv_layers_per_block: kv.layout.slots(),
+        kv_block_bytes: block_bytes.round() as usize,
         kv_format: cfg.kv_format.name().into(),
         numerics: match model.weights.head().sums() {
             folio_kernels::matmul::Sums::Ggml => "llama",
@@ -647,6 +671,9 @@ impl Engine {
                 sr.block_table.clone(),
                 n_logits,
             );
+            if let Some(span) = batch.seqs.last_mut() {
+                span.window_tables = sr.window_tables.clone();
+            }
             // Output tokens attend as llama.cpp's decode steps do, prompt tokens as its
             // prompt batch does, however this step groups them (see `SeqSpan`).
             if let (Some(r), Some(span)) = (self.sched.request(sr.id), batch.seqs.last_mut()) {
@@ -854,44 +881,57 @@ impl Engine {
         let bs = self.kv.block_size;
         let vocab = self.model.config.vocab_size;
         let reqs: Vec<(RequestId, usize)> = reqs.iter().copied().take(self.scratch_slots).collect();
-        // Per request: draft block table, next position, last token, drafts so far.
-        let mut st: Vec<(Vec<u32>, usize, u32, Vec<u32>)> = Vec::new();
+        // A separate draft model keeps its own single-layout cache, indexed by group 0's pages.
+        let groups = match self.draft {
+            Some(_) => 1,
+            None => self.kv.layout.n_groups(),
+        };
+        let per_group = self.scratch_per_req / self.kv.layout.n_groups();
+        let mut st: Vec<DraftRun> = Vec::new();
         for (i, &(id, k)) in reqs.iter().enumerate() {
             let r = self.sched.request(id).expect("running");
             let pos = r.num_tokens() - 1;
             let last = *r.tokens().last().expect("has tokens");
-            let real = self
-                .sched
-                .kv()
-                .table(id)
-                .map(|t| t.blocks.clone())
-                .unwrap_or_default();
-            // Drafts write positions pos.. . The block holding `pos` may be shared with forked
-            // samples drafting in this same round: then, as copy-on-write would, its first
-            // pos % bs slots are copied into this request's scratch and the drafts go there.
-            // A block of this request alone takes the drafts in place (verification writes
-            // those slots again); every later block is scratch.
-            let first = pos / bs;
-            let base = self.scratch_base + i * self.scratch_per_req;
-            let shared = real
-                .get(first)
-                .filter(|&&b| self.sched.kv().pool().refs(b).table_refs > 1);
-            let mut table =
-                real[..(first + usize::from(shared.is_none())).min(real.len())].to_vec();
-            if let (false, Some(&src)) = (pos.is_multiple_of(bs), shared) {
-                let cache = match self.draft.as_mut() {
-                    Some(d) => &mut d.kv,
-                    None => &mut self.kv,
-                };
-                cache.copy_block(src as usize, base, pos % bs);
+            let kvm = self.sched.kv();
+            let mut reals = vec![kvm.table(id).map(|t| t.blocks.clone()).unwrap_or_default()];
+            reals.extend(kvm.window_tables(id));
+            reals.truncate(groups);
+            let mut tables = Vec::with_capacity(groups);
+            for (g, real) in reals.into_iter().enumerate() {
+                // Drafts write positions pos.. . The block holding `pos` may be shared with
+                // forked samples drafting in this same round: then, as copy-on-write would,
+                // its first pos % bs slots are copied into this request's scratch and the
+                // drafts go there. A block of this request alone takes the drafts in place
+                // (verification writes those slots again); every later block is scratch.
+                let first = pos / bs;
+                let base = self.scratch_base + i * self.scratch_per_req + g * per_group;
+                let shared = real.get(first).filter(|&&b| {
+                    debug_assert_ne!(b, RELEASED, "the drafted position is in its window");
+                    self.sched.kv().pool().refs(b).table_refs > 1
+                });
+                let mut table =
+                    real[..(first + usize::from(shared.is_none())).min(real.len())].to_vec();
+                if let (false, Some(&src)) = (pos.is_multiple_of(bs), shared) {
+                    let cache = match self.draft.as_mut() {
+                        Some(d) => &mut d.kv,
+                        None => &mut self.kv,
+                    };
+                    cache.copy_block(src as usize, base, pos % bs);
+                }
+                let need = (pos + k).div_ceil(bs);
+                let mut j = 0;
+                while table.len() < need {
+                    table.push((base + j) as u32);
+                    j += 1;
+                }
+                tables.push(table);
             }
-            let need = (pos + k).div_ceil(bs);
-            let mut j = 0;
-            while table.len() < need {
-                table.push((base + j) as u32);
-                j += 1;
-            }
-            st.push((table, pos, last, Vec::new()));
+            st.push(DraftRun {
+                tables,
+                pos,
+                last,
+                drafts: Vec::new(),
+            });
             if let Some(l) = self.live.get_mut(&id) {
                 if let Some(sp) = l.spec.as_mut() {
                     sp.draft_q.clear();
@@ -904,8 +944,11 @@ impl Engine {
             let mut who = Vec::new();
             for (i, &(_, k)) in reqs.iter().enumerate() {
                 if step < k {
-                    let (table, pos, last, _) = &st[i];
-                    batch.push(&[*last], *pos, table.clone(), 1);
+                    let r = &st[i];
+                    batch.push(&[r.last], r.pos, r.tables[0].clone(), 1);
+                    if let Some(span) = batch.seqs.last_mut() {
+                        span.window_tables = r.tables[1..].to_vec();
+                    }
                     who.push(i);
                 }
             }
@@ -927,7 +970,7 @@ impl Engine {
                 let l = &logits[row * vocab..(row + 1) * vocab];
                 let id = reqs[i].0;
                 let live = self.live.get_mut(&id).expect("drafting a live request");
-                let l = processed(live, l, &st[i].3, &self.eog);
+                let l = processed(live, l, &st[i].drafts, &self.eog);
                 let tok = if live.sampler.params.is_greedy() {
                     crate::sampler::argmax(&l) as u32
                 } else {
@@ -937,14 +980,14 @@ impl Engine {
                     t
                 };
                 let s = &mut st[i];
-                s.1 += 1;
-                s.2 = tok;
-                s.3.push(tok);
+                s.pos += 1;
+                s.last = tok;
+                s.drafts.push(tok);
             }
         }
-        let n: usize = st.iter().map(|s| s.3.len()).sum();
+        let n: usize = st.iter().map(|s| s.drafts.len()).sum();
         for (i, &(id, _)) in reqs.iter().enumerate() {
-            let d = std::mem::take(&mut st[i].3);
+            let d = std::mem::take(&mut st[i].drafts);
             self.sched.set_draft(id, d);
         }
         let per_token = t0.elapsed().as_secs_f64() / n.max(1) as f64 * reqs.len() as f64;
@@ -971,6 +1014,8 @@ impl Engine {
         m.recomputed_tokens.store(st.recomputed_tokens, Relaxed);
         m.cow_copies.store(kv.cow_copies, Relaxed);
         m.evictions.store(kv.evictions, Relaxed);
+        m.kv_window_released_blocks
+            .store(kv.window_released_blocks, Relaxed);
         m.tier_hit_tokens.store(kv.tier_hit_tokens, Relaxed);
     }
 
@@ -1000,6 +1045,18 @@ impl Engine {
             log.push_back(s);
         }
     }
+}
+
+/// One request's self-draft in progress.
+struct DraftRun {
+    /// Block tables, one per page group: the request's own blocks, then scratch.
+    tables: Vec<Vec<u32>>,
+    /// Position of the next token to draft.
+    pos: usize,
+    /// The token at `pos`.
+    last: u32,
+    /// Drafts so far.
+    drafts: Vec<u32>,
 }
 
 /// The logits a request samples from: `row` with its end tokens masked (`ignore_eos`) and its

@@ -74,9 +74,10 @@ pub fn attention(
     let n_tokens = batch.n_tokens();
     let out_ptr = SyncPtr(out.as_mut_ptr());
     let views: Vec<attn::PagedKv> = (0..n_kv_heads).map(|h| kv.head_view(layer, h)).collect();
+    let page_group = kv.layout.group(layer);
     let task = |t: usize, h: usize| {
         let (seq_idx, pos) = token_pos[t];
-        let table = &batch.seqs[seq_idx].block_table;
+        let table = batch.seqs[seq_idx].table(page_group);
         let first = t * n_heads * hd + h * group * hd;
         SCRATCH.with(|s| {
             let (qbuf, scores) = &mut *s.borrow_mut();

@@ -17,8 +17,13 @@ pub struct SeqSpan {
     pub len: usize,
     /// Position of the first new token; tokens before it are already in the cache.
     pub pos: usize,
-    /// Physical block of each logical block, covering at least `pos + len` tokens.
+    /// Physical block of each logical block, covering at least `pos + len` tokens (for a
+    /// hybrid cache layout: the pages of group 0, the full-attention layers).
     pub block_table: Vec<u32>,
+    /// Hybrid cache layouts: the pages of groups 1.. (window layers), each covering
+    /// `pos + len` tokens; entries behind every query's window are never read (the KV
+    /// manager marks them released). Empty for the single layout.
+    pub window_tables: Vec<Vec<u32>>,
     /// How many of this span's last tokens need logits (1 normally, 1 + drafts when
     /// verifying speculation, 0 for a prefill chunk that does not end the prompt).
     pub n_logits: usize,
@@ -39,6 +44,16 @@ pub struct ForwardBatch {
     pub seqs: Vec<SeqSpan>,
 }
 
+impl SeqSpan {
+    /// The block table of page group `group` (0: `block_table`).
+    pub fn table(&self, group: usize) -> &[u32] {
+        match group {
+            0 => &self.block_table,
+            g => &self.window_tables[g - 1],
+        }
+    }
+}
+
 impl ForwardBatch {
     pub fn new() -> Self {
         Self::default()
@@ -53,6 +68,7 @@ impl ForwardBatch {
             len: tokens.len(),
             pos,
             block_table,
+            window_tables: Vec::new(),
             n_logits,
             decode_from: if tokens.len() == 1 { pos } else { usize::MAX },
         });

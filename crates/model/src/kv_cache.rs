@@ -1,7 +1,11 @@
-//! Paged KV storage: the bytes of every physical block, per layer, in one [`KvFormat`].
+//! Paged KV storage: the bytes of every physical block (page), per slot, in one [`KvFormat`].
+//!
+//! A page holds the K/V of [`KvLayout::slots`] layers; in the single layout that is every
+//! layer and a page is a block of the whole model. Layer `l` lives in slot
+//! `layout.slot(l)` of the pages of its group's block table (see [`crate::kv_layout`]).
 //!
 //! ```text
-//! layer l, K (V alike):  [block 0][block 1] ... [block N-1]
+//! slot s, K (V alike):   [page 0][page 1] ... [page N-1]
 //! one block:             [kv_head 0: slot 0..p rows][kv_head 1: ...] ...
 //! one row:               head_dim values in the format (q8_0/q4_0: groups of 32 along
 //!                        head_dim, each with its f16 scale)
@@ -11,16 +15,18 @@
 //! kernel as it reads them. Ownership of blocks (tables, ref counts, prefix cache) lives
 //! in folio-core; this type only stores values at the slots it is told to.
 
+use crate::kv_layout::KvLayout;
 use folio_kernels::attn::{self, PagedKv};
 
 pub use folio_kernels::attn::KvFormat;
 
-/// The paged cache of one model: `num_blocks` blocks of `block_size` token slots.
+/// The paged cache of one model: `num_blocks` pages of `block_size` token slots.
 pub struct KvCache {
     pub format: KvFormat,
     pub block_size: usize,
     pub num_blocks: usize,
     pub n_layers: usize,
+    pub layout: KvLayout,
     pub n_kv_heads: usize,
     pub head_dim: usize,
     /// Bytes of one (token, head) row: `format.row_bytes(head_dim)`.
@@ -30,6 +36,7 @@ pub struct KvCache {
 }
 
 impl KvCache {
+    /// A cache in the single layout (one page = one block of every layer).
     pub fn new(
         n_layers: usize,
         n_kv_heads: usize,
@@ -38,20 +45,46 @@ impl KvCache {
         num_blocks: usize,
         format: KvFormat,
     ) -> KvCache {
+        let layout = KvLayout::single(n_layers);
+        Self::with_layout(layout, n_kv_heads, head_dim, block_size, num_blocks, format)
+    }
+
+    /// A cache of `num_blocks` pages laid out as `layout` says.
+    pub fn with_layout(
+        layout: KvLayout,
+        n_kv_heads: usize,
+        head_dim: usize,
+        block_size: usize,
+        num_blocks: usize,
+        format: KvFormat,
+    ) -> KvCache {
         let row_bytes = format.row_bytes(head_dim);
-        let per_layer = num_blocks * block_size * n_kv_heads * row_bytes;
+        let per_slot = num_blocks * block_size * n_kv_heads * row_bytes;
+        let slots = layout.slots();
         KvCache {
             format,
             block_size,
             num_blocks,
-            n_layers,
+            n_layers: layout.n_layers(),
+            layout,
             n_kv_heads,
             head_dim,
             row_bytes,
             // Zero bytes decode to 0.0 in every format (a zero scale for q8_0/q4_0).
-            k: (0..n_layers).map(|_| zeroed(per_layer)).collect(),
-            v: (0..n_layers).map(|_| zeroed(per_layer)).collect(),
+            k: (0..slots).map(|_| zeroed(per_slot)).collect(),
+            v: (0..slots).map(|_| zeroed(per_slot)).collect(),
         }
+    }
+
+    /// Bytes of one page, K and V of every slot: what one pool block costs.
+    pub fn page_bytes(
+        layout: &KvLayout,
+        n_kv_heads: usize,
+        head_dim: usize,
+        block_size: usize,
+        format: KvFormat,
+    ) -> usize {
+        2 * layout.slots() * n_kv_heads * block_size * format.row_bytes(head_dim)
     }
 
     /// Sets every byte of K and V in every layer to `byte`. Benchmarks call it so that the
@@ -84,11 +117,13 @@ impl KvCache {
         ((block * self.n_kv_heads + head) * self.block_size + slot) * self.row_bytes
     }
 
-    /// One KV head of one layer as the attention kernel reads it.
+    /// One KV head of one layer as the attention kernel reads it (through the block table
+    /// of the layer's group).
     pub fn head_view(&self, layer: usize, head: usize) -> PagedKv<'_> {
+        let s = self.layout.slot(layer);
         PagedKv {
-            k: &self.k[layer],
-            v: &self.v[layer],
+            k: &self.k[s],
+            v: &self.v[s],
             format: self.format,
             head_dim: self.head_dim,
             block_size: self.block_size,
@@ -119,10 +154,11 @@ impl KvCache {
     /// Layer `layer`'s K and V for tasks that store rows in parallel, each its own slots
     /// (the forward pass writes every new token's rows from the task that finished it).
     pub fn layer_writer(&mut self, layer: usize) -> LayerWriter<'_> {
+        let s = self.layout.slot(layer);
         LayerWriter {
-            k: self.k[layer].as_mut_ptr(),
-            v: self.v[layer].as_mut_ptr(),
-            len: self.k[layer].len().min(self.v[layer].len()),
+            k: self.k[s].as_mut_ptr(),
+            v: self.v[s].as_mut_ptr(),
+            len: self.k[s].len().min(self.v[s].len()),
             cache: self,
         }
     }
@@ -140,12 +176,12 @@ impl KvCache {
         v: &mut [f32],
     ) {
         let off = self.offset(block, head, slot);
-        let rb = self.row_bytes;
-        attn::load_row_scalar(self.format, &self.k[layer][off..off + rb], k);
-        attn::load_row_scalar(self.format, &self.v[layer][off..off + rb], v);
+        let (rb, s) = (self.row_bytes, self.layout.slot(layer));
+        attn::load_row_scalar(self.format, &self.k[s][off..off + rb], k);
+        attn::load_row_scalar(self.format, &self.v[s][off..off + rb], v);
     }
 
-    /// Copies the first `n_slots` slots of block `src` into block `dst` in every layer
+    /// Copies the first `n_slots` slots of page `src` into page `dst` in every layer slot
     /// (copy-on-write of a shared partial tail block). Encoded bytes are copied as they
     /// are, so the copy is exact in every format.
     ///
@@ -159,7 +195,7 @@ impl KvCache {
             self.block_size
         );
         let n = n_slots * self.row_bytes;
-        for l in 0..self.n_layers {
+        for l in 0..self.k.len() {
             for h in 0..self.n_kv_heads {
                 let s = self.offset(src, h, 0);
                 let d = self.offset(dst, h, 0);
@@ -172,16 +208,16 @@ impl KvCache {
 
 /// Whole-block export and import, for the second KV tier (spill to disk, fetch back).
 impl KvCache {
-    /// Bytes of one block across all layers, K and V: the payload of a spilled block.
+    /// Bytes of one page across all its slots, K and V: the payload of a spilled block.
     pub fn block_payload_bytes(&self) -> usize {
-        2 * self.n_layers * self.block_bytes()
+        2 * self.k.len() * self.block_bytes()
     }
 
-    /// Copies out block `block` of every layer (K then V per layer), in the cache's format.
+    /// Copies out page `block` of every slot (K then V per slot), in the cache's format.
     pub fn export_block(&self, block: usize) -> Vec<u8> {
         let bb = self.block_bytes();
         let mut out = Vec::with_capacity(self.block_payload_bytes());
-        for l in 0..self.n_layers {
+        for l in 0..self.k.len() {
             out.extend_from_slice(&self.k[l][block * bb..(block + 1) * bb]);
             out.extend_from_slice(&self.v[l][block * bb..(block + 1) * bb]);
         }
@@ -199,7 +235,7 @@ impl KvCache {
                 self.block_payload_bytes()
             ));
         }
-        for l in 0..self.n_layers {
+        for l in 0..self.k.len() {
             let o = 2 * l * bb;
             self.k[l][block * bb..(block + 1) * bb].copy_from_slice(&payload[o..o + bb]);
             self.v[l][block * bb..(block + 1) * bb].copy_from_slice(&payload[o + bb..o + 2 * bb]);

@@ -3,7 +3,7 @@
 use crate::attention::{attention, AttnShape};
 use crate::par::{self, Rows};
 use crate::weights::Weights;
-use crate::{Activation, ForwardBatch, KvCache, KvFormat, ModelConfig, ModelError};
+use crate::{Activation, ForwardBatch, KvCache, KvFormat, KvLayout, ModelConfig, ModelError};
 use folio_gguf::GgufFile;
 use folio_kernels::matmul::Sums;
 use folio_kernels::ops::{self, Rope};
@@ -80,17 +80,42 @@ impl Model {
         }
     }
 
-    /// A KV cache shaped for this model.
+    /// A KV cache shaped for this model, single layout (one page per block of all layers).
     pub fn new_kv_cache(&self, block_size: usize, num_blocks: usize, format: KvFormat) -> KvCache {
+        self.new_kv_cache_with(
+            KvLayout::single(self.config.n_layers),
+            block_size,
+            num_blocks,
+            format,
+        )
+    }
+
+    /// A KV cache of `num_blocks` pages in `layout`.
+    pub fn new_kv_cache_with(
+        &self,
+        layout: KvLayout,
+        block_size: usize,
+        num_blocks: usize,
+        format: KvFormat,
+    ) -> KvCache {
         let c = &self.config;
-        KvCache::new(
-            c.n_layers,
+        KvCache::with_layout(
+            layout,
             c.n_kv_heads,
             c.head_dim,
             block_size,
             num_blocks,
             format,
         )
+    }
+
+    /// The hybrid layout for this model's sliding-window layers (full layers in group 0,
+    /// window layers in groups beside it), or `None` if it does not have both kinds.
+    pub fn hybrid_kv_layout(&self) -> Option<KvLayout> {
+        let c = &self.config;
+        c.sliding_window?;
+        let window: Vec<bool> = (0..c.n_layers).map(|l| c.is_window_layer(l)).collect();
+        KvLayout::hybrid(&window)
     }
 
     /// Checks a batch against the model and cache before touching anything.
@@ -123,20 +148,40 @@ impl Model {
                 )));
             }
             let need = end.div_ceil(kv.block_size);
-            if s.block_table.len() < need {
+            let groups = kv.layout.n_groups();
+            if s.window_tables.len() + 1 < groups {
                 return Err(ModelError::Batch(format!(
-                    "seq {i}: block table has {} blocks, {need} needed for {end} tokens",
-                    s.block_table.len()
+                    "seq {i}: {} window block tables, the cache layout has {} window groups",
+                    s.window_tables.len(),
+                    groups - 1
                 )));
             }
-            if let Some(&b) = s.block_table[..need]
-                .iter()
-                .find(|&&b| b as usize >= kv.num_blocks)
-            {
-                return Err(ModelError::Batch(format!(
-                    "seq {i}: block {b} >= num_blocks {}",
-                    kv.num_blocks
-                )));
+            for g in 0..groups {
+                let table = s.table(g);
+                let name = match g {
+                    0 => "block table".to_string(),
+                    g => format!("window block table {g}"),
+                };
+                if table.len() < need {
+                    return Err(ModelError::Batch(format!(
+                        "seq {i}: {name} has {} blocks, {need} needed for {end} tokens",
+                        table.len()
+                    )));
+                }
+                // Window groups: blocks behind the first query's window are never read.
+                let first = match (g, self.config.sliding_window) {
+                    (0, _) | (_, None) => 0,
+                    (_, Some(w)) => (s.pos + 1).saturating_sub(w) / kv.block_size,
+                };
+                if let Some(&b) = table[first.min(need)..need]
+                    .iter()
+                    .find(|&&b| b as usize >= kv.num_blocks)
+                {
+                    return Err(ModelError::Batch(format!(
+                        "seq {i}: {name}: block {b} >= num_blocks {}",
+                        kv.num_blocks
+                    )));
+                }
             }
         }
         if expect != batch.tokens.len() {
@@ -227,16 +272,17 @@ impl Model {
         // (block, slot) written this step to be distinct. The engine's batches are (a block
         // shared between sequences is copied before it is written); a batch that is not gets
         // its rows written one after another in token order, as the model always did.
-        let slot_of = |&(seq, pos): &(usize, usize)| {
-            batch.seqs[seq].block_table[pos / bs] as usize * bs + pos % bs
+        let slot_of = |group: usize, &(seq, pos): &(usize, usize)| {
+            batch.seqs[seq].table(group)[pos / bs] as usize * bs + pos % bs
         };
-        let parallel_writes = {
-            let mut slots: Vec<usize> = token_pos.iter().map(slot_of).collect();
+        let parallel_writes = (0..kv.layout.n_groups()).all(|g| {
+            let mut slots: Vec<usize> = token_pos.iter().map(|tp| slot_of(g, tp)).collect();
             slots.sort_unstable();
             slots.windows(2).all(|w| w[0] != w[1])
-        };
+        });
         for (l, w) in layers.iter().enumerate() {
             let window = c.is_window_layer(l);
+            let group = kv.layout.group(l);
             let rope = match (&rope_window, window) {
                 (Some(r), true) => r,
                 _ => &rope_global,
@@ -281,7 +327,7 @@ impl Model {
                         // The token's K and V rows go to its cache slot from this task
                         // when every slot of the step is distinct (checked above).
                         if parallel_writes {
-                            let s = slot_of(&token_pos[t]);
+                            let s = slot_of(group, &token_pos[t]);
                             let rows = kr.chunks_exact(hd).zip(vr.chunks_exact(hd));
                             for (kh, (k, v)) in rows.enumerate() {
                                 // SAFETY: slot s is this token's alone.
@@ -293,7 +339,7 @@ impl Model {
             }
             if !parallel_writes {
                 for (t, tp) in token_pos.iter().enumerate() {
-                    let s = slot_of(tp);
+                    let s = slot_of(group, tp);
                     let (k, v) = qkv[t * qkv_dim + qd..(t + 1) * qkv_dim].split_at(kvd);
                     for (kh, (k, v)) in k.chunks_exact(hd).zip(v.chunks_exact(hd)).enumerate() {
                         kv.write_row(l, s / bs, kh, s % bs, k, v);

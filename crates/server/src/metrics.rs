@@ -220,9 +220,30 @@ impl ServerMetrics {
         one(
             "folio_kv_blocks_cached",
             "gauge",
-            "Free KV blocks that still hold reusable prefixes.",
+            "KV blocks registered in the prefix cache, held or evictable.",
             "",
             cached,
+        );
+        one(
+            "folio_kv_layers_per_block",
+            "gauge",
+            "Layers whose K/V one KV block holds (fewer than the model's layers when sliding-window layers have their own blocks).",
+            "",
+            info.kv_layers_per_block as f64,
+        );
+        one(
+            "folio_kv_bytes_used",
+            "gauge",
+            "Bytes of the KV blocks held by requests.",
+            "",
+            used * info.kv_block_bytes as f64,
+        );
+        one(
+            "folio_kv_window_released_blocks_total",
+            "counter",
+            "Sliding-window layers' KV blocks returned to the pool behind the window.",
+            "",
+            ld(&m.kv_window_released_blocks) as f64,
         );
         one(
             "folio_kv_blocks_total",
@@ -595,6 +616,8 @@ mod tests {
             block_size: 16,
             num_blocks: 8,
             kv_capacity_tokens: 128,
+            kv_layers_per_block: 30,
+            kv_block_bytes: 1000,
             kv_format: "f16".into(),
             numerics: "fast".into(),
         }
@@ -638,6 +661,7 @@ mod tests {
         for line in [
             "folio_requests_running 3.0",
             "folio_kv_blocks_used 2.0",
+            "folio_kv_bytes_used 2000.0",
             "folio_kv_usage_ratio 0.25",
             "folio_http_rejected_total{status=\"429\"} 1",
             "folio_requests_finished_total{reason=\"stop\"} 1",

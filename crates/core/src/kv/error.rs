@@ -26,6 +26,16 @@ pub enum KvError {
     /// The prefix cache is disabled, so nothing can be restored into it.
     #[error("prefix cache is disabled")]
     CacheDisabled,
+    /// A truncation would need window pages that were already released.
+    #[error(
+        "cannot truncate to {num_tokens} tokens: its window starts at block \
+         {first_visible_block}, but window blocks before {released_blocks} were released"
+    )]
+    BehindWindow {
+        num_tokens: usize,
+        released_blocks: usize,
+        first_visible_block: usize,
+    },
     /// A configuration value is out of range.
     #[error("invalid KV config: {field} = {value} ({why})")]
     BadConfig {

@@ -9,6 +9,10 @@
 //! prefix cache → last table reference dropped and no step holds it → back to the free
 //! list if not cached, otherwise *unreferenced cached* (evictable, still hittable) → evicted
 //! (reported for spilling) and reused.
+//!
+//! Hybrid models (sliding-window layers beside full ones, see [`super::window`]) give each
+//! sequence a second table: `m` window pages per logical block, released from the front as
+//! the window moves on, cached beside the full pages under the same chain hashes.
 
 use std::collections::HashMap;
 
@@ -19,6 +23,7 @@ use super::eviction::EvictionPolicy;
 use super::hash::BlockHash;
 use super::prefix_cache::PrefixCache;
 use super::stats::KvStats;
+use super::window::{WindowCache, WindowKv, RELEASED};
 use crate::cost::{CostModel, TierCost};
 
 /// Identity of one scheduled step; its holds are released by [`KvManager::release_step`].
@@ -42,6 +47,9 @@ pub struct KvConfig {
     pub tier: Option<TierCost>,
     /// Identifies model, adapter and KV format: blocks only match under the same salt.
     pub salt: u64,
+    /// The sliding-window layers' pages, for hybrid models; `None`: every page is a full
+    /// block (one table per sequence).
+    pub window: Option<WindowKv>,
 }
 
 impl Default for KvConfig {
@@ -54,6 +62,7 @@ impl Default for KvConfig {
             cost: CostModel::CHAPTER,
             tier: None,
             salt: 0,
+            window: None,
         }
     }
 }
@@ -86,19 +95,44 @@ pub struct PrefixMatch {
     pub num_blocks: usize,
     /// Tokens that would come from cache (`num_blocks * block_size`).
     pub num_tokens: usize,
-    /// How many of those blocks are currently unreferenced (they stop counting as available
-    /// capacity once attached).
+    /// How many of the pages attached by the hit are currently unreferenced (they stop
+    /// counting as available capacity once attached).
     pub num_unreferenced: usize,
+    /// Pages the hit attaches: its full blocks plus, for hybrid models, the window pages of
+    /// the blocks the next query still sees.
+    pub num_pages: usize,
 }
 
 #[derive(Debug, Clone)]
-struct SeqKv {
-    table: BlockTable,
+pub(super) struct SeqKv {
+    pub(super) table: BlockTable,
     /// Leading table blocks that are registered in the cache as this chain.
-    committed: usize,
+    pub(super) committed: usize,
     /// False after a duplicate block: later blocks are not cached, so a referenced cached
     /// block always has a referenced parent (keeps every unreferenced block evictable).
     cache_open: bool,
+    /// Window pages, `m` per logical block (hybrid models; empty otherwise); the first
+    /// `win_released` blocks' entries are [`RELEASED`].
+    pub(super) win: Vec<u32>,
+    pub(super) win_released: usize,
+}
+
+impl SeqKv {
+    fn new() -> Self {
+        Self {
+            table: BlockTable::default(),
+            committed: 0,
+            cache_open: true,
+            win: Vec::new(),
+            win_released: 0,
+        }
+    }
+
+    /// Every page the sequence references: full blocks, then window pages still held.
+    pub(super) fn pages(&self) -> impl Iterator<Item = u32> + '_ {
+        let live = self.win.iter().copied().filter(|&b| b != RELEASED);
+        self.table.blocks.iter().copied().chain(live)
+    }
 }
 
 /// Counters since creation.
@@ -110,20 +144,22 @@ struct Counters {
     evictions: u64,
     restores: u64,
     cow_copies: u64,
+    window_released: u64,
 }
 
 /// Paged KV memory manager. See the module docs.
 #[derive(Debug, Clone)]
 pub struct KvManager {
-    cfg: KvConfig,
-    pool: BlockPool,
-    cache: PrefixCache,
-    seqs: HashMap<u64, SeqKv>,
-    steps: HashMap<StepId, Vec<u32>>,
+    pub(super) cfg: KvConfig,
+    pub(super) pool: BlockPool,
+    pub(super) cache: PrefixCache,
+    pub(super) wcache: WindowCache,
+    pub(super) seqs: HashMap<u64, SeqKv>,
+    pub(super) steps: HashMap<StepId, Vec<u32>>,
     copies: Vec<CopyOp>,
     evicted: Vec<EvictedBlock>,
     /// Holds on copy-on-write sources not yet attached to a step.
-    pending_holds: Vec<u32>,
+    pub(super) pending_holds: Vec<u32>,
     counters: Counters,
 }
 
@@ -137,16 +173,28 @@ impl KvManager {
                 why: "must be > 0",
             });
         }
-        if cfg.num_blocks == 0 || cfg.num_blocks > u32::MAX as usize {
+        if cfg.num_blocks == 0 || cfg.num_blocks >= RELEASED as usize {
             return Err(KvError::BadConfig {
                 field: "num_blocks",
                 value: cfg.num_blocks,
-                why: "must be in 1..=u32::MAX",
+                why: "must be in 1..u32::MAX",
             });
+        }
+        if let Some(w) = cfg.window {
+            for (field, value) in [("window.tokens", w.tokens), ("window.pages", w.pages)] {
+                if value == 0 {
+                    return Err(KvError::BadConfig {
+                        field,
+                        value,
+                        why: "must be > 0",
+                    });
+                }
+            }
         }
         Ok(Self {
             pool: BlockPool::new(cfg.num_blocks, cfg.block_size),
             cache: PrefixCache::new(cfg.salt),
+            wcache: WindowCache::default(),
             cfg,
             seqs: HashMap::new(),
             steps: HashMap::new(),
@@ -179,12 +227,71 @@ impl KvManager {
 
     /// Blocks obtainable right now: free plus unreferenced cached (evictable).
     pub fn num_available(&self) -> usize {
-        self.pool.num_free() + self.cache.num_unreferenced()
+        self.pool.num_free() + self.num_evictable()
+    }
+
+    /// Unreferenced cached pages: full blocks plus window page sets.
+    fn num_evictable(&self) -> usize {
+        self.cache.num_unreferenced() + self.win_pages() * self.wcache.num_unreferenced()
+    }
+
+    /// Window pages per logical block (0 without window layers).
+    fn win_pages(&self) -> usize {
+        self.cfg.window.map_or(0, |w| w.pages)
+    }
+
+    /// Pages one new logical block takes: its full block and its window pages.
+    pub fn pages_per_block(&self) -> usize {
+        1 + self.win_pages()
     }
 
     /// Blocks needed for `tokens` positions.
     pub fn blocks_for(&self, tokens: usize) -> usize {
         BlockTable::blocks_for(tokens, self.cfg.block_size)
+    }
+
+    /// Most pages a sequence of `tokens` positions holds at once when it grows by at most
+    /// `chunk` positions per step (window pages behind the window are released).
+    pub fn pages_at_most(&self, tokens: usize, chunk: usize) -> usize {
+        let p = self.cfg.block_size;
+        let win = self
+            .cfg
+            .window
+            .map_or(0, |w| w.pages * w.max_live_blocks(tokens, chunk.max(1), p));
+        self.blocks_for(tokens) + win
+    }
+
+    /// Longest sequence the whole pool holds, growing by at most `chunk` positions a step.
+    pub fn max_seq_tokens(&self, chunk: usize) -> usize {
+        // pages_at_most is monotonic in tokens: bisect for the last length that fits.
+        let (mut lo, mut hi) = (0usize, self.cfg.num_blocks * self.cfg.block_size * 2);
+        while lo < hi {
+            let mid = (lo + hi).div_ceil(2);
+            if self.pages_at_most(mid, chunk) <= self.cfg.num_blocks {
+                lo = mid;
+            } else {
+                hi = mid - 1;
+            }
+        }
+        lo
+    }
+
+    /// Pages sequence `id` holds now (0 if unknown).
+    pub fn pages_held(&self, id: u64) -> usize {
+        self.seqs.get(&id).map_or(0, |s| s.pages().count())
+    }
+
+    /// Window pages of sequence `id`, one table per window page group (`m` tables), each
+    /// in logical block order with [`RELEASED`] for blocks behind the window. Empty for
+    /// models without window layers.
+    pub fn window_tables(&self, id: u64) -> Vec<Vec<u32>> {
+        let m = self.win_pages();
+        let Some(seq) = self.seqs.get(&id) else {
+            return Vec::new();
+        };
+        (0..m)
+            .map(|j| seq.win.chunks_exact(m).map(|c| c[j]).collect())
+            .collect()
     }
 
     /// Whether `id` has a block table.
@@ -227,14 +334,45 @@ impl KvManager {
         let p = self.cfg.block_size;
         let max_blocks = tokens.len().saturating_sub(1) / p;
         let chain = self.cache.match_chain(tokens, p, max_blocks);
+        let hashes: Vec<BlockHash> = chain.iter().map(|e| e.hash).collect();
+        let (k, lo) = self.window_hit(&hashes);
+        let m = self.win_pages();
+        let win_unref = hashes[lo..k]
+            .iter()
+            .filter(|&&h| self.wcache.is_unreferenced(h))
+            .count();
         PrefixMatch {
-            num_blocks: chain.len(),
-            num_tokens: chain.len() * p,
-            num_unreferenced: chain
+            num_blocks: k,
+            num_tokens: k * p,
+            num_unreferenced: chain[..k]
                 .iter()
                 .filter(|e| self.cache.is_unreferenced(e.block))
-                .count(),
+                .count()
+                + m * win_unref,
+            num_pages: k + m * (k - lo),
         }
+    }
+
+    /// The longest usable hit along a cached chain of full blocks: `(k, lo)`, `k` blocks
+    /// whose window pages are cached for `[lo, k)`, the blocks the query at `k·p` still
+    /// sees. Without window layers, the whole chain (`lo = k`).
+    fn window_hit(&self, chain: &[BlockHash]) -> (usize, usize) {
+        let Some(w) = self.cfg.window else {
+            return (chain.len(), chain.len());
+        };
+        let p = self.cfg.block_size;
+        // run[i]: cached window sets ending at block i (inclusive), counted backwards.
+        let mut run = vec![0usize; chain.len()];
+        for (i, h) in chain.iter().enumerate() {
+            if self.wcache.get(*h).is_some() {
+                run[i] = if i == 0 { 1 } else { run[i - 1] + 1 };
+            }
+        }
+        (1..=chain.len())
+            .rev()
+            .map(|k| (k, w.blocks_before(k * p, p)))
+            .find(|&(k, lo)| run[k - 1] >= k - lo)
+            .unwrap_or((0, 0))
     }
 
     /// Creates the table of a new sequence whose known tokens are `tokens`, attaching the
@@ -243,20 +381,19 @@ impl KvManager {
         if self.seqs.contains_key(&id) {
             return Err(KvError::SequenceExists(id));
         }
-        let mut seq = SeqKv {
-            table: BlockTable::default(),
-            committed: 0,
-            cache_open: true,
-        };
+        let mut seq = SeqKv::new();
         if self.cfg.prefix_cache {
             let p = self.cfg.block_size;
             let max_blocks = tokens.len().saturating_sub(1) / p;
-            let hits: Vec<(BlockHash, u32)> = self
+            let mut hits: Vec<(BlockHash, u32)> = self
                 .cache
                 .match_chain(tokens, p, max_blocks)
                 .into_iter()
                 .map(|e| (e.hash, e.block))
                 .collect();
+            let hashes: Vec<BlockHash> = hits.iter().map(|h| h.0).collect();
+            let (k, lo) = self.window_hit(&hashes);
+            hits.truncate(k);
             self.cache.note_lookup();
             self.counters.query_tokens += tokens.len() as u64;
             for &(h, b) in &hits {
@@ -269,37 +406,88 @@ impl KvManager {
             seq.table.num_tokens = hits.len() * p;
             seq.committed = hits.len();
             self.counters.hit_tokens += seq.table.num_tokens as u64;
+            let m = self.win_pages();
+            if m > 0 {
+                seq.win = vec![RELEASED; lo * m];
+                seq.win_released = lo;
+                for &(h, _) in &hits[lo..] {
+                    let pages = self
+                        .wcache
+                        .get(h)
+                        .expect("window_hit checked")
+                        .pages
+                        .clone();
+                    self.acquire_window_set(h, &pages);
+                    seq.win.extend_from_slice(&pages);
+                }
+            }
         }
         let cached = seq.table.num_tokens;
         self.seqs.insert(id, seq);
         Ok(cached)
     }
 
-    /// Extra blocks `grow(id, total)` would take (new blocks plus a copy-on-write block).
-    pub fn blocks_needed(&self, id: u64, total_tokens: usize) -> Result<usize, KvError> {
-        let seq = self.seqs.get(&id).ok_or(KvError::UnknownSequence(id))?;
-        Ok(self.grow_plan(seq, total_tokens).0)
-    }
-
-    fn grow_plan(&self, seq: &SeqKv, total_tokens: usize) -> (usize, bool) {
+    /// Pages `grow(id, total)` takes: new blocks with their window pages, plus copies of a
+    /// shared partial tail, and whether the full and window tails are copied.
+    fn grow_plan(&self, seq: &SeqKv, total_tokens: usize) -> (usize, bool, bool) {
         let p = self.cfg.block_size;
+        let m = self.win_pages();
         let have = seq.table.blocks.len();
         let want = BlockTable::blocks_for(total_tokens, p);
         let new = want.saturating_sub(have);
         let cur = seq.table.num_tokens;
-        let cow = total_tokens > cur && !cur.is_multiple_of(p) && {
+        let writes_tail = total_tokens > cur && !cur.is_multiple_of(p);
+        let cow = writes_tail && {
             let tail = seq.table.blocks[cur / p];
             self.pool.refs(tail).table_refs > 1 || self.cache.hash_of_block(tail).is_some()
         };
-        (new + cow as usize, cow)
+        let cow_win = writes_tail && m > 0 && {
+            let tail = seq.win[cur / p * m];
+            self.pool.refs(tail).table_refs > 1 || self.wcache.hash_of_page(tail).is_some()
+        };
+        (
+            new * (1 + m) + cow as usize + m * cow_win as usize,
+            cow,
+            cow_win,
+        )
+    }
+
+    /// Releases the window pages of sequence `id` that no query from its next position on
+    /// can see (every position before `num_tokens + 1 − W`).
+    fn release_behind_window(&mut self, id: u64) {
+        let (Some(w), Some(seq)) = (self.cfg.window, self.seqs.get_mut(&id)) else {
+            return;
+        };
+        let (p, m) = (self.cfg.block_size, w.pages);
+        let upto = w
+            .blocks_before(seq.table.num_tokens, p)
+            .min(seq.table.blocks.len());
+        if upto <= seq.win_released {
+            return;
+        }
+        let from = seq.win_released;
+        let gone: Vec<u32> = seq.win[from * m..upto * m]
+            .iter_mut()
+            .map(|b| std::mem::replace(b, RELEASED))
+            .collect();
+        seq.win_released = upto;
+        self.counters.window_released += (upto - from) as u64;
+        for b in gone {
+            self.release_table_ref(b);
+        }
     }
 
     /// Makes sequence `id` cover `total_tokens` positions, allocating blocks (evicting cached
     /// ones if the free list is empty) and copying a shared partial tail before it is written.
-    /// All or nothing: on `OutOfBlocks` nothing changed.
+    /// All or nothing: on `OutOfBlocks` nothing changed, except that window pages behind
+    /// the window (which no later query reads) are released first either way.
     pub fn grow(&mut self, id: u64, total_tokens: usize) -> Result<(), KvError> {
-        let seq = self.seqs.get(&id).ok_or(KvError::UnknownSequence(id))?;
-        let (needed, cow) = self.grow_plan(seq, total_tokens);
+        if !self.seqs.contains_key(&id) {
+            return Err(KvError::UnknownSequence(id));
+        }
+        self.release_behind_window(id);
+        let seq = &self.seqs[&id];
+        let (needed, cow, cow_win) = self.grow_plan(seq, total_tokens);
         let available = self.num_available();
         if needed > available {
             return Err(KvError::OutOfBlocks { needed, available });
@@ -317,25 +505,35 @@ impl KvManager {
                 }
             }
         }
-        let p = self.cfg.block_size;
+        let (p, m) = (self.cfg.block_size, self.win_pages());
         let mut fresh = fresh.into_iter();
         let seq = self.seqs.get_mut(&id).expect("checked above");
-        let mut src_dropped = None;
+        let cur = seq.table.num_tokens;
+        let mut dropped = Vec::new();
+        let mut tail_pages: Vec<&mut u32> = Vec::new();
         if cow {
-            let cur = seq.table.num_tokens;
-            let dst = fresh.next().expect("cow block allocated");
-            let src = std::mem::replace(&mut seq.table.blocks[cur / p], dst);
+            tail_pages.push(&mut seq.table.blocks[cur / p]);
+        }
+        if cow_win {
+            tail_pages.extend(seq.win[cur / p * m..(cur / p + 1) * m].iter_mut());
+        }
+        for slot in tail_pages {
+            let dst = fresh.next().expect("cow page allocated");
+            let src = std::mem::replace(slot, dst);
             self.copies.push(CopyOp {
                 src,
                 dst,
                 num_tokens: cur % p,
             });
             self.counters.cow_copies += 1;
-            src_dropped = Some(src);
+            dropped.push(src);
         }
-        seq.table.blocks.extend(fresh);
+        let want = BlockTable::blocks_for(total_tokens, p);
+        let new = want.saturating_sub(seq.table.blocks.len());
+        seq.table.blocks.extend(fresh.by_ref().take(new));
+        seq.win.extend(fresh);
         seq.table.num_tokens = seq.table.num_tokens.max(total_tokens);
-        if let Some(src) = src_dropped {
+        for src in dropped {
             // NOTE: the copy reads `src` before the step runs, so it is held (and cannot be
             // handed out again) until the step that carries the copy finishes, even if this
             // was its last table reference. The hold moves into the next `hold_step`.
@@ -357,7 +555,7 @@ impl KvManager {
             .get(&parent)
             .ok_or(KvError::UnknownSequence(parent))?
             .clone();
-        for &b in &seq.table.blocks {
+        for b in seq.pages() {
             self.pool.inc_table(b);
         }
         self.seqs.insert(child, seq);
@@ -371,6 +569,9 @@ impl KvManager {
             return false;
         };
         // NOTE: tail first, so the free list hands back a sequence's last blocks first.
+        for &b in seq.win.iter().rev().filter(|&&b| b != RELEASED) {
+            self.release_table_ref(b);
+        }
         for &b in seq.table.blocks.iter().rev() {
             self.release_table_ref(b);
         }
@@ -378,7 +579,8 @@ impl KvManager {
     }
 
     /// Shrinks sequence `id` to `num_tokens` positions (speculative rollback), releasing
-    /// blocks past the new end. A committed block cut into becomes uncommitted for this
+    /// blocks past the new end. Refused (nothing changed) when the window of position
+    /// `num_tokens` would reach back into window pages already released. A committed block cut into becomes uncommitted for this
     /// sequence (it stays cached; the next write into it copies it first).
     pub fn truncate(&mut self, id: u64, num_tokens: usize) -> Result<(), KvError> {
         let p = self.cfg.block_size;
@@ -386,8 +588,23 @@ impl KvManager {
         if num_tokens >= seq.table.num_tokens {
             return Ok(());
         }
+        if let Some(w) = self.cfg.window {
+            let first = w.blocks_before(num_tokens, p);
+            if first < seq.win_released {
+                return Err(KvError::BehindWindow {
+                    num_tokens,
+                    released_blocks: seq.win_released,
+                    first_visible_block: first,
+                });
+            }
+        }
         let keep = BlockTable::blocks_for(num_tokens, p);
-        let dropped: Vec<u32> = seq.table.blocks.drain(keep..).collect();
+        let m = self.cfg.window.map_or(0, |w| w.pages);
+        let mut dropped: Vec<u32> = seq.table.blocks.drain(keep..).collect();
+        if m > 0 {
+            dropped.extend(seq.win.drain(keep * m..).filter(|&b| b != RELEASED));
+            seq.win_released = seq.win_released.min(keep);
+        }
         seq.table.num_tokens = num_tokens;
         seq.committed = seq.committed.min(num_tokens / p);
         for &b in dropped.iter().rev() {
@@ -427,9 +644,15 @@ impl KvManager {
                 continue;
             }
             match self.cache.insert(parent, block, chunk, i, false) {
-                Some(_) => {
+                Some(hash) => {
                     seq.committed += 1;
-                    // NOTE: a just-committed block is referenced by this table.
+                    // NOTE: a just-committed block is referenced by this table. Its window
+                    // pages are cached with it unless already released (then no hit can
+                    // end within the window that needed them).
+                    let m = self.cfg.window.map_or(0, |w| w.pages);
+                    if m > 0 && i >= seq.win_released {
+                        self.wcache.insert(hash, &seq.win[i * m..(i + 1) * m]);
+                    }
                 }
                 None => seq.cache_open = false,
             }
@@ -443,7 +666,7 @@ impl KvManager {
         let mut held = std::mem::take(&mut self.pending_holds);
         for id in seq_ids {
             if let Some(seq) = self.seqs.get(id) {
-                for &b in &seq.table.blocks {
+                for b in seq.pages() {
                     self.pool.inc_hold(b);
                     held.push(b);
                 }
@@ -530,6 +753,10 @@ impl KvManager {
     /// many. With no sequences and no steps left, the whole pool is free afterwards.
     pub fn evict_all(&mut self) -> usize {
         let mut n = 0;
+        while let Some((_, h)) = self.wcache.oldest_unreferenced() {
+            self.evict_window_set(h);
+            n += 1;
+        }
         while self.cache.num_unreferenced() > 0 {
             let p = self.cfg.block_size;
             let Some(h) = self
@@ -545,6 +772,11 @@ impl KvManager {
         n
     }
 
+    /// The window page sets cached beside the full blocks (read-only).
+    pub fn window_cache(&self) -> &WindowCache {
+        &self.wcache
+    }
+
     /// Copy orders issued since the last call (perform before running the step).
     pub fn take_copy_ops(&mut self) -> Vec<CopyOp> {
         std::mem::take(&mut self.copies)
@@ -557,8 +789,8 @@ impl KvManager {
 
     /// Current occupancy and counters.
     pub fn stats(&self) -> KvStats {
-        let cached = self.cache.len();
-        let evictable = self.cache.num_unreferenced();
+        let cached = self.cache.len() + self.win_pages() * self.wcache.len();
+        let evictable = self.num_evictable();
         let free = self.pool.num_free();
         KvStats {
             block_size: self.cfg.block_size,
@@ -573,112 +805,29 @@ impl KvManager {
             evictions: self.counters.evictions,
             restores: self.counters.restores,
             cow_copies: self.counters.cow_copies,
+            window_pages_per_block: self.win_pages(),
+            window_released_blocks: self.counters.window_released,
         }
     }
 
     /// Total table references over all sequences (counts a shared block once per table).
     pub fn num_table_refs(&self) -> usize {
-        self.seqs.values().map(|s| s.table.blocks.len()).sum()
-    }
-
-    /// Checks every structural invariant; `Err` names the first one broken. For tests and
-    /// debug assertions; `O(blocks + table entries)`.
-    pub fn check_invariants(&self) -> Result<(), String> {
-        let n = self.cfg.num_blocks;
-        let mut table_refs = vec![0u32; n];
-        for (id, s) in &self.seqs {
-            let want = BlockTable::blocks_for(s.table.num_tokens, self.cfg.block_size);
-            if s.table.blocks.len() != want {
-                return Err(format!(
-                    "seq {id}: {} blocks for {} tokens",
-                    s.table.blocks.len(),
-                    s.table.num_tokens
-                ));
-            }
-            for &b in &s.table.blocks {
-                table_refs[b as usize] += 1;
-            }
-            for i in 0..s.committed {
-                if self.cache.hash_of_block(s.table.blocks[i]).is_none() {
-                    return Err(format!("seq {id}: committed block {i} not cached"));
-                }
-            }
-        }
-        let mut holds = vec![0u32; n];
-        for b in self
-            .steps
-            .values()
-            .flatten()
-            .chain(self.pending_holds.iter())
-        {
-            holds[*b as usize] += 1;
-        }
-        let mut in_free = vec![false; n];
-        for b in self.pool.free_list() {
-            if std::mem::replace(&mut in_free[b as usize], true) {
-                return Err(format!("block {b} twice in free list"));
-            }
-        }
-        for b in 0..n {
-            let r = self.pool.refs(b as u32);
-            if r.table_refs != table_refs[b] || r.holds != holds[b] {
-                return Err(format!(
-                    "block {b}: refs {}/{} but tables {} holds {}",
-                    r.table_refs, r.holds, table_refs[b], holds[b]
-                ));
-            }
-            if r.free != in_free[b] {
-                return Err(format!(
-                    "block {b}: free flag {} but in free list {}",
-                    r.free, in_free[b]
-                ));
-            }
-            let cached = self.cache.hash_of_block(b as u32).is_some();
-            if in_free[b] && (!r.is_unreferenced() || cached) {
-                return Err(format!("block {b} free but referenced or cached"));
-            }
-            let unref = r.is_unreferenced();
-            if cached && unref != self.cache.is_unreferenced(b as u32) {
-                return Err(format!("block {b}: unreferenced set disagrees"));
-            }
-            if !cached && !in_free[b] && unref {
-                return Err(format!(
-                    "block {b} leaked: unreferenced, not cached, not free"
-                ));
-            }
-        }
-        let mut children: HashMap<BlockHash, u32> = HashMap::new();
-        for e in self.cache.entries() {
-            if e.tokens.len() != self.cfg.block_size {
-                return Err(format!(
-                    "cached block {} holds {} tokens",
-                    e.block,
-                    e.tokens.len()
-                ));
-            }
-            if super::hash::block_hash(e.parent, self.cache.salt(), &e.tokens) != e.hash {
-                return Err(format!("cached block {} hash mismatch", e.block));
-            }
-            if let Some(ph) = e.parent {
-                if self.cache.get(ph).is_none() {
-                    return Err(format!("cached block {} has a dangling parent", e.block));
-                }
-                *children.entry(ph).or_default() += 1;
-            }
-        }
-        for e in self.cache.entries() {
-            if e.children != children.get(&e.hash).copied().unwrap_or(0) {
-                return Err(format!("cached block {} child count wrong", e.block));
-            }
-        }
-        Ok(())
+        self.seqs.values().map(|s| s.pages().count()).sum()
     }
 
     // ---- internals ----
 
     /// Drops cached block `h` from the cache, counts the eviction and reports it (so the
-    /// executor can spill it); returns its block id for the caller to free or reuse.
+    /// executor can spill it); returns its block id for the caller to free or reuse. Its
+    /// window pages leave the cache with it (freed, or private to whoever still holds them).
     fn evict(&mut self, h: BlockHash) -> u32 {
+        if let Some(pages) = self.wcache.remove(h) {
+            for b in pages {
+                if self.pool.refs(b).is_unreferenced() {
+                    self.pool.push_free(b);
+                }
+            }
+        }
         let e = self.cache.remove(h);
         self.counters.evictions += 1;
         self.evicted.push(EvictedBlock {
@@ -691,10 +840,35 @@ impl KvManager {
         e.block
     }
 
-    /// Takes one block: the free list first, else evicts an unreferenced cached leaf.
+    /// Evicts the unreferenced window set `h` into the free list; a full block left an
+    /// unreferenced leaf without it (no hit can end there any more) goes too.
+    fn evict_window_set(&mut self, h: BlockHash) {
+        for b in self.wcache.remove(h).expect("evicting a cached window set") {
+            self.pool.push_free(b);
+        }
+        let orphan = self
+            .cache
+            .get(h)
+            .is_some_and(|e| e.children == 0 && self.cache.is_unreferenced(e.block));
+        if orphan {
+            let block = self.evict(h);
+            self.pool.push_free(block);
+        }
+    }
+
+    /// Takes one page: the free list first, else evicts the least recently used
+    /// unreferenced window set, else an unreferenced cached leaf.
+    ///
+    /// NOTE: window sets go first: one outlives its use as soon as its sequence's window
+    /// moves on (it serves only a hit ending right there), while a full block serves every
+    /// longer hit through it.
     fn alloc_block(&mut self) -> Option<u32> {
         if let Some(b) = self.pool.pop_free() {
             return Some(b);
+        }
+        if let Some((_, h)) = self.wcache.oldest_unreferenced() {
+            self.evict_window_set(h);
+            return self.pool.pop_free();
         }
         let p = self.cfg.block_size;
         let h =
@@ -722,8 +896,28 @@ impl KvManager {
     fn on_unreferenced(&mut self, block: u32) {
         if self.cache.hash_of_block(block).is_some() {
             self.cache.set_unreferenced(block, true);
+        } else if let Some(h) = self.wcache.hash_of_page(block) {
+            // The set becomes evictable when its last page does.
+            let set = self.wcache.get(h).expect("page maps to a cached set");
+            if set
+                .pages
+                .iter()
+                .all(|&b| self.pool.refs(b).is_unreferenced())
+            {
+                self.wcache.set_unreferenced(h, true);
+            }
         } else {
             self.pool.push_free(block);
+        }
+    }
+
+    /// Takes a table reference on every page of the cached window set `h` (a prefix hit).
+    fn acquire_window_set(&mut self, h: BlockHash, pages: &[u32]) {
+        if self.wcache.is_unreferenced(h) {
+            self.wcache.set_unreferenced(h, false);
+        }
+        for &b in pages {
+            self.pool.inc_table(b);
         }
     }
 }

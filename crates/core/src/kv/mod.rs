@@ -5,9 +5,11 @@ pub mod block_table;
 pub mod error;
 pub mod eviction;
 pub mod hash;
+mod invariants;
 pub mod manager;
 pub mod prefix_cache;
 pub mod stats;
+pub mod window;
 
 pub use block_pool::{BlockPool, BlockRefs};
 pub use block_table::BlockTable;
@@ -17,3 +19,4 @@ pub use hash::{block_hash, chain_hashes, BlockHash};
 pub use manager::{CopyOp, EvictedBlock, KvConfig, KvManager, PrefixMatch, StepId};
 pub use prefix_cache::{CachedBlock, PrefixCache};
 pub use stats::KvStats;
+pub use window::{WindowCache, WindowKv, RELEASED};

@@ -27,4 +27,9 @@ pub struct KvStats {
     pub restores: u64,
     /// Copy-on-write block copies ordered.
     pub cow_copies: u64,
+    /// Window pages per logical block beside its full block (0: no window layers). Every
+    /// block count above counts pages: one page holds as many layers as the full layers.
+    pub window_pages_per_block: usize,
+    /// Logical blocks whose window pages were released behind the window.
+    pub window_released_blocks: u64,
 }

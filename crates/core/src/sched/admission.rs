@@ -61,9 +61,11 @@ pub struct AdmissionEstimate {
 }
 
 /// Static checks: non-empty prompt, positive `max_tokens`, final KV fits the whole pool.
+/// `blocks_for(tokens)`: the most blocks (pages) a sequence of `tokens` positions holds at
+/// once ([`crate::KvManager::pages_at_most`]).
 pub fn check_static(
     req: &Request,
-    block_size: usize,
+    blocks_for: &dyn Fn(usize) -> usize,
     total_blocks: usize,
 ) -> Result<(), RejectReason> {
     if req.num_prompt_tokens() == 0 {
@@ -73,7 +75,7 @@ pub fn check_static(
         return Err(RejectReason::ZeroMaxTokens);
     }
     let tokens = req.final_kv_tokens();
-    let needed_blocks = tokens.div_ceil(block_size.max(1));
+    let needed_blocks = blocks_for(tokens);
     if needed_blocks > total_blocks {
         return Err(RejectReason::KvNeverFits {
             tokens,
@@ -152,7 +154,7 @@ mod tests {
     #[test]
     fn kv_never_fits_names_blocks() {
         let req = Request::new(1, vec![1; 100], 29);
-        let err = check_static(&req, 16, 7).unwrap_err();
+        let err = check_static(&req, &|t| t.div_ceil(16), 7).unwrap_err();
         assert_eq!(
             err,
             RejectReason::KvNeverFits {
@@ -165,6 +167,6 @@ mod tests {
             err.to_string(),
             "final KV of 128 tokens needs 8 blocks, the whole pool has 7"
         );
-        assert!(check_static(&req, 16, 8).is_ok());
+        assert!(check_static(&req, &|t| t.div_ceil(16), 8).is_ok());
     }
 }

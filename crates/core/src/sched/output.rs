@@ -11,8 +11,12 @@ pub struct ScheduledRequest {
     pub token_ids: Vec<u32>,
     /// Position of `token_ids[0]`; the context attended to is `start_pos + token_ids.len()`.
     pub start_pos: usize,
-    /// Physical blocks of the request, in logical order (attention reads through it).
+    /// Physical blocks of the request, in logical order (attention reads through it). For
+    /// hybrid models: the full-attention layers' pages.
     pub block_table: Vec<u32>,
+    /// Hybrid models: the window layers' pages, one table per page group, with
+    /// `kv::RELEASED` for blocks behind the window (never read). Empty otherwise.
+    pub window_tables: Vec<Vec<u32>>,
     /// KV slot of every token in `token_ids`: `block_table[pos / p] * p + pos % p`.
     pub slot_mapping: Vec<usize>,
     /// The step reaches the end of the known tokens: sample (or verify drafts) from the

@@ -140,7 +140,7 @@ impl Scheduler {
         if self.requests.contains_key(&req.id) {
             return Err(RejectReason::DuplicateId(req.id));
         }
-        admission::check_static(&req, self.kv.block_size(), self.kv.num_blocks())?;
+        self.check_fits(&req)?;
         req.status = RequestStatus::Waiting;
         self.waiting.push_back(req.id);
         self.requests.insert(req.id, req);
@@ -155,7 +155,7 @@ impl Scheduler {
         now_s: f64,
         rates: &Rates,
     ) -> Result<AdmissionEstimate, RejectReason> {
-        admission::check_static(req, self.kv.block_size(), self.kv.num_blocks())?;
+        self.check_fits(req)?;
         let queued: usize = self
             .waiting
             .iter()
@@ -375,6 +375,14 @@ impl Scheduler {
 
     // ---- helpers ----
 
+    /// [`admission::check_static`] against this pool: the most pages the request's final
+    /// KV holds at once must fit the whole pool.
+    fn check_fits(&self, req: &Request) -> Result<(), RejectReason> {
+        let chunk = self.cfg.max_chunk;
+        let pages = |tokens| self.kv.pages_at_most(tokens, chunk);
+        admission::check_static(req, &pages, self.kv.num_blocks())
+    }
+
     /// Tokens request `id` computes this step: `(known, drafts)`, or `None` if it has
     /// nothing to compute (its sampled token is still in flight).
     fn plan_tokens(&self, id: RequestId, budget: usize) -> Option<(usize, usize)> {
@@ -412,10 +420,15 @@ impl Scheduler {
         .min(budget);
         let available = self.kv.num_available() - m.num_unreferenced;
         let needed = match self.cfg.reservation {
-            KvReservation::OnDemand => self.kv.blocks_for(cached + n) - m.num_blocks,
+            KvReservation::OnDemand => {
+                (self.kv.blocks_for(cached + n) - m.num_blocks) * self.kv.pages_per_block()
+            }
             KvReservation::ReserveFinal => {
-                let final_blocks = self.kv.blocks_for(r.final_kv_tokens()) - m.num_blocks;
-                final_blocks + self.outstanding_reservations()
+                let final_pages = self
+                    .kv
+                    .pages_at_most(r.final_kv_tokens(), self.cfg.max_chunk)
+                    .saturating_sub(m.num_pages);
+                final_pages + self.outstanding_reservations()
             }
         };
         if needed > available {
@@ -450,8 +463,10 @@ impl Scheduler {
             .iter()
             .map(|id| {
                 let r = &self.requests[id];
-                let have = self.kv.table(*id).map_or(0, |t| t.blocks.len());
-                self.kv.blocks_for(r.final_kv_tokens()).saturating_sub(have)
+                let most = self
+                    .kv
+                    .pages_at_most(r.final_kv_tokens(), self.cfg.max_chunk);
+                most.saturating_sub(self.kv.pages_held(*id))
             })
             .sum()
     }
@@ -521,6 +536,7 @@ impl Scheduler {
                 token_ids,
                 start_pos: pl.start,
                 block_table,
+                window_tables: self.kv.window_tables(pl.id),
                 slot_mapping,
                 sample: end_known == r.num_tokens(),
                 num_draft_tokens: pl.num_draft,
