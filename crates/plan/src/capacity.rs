@@ -518,8 +518,8 @@ impl Window {
         }
         t.explain(
             "global layers hold ceil(L/p)·p tokens, window layers min(ceil(L/p), ceil(W/p) + 1)·p; \
-             what a hybrid allocator that returns out-of-window blocks holds (folio's engine \
-             restricts attention to the window but still keeps every layer's blocks)",
+             what folio's engine holds while decoding (window layers' blocks behind the window \
+             go back to the pool; `--swa-full` keeps them, the all-global column)",
         )
     }
 }
