@@ -8,8 +8,8 @@ use folio_core::sched::{Request, RequestResult, Scheduler, SchedulerConfig};
 const R: u32 = RELEASED;
 
 /// p = 4, a window of 8 positions, 2 window pages per block.
-fn manager(num_blocks: usize) -> KvManager {
-    KvManager::new(KvConfig {
+fn config(num_blocks: usize) -> KvConfig {
+    KvConfig {
         num_blocks,
         block_size: 4,
         window: Some(WindowKv {
@@ -17,8 +17,11 @@ fn manager(num_blocks: usize) -> KvManager {
             pages: 2,
         }),
         ..KvConfig::default()
-    })
-    .unwrap()
+    }
+}
+
+fn manager(num_blocks: usize) -> KvManager {
+    KvManager::new(config(num_blocks)).unwrap()
 }
 
 fn toks(n: usize, base: u32) -> Vec<u32> {
@@ -171,15 +174,7 @@ fn shared_partial_tail_copies_its_window_pages() {
 fn preemption_with_window_pages() {
     let run = |num_blocks: usize| {
         let cfg = SchedulerConfig {
-            kv: KvConfig {
-                num_blocks,
-                block_size: 4,
-                window: Some(WindowKv {
-                    tokens: 8,
-                    pages: 2,
-                }),
-                ..KvConfig::default()
-            },
+            kv: config(num_blocks),
             token_budget: 64,
             max_chunk: 16,
             ..SchedulerConfig::default()
