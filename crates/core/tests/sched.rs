@@ -429,3 +429,34 @@ fn fork_shares_prompt_blocks_and_copies_the_tail() {
         "a parent with output cannot be forked"
     );
 }
+
+/// `max_running` counts samples: a 4-sample group (one request that will fork 3) fills a
+/// limit of 4 from its admission on, so a second request waits until the group is done.
+#[test]
+fn max_running_counts_the_samples_a_group_will_fork() {
+    let mut c = cfg(64, 4);
+    c.max_running = 4;
+    let mut s = Scheduler::new(c).unwrap();
+    s.add_request(Request::new(1, vec![10, 11, 12], 2).with_forks(3))
+        .unwrap();
+    s.add_request(Request::new(9, vec![20, 21], 2)).unwrap();
+    let out = s.schedule();
+    let ids: Vec<u64> = out.requests.iter().map(|r| r.id).collect();
+    assert_eq!(ids, vec![1], "the group holds all 4 places before it forks");
+    for child in 2..5 {
+        s.fork(1, child, 2, 70).unwrap();
+    }
+    s.update(&out, &results(&out));
+    assert_eq!(s.num_running(), 4);
+    let (out, _) = step(&mut s);
+    assert!(out.requests.iter().all(|r| r.id != 9), "still full");
+    // The group finishes (2 tokens each); then the waiting request runs.
+    for _ in 0..10 {
+        if s.request(9).unwrap().status == RequestStatus::Running {
+            break;
+        }
+        step(&mut s);
+    }
+    assert_eq!(s.request(9).unwrap().status, RequestStatus::Running);
+    assert!(s.num_running() <= 4);
+}

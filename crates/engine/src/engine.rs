@@ -54,11 +54,13 @@ struct PendingChild {
 
 impl Live {
     /// Ends the stream: text held back for a possible stop string is released (unless a
-    /// stop string matched), then `Finished` with usage.
+    /// stop string matched), then `Finished` with usage. Bytes of a character the last
+    /// token left incomplete (a length cut mid-emoji) are dropped, not sent as U+FFFD.
     fn finish(mut self, reason: FinishReason, now: Instant) {
         let tail = if reason == FinishReason::Stop {
             String::new()
         } else {
+            self.decoder.discard_incomplete();
             self.stop.push(&self.decoder.flush()).text_to_emit + &self.stop.flush()
         };
         if !tail.is_empty() {
@@ -184,18 +186,20 @@ pub fn spawn_engine_with_draft(
             cfg.block_size
         );
     }
-    let salt = {
-        // Blocks match only under the same model file and KV format.
-        let mut h: u64 = 0xcbf29ce484222325;
-        for b in model_path
-            .to_string_lossy()
-            .bytes()
-            .chain(cfg.kv_format.name().bytes())
-        {
-            h = (h ^ b as u64).wrapping_mul(0x100000001b3);
-        }
-        h
+    // Blocks match only under the same model file, KV format and numerics (the disk tier
+    // keeps blocks across restarts: a `llama` server must not reuse a `fast` one's KV).
+    let numerics = match model.weights.head().sums() {
+        folio_kernels::matmul::Sums::Ggml => "llama",
+        folio_kernels::matmul::Sums::Block => "fast",
     };
+    let salt = folio_core::kv::fnv1a(
+        format!(
+            "{}\0{}\0{numerics}",
+            model_path.to_string_lossy(),
+            cfg.kv_format.name()
+        )
+        .as_bytes(),
+    );
     let sched_cfg = SchedulerConfig {
         policy: cfg.policy,
         token_budget: cfg.token_budget,
@@ -279,11 +283,7 @@ pub fn spawn_engine_with_draft(
         kv_layers_per_block: kv.layout.slots(),
         kv_block_bytes: block_bytes.round() as usize,
         kv_format: cfg.kv_format.name().into(),
-        numerics: match model.weights.head().sums() {
-            folio_kernels::matmul::Sums::Ggml => "llama",
-            folio_kernels::matmul::Sums::Block => "fast",
-        }
-        .into(),
+        numerics: numerics.into(),
     });
     let metrics = Arc::new(EngineMetrics::default());
     metrics.kv_blocks_total.store(num_blocks, Relaxed);
@@ -381,7 +381,7 @@ impl Engine {
 
     fn apply(&mut self, cmd: Command) {
         match cmd {
-            Command::Add { id, req, tx } => self.add(id, *req, tx),
+            Command::Add { id, req, tx } => self.add(id, *req, tx, 0),
             Command::AddGroup {
                 ids,
                 req,
@@ -394,10 +394,10 @@ impl Engine {
                     (id, r, tx)
                 });
                 let (pid, preq, ptx) = group.next().expect("a group has at least two samples");
-                self.add(pid, preq, ptx);
                 let children: Vec<PendingChild> = group
                     .map(|(id, req, tx)| PendingChild { id, req, tx })
                     .collect();
+                self.add(pid, preq, ptx, children.len());
                 if self.live.contains_key(&pid) {
                     self.forks.insert(pid, children);
                 } else {
@@ -423,7 +423,14 @@ impl Engine {
         }
     }
 
-    fn add(&mut self, id: RequestId, req: GenerateRequest, tx: UnboundedSender<Event>) {
+    /// Queues request `id`; `forks` samples will be forked from it after its prompt.
+    fn add(
+        &mut self,
+        id: RequestId,
+        req: GenerateRequest,
+        tx: UnboundedSender<Event>,
+        forks: usize,
+    ) {
         let finish = |tx: &UnboundedSender<Event>, reason| {
             let _ = tx.send(Event::Finished {
                 reason,
@@ -439,7 +446,7 @@ impl Engine {
         // The context bounds the output too: at most ctx − prompt tokens are generated.
         let max_tokens = req.max_tokens.min(ctx.saturating_sub(prompt_len)).max(1);
         let prompt_copy = req.prompt.clone();
-        let mut r = Request::new(id, req.prompt, max_tokens);
+        let mut r = Request::new(id, req.prompt, max_tokens).with_forks(forks);
         let now = self.epoch.elapsed().as_secs_f64();
         r = r.with_arrival(req.arrival.map(|a| self.secs(a)).unwrap_or(now));
         if let Some(d) = req.deadline {
@@ -589,6 +596,9 @@ impl Engine {
                 choose_tokens(&mut live, &logits[..vocab], vocab, &[], &self.eog);
             let (kept, finish, event) = emit(&mut live, &toks, logprobs, &self.eog, now);
             let _ = live.tx.send(event);
+            self.metrics
+                .generation_tokens
+                .fetch_add(kept.len() as u64, Relaxed);
             let done = finish
                 .map(|_| FinishReason::Stop)
                 .or((max_tokens == 1).then_some(FinishReason::Length));
@@ -758,6 +768,10 @@ impl Engine {
             }
             let (kept, finish, event) = emit(live, &toks, logprobs, &self.eog, now);
             let _ = live.tx.send(event);
+            // Tokens, not sampling steps: a verified draft step emits several.
+            self.metrics
+                .generation_tokens
+                .fetch_add(kept.len() as u64, Relaxed);
             results.push(RequestResult {
                 id: sr.id,
                 new_token_ids: kept,
@@ -1024,8 +1038,6 @@ impl Engine {
         let m = &self.metrics;
         let kv = self.sched.kv_stats();
         m.steps.fetch_add(1, Relaxed);
-        let sampled = out.requests.iter().filter(|r| r.sample).count();
-        m.generation_tokens.fetch_add(sampled as u64, Relaxed);
         let s = StepStats {
             step: out.step.0,
             requests: out.requests.len(),
@@ -1095,23 +1107,40 @@ fn choose_tokens(
     let prepare = |live: &Live, i: usize| {
         processed(live, &rows[i * vocab..(i + 1) * vocab], &drafts[..i], eog)
     };
+    // Output position of row 0: rows are keyed by position (see `Sampler`).
+    let pos = live.output.len();
+    let sampled_drafts = live
+        .spec
+        .as_ref()
+        .is_some_and(|sp| sp.draft_q.len() == drafts.len() && !drafts.is_empty());
     let toks: Vec<u32> = if drafts.is_empty() {
         let l = prepare(live, 0);
-        vec![live.sampler.sample(&l)]
+        vec![live.sampler.sample_at(&l, pos)]
     } else if live.sampler.params.is_greedy() {
         let targets: Vec<u32> = (0..n_rows)
             .map(|i| crate::sampler::argmax(&prepare(live, i)) as u32)
             .collect();
         folio_spec::verify_greedy(drafts, &targets).tokens
+    } else if !sampled_drafts {
+        // A deterministic proposer (n-gram lookup) puts all its mass on its draft: then
+        // rejection sampling's test, accept d with probability p(d), is the same as drawing
+        // the position's token from p and accepting iff it is d. Drawing it with the
+        // position's own uniform gives exactly the tokens decoding without speculation
+        // gives, whatever the draft lengths.
+        let mut toks = Vec::with_capacity(n_rows);
+        for i in 0..n_rows {
+            let t = live.sampler.sample_at(&prepare(live, i), pos + i);
+            toks.push(t);
+            if drafts.get(i) != Some(&t) {
+                break;
+            }
+        }
+        toks
     } else {
         let p: Vec<Vec<(u32, f32)>> = (0..n_rows)
             .map(|i| live.sampler.distribution(&prepare(live, i)))
             .collect();
-        let q: Vec<Vec<(u32, f32)>> = match live.spec.as_ref() {
-            Some(sp) if sp.draft_q.len() == drafts.len() => sp.draft_q.clone(),
-            // Deterministic proposers (n-gram lookup) put all mass on their draft.
-            _ => drafts.iter().map(|&d| vec![(d, 1.0)]).collect(),
-        };
+        let q = live.spec.as_ref().expect("sampled drafts").draft_q.clone();
         folio_spec::verify_sampled(drafts, &p, &q, live.sampler.rng()).tokens
     };
     let logprobs = match live.logprobs {

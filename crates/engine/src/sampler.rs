@@ -45,9 +45,15 @@ impl SamplingParams {
     }
 }
 
-/// A request's sampler: its settings and its own RNG.
+/// A request's sampler: its settings, its seed and its own RNG.
+///
+/// NOTE: tokens are drawn with a uniform keyed by (seed, output position), not from a
+/// stream: how many draws came before (speculative acceptance tests, resampling, drafts of
+/// any length) never changes which token a position gets, so a seeded request gives the
+/// same tokens on every run, with speculation on or off (see `choose_tokens`).
 pub struct Sampler {
     pub params: SamplingParams,
+    seed: u64,
     rng: StdRng,
 }
 
@@ -71,11 +77,23 @@ pub fn log_softmax(x: &[f32]) -> Vec<f32> {
 
 impl Sampler {
     pub fn new(params: SamplingParams) -> Sampler {
-        let rng = match params.seed {
-            Some(s) => StdRng::seed_from_u64(s),
-            None => StdRng::from_entropy(),
-        };
-        Sampler { params, rng }
+        let seed = params.seed.unwrap_or_else(rand::random);
+        Sampler {
+            params,
+            seed,
+            rng: StdRng::seed_from_u64(seed),
+        }
+    }
+
+    /// The uniform in [0, 1) of output position `pos`: a function of the seed and `pos`
+    /// alone (splitmix64 of both).
+    pub fn uniform_at(&self, pos: usize) -> f32 {
+        let mut z = self.seed ^ (pos as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+        // 24 random bits: every value exactly representable, strictly below 1.
+        (z >> 40) as f32 / (1u64 << 24) as f32
     }
 
     /// True when any penalty would change the logits.
@@ -160,13 +178,14 @@ impl Sampler {
         cand
     }
 
-    /// Draws a token: greedy when temperature is 0.
-    pub fn sample(&mut self, logits: &[f32]) -> u32 {
+    /// Draws the token of output position `pos`: greedy when temperature is 0, else the
+    /// inverse CDF of the filtered distribution at [`Sampler::uniform_at`]`(pos)`.
+    pub fn sample_at(&self, logits: &[f32], pos: usize) -> u32 {
         if self.params.is_greedy() {
             return argmax(logits) as u32;
         }
         let dist = self.distribution(logits);
-        let r: f32 = self.rng.gen();
+        let r = self.uniform_at(pos);
         let mut acc = 0.0;
         for &(id, pr) in &dist {
             acc += pr;
@@ -177,11 +196,6 @@ impl Sampler {
         dist.last()
             .expect("distribution keeps at least one token")
             .0
-    }
-
-    /// A uniform draw from this request's RNG (speculative acceptance tests).
-    pub fn uniform(&mut self) -> f32 {
-        self.rng.gen()
     }
 
     /// This request's RNG (rejection sampling draws from it so seeded requests repeat).
@@ -211,8 +225,8 @@ mod tests {
 
     #[test]
     fn greedy_picks_first_max() {
-        let mut s = Sampler::new(SamplingParams::default());
-        assert_eq!(s.sample(&[0.1, 3.0, 3.0, -1.0]), 1);
+        let s = Sampler::new(SamplingParams::default());
+        assert_eq!(s.sample_at(&[0.1, 3.0, 3.0, -1.0], 0), 1);
     }
 
     #[test]
@@ -249,11 +263,17 @@ mod tests {
         };
         let logits: Vec<f32> = (0..50).map(|i| (i as f32 * 0.37).sin()).collect();
         let a: Vec<u32> = {
-            let mut s = Sampler::new(p.clone());
-            (0..20).map(|_| s.sample(&logits)).collect()
+            let s = Sampler::new(p.clone());
+            (0..20).map(|i| s.sample_at(&logits, i)).collect()
         };
+        // Another sampler of the same seed, positions visited out of order, extra draws
+        // from its RNG in between: position i still gets the same token.
         let mut s = Sampler::new(p);
-        let b: Vec<u32> = (0..20).map(|_| s.sample(&logits)).collect();
+        let mut b = vec![0; 20];
+        for i in (0..20).rev() {
+            let _: f32 = s.rng().gen();
+            b[i] = s.sample_at(&logits, i);
+        }
         assert_eq!(a, b);
         assert!(
             a.iter().any(|&t| t != a[0]),

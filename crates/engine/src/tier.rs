@@ -14,6 +14,7 @@
 //! bounded: the oldest blocks are deleted first. The salt (model file + KV format) keeps
 //! another model's blocks from ever matching.
 
+use folio_core::kv::fnv1a as fnv64;
 use std::collections::{HashMap, VecDeque};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -49,14 +50,6 @@ pub struct DiskTier {
     /// Spill order, oldest first (deletion order when over the cap).
     order: VecDeque<u64>,
     pub stats: TierStats,
-}
-
-fn fnv64(bytes: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf29ce484222325;
-    for &b in bytes {
-        h = (h ^ b as u64).wrapping_mul(0x100000001b3);
-    }
-    h
 }
 
 fn rd_u64(r: &mut impl Read) -> std::io::Result<u64> {

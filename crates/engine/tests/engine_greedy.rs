@@ -210,12 +210,15 @@ fn speculation_keeps_greedy_outputs() {
         let h = engine(cfg.clone());
         let ps = prompts(&h, N);
         // Alone.
+        let mut completion_tokens = 0;
         for (i, p) in ps.iter().take(3).enumerate() {
             let o = collect(h.submit(greedy(p, MAX)).unwrap());
             assert_eq!(
                 o.ids, plain[i],
                 "{method:?} k={k:?}: request {i} alone differs from no speculation"
             );
+            assert_eq!(o.usage.completion_tokens, o.ids.len());
+            completion_tokens += o.usage.completion_tokens;
         }
         // Batch of 16.
         for (i, o) in all_at_once(&h, &ps).into_iter().enumerate() {
@@ -223,10 +226,65 @@ fn speculation_keeps_greedy_outputs() {
                 o, plain[i],
                 "{method:?} k={k:?}: request {i} in a batch of 16 differs"
             );
+            completion_tokens += o.len();
         }
         let st = h.metrics.spec.lock().unwrap().clone();
         assert!(st.drafted > 0, "{method:?} k={k:?}: nothing was drafted");
+        // The generation counter (`vllm:generation_tokens_total`) counts tokens, several
+        // per verified step, not sampling steps.
+        assert_eq!(
+            h.metrics
+                .generation_tokens
+                .load(std::sync::atomic::Ordering::Relaxed),
+            completion_tokens as u64,
+            "{method:?} k={k:?}: generation_tokens"
+        );
         h.shutdown();
+    }
+}
+
+/// A seeded sampled request gives the same tokens with n-gram speculation (fixed or adaptive
+/// draft lengths, alone or in a batch) as without: each output position draws with its own
+/// uniform, and a point-mass draft is accepted iff it is that position's token.
+#[test]
+fn seeded_sampling_is_the_same_with_and_without_ngram_speculation() {
+    use folio_engine::{SamplingParams, SpecMethod};
+    let runs = |spec: SpecMethod, k: Option<usize>| {
+        let h = engine(EngineConfig {
+            prefix_cache: false,
+            spec,
+            spec_tokens: k,
+            ..EngineConfig::default()
+        });
+        let ps = prompts(&h, 8);
+        let req = |i: usize| {
+            let mut r = greedy(&ps[i], MAX);
+            r.params = SamplingParams {
+                temperature: 0.7,
+                seed: Some(100 + i as u64),
+                ..Default::default()
+            };
+            r
+        };
+        let alone: Vec<Vec<u32>> = (0..ps.len())
+            .map(|i| collect(h.submit(req(i)).unwrap()).ids)
+            .collect();
+        let streams: Vec<_> = (0..ps.len()).map(|i| h.submit(req(i)).unwrap()).collect();
+        let batched: Vec<Vec<u32>> = streams.into_iter().map(|s| collect(s).ids).collect();
+        let drafted = h.metrics.spec.lock().unwrap().drafted;
+        h.shutdown();
+        (alone, batched, drafted)
+    };
+    let (want, want_batched, _) = runs(SpecMethod::Off, None);
+    assert_eq!(want, want_batched);
+    for k in [Some(4), None] {
+        let (alone, batched, drafted) = runs(SpecMethod::Ngram, k);
+        assert!(drafted > 0, "k={k:?}: nothing was drafted");
+        assert_eq!(
+            alone, want,
+            "k={k:?}: seeded samples differ with speculation"
+        );
+        assert_eq!(batched, want, "k={k:?}: seeded samples differ in a batch");
     }
 }
 

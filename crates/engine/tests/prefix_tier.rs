@@ -67,13 +67,7 @@ fn prefix_cache_and_block_sizes_keep_outputs() {
 fn evicted_prefix_comes_back_from_disk_and_survives_restart() {
     let dir = std::env::temp_dir().join(format!("folio-tier-e2e-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    // 60 blocks of 16 tokens: far less than the three long prompts below.
-    let cfg = EngineConfig {
-        kv_cache_bytes: 23_040 * 16 * 60,
-        eviction: EvictionPolicy::Lru,
-        kv_disk_dir: Some(dir.clone()),
-        ..EngineConfig::default()
-    };
+    let cfg = tier_cfg(&dir);
     let h = engine(cfg.clone());
     let a = h
         .tokenizer
@@ -134,5 +128,36 @@ fn evicted_prefix_comes_back_from_disk_and_survives_restart() {
         after.usage.cached_tokens
     );
     h.shutdown();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+
+    // The same directory under llama.cpp's numerics: blocks the `fast` engine spilled hold
+    // different KV bits, so none may be reused.
+    let path = folio_fetch::test_model().expect("the default model");
+    let f = folio_gguf::GgufFile::open(&path).expect("open model");
+    let mut model = folio_model::Model::from_gguf(&f).expect("load model");
+    model.set_sums(folio_kernels::matmul::Sums::Ggml);
+    let tok = std::sync::Arc::new(folio_tokenizer::Tokenizer::from_gguf(&f).expect("tokenizer"));
+    let h = folio_engine::spawn_engine(model, tok, &path, tier_cfg(&dir)).expect("engine");
+    let llama = collect(h.submit(greedy(&a, 8)).unwrap());
+    assert_eq!(
+        (
+            llama.usage.cached_tokens,
+            h.metrics.tier_fetches.load(Relaxed)
+        ),
+        (0, 0),
+        "a llama-numerics engine reused blocks spilled under fast numerics"
+    );
+    h.shutdown();
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A disk tier in `dir` under 60 blocks of 16 tokens: far less than the three long
+/// prompts of the tier test.
+fn tier_cfg(dir: &std::path::Path) -> EngineConfig {
+    EngineConfig {
+        kv_cache_bytes: 23_040 * 16 * 60,
+        eviction: EvictionPolicy::Lru,
+        kv_disk_dir: Some(dir.to_path_buf()),
+        ..EngineConfig::default()
+    }
 }

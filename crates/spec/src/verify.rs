@@ -75,10 +75,21 @@ pub fn verify_sampled<R: Rng>(
             tokens.push(x);
             continue;
         }
-        // Rejected: residual distribution norm([p − q]+).
+        // Rejected: residual distribution norm([p − q]+). q is scattered into a dense
+        // array first, so this is linear in the vocabulary (a lookup per token of p would
+        // be quadratic).
+        let mut dense_q = vec![0f32; q[i].iter().map(|e| e.0 as usize + 1).max().unwrap_or(0)];
+        for &(t, qt) in &q[i] {
+            dense_q[t as usize] += qt;
+        }
         let resid: Vec<(u32, f32)> = p[i]
             .iter()
-            .map(|&(t, pt)| (t, (pt - prob(&q[i], t)).max(0.0)))
+            .map(|&(t, pt)| {
+                (
+                    t,
+                    (pt - dense_q.get(t as usize).copied().unwrap_or(0.0)).max(0.0),
+                )
+            })
             .filter(|e| e.1 > 0.0)
             .collect();
         let t = if resid.is_empty() {

@@ -109,6 +109,63 @@ fn random_vocabulary_with_a_sampled_drafter_keeps_the_target_distribution() {
     assert!(x < 20.52, "chi2 {x}: counts {counts:?} vs p {probs:?}");
 }
 
+/// A 32,768-token vocabulary whose draft distribution differs from the target's (their
+/// heavy tokens only partly overlap, so drafts are often rejected): the first emitted
+/// token still follows the target exactly (rejection is linear in the vocabulary; a
+/// quadratic residual would take 32,768² steps per rejection here).
+#[test]
+fn large_vocabulary_with_real_rejections_keeps_the_target_distribution() {
+    use rand::Rng;
+    let v = 32_768;
+    let mut rng = StdRng::seed_from_u64(9);
+    // Heavy tokens 0..16 for the target, 8..24 for the draft; the rest share a thin floor.
+    let dist = |heavy: std::ops::Range<usize>, rng: &mut StdRng| {
+        let w: Vec<f32> = (0..v)
+            .map(|t| {
+                if heavy.contains(&t) {
+                    1.0 + rng.gen::<f32>()
+                } else {
+                    1e-4
+                }
+            })
+            .collect();
+        let s: f32 = w.iter().sum();
+        w.into_iter()
+            .enumerate()
+            .map(|(i, x)| (i as u32, x / s))
+            .collect::<Vec<_>>()
+    };
+    let p = dist(0..16, &mut rng);
+    let q = dist(8..24, &mut rng);
+    let cdf: Vec<f32> = q
+        .iter()
+        .scan(0.0, |acc, e| {
+            *acc += e.1;
+            Some(*acc)
+        })
+        .collect();
+    // Buckets: each of the 24 heavy tokens, then everything else.
+    let bucket = |t: u32| (t as usize).min(24);
+    let mut counts = vec![0u64; 25];
+    let (n, mut rejected) = (10_000, 0);
+    let targets = [p.clone(), p.clone()];
+    for _ in 0..n {
+        let r: f32 = rng.gen();
+        let d = cdf.partition_point(|&c| c <= r).min(v - 1) as u32;
+        let out = verify_sampled(&[d], &targets, std::slice::from_ref(&q), &mut rng);
+        rejected += (out.accepted == 0) as u64;
+        counts[bucket(out.tokens[0])] += 1;
+    }
+    let mut probs = vec![0f64; 25];
+    for &(t, pt) in &p {
+        probs[bucket(t)] += pt as f64;
+    }
+    assert!(rejected > n / 5, "only {rejected} of {n} drafts rejected");
+    // 24 degrees of freedom: 51.18 is the 0.1% critical value.
+    let x = chi2(&counts, &probs);
+    assert!(x < 51.18, "chi2 {x}: counts {counts:?} vs p {probs:?}");
+}
+
 /// The rule's decisions are counted per plan: considered, declined (no draft), planned.
 #[test]
 fn plan_decisions_are_counted() {

@@ -68,6 +68,12 @@ impl IncrementalDecoder {
         out
     }
 
+    /// Drops the held-back bytes of an incomplete trailing character (a stream cut before
+    /// the tokens that would complete it); returns how many bytes were dropped.
+    pub fn discard_incomplete(&mut self) -> usize {
+        std::mem::take(&mut self.pending).len()
+    }
+
     /// Ends the stream: whatever is held back, lossily decoded.
     pub fn flush(&mut self) -> String {
         let out = String::from_utf8_lossy(&self.pending).into_owned();

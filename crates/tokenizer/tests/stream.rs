@@ -66,6 +66,17 @@ fn invalid_bytes_become_replacement_chars_and_flush_is_lossy() {
     assert_eq!(dec.flush(), "");
 }
 
+#[test]
+fn a_cut_mid_character_drops_the_incomplete_bytes() {
+    let mut dec = IncrementalDecoder::new(tiny(), true);
+    assert_eq!(dec.push(byte_id(b'a')), "a");
+    // The first two bytes of a four-byte emoji, then the stream is cut (a length limit).
+    assert_eq!(dec.push(byte_id(0xF0)), "");
+    assert_eq!(dec.push(byte_id(0x9F)), "");
+    assert_eq!(dec.discard_incomplete(), 2);
+    assert_eq!(dec.flush(), "", "nothing left to turn into U+FFFD");
+}
+
 fn out(text: &str, stopped: bool) -> StopOutput {
     StopOutput {
         text_to_emit: text.into(),

@@ -15,12 +15,22 @@ pub type BlockHash = u64;
 const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
 const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
 
-fn fnv_word(mut h: u64, w: u64) -> u64 {
-    for b in w.to_le_bytes() {
+/// FNV-1a of `bytes` (stable across runs and Rust releases: the engine keys files by it).
+pub fn fnv1a(bytes: &[u8]) -> u64 {
+    fnv1a_extend(FNV_OFFSET, bytes)
+}
+
+/// FNV-1a continued from state `h`.
+fn fnv1a_extend(mut h: u64, bytes: &[u8]) -> u64 {
+    for &b in bytes {
         h ^= b as u64;
         h = h.wrapping_mul(FNV_PRIME);
     }
     h
+}
+
+fn fnv_word(h: u64, w: u64) -> u64 {
+    fnv1a_extend(h, &w.to_le_bytes())
 }
 
 fn splitmix(mut z: u64) -> u64 {

@@ -65,6 +65,9 @@ pub struct Request {
     pub draft: Vec<u32>,
     /// Highest `num_computed_tokens` reached; computing below it again is recompute.
     pub(crate) max_computed_tokens: usize,
+    /// Samples still to be forked from this request after its prompt (`n − 1` for an
+    /// `n`-sample group): they count against `max_running` from admission on.
+    pub forks: usize,
 }
 
 impl Request {
@@ -84,7 +87,14 @@ impl Request {
             num_recomputed_tokens: 0,
             draft: Vec::new(),
             max_computed_tokens: 0,
+            forks: 0,
         }
+    }
+
+    /// Sets how many samples will be forked from this request (`n − 1`).
+    pub fn with_forks(mut self, forks: usize) -> Self {
+        self.forks = forks;
+        self
     }
 
     /// Sets the arrival time (seconds).

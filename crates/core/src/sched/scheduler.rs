@@ -192,6 +192,10 @@ impl Scheduler {
         max_tokens: usize,
         first_token: u32,
     ) -> Result<(), RejectReason> {
+        // The sample stops counting as pending whether or not it can be forked.
+        if let Some(p) = self.requests.get_mut(&parent) {
+            p.forks = p.forks.saturating_sub(1);
+        }
         if self.requests.contains_key(&child) {
             return Err(RejectReason::DuplicateId(child));
         }
@@ -298,7 +302,7 @@ impl Scheduler {
         }
 
         if preempted.is_empty() && self.admission_open() {
-            while budget > 0 && self.running.len() < self.cfg.effective_max_running() {
+            while budget > 0 && self.running_samples() < self.cfg.effective_max_running() {
                 let Some(&id) = self.waiting.front() else {
                     break;
                 };
@@ -406,9 +410,26 @@ impl Scheduler {
         }
     }
 
-    /// Admits waiting request `id` if KV allows under the reservation mode.
+    /// Running requests plus the samples they will still fork: what `max_running` bounds.
+    fn running_samples(&self) -> usize {
+        self.running.len()
+            + self
+                .running
+                .iter()
+                .map(|id| self.requests[id].forks)
+                .sum::<usize>()
+    }
+
+    /// Admits waiting request `id` if KV allows under the reservation mode, and its samples
+    /// fit `max_running` (a group larger than the limit runs when nothing else does).
     fn try_admit(&mut self, id: RequestId, budget: usize) -> Option<Planned> {
         let r = &self.requests[&id];
+        let samples = 1 + r.forks;
+        if !self.running.is_empty()
+            && self.running_samples() + samples > self.cfg.effective_max_running()
+        {
+            return None;
+        }
         let m = self.kv.match_prefix(r.tokens());
         let cached = m.num_tokens;
         let remaining = r.num_tokens() - cached;
