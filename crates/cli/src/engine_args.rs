@@ -140,6 +140,9 @@ pub struct EngineArgs {
     /// Layers of the self-draft (default: three quarters of the model).
     #[arg(long, default_value_t = 0)]
     pub spec_draft_layers: usize,
+    /// A Jinja chat template file used instead of the model's `tokenizer.chat_template`.
+    #[arg(long)]
+    pub chat_template: Option<PathBuf>,
 }
 
 /// `--model PATH|NAME|list`: an existing file, else a catalogue model (fetched on first
@@ -255,8 +258,14 @@ pub fn start_with(args: &EngineArgs, cfg: EngineConfig) -> Result<EngineHandle> 
             }
             None => None,
         };
-        let tok = folio_tokenizer::Tokenizer::from_gguf(&gguf)
+        let mut tok = folio_tokenizer::Tokenizer::from_gguf(&gguf)
             .with_context(|| format!("tokenizer of {}", path.display()))?;
+        if let Some(file) = &self_.chat_template {
+            let source = std::fs::read_to_string(file)
+                .with_context(|| format!("--chat-template: reading {}", file.display()))?;
+            tok.set_chat_template(&source)
+                .with_context(|| format!("--chat-template {}", file.display()))?;
+        }
         folio_engine::spawn_engine_with_draft(model, draft, Arc::new(tok), &path, cfg)
     }
 }

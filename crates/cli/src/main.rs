@@ -37,6 +37,8 @@ enum Cmd {
         host: String,
         #[arg(long, default_value_t = 8000)]
         port: u16,
+        #[command(flatten)]
+        server: ServeArgs,
     },
     /// Generate text for one prompt, streamed to stdout; figures go to stderr.
     Generate {
@@ -76,6 +78,85 @@ enum Cmd {
         #[command(subcommand)]
         what: BenchCmd,
     },
+}
+
+/// HTTP settings of `folio serve` (names as vLLM's where it has one).
+#[derive(clap::Args)]
+struct ServeArgs {
+    /// The model name clients see (/v1/models, `model` fields) and must send or omit;
+    /// default: the model file's name.
+    #[arg(long)]
+    served_model_name: Option<String>,
+    /// Require `Authorization: Bearer KEY` on /v1/*, /tokenize and /detokenize (default:
+    /// the FOLIO_API_KEY environment variable; unset = no key).
+    #[arg(long)]
+    api_key: Option<String>,
+    /// Require the API key on /metrics too (/health stays open).
+    #[arg(long)]
+    api_key_protects_metrics: bool,
+    /// CORS: comma-separated origins browsers may call the API from, or `*`; off by default.
+    #[arg(long, value_delimiter = ',')]
+    allowed_origins: Vec<String>,
+    /// Largest request body (suffixes k, m, g); larger bodies get 413. Default 32m.
+    #[arg(long)]
+    max_request_bytes: Option<String>,
+    /// Most requests (choices) waiting for their first token; more get 429 with
+    /// Retry-After. Default 1024.
+    #[arg(long)]
+    max_queued_requests: Option<usize>,
+    /// A generation request running longer is aborted and ends with finish_reason
+    /// "timeout"; default: no limit.
+    #[arg(long)]
+    request_timeout_s: Option<f64>,
+    /// Most open connections; more are answered 503 and closed. Default 1000.
+    #[arg(long)]
+    max_connections: Option<usize>,
+    /// A request's headers must arrive within this many seconds. Default 30.
+    #[arg(long)]
+    header_timeout_s: Option<f64>,
+    /// Idle keep-alive connections are closed after this many seconds. Default 60.
+    #[arg(long)]
+    keep_alive_timeout_s: Option<f64>,
+}
+
+impl ServeArgs {
+    fn options(&self) -> Result<folio_server::ServerOptions> {
+        let mut o = folio_server::ServerOptions::default();
+        let secs = |flag: &str, s: f64| {
+            if s.is_finite() && s > 0.0 && s <= 1e7 {
+                Ok(std::time::Duration::from_secs_f64(s))
+            } else {
+                anyhow::bail!("{flag}: must be a positive number of seconds, got {s}")
+            }
+        };
+        o.api_key = self.api_key.clone().or_else(|| {
+            std::env::var("FOLIO_API_KEY")
+                .ok()
+                .filter(|k| !k.is_empty())
+        });
+        o.api_key_protects_metrics = self.api_key_protects_metrics;
+        o.allowed_origins = self.allowed_origins.clone();
+        if let Some(b) = &self.max_request_bytes {
+            o.max_body_bytes = engine_args::parse_bytes("--max-request-bytes", b)?;
+        }
+        if let Some(n) = self.max_queued_requests {
+            o.max_queued = n;
+        }
+        if let Some(s) = self.request_timeout_s {
+            o.request_timeout = Some(secs("--request-timeout-s", s)?);
+        }
+        if let Some(n) = self.max_connections {
+            o.max_connections = n;
+        }
+        if let Some(s) = self.header_timeout_s {
+            o.header_timeout = secs("--header-timeout-s", s)?;
+        }
+        if let Some(s) = self.keep_alive_timeout_s {
+            o.idle_timeout = secs("--keep-alive-timeout-s", s)?;
+        }
+        o.check()?;
+        Ok(o)
+    }
 }
 
 #[derive(Subcommand)]
@@ -150,9 +231,17 @@ fn main() -> Result<()> {
         .init();
     let cli = Cli::parse();
     match cli.cmd {
-        Cmd::Serve { engine, host, port } => {
-            let h = engine.start()?;
-            serve::run(h, &host, port)
+        Cmd::Serve {
+            engine,
+            host,
+            port,
+            server,
+        } => {
+            let opts = server.options()?;
+            let mut cfg = engine.config()?;
+            cfg.served_name = server.served_model_name.clone();
+            let h = engine_args::start_with(&engine, cfg)?;
+            serve::run(h, &host, port, opts)
         }
         Cmd::Generate {
             engine,

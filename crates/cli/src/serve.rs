@@ -6,7 +6,12 @@ use std::net::{IpAddr, SocketAddr};
 
 /// Serves `handle` on `host:port` until SIGINT/SIGTERM. Builds its own multi-threaded
 /// tokio runtime (the engine runs on its own thread; the runtime only does HTTP).
-pub fn run(handle: folio_engine::EngineHandle, host: &str, port: u16) -> anyhow::Result<()> {
+pub fn run(
+    handle: folio_engine::EngineHandle,
+    host: &str,
+    port: u16,
+    opts: folio_server::ServerOptions,
+) -> anyhow::Result<()> {
     let ip: IpAddr = match host {
         "localhost" => IpAddr::from([127, 0, 0, 1]),
         h => h
@@ -19,9 +24,5 @@ pub fn run(handle: folio_engine::EngineHandle, host: &str, port: u16) -> anyhow:
         .thread_name("folio-http")
         .build()
         .context("cannot start the tokio runtime")?;
-    rt.block_on(folio_server::serve(
-        handle,
-        folio_server::ServerOptions::default(),
-        addr,
-    ))
+    rt.block_on(folio_server::serve(handle, opts, addr))
 }

@@ -7,6 +7,7 @@
 //! into a 400 instead of a stack overflow.
 
 use crate::error::ApiError;
+use crate::state::AppState;
 use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
 use axum::http::StatusCode;
@@ -15,16 +16,19 @@ use serde_json::{Map, Value};
 /// A request body that is a JSON object.
 pub struct JsonObject(pub Map<String, Value>);
 
-impl<S: Send + Sync> FromRequest<S> for JsonObject {
+impl FromRequest<AppState> for JsonObject {
     type Rejection = ApiError;
 
-    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, Self::Rejection> {
         let bytes = Bytes::from_request(req, state).await.map_err(|r| {
             let status = r.status();
             if status == StatusCode::PAYLOAD_TOO_LARGE {
                 ApiError::new(
                     status,
-                    format!("request body: larger than the limit ({})", r.body_text()),
+                    format!(
+                        "request body: larger than the limit of {} bytes (--max-request-bytes)",
+                        state.0.opts.max_body_bytes
+                    ),
                     "body_too_large",
                 )
             } else {

@@ -9,6 +9,9 @@ use folio_tokenizer::Tokenizer;
 use serde_json::Value;
 use std::time::Instant;
 
+/// The finish reason of a choice the request timeout ended.
+pub const TIMEOUT: &str = "timeout";
+
 #[derive(Clone, Debug, Default)]
 pub struct ChoiceState {
     /// Text so far (non-streaming only; streams send it on).
@@ -23,6 +26,8 @@ pub struct ChoiceState {
     pub usage: Option<Usage>,
     pub first_at: Option<Instant>,
     prev_at: Option<Instant>,
+    /// Ended by the server's request timeout (the engine request was aborted).
+    pub timed_out: bool,
 }
 
 impl ChoiceState {
@@ -107,8 +112,17 @@ impl ChoiceState {
         }
     }
 
+    /// Records that the request timeout ended this choice.
+    pub fn time_out(&mut self, metrics: &ServerMetrics) {
+        self.timed_out = true;
+        metrics.finished(TIMEOUT);
+    }
+
     /// The OpenAI finish reason; a stream that ended without `Finished` was aborted.
     pub fn finish_reason(&self) -> &'static str {
+        if self.timed_out {
+            return TIMEOUT;
+        }
         self.finish
             .as_ref()
             .map_or("abort", FinishReason::as_openai)

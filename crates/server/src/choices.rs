@@ -19,12 +19,15 @@ pub struct Choices {
     engine: Option<EngineHandle>,
     /// Events read by [`Choices::admitted`], replayed by `next` first.
     buffered: VecDeque<(usize, Event)>,
+    /// Choices whose first event `admitted` has seen (kept here so that `admitted` can be
+    /// cancelled by a timer and called again).
+    seen: Vec<bool>,
 }
 
 impl Choices {
     /// Stream `i` of `streams` becomes choice `i`.
     pub fn new(streams: Vec<RequestStream>, engine: Option<EngineHandle>) -> Choices {
-        let pending = streams.iter().map(|s| Some(s.id)).collect();
+        let pending: Vec<_> = streams.iter().map(|s| Some(s.id)).collect();
         let merged = futures::stream::select_all(streams.into_iter().enumerate().map(|(i, rs)| {
             futures::stream::unfold(
                 rs,
@@ -33,11 +36,13 @@ impl Choices {
             .map(move |ev| (i, ev))
             .boxed()
         }));
+        let seen = vec![false; pending.len()];
         Choices {
             merged,
             pending,
             engine,
             buffered: VecDeque::new(),
+            seen,
         }
     }
 
@@ -46,17 +51,19 @@ impl Choices {
     /// request with a `Finished { Rejected }` event, a stopping engine with an `Error`).
     /// The events read are replayed by `next`.
     ///
-    /// NOTE: this is what lets a refused streaming request get a 429/503 status instead of
-    /// a 200 whose stream says "rejected"; the price is that response headers wait for the
-    /// first token of every choice.
+    /// NOTE: this is what lets a refused request get a 429/503 status instead of a 200
+    /// whose stream says "rejected". Streams wait for it only briefly
+    /// (`ServerOptions::admission_wait`) before sending their headers.
+    ///
+    /// Cancel-safe: an event is recorded in the same poll that reads it, so the future can
+    /// be dropped (a timer fired) and `admitted` called again.
     pub async fn admitted(&mut self) -> Result<(), FinishReason> {
-        let mut seen = vec![false; self.pending.len()];
-        while seen.iter().any(|s| !s) {
+        while self.seen.iter().any(|s| !s) {
             let Some((i, ev)) = self.next_raw().await else {
                 break;
             };
-            if !seen[i] {
-                seen[i] = true;
+            if !self.seen[i] {
+                self.seen[i] = true;
                 if let Event::Finished {
                     reason: r @ (FinishReason::Rejected(_) | FinishReason::Error(_)),
                     ..
@@ -88,6 +95,19 @@ impl Choices {
             self.pending[i] = None;
         }
         Some((i, ev))
+    }
+
+    /// Aborts every unfinished choice (request timeout) and returns their indices; their
+    /// later events are not read.
+    pub fn abort(&mut self) -> Vec<usize> {
+        let open = self.unfinished();
+        if let Some(engine) = &self.engine {
+            for id in self.pending.iter().flatten() {
+                engine.abort(*id);
+            }
+        }
+        self.pending.iter_mut().for_each(|p| *p = None);
+        open
     }
 
     /// Indices of choices whose stream ended without `Finished` (engine went away).

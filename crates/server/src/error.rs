@@ -51,8 +51,9 @@ impl ApiError {
     /// OpenAI's `type` string for this status.
     pub fn kind(&self) -> &'static str {
         match self.status.as_u16() {
-            400 | 405 | 413 | 415 | 422 => "invalid_request_error",
+            400 | 401 | 405 | 413 | 415 | 422 => "invalid_request_error",
             404 => "not_found_error",
+            501 => "not_implemented_error",
             429 => "rate_limit_error",
             503 => "service_unavailable_error",
             _ => "internal_error",
@@ -79,8 +80,43 @@ impl std::fmt::Display for ApiError {
 }
 
 impl IntoResponse for ApiError {
+    /// NOTE: every 429 carries `Retry-After` (seconds), which OpenAI's clients and
+    /// litellm read before retrying.
     fn into_response(self) -> Response {
-        (self.status, axum::Json(self.body())).into_response()
+        let mut r = (self.status, axum::Json(self.body())).into_response();
+        if self.status == StatusCode::TOO_MANY_REQUESTS {
+            r.headers_mut().insert(
+                axum::http::header::RETRY_AFTER,
+                axum::http::HeaderValue::from_static(RETRY_AFTER_S),
+            );
+        }
+        r
+    }
+}
+
+/// The `Retry-After` of a 429, in seconds.
+pub const RETRY_AFTER_S: &str = "1";
+
+impl ApiError {
+    /// 503 while the server drains after a shutdown signal.
+    pub fn shutting_down() -> ApiError {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "server is shutting down",
+            "shutting_down",
+        )
+    }
+
+    /// 404 for a `model` other than the served one.
+    pub fn model_not_found(model: &str, served: &str) -> ApiError {
+        ApiError {
+            param: Some("model".into()),
+            ..ApiError::new(
+                StatusCode::NOT_FOUND,
+                format!("The model `{model}` does not exist; this server serves `{served}`."),
+                "model_not_found",
+            )
+        }
     }
 }
 
@@ -110,11 +146,7 @@ impl From<SubmitError> for ApiError {
                 format!("request rejected: {m}"),
                 "overloaded",
             ),
-            SubmitError::ShuttingDown => ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "server is shutting down",
-                "shutting_down",
-            ),
+            SubmitError::ShuttingDown => ApiError::shutting_down(),
         }
     }
 }

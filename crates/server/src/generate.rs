@@ -9,12 +9,12 @@ use crate::openai::{new_id, unix_now, Job};
 use crate::params::{self, resolve_max_tokens, Api};
 use crate::prompt::{self, check_len, PromptInput};
 use crate::sse;
-use crate::state::{AppState, InFlight};
+use crate::state::{AppState, Slots};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use folio_engine::{FinishReason, GenerateRequest, RequestStream};
 use serde_json::{Map, Value};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Handles one /v1/completions or /v1/chat/completions body.
 pub async fn generate(
@@ -24,15 +24,22 @@ pub async fn generate(
     arrival: Instant,
 ) -> Result<Response, ApiError> {
     let s = &st.0;
+    if st.draining() {
+        s.metrics.rejected(503);
+        return Err(ApiError::shutting_down());
+    }
     let info = &s.engine.info;
     let ctx = info.context_length;
     let f = Fields::new(&body);
-    if let Some(m) = f.get("model") {
-        if !m.is_string() {
+    match f.get("model") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(m)) if *m == s.model_name => {}
+        Some(Value::String(m)) => return Err(ApiError::model_not_found(m, &s.model_name)),
+        Some(m) => {
             return Err(ApiError::param(
                 "model",
                 format!("must be a string, got {}", crate::fields::show(m)),
-            ));
+            ))
         }
     }
     let p = params::parse(&f, api, st.limits())?;
@@ -55,7 +62,8 @@ pub async fn generate(
         )?);
     }
 
-    let permit = st.reserve(prompts.len() * p.n)?;
+    let active = st.begin();
+    let queued = st.reserve(prompts.len() * p.n)?;
     let mut streams: Vec<RequestStream> = Vec::with_capacity(prompts.len() * p.n);
     for (ids, &max) in prompts.iter().zip(&max_tokens) {
         let req = GenerateRequest {
@@ -101,20 +109,75 @@ pub async fn generate(
         arrival,
     };
     let mut choices = Choices::new(streams, Some(s.engine.clone()));
-    if let Err(reason) = choices.admitted().await {
-        let e = refusal(reason);
-        s.metrics.rejected(e.status.as_u16());
-        return Err(e);
-    }
+    let deadline = s.opts.request_timeout.map(|t| arrival + t);
+    // Streams wait for admission only briefly: a request queued behind others gets its
+    // headers (and keep-alive comments) instead of silence until its first token.
+    let wait = p.stream.then_some(s.opts.admission_wait);
+    let admitted = match admit(&mut choices, wait, deadline).await {
+        Ok(a) => a,
+        Err(reason) => {
+            let e = refusal(reason);
+            s.metrics.rejected(e.status.as_u16());
+            return Err(e);
+        }
+    };
+    let queued = (!admitted).then_some(queued);
+    let req = Running {
+        st: st.clone(),
+        job,
+        choices,
+        deadline,
+        _active: active,
+    };
     if p.stream {
-        Ok(sse::respond(st.clone(), job, choices, permit))
+        Ok(sse::respond(req, queued))
     } else {
-        collect(st, job, choices, permit).await
+        drop(queued);
+        collect(req).await
+    }
+}
+
+/// One generation request after submission, owned by whoever answers it.
+pub struct Running {
+    pub st: AppState,
+    pub job: Job,
+    pub choices: Choices,
+    /// When the request timeout ends it.
+    pub deadline: Option<Instant>,
+    /// Counts the request as in flight (the drain waits for it).
+    pub _active: Slots,
+}
+
+/// Waits until the engine admitted every choice (its first event), at most `wait` and
+/// never past `deadline`: `Ok(true)` admitted, `Ok(false)` still waiting, `Err` refused.
+pub async fn admit(
+    choices: &mut Choices,
+    wait: Option<Duration>,
+    deadline: Option<Instant>,
+) -> Result<bool, FinishReason> {
+    let limit = async {
+        match wait {
+            Some(w) => tokio::time::sleep(w).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        r = choices.admitted() => r.map(|()| true),
+        _ = limit => Ok(false),
+        _ = until(deadline) => Ok(false),
+    }
+}
+
+/// Resolves at `deadline`; never without one.
+pub async fn until(deadline: Option<Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d.into()).await,
+        None => std::future::pending().await,
     }
 }
 
 /// The HTTP answer to a request the engine refused before its first token.
-fn refusal(reason: FinishReason) -> ApiError {
+pub fn refusal(reason: FinishReason) -> ApiError {
     match reason {
         FinishReason::Rejected(m) => ApiError::new(
             StatusCode::TOO_MANY_REQUESTS,
@@ -174,16 +237,29 @@ async fn tokenize_all(
 
 /// Waits for every choice and answers with one JSON response. If the client goes away,
 /// this future is dropped and with it `choices`, which aborts the requests.
-async fn collect(
-    st: AppState,
-    job: Job,
-    mut choices: Choices,
-    _permit: InFlight,
-) -> Result<Response, ApiError> {
+async fn collect(req: Running) -> Result<Response, ApiError> {
+    let Running {
+        st,
+        job,
+        mut choices,
+        deadline,
+        ..
+    } = req;
     let s = &st.0;
     let tok = &s.engine.tokenizer;
     let mut states = vec![ChoiceState::default(); choices.count()];
-    while let Some((i, ev)) = choices.next().await {
+    loop {
+        let next = tokio::select! {
+            biased;
+            _ = until(deadline) => {
+                for i in choices.abort() {
+                    states[i].time_out(&s.metrics);
+                }
+                break;
+            }
+            next = choices.next() => next,
+        };
+        let Some((i, ev)) = next else { break };
         states[i].apply(i, ev, &job, tok, &s.metrics);
     }
     log_finished(&job, &states, "complete");

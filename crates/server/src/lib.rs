@@ -3,6 +3,8 @@
 //! # Layout
 //!
 //! - [`router`] / [`serve`]: the axum routes, graceful shutdown on SIGINT/SIGTERM.
+//! - `transport`: the accept loop (TCP_NODELAY, connection cap, header/idle timeouts).
+//! - `auth`: `--api-key` bearer check and `--allowed-origins` CORS.
 //! - `routes`: handlers; `generate`: validate → tokenize → submit n → stream or collect.
 //! - `body` + `fields`: JSON bodies read field by field; errors name field, limit and value.
 //! - `params`: sampling parameters, stop, n, logprobs, stream options → [`params::Params`].
@@ -14,6 +16,7 @@
 //! - `metrics`: /metrics text with folio's and vLLM's names.
 //! - [`ApiError`]: the one error type, rendered as OpenAI's error JSON.
 
+mod auth;
 mod body;
 mod choice_state;
 mod choices;
@@ -27,12 +30,13 @@ mod prompt;
 mod routes;
 mod sse;
 mod state;
+mod transport;
 
 pub use error::ApiError;
 
 use anyhow::Context;
 use axum::extract::DefaultBodyLimit;
-use axum::routing::{get, post};
+use axum::routing::{any, get, post};
 use axum::Router;
 use folio_engine::EngineHandle;
 use std::future::Future;
@@ -40,56 +44,149 @@ use std::net::SocketAddr;
 use std::time::Duration;
 use tokio::net::TcpListener;
 
-/// Server settings that are not the engine's.
+/// Server settings that are not the engine's. The served model name is the engine's
+/// (`EngineConfig::served_name`).
 #[derive(Clone, Debug)]
 pub struct ServerOptions {
-    /// Name in `model` fields and /v1/models; defaults to the engine's model name.
-    pub served_model_name: Option<String>,
+    /// Bearer token required on /v1/*, /tokenize and /detokenize (401 otherwise).
+    pub api_key: Option<String>,
+    /// Require the key on /metrics too (/health stays open).
+    pub api_key_protects_metrics: bool,
+    /// CORS origins allowed (`*` = any); empty = no CORS headers (browsers refuse).
+    pub allowed_origins: Vec<String>,
     /// Largest accepted request body (413 above).
     pub max_body_bytes: usize,
     /// `max_tokens` when a request gives none: the rest of the context, capped at this.
     pub default_max_tokens: usize,
     /// Largest `n`.
     pub max_n: usize,
-    /// Most engine requests (choices) in flight through this server; more get 429.
-    pub max_in_flight: usize,
-    /// An SSE comment is sent after this long without events.
+    /// Most engine requests (choices) accepted through this server and still waiting for
+    /// their first token; more get 429.
+    pub max_queued: usize,
+    /// A generation request running longer is aborted in the engine and ends with
+    /// finish reason `timeout` (what it generated so far is kept).
+    pub request_timeout: Option<Duration>,
+    /// An SSE comment is sent after this long without events, also while queued.
     pub keep_alive: Duration,
+    /// A streaming request the engine has not admitted within this gets its response
+    /// headers anyway and waits in the stream (a refusal then comes as an error event);
+    /// one refused sooner gets its 429/503 status.
+    pub admission_wait: Duration,
     /// After a shutdown signal, in-flight requests get this long to finish before the
     /// engine cancels them.
     pub shutdown_grace: Duration,
+    /// Most open connections; more are answered 503 and closed.
+    pub max_connections: usize,
+    /// A request's headers must arrive within this of its first byte.
+    pub header_timeout: Duration,
+    /// A keep-alive connection without a request for this long is closed.
+    pub idle_timeout: Duration,
 }
 
 impl Default for ServerOptions {
     fn default() -> Self {
         ServerOptions {
-            served_model_name: None,
-            max_body_bytes: 4 << 20,
+            api_key: None,
+            api_key_protects_metrics: false,
+            allowed_origins: Vec::new(),
+            max_body_bytes: 32 << 20,
             default_max_tokens: 4096,
             max_n: 8,
-            max_in_flight: 1024,
+            max_queued: 1024,
+            request_timeout: None,
             keep_alive: Duration::from_secs(10),
+            admission_wait: Duration::from_millis(250),
             shutdown_grace: Duration::from_secs(10),
+            max_connections: 1000,
+            header_timeout: Duration::from_secs(30),
+            idle_timeout: Duration::from_secs(60),
         }
     }
 }
 
+impl ServerOptions {
+    /// Rejects settings the server cannot run with.
+    pub fn check(&self) -> anyhow::Result<()> {
+        if !self.allowed_origins.is_empty() {
+            let _layer = auth::cors(&self.allowed_origins).map_err(anyhow::Error::msg)?;
+        }
+        if self.api_key.as_deref() == Some("") {
+            anyhow::bail!("--api-key: must not be empty");
+        }
+        for (name, v) in [
+            ("--max-connections", self.max_connections),
+            ("--max-queued-requests", self.max_queued),
+            ("--max-request-bytes", self.max_body_bytes),
+        ] {
+            if v == 0 {
+                anyhow::bail!("{name}: must be at least 1, got 0");
+            }
+        }
+        for (name, d) in [
+            ("--header-timeout-s", Some(self.header_timeout)),
+            ("--keep-alive-timeout-s", Some(self.idle_timeout)),
+            ("--request-timeout-s", self.request_timeout),
+        ] {
+            if d == Some(Duration::ZERO) {
+                anyhow::bail!("{name}: must be positive, got 0");
+            }
+        }
+        Ok(())
+    }
+}
+
+/// OpenAI routes folio does not serve (501 rather than 404).
+const NOT_IMPLEMENTED: [&str; 13] = [
+    "/v1/embeddings",
+    "/v1/responses",
+    "/v1/responses/{*rest}",
+    "/v1/audio/{*rest}",
+    "/v1/images/{*rest}",
+    "/v1/files",
+    "/v1/files/{*rest}",
+    "/v1/batches",
+    "/v1/batches/{*rest}",
+    "/v1/moderations",
+    "/v1/fine_tuning/{*rest}",
+    "/v1/assistants",
+    "/v1/assistants/{*rest}",
+];
+
 /// All routes, bound to `handle`.
 pub fn router(handle: EngineHandle, opts: ServerOptions) -> Router {
-    let limit = opts.max_body_bytes;
-    let state = state::AppState::new(handle, opts);
-    Router::new()
+    app(state::AppState::new(handle, opts))
+}
+
+fn app(state: state::AppState) -> Router {
+    let opts = &state.0.opts;
+    let mut r = Router::new()
         .route("/v1/completions", post(routes::completions))
         .route("/v1/chat/completions", post(routes::chat))
         .route("/v1/models", get(routes::models))
+        // `{*id}`: served names are often `org/name`.
+        .route("/v1/models/{*id}", get(routes::model))
         .route("/tokenize", post(routes::tokenize))
         .route("/detokenize", post(routes::detokenize))
         .route("/health", get(routes::health))
-        .route("/metrics", get(routes::metrics))
+        .route("/metrics", get(routes::metrics));
+    for path in NOT_IMPLEMENTED {
+        r = r.route(path, any(routes::not_implemented));
+    }
+    let mut r = r
         .fallback(routes::not_found)
         .method_not_allowed_fallback(routes::method_not_allowed)
-        .layer(DefaultBodyLimit::max(limit))
-        .with_state(state)
+        .layer(DefaultBodyLimit::max(opts.max_body_bytes))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            auth::require_key,
+        ));
+    if !opts.allowed_origins.is_empty() {
+        match auth::cors(&opts.allowed_origins) {
+            Ok(cors) => r = r.layer(cors),
+            Err(e) => tracing::error!("{e}: CORS stays off"),
+        }
+    }
+    r.with_state(state)
 }
 
 /// Binds `addr` and serves until SIGINT or SIGTERM.
@@ -104,46 +201,63 @@ pub async fn serve(
     serve_listener(handle, opts, listener, shutdown_signal()).await
 }
 
-/// Serves on `listener` until `shutdown` resolves, then: stops accepting, gives in-flight
-/// requests `opts.shutdown_grace` to finish, cancels the rest through the engine, waits for
-/// the connections to close and shuts the engine down.
+/// Serves on `listener` until `shutdown` resolves, then drains: /health answers 503 and
+/// new generation requests 503 while in-flight requests get `opts.shutdown_grace` to
+/// finish; the engine cancels the rest; then the listener closes, connections close once
+/// their responses are done, and the engine shuts down.
 pub async fn serve_listener(
     handle: EngineHandle,
     opts: ServerOptions,
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    opts.check()?;
     let addr = listener
         .local_addr()
         .context("listener has no local address")?;
     let info = handle.info.clone();
-    let name = opts
-        .served_model_name
-        .clone()
-        .unwrap_or_else(|| info.model_name.clone());
+    let name = info.model_name.clone();
     println!(
         "folio: serving {name} at http://{addr}/v1 (context {} tokens; KV capacity {} tokens = {} blocks x {} tokens, {}; numerics {})",
         info.context_length, info.kv_capacity_tokens, info.num_blocks, info.block_size, info.kv_format, info.numerics
     );
-    tracing::info!(%addr, model = %name, kv_capacity_tokens = info.kv_capacity_tokens, "listening");
+    tracing::info!(%addr, model = %name, kv_capacity_tokens = info.kv_capacity_tokens, auth = opts.api_key.is_some(), "listening");
     let grace = opts.shutdown_grace;
-    let engine = handle.clone();
-    let app = router(handle.clone(), opts);
-    axum::serve(listener, app)
-        .with_graceful_shutdown(async move {
-            shutdown.await;
-            tracing::info!(
-                grace_s = grace.as_secs_f64(),
-                "shutting down: not accepting; finishing in-flight requests"
-            );
-            tokio::spawn(async move {
-                tokio::time::sleep(grace).await;
-                tracing::info!("grace period over: cancelling remaining requests");
-                engine.shutdown();
-            });
-        })
-        .await
-        .context("server failed")?;
+    let lim = transport::Limits {
+        max_connections: opts.max_connections,
+        header_timeout: opts.header_timeout,
+        idle_timeout: opts.idle_timeout,
+    };
+    let state = state::AppState::new(handle.clone(), opts);
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let server = tokio::spawn(transport::accept_loop(
+        listener,
+        app(state.clone()),
+        lim,
+        stop_rx,
+    ));
+
+    shutdown.await;
+    state
+        .0
+        .draining
+        .store(true, std::sync::atomic::Ordering::Relaxed);
+    tracing::info!(
+        grace_s = grace.as_secs_f64(),
+        in_flight = state.active(),
+        "shutting down: /health answers 503; finishing in-flight requests"
+    );
+    let finished = async {
+        while state.active() > 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    if tokio::time::timeout(grace, finished).await.is_err() {
+        tracing::info!("grace period over: cancelling remaining requests");
+        handle.shutdown();
+    }
+    let _ = stop_tx.send(true);
+    server.await.context("server task failed")?;
     handle.shutdown();
     tracing::info!("server stopped");
     Ok(())

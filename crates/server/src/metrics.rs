@@ -126,7 +126,8 @@ fn escape(s: &str) -> String {
 }
 
 /// Finish reasons counted separately, in `FinishReason::as_openai` spelling.
-const REASONS: [&str; 5] = ["stop", "length", "abort", "rejected", "error"];
+/// `timeout`: ended by the server's request timeout (`ServerOptions::request_timeout`).
+const REASONS: [&str; 6] = ["stop", "length", "abort", "rejected", "error", "timeout"];
 
 /// What the server records itself.
 pub struct ServerMetrics {
@@ -135,7 +136,7 @@ pub struct ServerMetrics {
     pub e2e: Histogram,
     pub prompt_tokens: Histogram,
     pub generation_tokens: Histogram,
-    finished: [AtomicU64; 4],
+    finished: [AtomicU64; REASONS.len()],
     /// Requests the server answered 429 (admission) or 503 (shutting down).
     rejected_429: AtomicU64,
     rejected_503: AtomicU64,

@@ -4,7 +4,7 @@
 use crate::error::ApiError;
 use crate::fields::{show, Fields};
 use folio_tokenizer::{ChatMessage, Tokenizer};
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 /// Most prompts in one /v1/completions batch.
 pub const MAX_PROMPTS: usize = 32;
@@ -19,6 +19,8 @@ pub enum PromptInput {
     Chat {
         messages: Vec<ChatMessage>,
         add_generation_prompt: bool,
+        /// `chat_template_kwargs`: extra variables for the chat template.
+        kwargs: Map<String, Value>,
     },
 }
 
@@ -111,9 +113,20 @@ pub fn chat_prompt(f: &Fields) -> Result<PromptInput, ApiError> {
         .enumerate()
         .map(|(i, m)| message(i, m))
         .collect::<Result<_, _>>()?;
+    let kwargs = match f.get("chat_template_kwargs") {
+        None | Some(Value::Null) => Map::new(),
+        Some(Value::Object(o)) => o.clone(),
+        Some(v) => {
+            return Err(ApiError::param(
+                "chat_template_kwargs",
+                format!("must be an object, got {}", show(v)),
+            ))
+        }
+    };
     Ok(PromptInput::Chat {
         messages,
         add_generation_prompt: f.bool("add_generation_prompt", true)?,
+        kwargs,
     })
 }
 
@@ -179,9 +192,10 @@ pub fn tokenize(tok: &Tokenizer, input: &PromptInput, field: &str) -> Result<Vec
         PromptInput::Chat {
             messages,
             add_generation_prompt,
+            kwargs,
         } => {
             let text = tok
-                .apply_chat_template(messages, *add_generation_prompt)
+                .apply_chat_template_with(messages, *add_generation_prompt, kwargs)
                 .map_err(|e| ApiError::param(field, format!("chat template failed: {e}")))?;
             let mut ids = tok
                 .encode(&text, true)
@@ -287,12 +301,17 @@ mod tests {
                     ChatMessage::new("user", "a\nb"),
                     ChatMessage::new("assistant", "")
                 ],
-                add_generation_prompt: true
+                add_generation_prompt: true,
+                kwargs: Map::new(),
             }
         );
         let bad = [
             (json!({"messages": []}), "messages: must hold 1 to 1024 messages, got 0"),
             (json!({"messages": "hi"}), "messages: must be an array of messages, got string \"hi\""),
+            (
+                json!({"messages": [{"role": "user"}], "chat_template_kwargs": [1]}),
+                "chat_template_kwargs: must be an object, got an array of 1 items",
+            ),
             (json!({"messages": [{"content": "x"}]}), "messages[0].role: required, got nothing"),
             (json!({"messages": [{"role": 1}]}), "messages[0].role: must be a string, got 1"),
             (json!({"messages": [{"role": "user", "content": 3}]}), "messages[0].content: must be a string or an array of parts, got 3"),

@@ -7,7 +7,7 @@ use crate::generate::generate;
 use crate::params::Api;
 use crate::prompt::{self, PromptInput};
 use crate::state::AppState;
-use axum::extract::State;
+use axum::extract::{Path, State};
 use axum::http::{header, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -29,21 +29,32 @@ pub async fn chat(State(st): State<AppState>, JsonObject(body): JsonObject) -> R
         .unwrap_or_else(IntoResponse::into_response)
 }
 
-pub async fn models(State(st): State<AppState>) -> Json<Value> {
+/// The one model: its served name (also as `root`: the file path stays private).
+fn model_card(st: &AppState) -> Value {
     let s = &st.0;
-    Json(json!({
-        "object": "list",
-        "data": [{
-            "id": s.model_name,
-            "object": "model",
-            "created": s.started,
-            "owned_by": "folio",
-            "root": s.engine.info.model_path,
-            "parent": null,
-            "max_model_len": s.engine.info.context_length,
-            "permission": [],
-        }]
-    }))
+    json!({
+        "id": s.model_name,
+        "object": "model",
+        "created": s.started,
+        "owned_by": "folio",
+        "root": s.model_name,
+        "parent": null,
+        "max_model_len": s.engine.info.context_length,
+        "permission": [],
+    })
+}
+
+pub async fn models(State(st): State<AppState>) -> Json<Value> {
+    Json(json!({"object": "list", "data": [model_card(&st)]}))
+}
+
+/// `/v1/models/{id}`: the card of the served model, 404 for any other id.
+pub async fn model(State(st): State<AppState>, Path(id): Path<String>) -> Response {
+    if id == st.0.model_name {
+        Json(model_card(&st)).into_response()
+    } else {
+        ApiError::model_not_found(&id, &st.0.model_name).into_response()
+    }
 }
 
 /// `{prompt}` or `{messages}` → `{count, max_model_len, tokens}` (vLLM's shape).
@@ -123,8 +134,19 @@ pub async fn detokenize(
     ))
 }
 
-pub async fn health() -> Json<Value> {
-    Json(json!({}))
+/// 200 `{}` while serving; 503 once a shutdown signal arrived (load balancers stop
+/// sending while in-flight requests finish).
+pub async fn health(State(st): State<AppState>) -> Response {
+    if st.draining() {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "server is draining after a shutdown signal",
+            "shutting_down",
+        )
+        .into_response()
+    } else {
+        Json(json!({})).into_response()
+    }
 }
 
 pub async fn metrics(State(st): State<AppState>) -> Response {
@@ -147,6 +169,19 @@ pub async fn not_found(uri: Uri) -> ApiError {
         StatusCode::NOT_FOUND,
         format!("no route for {}", uri.path()),
         "not_found",
+    )
+}
+
+/// OpenAI routes folio does not serve: 501, not 404, so that routers (litellm) do not
+/// take the deployment for a wrong URL and put it in cooldown.
+pub async fn not_implemented(uri: Uri) -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_IMPLEMENTED,
+        format!(
+            "{} is not implemented by folio (it serves /v1/completions, /v1/chat/completions and /v1/models)",
+            uri.path()
+        ),
+        "not_implemented",
     )
 }
 

@@ -1,15 +1,16 @@
 //! Server-sent events: `data: {json}\n\n` per chunk, `data: [DONE]\n\n` at the end.
 //!
 //! A task owns the request's [`Choices`] and writes frames into a bounded channel whose
-//! receiver is the response body. When the client disconnects, hyper drops the body, the
+//! receiver is the response body. A request still queued in the engine gets its headers
+//! and `: keep-alive` comments until its first token; the request timeout ends every
+//! unfinished choice with finish reason `timeout`. When the client disconnects, hyper drops the body, the
 //! channel closes, the task returns and dropping `Choices` aborts the engine requests.
 
-use crate::choice_state::{usage_sum, ChoiceState};
+use crate::choice_state::{usage_sum, ChoiceState, TIMEOUT};
 use crate::choices::Choices;
-use crate::generate::log_finished;
-use crate::openai::Job;
+use crate::generate::{log_finished, refusal, until, Running};
 use crate::params::Api;
-use crate::state::{AppState, InFlight};
+use crate::state::Slots;
 use axum::body::{Body, Bytes};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
@@ -29,14 +30,16 @@ pub fn done() -> Bytes {
 
 /// A comment frame: keeps proxies from timing out and notices dead clients while a
 /// request waits in the queue.
-pub fn keep_alive() -> Bytes {
+pub fn keep_alive_frame() -> Bytes {
     Bytes::from_static(b": keep-alive\n\n")
 }
 
-/// Starts the streaming task and returns the SSE response.
-pub fn respond(st: AppState, job: Job, choices: Choices, permit: InFlight) -> Response {
+/// Starts the streaming task and returns the SSE response at once. `queued` is held
+/// while the engine has not admitted the request yet: the task waits for that, sending
+/// keep-alive comments.
+pub fn respond(req: Running, queued: Option<Slots>) -> Response {
     let (tx, rx) = mpsc::channel::<Bytes>(64);
-    tokio::spawn(pump(st, job, choices, tx, permit));
+    tokio::spawn(pump(req, tx, queued));
     let body = futures::stream::unfold(rx, |mut rx| async move {
         rx.recv().await.map(|b| (Ok::<_, Infallible>(b), rx))
     });
@@ -50,16 +53,71 @@ pub fn respond(st: AppState, job: Job, choices: Choices, permit: InFlight) -> Re
         .into_response()
 }
 
-async fn pump(
-    st: AppState,
-    job: Job,
-    mut choices: Choices,
-    tx: mpsc::Sender<Bytes>,
-    _permit: InFlight,
-) {
+/// How waiting for admission inside the stream ended.
+enum Waited {
+    Admitted,
+    Refused(folio_engine::FinishReason),
+    /// The request timeout passed first (the main loop ends the choices).
+    TimedOut,
+    Disconnected,
+}
+
+/// Waits for the engine to admit the request, sending a keep-alive comment every
+/// `keep_alive` so that proxies see bytes while it is queued.
+async fn wait_admitted(
+    choices: &mut Choices,
+    tx: &mpsc::Sender<Bytes>,
+    keep_alive: std::time::Duration,
+    deadline: Option<std::time::Instant>,
+) -> Waited {
+    let start = tokio::time::Instant::now();
+    let mut tick = tokio::time::interval_at(start + keep_alive, keep_alive);
+    let admitted = choices.admitted();
+    tokio::pin!(admitted);
+    loop {
+        tokio::select! {
+            r = &mut admitted => return match r {
+                Ok(()) => Waited::Admitted,
+                Err(reason) => Waited::Refused(reason),
+            },
+            _ = until(deadline) => return Waited::TimedOut,
+            _ = tx.closed() => return Waited::Disconnected,
+            _ = tick.tick() => {
+                if tx.send(keep_alive_frame()).await.is_err() {
+                    return Waited::Disconnected;
+                }
+            }
+        }
+    }
+}
+
+async fn pump(req: Running, tx: mpsc::Sender<Bytes>, queued: Option<Slots>) {
+    let Running {
+        st,
+        job,
+        mut choices,
+        deadline,
+        ..
+    } = req;
     let s = &st.0;
     let tok = &s.engine.tokenizer;
     let mut states = vec![ChoiceState::default(); choices.count()];
+    if let Some(queued) = queued {
+        let waited = wait_admitted(&mut choices, &tx, s.opts.keep_alive, deadline).await;
+        drop(queued);
+        match waited {
+            Waited::Admitted | Waited::TimedOut => {}
+            Waited::Disconnected => return log_finished(&job, &states, "client disconnected"),
+            Waited::Refused(reason) => {
+                // The headers are out: the refusal is an error event, as vLLM sends.
+                let e = refusal(reason);
+                s.metrics.rejected(e.status.as_u16());
+                let _ = tx.send(frame(&e.body())).await;
+                let _ = tx.send(done()).await;
+                return log_finished(&job, &states, "refused");
+            }
+        }
+    }
     if job.api == Api::Chat {
         for i in 0..choices.count() {
             if tx.send(frame(&job.role_chunk(i))).await.is_err() {
@@ -69,11 +127,21 @@ async fn pump(
     }
     loop {
         let next = tokio::select! {
+            biased;
             _ = tx.closed() => return log_finished(&job, &states, "client disconnected"),
+            _ = until(deadline) => {
+                for i in choices.abort() {
+                    states[i].time_out(&s.metrics);
+                    if tx.send(frame(&job.chunk(i, "", None, Some(TIMEOUT)))).await.is_err() {
+                        return log_finished(&job, &states, "client disconnected");
+                    }
+                }
+                break;
+            }
             r = tokio::time::timeout(s.opts.keep_alive, choices.next()) => r,
         };
         let bytes = match next {
-            Err(_) => keep_alive(),
+            Err(_) => keep_alive_frame(),
             Ok(None) => break,
             Ok(Some((i, ev))) => match states[i].apply(i, ev, &job, tok, &s.metrics) {
                 Some(chunk) => frame(&chunk),
@@ -115,6 +183,6 @@ mod tests {
             b"data: {\"a\":[1,\"b\"]}\n\n"
         );
         assert_eq!(&done()[..], b"data: [DONE]\n\n");
-        assert!(keep_alive().starts_with(b":"));
+        assert_eq!(&keep_alive_frame()[..], b": keep-alive\n\n");
     }
 }

@@ -1,10 +1,11 @@
-//! What every handler shares: the engine handle, the options, the server's metrics.
+//! What every handler shares: the engine handle, the options, the server's metrics, and
+//! the counters behind the queue limit and the drain.
 
 use crate::metrics::ServerMetrics;
 use crate::params::Limits;
 use crate::ServerOptions;
 use folio_engine::EngineHandle;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 /// Cheap to clone: one `Arc`.
@@ -14,22 +15,38 @@ pub struct AppState(pub Arc<Shared>);
 pub struct Shared {
     pub engine: EngineHandle,
     pub opts: ServerOptions,
-    /// The name clients see in `model` fields and /v1/models.
+    /// The name clients see in `model` fields and /v1/models: the engine's served name.
     pub model_name: String,
     pub metrics: ServerMetrics,
     /// Unix seconds at startup (the `created` of /v1/models).
     pub started: u64,
-    /// Engine requests (choices) submitted through this server and not yet finished.
-    in_flight: Arc<AtomicUsize>,
+    /// Set by the shutdown signal: /health answers 503, new generation requests 503.
+    pub draining: AtomicBool,
+    /// Engine requests (choices) submitted through this server that have not yet had
+    /// their first event (waiting in the engine's queue or in prefill).
+    queued: Arc<AtomicUsize>,
+    /// Generation requests being answered (the drain waits for this to reach 0).
+    active: Arc<AtomicUsize>,
 }
 
-/// A reservation of `n` in-flight slots, returned on drop.
-pub struct InFlight {
+/// `n` units of a counter, given back on drop.
+pub struct Slots {
     counter: Arc<AtomicUsize>,
     n: usize,
 }
 
-impl Drop for InFlight {
+impl Slots {
+    fn take(counter: &Arc<AtomicUsize>, n: usize) -> (Slots, usize) {
+        let before = counter.fetch_add(n, Ordering::Relaxed);
+        let s = Slots {
+            counter: counter.clone(),
+            n,
+        };
+        (s, before)
+    }
+}
+
+impl Drop for Slots {
     fn drop(&mut self) {
         self.counter.fetch_sub(self.n, Ordering::Relaxed);
     }
@@ -37,10 +54,7 @@ impl Drop for InFlight {
 
 impl AppState {
     pub fn new(engine: EngineHandle, opts: ServerOptions) -> AppState {
-        let model_name = opts
-            .served_model_name
-            .clone()
-            .unwrap_or_else(|| engine.info.model_name.clone());
+        let model_name = engine.info.model_name.clone();
         let metrics = ServerMetrics::new(engine.info.context_length);
         AppState(Arc::new(Shared {
             engine,
@@ -48,31 +62,44 @@ impl AppState {
             model_name,
             metrics,
             started: crate::openai::unix_now(),
-            in_flight: Arc::new(AtomicUsize::new(0)),
+            draining: AtomicBool::new(false),
+            queued: Arc::new(AtomicUsize::new(0)),
+            active: Arc::new(AtomicUsize::new(0)),
         }))
     }
 
-    /// Reserves `n` in-flight slots, or explains why the server is overloaded (429).
+    pub fn draining(&self) -> bool {
+        self.0.draining.load(Ordering::Relaxed)
+    }
+
+    /// Generation requests being answered.
+    pub fn active(&self) -> usize {
+        self.0.active.load(Ordering::Relaxed)
+    }
+
+    /// Marks one generation request as being answered until the guard drops.
+    pub fn begin(&self) -> Slots {
+        Slots::take(&self.0.active, 1).0
+    }
+
+    /// Reserves `n` queue places (choices waiting for their first event), or explains why
+    /// the server is overloaded (429).
     /// NOTE: this bound keeps a flood of clients from queueing unboundedly in the engine;
     /// the engine's own admission control decides about KV space.
-    pub fn reserve(&self, n: usize) -> Result<InFlight, crate::ApiError> {
+    pub fn reserve(&self, n: usize) -> Result<Slots, crate::ApiError> {
         let s = &self.0;
-        let max = s.opts.max_in_flight;
-        let before = s.in_flight.fetch_add(n, Ordering::Relaxed);
-        let permit = InFlight {
-            counter: s.in_flight.clone(),
-            n,
-        };
+        let max = s.opts.max_queued;
+        let (slots, before) = Slots::take(&s.queued, n);
         if before + n > max {
-            drop(permit);
+            drop(slots);
             s.metrics.rejected(429);
             return Err(crate::ApiError::new(
                 axum::http::StatusCode::TOO_MANY_REQUESTS,
-                format!("server overloaded: {before} requests in flight, {n} more would exceed the limit of {max}; retry later"),
+                format!("server overloaded: {before} requests queued, {n} more would exceed the limit of {max} (--max-queued-requests); retry later"),
                 "overloaded",
             ));
         }
-        Ok(permit)
+        Ok(slots)
     }
 
     pub fn limits(&self) -> Limits {

@@ -86,10 +86,22 @@ impl ChatTemplate {
         &self.source
     }
 
+    /// Whether the source compiled; the message says why not.
+    pub(crate) fn compiled(&self) -> std::result::Result<(), String> {
+        self.env.as_ref().map(|_| ()).map_err(Clone::clone)
+    }
+
+    pub(crate) fn bos_eos(&self) -> (String, String) {
+        (self.bos_token.clone(), self.eos_token.clone())
+    }
+
+    /// Renders `messages`; `extra` (an object, or `()`) adds variables to the context
+    /// (`chat_template_kwargs`), without overriding the four standard ones.
     pub(crate) fn render(
         &self,
         messages: &[crate::ChatMessage],
         add_generation_prompt: bool,
+        extra: Value,
     ) -> Result<String> {
         let env = self
             .env
@@ -103,6 +115,7 @@ impl ChatTemplate {
             add_generation_prompt => add_generation_prompt,
             bos_token => self.bos_token.as_str(),
             eos_token => self.eos_token.as_str(),
+            ..extra
         })
         .map_err(|e| TokenizerError::Template(describe(&e)))
     }

@@ -394,10 +394,44 @@ impl Tokenizer {
         messages: &[ChatMessage],
         add_generation_prompt: bool,
     ) -> Result<String> {
+        self.apply_chat_template_with(messages, add_generation_prompt, &serde_json::Map::new())
+    }
+
+    /// [`Tokenizer::apply_chat_template`] with extra template variables (vLLM's
+    /// `chat_template_kwargs`, e.g. `{"enable_thinking": false}`); the standard variables
+    /// (`messages`, `add_generation_prompt`, `bos_token`, `eos_token`) cannot be overridden.
+    pub fn apply_chat_template_with(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+        kwargs: &serde_json::Map<String, serde_json::Value>,
+    ) -> Result<String> {
         self.template
             .as_ref()
             .ok_or(TokenizerError::NoChatTemplate)?
-            .render(messages, add_generation_prompt)
+            .render(
+                messages,
+                add_generation_prompt,
+                minijinja::Value::from_serialize(kwargs),
+            )
+    }
+
+    /// Replaces the model's chat template with `source` (a Jinja file given on the command
+    /// line); unlike a broken template inside the model file, one that does not compile is
+    /// an error here.
+    pub fn set_chat_template(&mut self, source: &str) -> Result<()> {
+        let (bos, eos) = match &self.template {
+            Some(t) => t.bos_eos(),
+            None => {
+                let text =
+                    |id: Option<u32>| id.map_or(String::new(), |id| self.decode(&[id], false));
+                (text(self.bos_id), text(self.eos_id))
+            }
+        };
+        let t = ChatTemplate::new(source, bos, eos);
+        t.compiled().map_err(TokenizerError::Template)?;
+        self.template = Some(t);
+        Ok(())
     }
 }
 

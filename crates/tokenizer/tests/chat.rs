@@ -88,3 +88,33 @@ fn broken_or_missing_template_fails_only_at_render_time() {
         Err(TokenizerError::NoChatTemplate)
     ));
 }
+
+#[test]
+fn kwargs_reach_the_template_and_a_file_template_replaces_the_models() {
+    let mut tok = with_template("{{ messages | length }}");
+    let kwargs: serde_json::Map<String, serde_json::Value> = serde_json::from_str(
+        r#"{"enable_thinking": false, "messages": "ignored", "bos_token": "ignored"}"#,
+    )
+    .unwrap();
+    tok.set_chat_template(
+        "{{ bos_token }}{{ messages | length }}|{{ enable_thinking }}|{{ add_generation_prompt }}",
+    )
+    .unwrap();
+    assert_eq!(
+        tok.apply_chat_template_with(&msgs(), true, &kwargs)
+            .unwrap(),
+        "<s>2|False|True"
+    );
+    // Without kwargs the variable is undefined (renders empty), as in Hugging Face.
+    assert_eq!(
+        tok.apply_chat_template(&msgs(), false).unwrap(),
+        "<s>2||False"
+    );
+    let err = tok.set_chat_template("{% if %}").unwrap_err();
+    assert!(matches!(err, TokenizerError::Template(_)), "{err}");
+    // The old template stays in place.
+    assert_eq!(
+        tok.apply_chat_template(&msgs(), false).unwrap(),
+        "<s>2||False"
+    );
+}

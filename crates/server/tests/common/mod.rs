@@ -219,3 +219,142 @@ pub fn metric(text: &str, name_and_labels: &str) -> Option<f64> {
             .and_then(|v| v.parse().ok())
     })
 }
+
+/// Loads the real model with `cfg`, its chat template replaced by `template` if given.
+pub fn engine_with(
+    cfg: folio_engine::EngineConfig,
+    template: Option<&str>,
+) -> Option<folio_engine::EngineHandle> {
+    let path = folio_fetch::test_model().ok()?;
+    let f = folio_gguf::GgufFile::open(&path).expect("model file opens");
+    let model = folio_model::Model::from_gguf(&f).expect("model loads");
+    let mut tok = folio_tokenizer::Tokenizer::from_gguf(&f).expect("tokenizer loads");
+    if let Some(t) = template {
+        tok.set_chat_template(t).expect("template compiles");
+    }
+    Some(folio_engine::spawn_engine(model, Arc::new(tok), &path, cfg).expect("engine starts"))
+}
+
+/// Request bytes with extra headers; `close` adds `Connection: close`.
+pub fn raw_request_with(
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+    close: bool,
+) -> Vec<u8> {
+    let mut req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: folio\r\nContent-Type: application/json\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    if close {
+        req.push_str("Connection: close\r\n");
+    }
+    req.push_str("\r\n");
+    let mut req = req.into_bytes();
+    req.extend_from_slice(body);
+    req
+}
+
+/// One request with extra headers on a fresh connection (closed after it).
+pub fn request_with(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> Resp {
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(300)))
+        .expect("timeout");
+    s.write_all(&raw_request_with(method, path, headers, body, true))
+        .expect("write");
+    let mut buf = Vec::new();
+    let _ = s.read_to_end(&mut buf);
+    parse_response(&buf)
+}
+
+/// A keep-alive HTTP/1.1 connection: several requests, one after the other.
+pub struct Conn {
+    pub sock: TcpStream,
+    buf: Vec<u8>,
+    /// Bytes of each `read` call of the last response (how the server's writes arrived).
+    pub reads: Vec<usize>,
+}
+
+impl Conn {
+    pub fn open(addr: SocketAddr) -> Conn {
+        let sock = TcpStream::connect(addr).expect("connect");
+        sock.set_read_timeout(Some(Duration::from_secs(120)))
+            .expect("timeout");
+        Conn {
+            sock,
+            buf: Vec::new(),
+            reads: Vec::new(),
+        }
+    }
+
+    /// Sends a request and reads its whole response (Content-Length or chunked).
+    pub fn request(&mut self, method: &str, path: &str, body: &[u8]) -> std::io::Result<Resp> {
+        self.sock
+            .write_all(&raw_request_with(method, path, &[], body, false))?;
+        self.reads.clear();
+        loop {
+            if let Some(n) = complete_response(&self.buf) {
+                let resp = parse_response(&self.buf[..n]);
+                self.buf.drain(..n);
+                return Ok(resp);
+            }
+            let mut chunk = [0u8; 65536];
+            let n = self.sock.read(&mut chunk)?;
+            if n == 0 {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    format!(
+                        "connection closed after {:?}",
+                        String::from_utf8_lossy(&self.buf)
+                    ),
+                ));
+            }
+            self.reads.push(n);
+            self.buf.extend_from_slice(&chunk[..n]);
+        }
+    }
+
+    pub fn get(&mut self, path: &str) -> std::io::Result<Resp> {
+        self.request("GET", path, b"")
+    }
+}
+
+/// The length of the first complete response in `buf`, if it is all there.
+fn complete_response(buf: &[u8]) -> Option<usize> {
+    let split = buf.windows(4).position(|w| w == b"\r\n\r\n")? + 4;
+    let head = String::from_utf8_lossy(&buf[..split]).to_ascii_lowercase();
+    if let Some(len) = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .and_then(|v| v.trim().parse::<usize>().ok())
+    {
+        return (buf.len() >= split + len).then_some(split + len);
+    }
+    if !head.contains("transfer-encoding: chunked") {
+        return Some(split);
+    }
+    let mut at = split;
+    loop {
+        let eol = buf[at..].windows(2).position(|w| w == b"\r\n")?;
+        let size = usize::from_str_radix(String::from_utf8_lossy(&buf[at..at + eol]).trim(), 16)
+            .expect("chunk size");
+        let end = at + eol + 2 + size + 2;
+        if buf.len() < end {
+            return None;
+        }
+        if size == 0 {
+            return Some(end);
+        }
+        at = end;
+    }
+}
