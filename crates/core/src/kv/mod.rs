@@ -10,6 +10,7 @@ pub mod manager;
 pub mod prefix_cache;
 pub mod stats;
 pub mod window;
+mod window_pages;
 
 pub use block_pool::{BlockPool, BlockRefs};
 pub use block_table::BlockTable;
