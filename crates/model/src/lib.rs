@@ -39,5 +39,5 @@ pub use batch::{ForwardBatch, SeqSpan};
 pub use config::{Activation, Arch, ModelConfig, RopeYarn};
 pub use error::ModelError;
 pub use kv_cache::{KvCache, KvFormat};
-pub use model::{ForwardStats, Model};
+pub use model::{AttnPrecision, ForwardStats, Model};
 pub use moe::{MoeConfig, MoeStats};
