@@ -164,7 +164,9 @@ impl HttpAnswerer {
         body["max_tokens"] = json!(ask.max_tokens);
         body["temperature"] = json!(ask.temperature);
         if let Some(s) = ask.seed {
-            body["seed"] = json!(s);
+            // OpenAI seeds are signed 64-bit integers: the same bits, reinterpreted (folio's
+            // server maps them back).
+            body["seed"] = json!(s as i64);
         }
         let t0 = Instant::now();
         let body = body.to_string();
@@ -229,14 +231,53 @@ pub fn run(a: QualityArgs) -> Result<()> {
         retry_temperature: a.retry_temperature,
         seed: a.seed,
     };
-    let mut configs = Vec::new();
-    let model_name;
-    if a.base_url.is_empty() {
-        let path =
-            folio_fetch::resolve_model_or_list(a.model.as_deref().map(std::path::Path::new))?;
-        model_name = path
+    let path = if a.base_url.is_empty() {
+        let model = a.model.as_deref().map(std::path::Path::new);
+        Some(folio_fetch::resolve_model_or_list(model)?)
+    } else {
+        None
+    };
+    let model_name = match (&path, &a.model) {
+        (Some(p), _) => p
             .file_stem()
-            .map_or("model".into(), |s| s.to_string_lossy().into_owned());
+            .map_or("model".into(), |s| s.to_string_lossy().into_owned()),
+        (None, Some(m)) => m.clone(),
+        (None, None) => {
+            let first = BaseUrl::parse(&a.base_url[0])?;
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?
+                .block_on(folio_bench::runner::detect_model(&first))
+                .unwrap_or_else(|| "default".into())
+        }
+    };
+    let mut file = QualityFile {
+        kind: "quality".into(),
+        model: model_name.clone(),
+        seed: a.seed,
+        records: a.records.clone(),
+        concurrency: a.concurrency.clone(),
+        runs: a.runs,
+        retries: a.retries,
+        max_tokens: plan.max_tokens,
+        retry_temperature: a.retry_temperature,
+        baseline: String::new(),
+        tasks,
+        configs: Vec::new(),
+    };
+    // The result file is rewritten after every configuration, so a study cut short keeps
+    // the configurations it finished.
+    let save = |file: &mut QualityFile, cfg: QualityConfig| -> Result<()> {
+        eprintln!("[{}] wall {:.1} s", cfg.label, cfg.wall_s);
+        file.configs.push(cfg);
+        file.finish();
+        if let Some(p) = &a.json {
+            std::fs::write(p, serde_json::to_string_pretty(file)?)
+                .with_context(|| format!("writing {}", p.display()))?;
+        }
+        Ok(())
+    };
+    if let Some(path) = &path {
         for kv in &a.kv_format {
             for p in &a.attn_precision {
                 let label = format!("{}/{}", value_name(kv), value_name(p));
@@ -254,27 +295,17 @@ pub fn run(a: QualityArgs) -> Result<()> {
                     h: h.clone(),
                     chat: a.chat,
                 };
-                let run =
-                    quality::run_config(&answerer, &tasks, &plan, &|l| eprintln!("[{label}] {l}"));
+                let run = quality::run_config(&answerer, &file.tasks, &plan, &|l| {
+                    eprintln!("[{label}] {l}")
+                });
                 h.shutdown();
                 let mut cfg = QualityConfig::new(label.clone(), run?, start_s);
                 cfg.kv_format = Some(value_name(kv));
                 cfg.attn_precision = Some(value_name(p));
-                eprintln!("[{label}] wall {:.1} s", cfg.wall_s);
-                configs.push(cfg);
+                save(&mut file, cfg)?;
             }
         }
     } else {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()?;
-        let first = BaseUrl::parse(&a.base_url[0])?;
-        model_name = match &a.model {
-            Some(m) => m.clone(),
-            None => rt
-                .block_on(folio_bench::runner::detect_model(&first))
-                .unwrap_or_else(|| "default".into()),
-        };
         for (i, url) in a.base_url.iter().enumerate() {
             let label = a.label.get(i).cloned().unwrap_or_else(|| url.clone());
             let answerer = HttpAnswerer {
@@ -283,33 +314,16 @@ pub fn run(a: QualityArgs) -> Result<()> {
                 chat: a.chat,
                 timeout: Duration::from_secs_f64(a.timeout_s.max(1.0)),
             };
-            let run =
-                quality::run_config(&answerer, &tasks, &plan, &|l| eprintln!("[{label}] {l}"))?;
+            let run = quality::run_config(&answerer, &file.tasks, &plan, &|l| {
+                eprintln!("[{label}] {l}")
+            })?;
             let mut cfg = QualityConfig::new(label.clone(), run, 0.0);
             cfg.base_url = Some(url.clone());
-            eprintln!("[{label}] wall {:.1} s", cfg.wall_s);
-            configs.push(cfg);
+            save(&mut file, cfg)?;
         }
     }
-    let mut file = QualityFile {
-        kind: "quality".into(),
-        model: model_name,
-        seed: a.seed,
-        records: a.records.clone(),
-        concurrency: a.concurrency.clone(),
-        runs: a.runs,
-        retries: a.retries,
-        max_tokens: plan.max_tokens,
-        retry_temperature: a.retry_temperature,
-        baseline: String::new(),
-        tasks,
-        configs,
-    };
-    file.finish();
     print!("{}", file.table());
     if let Some(p) = &a.json {
-        std::fs::write(p, serde_json::to_string_pretty(&file)?)
-            .with_context(|| format!("writing {}", p.display()))?;
         eprintln!("wrote {}", p.display());
     }
     Ok(())
@@ -363,5 +377,78 @@ mod tests {
             "{:?}",
             totals.unstable_tasks
         );
+    }
+
+    /// Through `folio serve`'s HTTP API (`--base-url`) the same tasks get the same answers,
+    /// retries (seeded sampling) included, and the server's usage is read back.
+    #[test]
+    fn http_answers_equal_in_process_answers() {
+        let h = default_engine_args()
+            .start()
+            .expect("engine on the default model");
+        let std_listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = std_listener.local_addr().expect("address");
+        std_listener.set_nonblocking(true).expect("nonblocking");
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let server_handle = h.clone();
+        let server = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .expect("runtime");
+            rt.block_on(async move {
+                let listener = tokio::net::TcpListener::from_std(std_listener).expect("listener");
+                folio_server::serve_listener(
+                    server_handle,
+                    folio_server::ServerOptions::default(),
+                    listener,
+                    async move {
+                        let _ = stop_rx.await;
+                    },
+                )
+                .await
+            })
+        });
+        let tasks = quality::tasks(&[40], 4, 9);
+        let plan = StudyPlan {
+            concurrency: vec![2],
+            runs: 1,
+            retries: 1,
+            max_tokens: 8,
+            retry_temperature: 0.7,
+            seed: 2,
+        };
+        let http = HttpAnswerer {
+            base: BaseUrl::parse(&format!("http://{addr}")).expect("url"),
+            model: "default".into(),
+            chat: false,
+            timeout: Duration::from_secs(120),
+        };
+        let over_http = quality::run_config(&http, &tasks, &plan, &|_| {}).expect("http run");
+        let local = EngineAnswerer {
+            h: h.clone(),
+            chat: false,
+        };
+        let in_process = quality::run_config(&local, &tasks, &plan, &|_| {}).expect("run");
+        let _ = stop_tx.send(());
+        server.join().expect("server thread").expect("server");
+        h.shutdown();
+        assert_eq!(over_http.cells.len(), 4);
+        for (a, b) in over_http.cells.iter().zip(&in_process.cells) {
+            let texts = |c: &quality::Cell| {
+                c.attempts
+                    .iter()
+                    .map(|a| a.text.clone())
+                    .collect::<Vec<_>>()
+            };
+            assert_eq!(texts(a), texts(b), "{}", a.task);
+            assert!(a.attempts.iter().all(|x| x.error.is_none()), "{a:?}");
+            let (x, y) = (&a.attempts[0], &b.attempts[0]);
+            assert_eq!(
+                (x.prompt_tokens, x.output_tokens),
+                (y.prompt_tokens, y.output_tokens)
+            );
+        }
     }
 }
