@@ -12,7 +12,12 @@
 //!   scheduled arrival, percentiles, goodput, the table and the JSON result file;
 //! - [`prom`]: reads the server's `/metrics` counters (prefix-cache hits and queries).
 //!
-//! Plots (`folio bench plot`): [`plot`] draws SVG line charts from result files.
+//! Quality study (`folio bench quality`, chapter 8.4): [`quality`] builds the fixed
+//! retrieval task set, asks each configuration (KV format × attention precision, or a
+//! server) every task at each concurrency level, and compares the right/wrong grids.
+//!
+//! Plots (`folio bench plot`): [`plot`] draws SVG line charts from result files, and the
+//! quality grid from a quality result file.
 //!
 //! Step profiler (`folio profile`): [`profile`] probes memory bandwidth and matmul FLOP/s,
 //! times decode rounds and prefills of the model directly, prints the MBU/MFU table and
@@ -23,6 +28,7 @@ pub mod client;
 pub mod plot;
 pub mod profile;
 pub mod prom;
+pub mod quality;
 pub mod record;
 pub mod report;
 pub mod runner;

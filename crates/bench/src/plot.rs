@@ -351,6 +351,57 @@ fn read_all(paths: &[PathBuf]) -> Result<Vec<ResultFile>> {
         .collect()
 }
 
+/// Whether the JSON text is a `folio bench quality` result file.
+fn is_quality(text: &str) -> bool {
+    serde_json::from_str::<serde_json::Value>(text)
+        .is_ok_and(|v| v["kind"] == "quality" && v["configs"].is_array())
+}
+
+/// Writes the charts of every result file in `paths` into `dir`: the quality grid
+/// (`quality_grid.svg`, or `quality_grid_<file>.svg` for several) of each quality file,
+/// and the serve charts of the others ([`load`], [`write_all`]). Returns the paths written.
+pub fn write_paths(paths: &[PathBuf], dir: &Path, png: bool) -> Result<Vec<PathBuf>> {
+    let mut quality = Vec::new();
+    let mut serve = Vec::new();
+    for p in paths {
+        let text =
+            std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+        if is_quality(&text) {
+            let mut f: crate::quality::QualityFile = serde_json::from_str(&text)
+                .with_context(|| format!("{} is not a quality result file", p.display()))?;
+            f.finish();
+            quality.push((p, f));
+        } else {
+            serve.push(p.clone());
+        }
+    }
+    let mut written = Vec::new();
+    if !quality.is_empty() {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let several = quality.len() > 1;
+    for (p, f) in &quality {
+        let name = match (several, p.file_stem()) {
+            (true, Some(stem)) => format!("quality_grid_{}.svg", stem.to_string_lossy()),
+            _ => "quality_grid.svg".into(),
+        };
+        let path = dir.join(name);
+        std::fs::write(&path, crate::quality::svg::grid_svg(f))
+            .with_context(|| format!("writing {}", path.display()))?;
+        written.push(path.clone());
+        if png {
+            let out = path.with_extension("png");
+            if to_png(&path, &out) {
+                written.push(out);
+            }
+        }
+    }
+    if !serve.is_empty() {
+        written.extend(write_all(&load(&serve)?, dir, png)?);
+    }
+    Ok(written)
+}
+
 /// Writes every chart of `files` into `dir`; returns the paths written. When `png` is set
 /// and `resvg`, `rsvg-convert` or ImageMagick's `convert` is installed, a PNG is written
 /// beside each SVG (best effort).

@@ -36,6 +36,10 @@ pub struct MonitorSummary {
     pub after_kv_usage: Option<f64>,
 }
 
+/// How goodput counts a request, as the result file states it.
+pub const GOOD_RULE: &str =
+    "completed, correct when the workload judges answers, and within every SLO limit";
+
 /// Figures of one run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunReport {
@@ -59,7 +63,17 @@ pub struct RunReport {
     pub itl_ms: Option<Summary>,
     pub e2e_ms: Option<Summary>,
     pub slo: Slo,
-    /// Requests correct (or unjudged) and within the SLO.
+    /// What counts as good: [`GOOD_RULE`], written into the result file.
+    #[serde(default)]
+    pub good_rule: String,
+    /// Completed requests within the SLO, right or wrong.
+    #[serde(default)]
+    pub on_time: usize,
+    /// Completed requests judged wrong (never good, however fast).
+    #[serde(default)]
+    pub wrong: usize,
+    /// Requests completed, not judged wrong and within the SLO (a judged request must be
+    /// correct and on time).
     pub good: usize,
     /// `good / duration_s` (chapter 8.6: R_good = Σ Q_i·D_i / T_obs).
     pub goodput_rps: f64,
@@ -88,6 +102,14 @@ impl RunReport {
         let judged = ok.iter().filter(|r| r.correct.is_some()).count();
         let correct = ok.iter().filter(|r| r.correct == Some(true)).count();
         let good = records.iter().filter(|r| r.good(&slo)).count();
+        let on_time = ok
+            .iter()
+            .filter(|r| match (r.ttft(), r.e2e()) {
+                (Some(ttft), Some(e2e)) => slo.met(ttft, r.tpot(), e2e),
+                _ => false,
+            })
+            .count();
+        let wrong = ok.iter().filter(|r| r.correct == Some(false)).count();
         let per_s = |x: f64| {
             if duration_s > 0.0 {
                 x / duration_s
@@ -122,6 +144,9 @@ impl RunReport {
             itl_ms: ms(ok.iter().flat_map(|r| r.itls()).collect()),
             e2e_ms: ms(ok.iter().filter_map(|r| r.e2e()).collect()),
             slo,
+            good_rule: GOOD_RULE.into(),
+            on_time,
+            wrong,
             good,
             goodput_rps: per_s(good as f64),
             prefix_cache: None,
@@ -192,6 +217,14 @@ impl RunReport {
             );
         }
         line(&mut t, "SLO:", self.slo.describe());
+        line(
+            &mut t,
+            "On time (within the SLO):",
+            self.on_time.to_string(),
+        );
+        if self.judged > 0 {
+            line(&mut t, "Wrong answers:", self.wrong.to_string());
+        }
         line(&mut t, "Good (correct and on time):", self.good.to_string());
         line(
             &mut t,

@@ -20,7 +20,7 @@ use crate::prom::{self, PrefixCacheDelta};
 use crate::record::RequestRecord;
 use crate::report::{MonitorSummary, RunReport, RunSetup};
 use crate::slo::Slo;
-use crate::workload::Conversation;
+use crate::workload::{self, Conversation};
 
 /// How to drive the server.
 #[derive(Debug, Clone)]
@@ -230,7 +230,7 @@ pub async fn run(cfg: &RunConfig, setup: RunSetup, convs: Vec<Conversation>) -> 
                     output_tokens: o.completion_tokens.unwrap_or(o.chunks.len() as u64),
                     ok: o.error.is_none(),
                     error: o.error.clone(),
-                    correct: turn.expected.as_ref().map(|e| o.text.contains(e.as_str())),
+                    correct: turn.expected.as_ref().map(|e| workload::grade(&o.text, e)),
                 };
                 let failed = !rec.ok;
                 recs.push(rec);

@@ -11,7 +11,8 @@
 //!   rounds that append the model's answer and a tool output to the growing history; turn
 //!   k + 1 is sent when turn k's answer has arrived;
 //! - `retrieval`: a document of records `key NNNN: DDDDDD` (six-digit values) and a
-//!   question about one key; the answer is correct iff its six digits appear in the output.
+//!   question about one key; [`grade`] decides whether an output answers it (the value's
+//!   six digits as a number of their own, and no other number of six or more digits).
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -77,7 +78,7 @@ pub struct WorkloadSpec {
 pub struct Turn {
     pub append: String,
     pub max_tokens: usize,
-    /// Text whose presence in the output makes the answer correct.
+    /// The expected answer, judged by [`grade`].
     pub expected: Option<String>,
 }
 
@@ -455,14 +456,19 @@ pub fn generate(spec: &WorkloadSpec) -> Vec<Conversation> {
 /// newline and spaces): used to size documents from `input_tokens`.
 const TOKENS_PER_RECORD: usize = 14;
 
-/// A document of records and a question about one of them; returns (prompt, answer).
-pub fn retrieval_task<R: Rng>(spec: &WorkloadSpec, rng: &mut R) -> (String, String) {
-    let n = if spec.records > 0 {
-        spec.records
-    } else {
-        (spec.input_tokens / TOKENS_PER_RECORD).max(2)
-    };
-    let n = n.min(9000);
+/// A retrieval document: a header line, then one record `key K: V` per line.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RetrievalDoc {
+    pub text: String,
+    /// Distinct four-digit keys, in document order.
+    pub keys: Vec<usize>,
+    /// Six-digit values (100000..=999999), `values[i]` belonging to `keys[i]`.
+    pub values: Vec<u32>,
+}
+
+/// A document of `n` records (at most 9000, so keys stay four-digit and distinct).
+pub fn retrieval_document<R: Rng>(n: usize, rng: &mut R) -> RetrievalDoc {
+    let n = n.clamp(1, 9000);
     // Distinct four-digit keys: a shuffled window of 1000..10000.
     let start = rng.gen_range(1000..(10_000 - n).max(1001));
     let mut keys: Vec<usize> = (start..start + n).collect();
@@ -470,15 +476,54 @@ pub fn retrieval_task<R: Rng>(spec: &WorkloadSpec, rng: &mut R) -> (String, Stri
         keys.swap(i, rng.gen_range(0..=i));
     }
     let values: Vec<u32> = (0..n).map(|_| rng.gen_range(100_000..1_000_000)).collect();
-    let mut doc =
+    let mut text =
         String::from("Below is a list of records. Each line gives a key and its value.\n");
     for (k, v) in keys.iter().zip(&values) {
-        doc.push_str(&format!("key {k}: {v}\n"));
+        text.push_str(&format!("key {k}: {v}\n"));
     }
-    let q = rng.gen_range(0..n);
-    doc.push_str(&format!(
-        "\nQuestion: what is the value of key {}?\nAnswer: the value of key {} is",
-        keys[q], keys[q]
-    ));
-    (doc, values[q].to_string())
+    RetrievalDoc { text, keys, values }
+}
+
+/// The question appended to a document; the model completes the answer.
+pub fn retrieval_question(key: usize) -> String {
+    format!("\nQuestion: what is the value of key {key}?\nAnswer: the value of key {key} is")
+}
+
+/// Whether `output` answers with exactly `expected` (a retrieval value): some maximal run
+/// of ASCII digits in it equals `expected`, and no run as long as `expected` or longer
+/// differs from it. Surrounding text is fine ("The value is 123456."); a different
+/// six-digit number, the digits inside a longer run (`1234567`, `0123456`), five of the six
+/// digits, or the right number beside a wrong one are not. Shorter numbers (the four-digit
+/// key repeated back) do not count against an answer.
+pub fn grade(output: &str, expected: &str) -> bool {
+    if expected.is_empty() {
+        return false;
+    }
+    let mut found = false;
+    for run in output
+        .split(|c: char| !c.is_ascii_digit())
+        .filter(|r| !r.is_empty())
+    {
+        if run == expected {
+            found = true;
+        } else if run.len() >= expected.len() {
+            return false;
+        }
+    }
+    found
+}
+
+/// A document of records and a question about one of them; returns (prompt, answer).
+pub fn retrieval_task<R: Rng>(spec: &WorkloadSpec, rng: &mut R) -> (String, String) {
+    let n = if spec.records > 0 {
+        spec.records
+    } else {
+        (spec.input_tokens / TOKENS_PER_RECORD).max(2)
+    };
+    let doc = retrieval_document(n, rng);
+    let q = rng.gen_range(0..doc.keys.len());
+    (
+        doc.text + &retrieval_question(doc.keys[q]),
+        doc.values[q].to_string(),
+    )
 }

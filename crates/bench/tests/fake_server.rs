@@ -24,6 +24,8 @@ struct Fake {
     queries: Mutex<(u64, u64)>,
     /// Answer retrieval questions wrongly.
     wrong: bool,
+    /// Answer with the right digits inside a longer number (`1234567`): a near miss.
+    near_miss: bool,
     /// Answer every request with this HTTP status instead.
     fail_status: Option<u16>,
 }
@@ -59,6 +61,8 @@ async fn completions(State(s): State<Arc<Fake>>, Json(body): Json<Value>) -> Res
     if let Some(a) = answer(prompt) {
         texts[0] = if s.wrong {
             " 000000".into()
+        } else if s.near_miss {
+            format!(" {a}7")
         } else {
             format!(" {a}")
         };
@@ -254,6 +258,52 @@ async fn retrieval_answers_are_judged_and_wrong_ones_are_not_goodput() {
         (4, 4, 0, 0)
     );
     assert_eq!(rep.goodput_rps, 0.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn goodput_needs_a_correct_answer_and_the_slo_and_the_result_file_says_so() {
+    let convs = workload::generate(&spec(WorkloadKind::Retrieval, 4, 3));
+    // The right digits inside a longer number are a wrong answer, however fast.
+    let (base, _) = start(Fake {
+        near_miss: true,
+        ..Default::default()
+    })
+    .await;
+    let rep = runner::run(
+        &config(base.clone(), None, None),
+        RunSetup::default(),
+        convs.clone(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        (rep.completed, rep.on_time, rep.wrong, rep.correct, rep.good),
+        (4, 4, 4, 0, 0)
+    );
+    // Right answers that miss the SLO (TTFT under 1 microsecond) are not good either.
+    let (base, _) = start(Fake::default()).await;
+    let mut cfg = config(base, None, None);
+    cfg.slo = Slo::parse("ttft=0.001").unwrap();
+    let rep = runner::run(&cfg, RunSetup::default(), convs.clone())
+        .await
+        .unwrap();
+    assert_eq!(
+        (rep.correct, rep.wrong, rep.on_time, rep.good),
+        (4, 0, 0, 0)
+    );
+    // Right and on time: good. The result file carries the rule and the counts.
+    cfg.slo = Slo::parse("ttft=60000").unwrap();
+    let rep = runner::run(&cfg, RunSetup::default(), convs).await.unwrap();
+    assert_eq!((rep.correct, rep.on_time, rep.good), (4, 4, 4));
+    let v: Value = serde_json::to_value(&rep).unwrap();
+    assert_eq!(v["good"], 4);
+    assert_eq!(v["good_rule"], folio_bench::report::GOOD_RULE);
+    assert!(v["good_rule"].as_str().unwrap().contains("correct"));
+    assert!(v["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|r| r["correct"] == true));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -124,6 +124,7 @@ fn goodput_counts_correct_and_on_time_requests_over_observed_time() {
     ];
     recs[4].correct = Some(false);
     recs[5].correct = Some(true);
+    recs[3].correct = Some(true); // right but late: still not good
     let mut failed = rec(6.0, 6.0, &[], 0);
     failed.ok = false;
     recs.push(failed);
@@ -133,8 +134,9 @@ fn goodput_counts_correct_and_on_time_requests_over_observed_time() {
     assert_eq!(rep.good, 3);
     assert!(close(rep.goodput_rps, 3.0 / 8.0));
     assert!(close(rep.request_throughput, 6.0 / 8.0));
-    assert_eq!(rep.judged, 2);
-    assert_eq!(rep.correct, 1);
+    assert_eq!(rep.judged, 3);
+    assert_eq!(rep.correct, 2);
+    assert_eq!((rep.on_time, rep.wrong), (4, 1));
     assert_eq!(rep.output_tokens, 13);
     assert!(close(rep.output_throughput, 13.0 / 8.0));
     // ITLs of all completed requests: 0.2, 0.2, 0.2, 0.1, 2.4, 0.1, 0.1 (s).

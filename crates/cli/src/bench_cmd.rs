@@ -17,7 +17,7 @@ use std::time::Duration;
 pub enum BenchServeCmds {
     /// Load-test any OpenAI-compatible server (streaming /v1/completions).
     Serve(ServeBenchArgs),
-    /// Draw SVG charts from `folio bench serve --json` result files.
+    /// Draw SVG charts from `folio bench serve --json` (and `bench quality --json`) files.
     Plot(PlotArgs),
 }
 
@@ -110,7 +110,8 @@ pub struct ServeBenchArgs {
 
 #[derive(Args, Debug, Clone)]
 pub struct PlotArgs {
-    /// Result files written by `folio bench serve --json` (one series per file).
+    /// Result files written by `folio bench serve --json` (one series per file) or
+    /// `folio bench quality --json` (a grid chart each).
     #[arg(required = true)]
     pub results: Vec<PathBuf>,
     /// Directory for the SVG files.
@@ -336,8 +337,7 @@ pub fn run_serve(a: ServeBenchArgs) -> Result<()> {
 
 /// `folio bench plot`.
 pub fn run_plot(a: PlotArgs) -> Result<()> {
-    let files = folio_bench::plot::load(&a.results)?;
-    let written = folio_bench::plot::write_all(&files, &a.out, a.png)?;
+    let written = folio_bench::plot::write_paths(&a.results, &a.out, a.png)?;
     if written.is_empty() {
         bail!(
             "no chart has data: the result files hold no runs with a request rate or a concurrency"

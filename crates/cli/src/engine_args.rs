@@ -73,6 +73,27 @@ impl KvFormatArg {
     }
 }
 
+/// `--attn-precision`: what the queries are rounded to before attention.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+pub enum AttnPrecisionArg {
+    /// f16 whatever the KV format (llama.cpp's rounding against an f16 cache; default).
+    F16,
+    /// f32 queries: only the KV storage format rounds.
+    F32,
+    /// The KV format's precision: bf16 for bf16, q8_0 groups for q8_0 and q4_0.
+    Kv,
+}
+
+impl AttnPrecisionArg {
+    pub fn precision(self) -> folio_model::AttnPrecision {
+        match self {
+            AttnPrecisionArg::F16 => folio_model::AttnPrecision::F16,
+            AttnPrecisionArg::F32 => folio_model::AttnPrecision::F32,
+            AttnPrecisionArg::Kv => folio_model::AttnPrecision::Kv,
+        }
+    }
+}
+
 /// Model and engine settings.
 #[derive(Args, Clone, Debug)]
 pub struct EngineArgs {
@@ -112,6 +133,10 @@ pub struct EngineArgs {
     pub kv_cache_fraction: Option<f64>,
     #[arg(long, value_enum, default_value = "f16")]
     pub kv_format: KvFormatArg,
+    /// Compute precision of attention, apart from the storage format: the queries are
+    /// rounded to f16 (default), kept f32, or rounded to the KV format's precision (kv).
+    #[arg(long, value_enum, default_value = "f16")]
+    pub attn_precision: AttnPrecisionArg,
     /// Matmul arithmetic: `fast`, or `llama` for llama.cpp's exact outputs.
     #[arg(long, value_enum, default_value = "fast")]
     pub numerics: NumericsArg,
@@ -247,6 +272,7 @@ pub fn start_with(args: &EngineArgs, cfg: EngineConfig) -> Result<EngineHandle> 
         let mut model = folio_model::Model::from_gguf(&gguf)
             .with_context(|| format!("loading {}", path.display()))?;
         model.set_sums(self_.numerics.sums());
+        model.set_attn_precision(self_.attn_precision.precision());
         let draft = match &draft_path {
             Some(p) => {
                 let g = folio_gguf::GgufFile::open(p)
@@ -254,6 +280,7 @@ pub fn start_with(args: &EngineArgs, cfg: EngineConfig) -> Result<EngineHandle> 
                 let mut d = folio_model::Model::from_gguf(&g)
                     .with_context(|| format!("loading draft model {}", p.display()))?;
                 d.set_sums(self_.numerics.sums());
+                d.set_attn_precision(self_.attn_precision.precision());
                 Some(d)
             }
             None => None,

@@ -3,6 +3,7 @@
 mod bench_cmd;
 mod bench_engine;
 mod bench_model;
+mod bench_quality;
 mod bench_spec;
 mod engine_args;
 mod generate;
@@ -200,6 +201,9 @@ enum BenchCmd {
         #[arg(long)]
         json: bool,
     },
+    /// Chapter 8.4's quality study: KV storage format and attention precision compared
+    /// task by task on fixed retrieval tasks (right/wrong grid, totals, time to correct).
+    Quality(bench_quality::QualityArgs),
     /// Speculative decoding on an extraction workload: per proposer and batch size.
     Spec {
         #[command(flatten)]
@@ -289,6 +293,9 @@ fn main() -> Result<()> {
         Cmd::Bench {
             what: BenchCmd::Load(bench_cmd::BenchServeCmds::Plot(a)),
         } => bench_cmd::run_plot(a),
+        Cmd::Bench {
+            what: BenchCmd::Quality(a),
+        } => bench_quality::run(a),
         Cmd::Bench {
             what:
                 BenchCmd::Engine {

@@ -467,3 +467,29 @@ fn round_to_f16_matches_half_on_every_isa() {
         assert_eq!(got, want, "{isa:?}");
     }
 }
+
+#[test]
+fn round_queries_rounds_each_row_to_the_format() {
+    let mut r = StdRng::seed_from_u64(11);
+    let hd = 64;
+    let src = rand_vec(3 * hd, &mut r, 4.0);
+    for format in KvFormat::ALL {
+        let mut got = src.clone();
+        attn::round_queries(format, hd, &mut got);
+        // Each row equals its stored-then-loaded self, and rows are rounded apart (a q8_0
+        // group never spans two heads).
+        let mut want = vec![0f32; src.len()];
+        let mut bytes = vec![0u8; format.row_bytes(hd)];
+        for (s, w) in src.chunks(hd).zip(want.chunks_mut(hd)) {
+            attn::store_row_scalar(format, s, &mut bytes);
+            attn::load_row_scalar(format, &bytes, w);
+        }
+        assert_eq!(got, want, "{}", format.name());
+        assert_ne!(got, src, "{}: rounding changed nothing", format.name());
+    }
+    let mut f16s = src.clone();
+    attn::round_to_f16(&mut f16s);
+    let mut got = src.clone();
+    attn::round_queries(KvFormat::F16, hd, &mut got);
+    assert_eq!(got, f16s);
+}

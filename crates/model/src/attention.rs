@@ -44,6 +44,9 @@ pub struct AttnShape {
     pub window: Option<usize>,
     /// Attention logit soft-capping (`ModelConfig::attn_softcap`).
     pub softcap: Option<f32>,
+    /// The format whose precision the queries are rounded to before the kernel (compute
+    /// precision, [`crate::AttnPrecision`]); `None`: f32 queries.
+    pub q_round: Option<folio_kernels::attn::KvFormat>,
 }
 
 /// `q`: [n_tokens][n_heads·hd] (RoPE applied); the layer's K/V for every new token must
@@ -69,6 +72,7 @@ pub fn attention(
         scale,
         window,
         softcap,
+        q_round,
     } = shape;
     let group = n_heads / n_kv_heads;
     let n_tokens = batch.n_tokens();
@@ -82,11 +86,13 @@ pub fn attention(
         SCRATCH.with(|s| {
             let (qbuf, scores) = &mut *s.borrow_mut();
             // NOTE: llama.cpp multiplies an f16 K cache with Q converted to f16 (and the
-            // softmax weights converted to f16 against V). Rounding the same way keeps
-            // greedy outputs on the same side of close calls.
+            // softmax weights converted to f16 against V). Rounding the same way (the
+            // default, `q_round` = f16) keeps greedy outputs on the same side of close calls.
             qbuf.clear();
             qbuf.extend_from_slice(&q[first..first + group * hd]);
-            attn::round_to_f16(qbuf);
+            if let Some(f) = q_round {
+                attn::round_queries(f, hd, qbuf);
+            }
             // SAFETY: the (t, heads h*group .. (h+1)*group) region is this task's alone.
             let o = unsafe { std::slice::from_raw_parts_mut(out_ptr.get().add(first), group * hd) };
             let order = if llama_orders && pos >= batch.seqs[seq_idx].decode_from {

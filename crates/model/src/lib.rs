@@ -41,5 +41,5 @@ pub use config::{Activation, Arch, ModelConfig, RopeYarn};
 pub use error::ModelError;
 pub use kv_cache::{KvCache, KvFormat};
 pub use kv_layout::KvLayout;
-pub use model::{ForwardStats, Model};
+pub use model::{AttnPrecision, ForwardStats, Model};
 pub use moe::{MoeConfig, MoeStats};

@@ -17,6 +17,56 @@ pub struct Model {
     rope: Rope,
     /// The sliding-window layers' RoPE when their base differs (Gemma 3).
     rope_window: Option<Rope>,
+    /// How the queries are rounded before attention (compute precision).
+    attn_precision: AttnPrecision,
+}
+
+/// Compute precision of attention scores, independent of the KV storage format: the
+/// precision the queries are rounded to before they meet the cached keys (chapter 8.4
+/// separates the storage effect from the compute effect this way).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum AttnPrecision {
+    /// Queries rounded to f16 whatever the storage format (what llama.cpp does against an
+    /// f16 cache; the default, so greedy outputs keep llama.cpp's parity).
+    #[default]
+    F16,
+    /// Queries kept in f32: only the storage format rounds.
+    F32,
+    /// Queries rounded to the storage format's precision: f16 → f16, bf16 → bf16, q8_0 →
+    /// q8_0 groups. q4_0 → q8_0 groups too: ggml's CPU dot product quantizes the
+    /// activations against both q8_0 and q4_0 rows to q8_0 (its `vec_dot_type`), and a
+    /// 4-bit query is a rounding no implementation applies.
+    Kv,
+}
+
+impl AttnPrecision {
+    /// Parses `f16`, `f32` or `kv`.
+    pub fn parse(s: &str) -> Option<AttnPrecision> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "f16" => Some(AttnPrecision::F16),
+            "f32" => Some(AttnPrecision::F32),
+            "kv" => Some(AttnPrecision::Kv),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            AttnPrecision::F16 => "f16",
+            AttnPrecision::F32 => "f32",
+            AttnPrecision::Kv => "kv",
+        }
+    }
+
+    /// The format the queries are rounded to against a cache stored as `kv`; `None`: f32.
+    pub fn query_format(self, kv: KvFormat) -> Option<KvFormat> {
+        match (self, kv) {
+            (AttnPrecision::F32, _) => None,
+            (AttnPrecision::F16, _) => Some(KvFormat::F16),
+            (AttnPrecision::Kv, KvFormat::Q4_0) => Some(KvFormat::Q8_0),
+            (AttnPrecision::Kv, f) => Some(f),
+        }
+    }
 }
 
 /// Work done by one forward call, for bandwidth and FLOP figures.
@@ -53,7 +103,17 @@ impl Model {
             weights,
             rope,
             rope_window,
+            attn_precision: AttnPrecision::default(),
         })
+    }
+
+    /// How the queries are rounded before attention ([`AttnPrecision`]; default f16).
+    pub fn set_attn_precision(&mut self, p: AttnPrecision) {
+        self.attn_precision = p;
+    }
+
+    pub fn attn_precision(&self) -> AttnPrecision {
+        self.attn_precision
     }
 
     /// How every quantized matmul accumulates: [`Sums::Ggml`] gives llama.cpp's exact bits
@@ -294,6 +354,7 @@ impl Model {
                 scale: c.attn_scale,
                 window: if window { c.sliding_window } else { None },
                 softcap: c.attn_softcap,
+                q_round: self.attn_precision.query_format(kv.format),
             };
             w.wqkv.matmul(&h, n, &mut qkv, pool);
             {

@@ -8,7 +8,7 @@ mod common;
 use common::{build, randn, rel_err, Shape};
 use folio_gguf::{GgmlType, GgufFile};
 use folio_kernels::pool::ThreadPool;
-use folio_model::{ForwardBatch, KvCache, KvFormat, Model};
+use folio_model::{AttnPrecision, ForwardBatch, KvCache, KvFormat, Model};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 
@@ -88,6 +88,49 @@ fn quantized_kv_logits_stay_close_to_f16() {
             format.name()
         );
         last = worst;
+    }
+}
+
+#[test]
+fn attn_precision_is_a_switch_apart_from_the_storage_format() {
+    let mut model = tiny_model(42);
+    assert_eq!(model.attn_precision(), AttnPrecision::F16);
+    let default_f16 = run(&model, KvFormat::F16);
+    let default_bf16 = run(&model, KvFormat::Bf16);
+    // `kv` against an f16 cache is the default (queries rounded to f16).
+    model.set_attn_precision(AttnPrecision::Kv);
+    assert_eq!(run(&model, KvFormat::F16), default_f16);
+    // Against bf16 it rounds the queries to bf16 instead: a different compute precision
+    // over the same storage, close to it.
+    let kv_bf16 = run(&model, KvFormat::Bf16);
+    assert_ne!(kv_bf16, default_bf16);
+    let q8_kv = run(&model, KvFormat::Q8_0);
+    // f32 queries: only the storage rounds.
+    model.set_attn_precision(AttnPrecision::F32);
+    let f32_f16 = run(&model, KvFormat::F16);
+    assert_ne!(f32_f16, default_f16);
+    assert_ne!(run(&model, KvFormat::Q8_0), q8_kv);
+    for (a, b) in f32_f16.iter().zip(&default_f16) {
+        assert!(
+            rel_err(a, b) < 0.01,
+            "f32 vs f16 queries: {}",
+            rel_err(a, b)
+        );
+    }
+    for (a, b) in kv_bf16.iter().zip(&default_bf16) {
+        assert!(
+            rel_err(a, b) < 0.02,
+            "bf16 vs f16 queries: {}",
+            rel_err(a, b)
+        );
+    }
+    assert_eq!(
+        AttnPrecision::Kv.query_format(KvFormat::Q4_0),
+        Some(KvFormat::Q8_0)
+    );
+    assert_eq!(AttnPrecision::F32.query_format(KvFormat::F16), None);
+    for p in [AttnPrecision::F16, AttnPrecision::F32, AttnPrecision::Kv] {
+        assert_eq!(AttnPrecision::parse(p.name()), Some(p));
     }
 }
 

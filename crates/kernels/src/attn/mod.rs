@@ -227,6 +227,35 @@ pub fn round_to_f16_with(isa: Isa, x: &mut [f32]) {
     }
 }
 
+/// Rounds every `head_dim`-value row of `x` to what `format` stores and back: the
+/// precision of queries computed "at the KV format" (f16 and bf16 round each value to
+/// nearest even; q8_0 and q4_0 quantize each 32-value group with an f16 scale, as ggml's
+/// reference quantizers do). F16 is [`round_to_f16`] (SIMD where the CPU has it).
+pub fn round_queries(format: KvFormat, head_dim: usize, x: &mut [f32]) {
+    if format == KvFormat::F16 {
+        return round_to_f16(x);
+    }
+    assert!(
+        head_dim > 0 && x.len().is_multiple_of(head_dim),
+        "round_queries: {} values are not rows of head_dim {head_dim}",
+        x.len()
+    );
+    // A row of up to 512 values fits the stack buffer (no allocation per attention task).
+    let n = format.row_bytes(head_dim);
+    let mut stack = [0u8; 1024];
+    let mut heap = Vec::new();
+    let bytes = if n <= stack.len() {
+        &mut stack[..n]
+    } else {
+        heap.resize(n, 0);
+        &mut heap[..]
+    };
+    for row in x.chunks_exact_mut(head_dim) {
+        store_row_scalar(format, row, bytes);
+        load_row_scalar(format, bytes, row);
+    }
+}
+
 /// Encodes one row of `src.len()` values into `dst` (`format.row_bytes(src.len())` bytes),
 /// rounding as ggml does (see [`store_row_scalar`]).
 pub fn store_row(format: KvFormat, src: &[f32], dst: &mut [u8]) {
