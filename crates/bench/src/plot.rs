@@ -385,16 +385,12 @@ pub fn write_paths(paths: &[PathBuf], dir: &Path, png: bool) -> Result<Vec<PathB
             (true, Some(stem)) => format!("quality_grid_{}.svg", stem.to_string_lossy()),
             _ => "quality_grid.svg".into(),
         };
-        let path = dir.join(name);
-        std::fs::write(&path, crate::quality::svg::grid_svg(f))
-            .with_context(|| format!("writing {}", path.display()))?;
-        written.push(path.clone());
-        if png {
-            let out = path.with_extension("png");
-            if to_png(&path, &out) {
-                written.push(out);
-            }
-        }
+        write_chart(
+            &dir.join(name),
+            &crate::quality::svg::grid_svg(f),
+            png,
+            &mut written,
+        )?;
     }
     if !serve.is_empty() {
         written.extend(write_all(&load(&serve)?, dir, png)?);
@@ -409,18 +405,23 @@ pub fn write_all(files: &[ResultFile], dir: &Path, png: bool) -> Result<Vec<Path
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let mut written = Vec::new();
     for (name, chart) in charts(files) {
-        let path = dir.join(&name);
-        std::fs::write(&path, chart.svg())
-            .with_context(|| format!("writing {}", path.display()))?;
-        written.push(path.clone());
-        if png {
-            let out = path.with_extension("png");
-            if to_png(&path, &out) {
-                written.push(out);
-            }
-        }
+        write_chart(&dir.join(&name), &chart.svg(), png, &mut written)?;
     }
     Ok(written)
+}
+
+/// Writes one SVG (and a PNG beside it when `png` and a rasterizer is installed), adding
+/// the paths written to `written`.
+fn write_chart(path: &Path, svg: &str, png: bool, written: &mut Vec<PathBuf>) -> Result<()> {
+    std::fs::write(path, svg).with_context(|| format!("writing {}", path.display()))?;
+    written.push(path.to_path_buf());
+    if png {
+        let out = path.with_extension("png");
+        if to_png(path, &out) {
+            written.push(out);
+        }
+    }
+    Ok(())
 }
 
 /// Converts with the first SVG rasterizer found on PATH; false when none worked.
