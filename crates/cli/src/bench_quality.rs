@@ -421,7 +421,8 @@ mod tests {
         };
         let http = HttpAnswerer {
             base: BaseUrl::parse(&format!("http://{addr}")).expect("url"),
-            model: "default".into(),
+            // The served name (the server answers 404 for any other model id).
+            model: h.info.model_name.clone(),
             chat: false,
             timeout: Duration::from_secs(120),
         };
