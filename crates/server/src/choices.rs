@@ -22,6 +22,9 @@ pub struct Choices {
     /// Choices whose first event `admitted` has seen (kept here so that `admitted` can be
     /// cancelled by a timer and called again).
     seen: Vec<bool>,
+    /// The server's state, whose finish counters count choices dropped unfinished (the
+    /// client went away) as `abort`: their `Finished` event is never read.
+    counted: Option<crate::state::AppState>,
 }
 
 impl Choices {
@@ -43,7 +46,14 @@ impl Choices {
             engine,
             buffered: VecDeque::new(),
             seen,
+            counted: None,
         }
+    }
+
+    /// Counts choices dropped unfinished in `st`'s finish counters (as `abort`).
+    pub fn counting_aborts(mut self, st: crate::state::AppState) -> Choices {
+        self.counted = Some(st);
+        self
     }
 
     /// Waits for the first event of every choice and returns the refusal if the engine
@@ -126,6 +136,11 @@ impl Drop for Choices {
         if let Some(engine) = &self.engine {
             for id in self.pending.iter().flatten() {
                 engine.abort(*id);
+            }
+        }
+        if let Some(st) = &self.counted {
+            for _ in self.pending.iter().flatten() {
+                st.0.metrics.finished("abort");
             }
         }
     }

@@ -108,7 +108,7 @@ pub async fn generate(
         include_usage: p.include_usage,
         arrival,
     };
-    let mut choices = Choices::new(streams, Some(s.engine.clone()));
+    let mut choices = Choices::new(streams, Some(s.engine.clone())).counting_aborts(st.clone());
     let deadline = s.opts.request_timeout.map(|t| arrival + t);
     // Streams wait for admission only briefly: a request queued behind others gets its
     // headers (and keep-alive comments) instead of silence until its first token.

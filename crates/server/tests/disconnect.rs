@@ -89,6 +89,16 @@ fn disconnect_frees_blocks_and_shutdown_is_graceful() {
         "{after}"
     );
     assert_eq!(metric(&after, "folio_kv_blocks_used"), Some(0.0), "{after}");
+    // The disconnect counts as an abort in both metric families.
+    assert_eq!(
+        metric(&after, "folio_requests_finished_total{reason=\"abort\"}"),
+        Some(1.0),
+        "{after}"
+    );
+    assert!(
+        after.contains("finished_reason=\"abort\"} 1"),
+        "vllm:request_success_total abort: {after}"
+    );
     let generated = metric(&after, "folio_generation_tokens_total").unwrap();
     assert!(
         generated < 2000.0,
