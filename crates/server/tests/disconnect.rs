@@ -3,9 +3,9 @@
 
 mod common;
 
-use common::{get, metric, post, raw_request};
+use common::{get, metric, open_stream, post};
 use serde_json::json;
-use std::io::{Read, Write};
+use std::io::Read;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
@@ -23,35 +23,6 @@ fn wait_metrics(
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-}
-
-/// Opens a streaming request and reads until `frames` SSE data frames have arrived.
-fn open_stream(
-    addr: std::net::SocketAddr,
-    body: &serde_json::Value,
-    frames: usize,
-) -> (TcpStream, String) {
-    let mut sock = TcpStream::connect(addr).unwrap();
-    sock.set_read_timeout(Some(Duration::from_secs(120)))
-        .unwrap();
-    sock.write_all(&raw_request(
-        "POST",
-        "/v1/completions",
-        body.to_string().as_bytes(),
-    ))
-    .unwrap();
-    let mut seen = Vec::new();
-    let mut buf = [0u8; 4096];
-    while String::from_utf8_lossy(&seen).matches("data: {").count() < frames {
-        let n = sock.read(&mut buf).unwrap();
-        assert!(
-            n > 0,
-            "stream ended early: {}",
-            String::from_utf8_lossy(&seen)
-        );
-        seen.extend_from_slice(&buf[..n]);
-    }
-    (sock, String::from_utf8_lossy(&seen).into_owned())
 }
 
 #[test]

@@ -3,9 +3,9 @@
 
 mod common;
 
-use common::{get, metric, post, raw_request};
+use common::{get, metric, open_stream, post};
 use serde_json::json;
-use std::io::{Read, Write};
+use std::io::Read;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
@@ -84,23 +84,9 @@ fn request_timeout_ends_requests_and_frees_kv_then_health_is_503_while_draining(
 
     // 3. Drain: with a request in flight, /health answers 503 and new work 503 until
     //    it ends; then the server stops.
-    let mut sock = TcpStream::connect(s.addr).unwrap();
-    sock.set_read_timeout(Some(Duration::from_secs(60)))
-        .unwrap();
     // Runs until the request timeout ends it, well after the signal below.
-    sock.write_all(&raw_request(
-        "POST",
-        "/v1/completions",
-        long.to_string().as_bytes(),
-    ))
-    .unwrap();
-    let mut seen = Vec::new();
-    let mut buf = [0u8; 4096];
-    while !String::from_utf8_lossy(&seen).contains("data: {") {
-        let n = sock.read(&mut buf).unwrap();
-        assert!(n > 0);
-        seen.extend_from_slice(&buf[..n]);
-    }
+    let (mut sock, seen) = open_stream(s.addr, &long, 1);
+    let mut seen = seen.into_bytes();
     assert_eq!(get(s.addr, "/health").status, 200);
     s.stop.lock().unwrap().take().unwrap().send(()).unwrap();
     let start = Instant::now();

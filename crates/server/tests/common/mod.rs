@@ -358,3 +358,32 @@ fn complete_response(buf: &[u8]) -> Option<usize> {
         at = end;
     }
 }
+
+/// Opens a streaming request and reads until `frames` SSE data frames have arrived.
+pub fn open_stream(
+    addr: std::net::SocketAddr,
+    body: &serde_json::Value,
+    frames: usize,
+) -> (std::net::TcpStream, String) {
+    let mut sock = std::net::TcpStream::connect(addr).unwrap();
+    sock.set_read_timeout(Some(std::time::Duration::from_secs(120)))
+        .unwrap();
+    sock.write_all(&raw_request(
+        "POST",
+        "/v1/completions",
+        body.to_string().as_bytes(),
+    ))
+    .unwrap();
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    while String::from_utf8_lossy(&seen).matches("data: {").count() < frames {
+        let n = sock.read(&mut buf).unwrap();
+        assert!(
+            n > 0,
+            "stream ended early: {}",
+            String::from_utf8_lossy(&seen)
+        );
+        seen.extend_from_slice(&buf[..n]);
+    }
+    (sock, String::from_utf8_lossy(&seen).into_owned())
+}
