@@ -35,6 +35,8 @@ pub struct SeqSpan {
     /// [`ForwardBatch::push`] sets the position of a lone token, and never for several. Fast
     /// numerics ignore it (every token in the batched order).
     pub decode_from: usize,
+    /// The LoRA adapters this sequence runs with (`None`: the base model alone).
+    pub lora: Option<crate::LoraSet>,
 }
 
 /// The whole step: every new token of every scheduled sequence, flattened.
@@ -71,6 +73,7 @@ impl ForwardBatch {
             window_tables: Vec::new(),
             n_logits,
             decode_from: if tokens.len() == 1 { pos } else { usize::MAX },
+            lora: None,
         });
     }
 

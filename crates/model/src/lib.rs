@@ -18,6 +18,8 @@
 //! - [`attention`]: causal grouped-query attention over the paged cache.
 //! - [`model`]: [`Model::forward`], one fused pass over the whole batch.
 //! - [`moe`]: the mixture-of-experts FFN (`qwen2moe`, `qwen3moe`, Mixtral), grouped by expert.
+//! - [`lora`]: LoRA adapters (llama.cpp's adapter GGUF), applied per row after each base
+//!   matmul, grouped by adapter, so one batch mixes any adapters over one read of the base.
 //!
 //! The model never allocates KV blocks or decides what to compute: it is handed a batch and
 //! a cache and returns logits, so the scheduler stays pure and the same batch description
@@ -29,6 +31,7 @@ pub mod config;
 pub mod error;
 pub mod kv_cache;
 pub mod kv_layout;
+pub mod lora;
 pub mod model;
 pub mod moe;
 mod par;
@@ -41,5 +44,6 @@ pub use config::{Activation, Arch, ModelConfig, RopeYarn};
 pub use error::ModelError;
 pub use kv_cache::{KvCache, KvFormat};
 pub use kv_layout::KvLayout;
+pub use lora::{LoraAdapter, LoraSet};
 pub use model::{AttnPrecision, ForwardStats, Model};
 pub use moe::{MoeConfig, MoeStats};

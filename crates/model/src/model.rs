@@ -1,6 +1,7 @@
 //! The fused forward pass of the llama family over a [`ForwardBatch`].
 
 use crate::attention::{attention, AttnShape};
+use crate::lora::{LoraMatrix, LoraRows};
 use crate::par::{self, Rows};
 use crate::weights::Weights;
 use crate::{Activation, ForwardBatch, KvCache, KvFormat, KvLayout, ModelConfig, ModelError};
@@ -340,6 +341,7 @@ impl Model {
             slots.sort_unstable();
             slots.windows(2).all(|w| w[0] != w[1])
         });
+        let lora = LoraRows::of(batch);
         for (l, w) in layers.iter().enumerate() {
             let window = c.is_window_layer(l);
             let group = kv.layout.group(l);
@@ -357,6 +359,9 @@ impl Model {
                 q_round: self.attn_precision.query_format(kv.format),
             };
             w.wqkv.matmul(&h, n, &mut qkv, pool);
+            if let Some(lr) = &lora {
+                lr.apply(pool, l, LoraMatrix::Qkv, &h, d, &mut qkv, qkv_dim);
+            }
             {
                 let (qkv_rows, q_rows) = (Rows::new(&mut qkv, qkv_dim), Rows::new(&mut q, qd));
                 let cache = kv.layer_writer(l);
@@ -419,6 +424,9 @@ impl Model {
                 pool,
             );
             w.wo.matmul(&attn, n, &mut proj, pool);
+            if let Some(lr) = &lora {
+                lr.apply(pool, l, LoraMatrix::O, &attn, qd, &mut proj, d);
+            }
             let out = post_norm(pool, &proj, &w.post_attn_norm, c.rms_eps, &mut normed, d);
             add_norm_rows(pool, &mut x, out, Some(&w.ffn_norm), c.rms_eps, &mut h, d);
             if let Some(moe) = &w.moe {
@@ -429,6 +437,9 @@ impl Model {
                 continue;
             }
             w.w_gate_up.matmul(&h, n, &mut gu, pool);
+            if let Some(lr) = &lora {
+                lr.apply(pool, l, LoraMatrix::GateUp, &h, d, &mut gu, 2 * c.ffn_dim);
+            }
             let f = c.ffn_dim;
             let act_fn = c.arch.activation();
             {
@@ -447,6 +458,9 @@ impl Model {
                 });
             }
             w.w_down.matmul(&act, n, &mut proj, pool);
+            if let Some(lr) = &lora {
+                lr.apply(pool, l, LoraMatrix::Down, &act, c.ffn_dim, &mut proj, d);
+            }
             let out = post_norm(pool, &proj, &w.post_ffn_norm, c.rms_eps, &mut normed, d);
             // The residual add, then the next layer's attention norm in the same pass.
             let next_norm = layers.get(l + 1).map(|next| &next.attn_norm[..]);

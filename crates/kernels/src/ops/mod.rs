@@ -8,12 +8,14 @@
 //! On mismatched slice lengths (caller bugs).
 
 mod gelu;
+mod lowrank;
 mod rope;
 mod scalar;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
 pub use gelu::{gelu, gelu_f32, gelu_mul};
+pub use lowrank::{lowrank_add, lowrank_add_with, MAX_RANK as LOWRANK_MAX_RANK};
 pub use rope::{yarn_corr_dims, Rope, RopeRows, RopeScaling};
 
 use crate::cpu::{isa, Isa};
