@@ -348,11 +348,14 @@ impl LoraAdapter {
     }
 }
 
+/// One adapter of a request and the scale it runs at.
+pub type LoraItem = (Arc<LoraAdapter>, f32);
+
 /// The adapters one request runs with and their scales (usually one at 1.0; llama-server's
 /// per-request `lora` list may give several).
 #[derive(Clone)]
 pub struct LoraSet {
-    items: Arc<[(Arc<LoraAdapter>, f32)]>,
+    items: Arc<[LoraItem]>,
     key: u64,
 }
 
@@ -369,7 +372,7 @@ impl std::fmt::Debug for LoraSet {
 
 impl LoraSet {
     /// The set of `items`; adapters with scale 0 are dropped.
-    pub fn new(items: Vec<(Arc<LoraAdapter>, f32)>) -> LoraSet {
+    pub fn new(items: Vec<LoraItem>) -> LoraSet {
         let items: Vec<_> = items.into_iter().filter(|(_, s)| *s != 0.0).collect();
         // splitmix64 over (id, scale bits): equal sets get equal keys in every run.
         let mut key = 0x6c6f_7261_u64;
@@ -401,14 +404,14 @@ impl LoraSet {
         self.items.is_empty()
     }
 
-    pub fn items(&self) -> &[(Arc<LoraAdapter>, f32)] {
+    pub fn items(&self) -> &[LoraItem] {
         &self.items
     }
 }
 
 /// The token rows of one forward batch that carry adapters, ordered by adapter set.
 pub(crate) struct LoraRows<'a> {
-    rows: Vec<(usize, &'a [(Arc<LoraAdapter>, f32)])>,
+    rows: Vec<(usize, &'a [LoraItem])>,
 }
 
 impl<'a> LoraRows<'a> {
@@ -432,6 +435,7 @@ impl<'a> LoraRows<'a> {
 
     /// Adds every row's low-rank products for `matrix` of `layer`: `y[row] += Σ scale·B·A·x[row]`
     /// over the row's adapters. `x` rows are `x_width` wide, `y` rows `y_width`.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn apply(
         &self,
         pool: &ThreadPool,
