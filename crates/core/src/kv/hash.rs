@@ -60,6 +60,16 @@ pub fn block_hash(parent: Option<BlockHash>, salt: u64, tokens: &[u32]) -> Block
     splitmix(h)
 }
 
+/// The salt a chain in namespace `ns` starts from: `salt` itself for namespace 0 (the
+/// base model), else a mix of both. A namespace is what else besides the tokens decides a
+/// request's KV: its LoRA adapters and their scales, or a client's `cache_salt`.
+pub fn chain_salt(salt: u64, ns: u64) -> u64 {
+    if ns == 0 {
+        return salt;
+    }
+    splitmix(fnv_word(fnv_word(FNV_OFFSET, salt), ns))
+}
+
 /// Hashes of every full block of `tokens` for block size `p`.
 pub fn chain_hashes(salt: u64, tokens: &[u32], p: usize) -> Vec<BlockHash> {
     let mut out = Vec::with_capacity(tokens.len() / p.max(1));

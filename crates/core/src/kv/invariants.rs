@@ -116,7 +116,8 @@ impl KvManager {
                     e.tokens.len()
                 ));
             }
-            if super::hash::block_hash(e.parent, self.cache.salt(), &e.tokens) != e.hash {
+            let salt = super::hash::chain_salt(self.cache.salt(), e.ns);
+            if super::hash::block_hash(e.parent, salt, &e.tokens) != e.hash {
                 return Err(format!("cached block {} hash mismatch", e.block));
             }
             if let Some(ph) = e.parent {

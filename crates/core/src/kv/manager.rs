@@ -45,7 +45,8 @@ pub struct KvConfig {
     pub cost: CostModel,
     /// Second tier costs, if the executor spills evicted blocks somewhere.
     pub tier: Option<TierCost>,
-    /// Identifies model, adapter and KV format: blocks only match under the same salt.
+    /// Identifies model and KV format: blocks only match under the same salt (a request's
+    /// adapters add a per-sequence namespace on top, see `create_seq_in`).
     pub salt: u64,
     /// The sliding-window layers' pages, for hybrid models; `None`: every page is a full
     /// block (one table per sequence).
@@ -115,11 +116,14 @@ pub(super) struct SeqKv {
     /// `win_released` blocks' entries are [`RELEASED`].
     pub(super) win: Vec<u32>,
     pub(super) win_released: usize,
+    /// Namespace of its prefix chain (see [`super::hash::chain_salt`]).
+    ns: u64,
 }
 
 impl SeqKv {
-    fn new() -> Self {
+    fn new(ns: u64) -> Self {
         Self {
+            ns,
             table: BlockTable::default(),
             committed: 0,
             cache_open: true,
@@ -274,12 +278,17 @@ impl KvManager {
     /// last token is always recomputed (it must produce logits): at most `len − 1` tokens,
     /// rounded down to whole blocks.
     pub fn match_prefix(&self, tokens: &[u32]) -> PrefixMatch {
+        self.match_prefix_in(tokens, 0)
+    }
+
+    /// [`KvManager::match_prefix`] among the chains of namespace `ns` (0: the base model).
+    pub fn match_prefix_in(&self, tokens: &[u32], ns: u64) -> PrefixMatch {
         if !self.cfg.prefix_cache {
             return PrefixMatch::default();
         }
         let p = self.cfg.block_size;
         let max_blocks = tokens.len().saturating_sub(1) / p;
-        let chain = self.cache.match_chain(tokens, p, max_blocks);
+        let chain = self.cache.match_chain(tokens, p, max_blocks, ns);
         let hashes: Vec<BlockHash> = chain.iter().map(|e| e.hash).collect();
         let (k, lo) = self.window_hit(&hashes);
         let m = self.win_pages();
@@ -302,16 +311,22 @@ impl KvManager {
     /// Creates the table of a new sequence whose known tokens are `tokens`, attaching the
     /// cached prefix. Returns the number of tokens that come from cache (their KV is valid).
     pub fn create_seq(&mut self, id: u64, tokens: &[u32]) -> Result<usize, KvError> {
+        self.create_seq_in(id, tokens, 0)
+    }
+
+    /// [`KvManager::create_seq`] in namespace `ns`: only a cached prefix of the same
+    /// namespace attaches, and its blocks are committed under it.
+    pub fn create_seq_in(&mut self, id: u64, tokens: &[u32], ns: u64) -> Result<usize, KvError> {
         if self.seqs.contains_key(&id) {
             return Err(KvError::SequenceExists(id));
         }
-        let mut seq = SeqKv::new();
+        let mut seq = SeqKv::new(ns);
         if self.cfg.prefix_cache {
             let p = self.cfg.block_size;
             let max_blocks = tokens.len().saturating_sub(1) / p;
             let mut hits: Vec<(BlockHash, u32)> = self
                 .cache
-                .match_chain(tokens, p, max_blocks)
+                .match_chain(tokens, p, max_blocks, ns)
                 .into_iter()
                 .map(|e| (e.hash, e.block))
                 .collect();
@@ -542,7 +557,7 @@ impl KvManager {
                 seq.committed += 1;
                 continue;
             }
-            match self.cache.insert(parent, block, chunk, i, false) {
+            match self.cache.insert(parent, block, chunk, i, false, seq.ns) {
                 Some(hash) => {
                     seq.committed += 1;
                     // NOTE: a just-committed block is referenced by this table. Its window
@@ -602,6 +617,16 @@ impl KvManager {
         parent: Option<BlockHash>,
         tokens: &[u32],
     ) -> Result<u32, KvError> {
+        self.restore_block_in(parent, tokens, 0)
+    }
+
+    /// [`KvManager::restore_block`] for a chain of namespace `ns`.
+    pub fn restore_block_in(
+        &mut self,
+        parent: Option<BlockHash>,
+        tokens: &[u32],
+        ns: u64,
+    ) -> Result<u32, KvError> {
         if !self.cfg.prefix_cache {
             return Err(KvError::CacheDisabled);
         }
@@ -612,7 +637,11 @@ impl KvManager {
                 block_size: p,
             });
         }
-        let hash = super::hash::block_hash(parent, self.cache.salt(), tokens);
+        let hash = super::hash::block_hash(
+            parent,
+            super::hash::chain_salt(self.cache.salt(), ns),
+            tokens,
+        );
         if self.cache.get(hash).is_some() {
             return Err(KvError::AlreadyCached(hash));
         }
@@ -639,7 +668,7 @@ impl KvManager {
             available: 0,
         })?;
         self.cache
-            .insert(parent, block, tokens, depth, true)
+            .insert(parent, block, tokens, depth, true, ns)
             .expect("checked: new hash, parent cached");
         self.counters.restores += 1;
         if self.pool.dec_table(block) {

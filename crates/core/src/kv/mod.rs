@@ -16,7 +16,7 @@ pub use block_pool::{BlockPool, BlockRefs};
 pub use block_table::BlockTable;
 pub use error::KvError;
 pub use eviction::EvictionPolicy;
-pub use hash::{block_hash, chain_hashes, fnv1a, BlockHash};
+pub use hash::{block_hash, chain_hashes, chain_salt, fnv1a, BlockHash};
 pub use manager::{CopyOp, EvictedBlock, KvConfig, KvManager, PrefixMatch, StepId};
 pub use prefix_cache::{CachedBlock, PrefixCache};
 pub use stats::KvStats;

@@ -14,7 +14,7 @@
 use std::collections::{BTreeSet, HashMap};
 
 use super::eviction::{block_value, hit_probability, EvictionPolicy};
-use super::hash::{block_hash, BlockHash};
+use super::hash::{block_hash, chain_salt, BlockHash};
 use crate::cost::{CostModel, TierCost};
 
 /// One cached block.
@@ -41,6 +41,9 @@ pub struct CachedBlock {
     pub last_access: u64,
     /// The block's content came back from the second tier and has not been hit yet.
     pub from_tier: bool,
+    /// Namespace of its chain (0: the base model; else adapters or a cache salt): its
+    /// root hashes from `chain_salt(salt, ns)`.
+    pub ns: u64,
 }
 
 /// The prefix cache index. It owns no blocks; the manager owns reference counts.
@@ -112,11 +115,19 @@ impl PrefixCache {
 
     /// Longest cached chain for `tokens`, at most `max_blocks` blocks; no side effects.
     /// Stops at the first missing or mismatching block.
-    pub fn match_chain(&self, tokens: &[u32], p: usize, max_blocks: usize) -> Vec<&CachedBlock> {
+    /// Only chains of namespace `ns` match.
+    pub fn match_chain(
+        &self,
+        tokens: &[u32],
+        p: usize,
+        max_blocks: usize,
+        ns: u64,
+    ) -> Vec<&CachedBlock> {
         let mut out = Vec::new();
         let mut parent = None;
+        let salt = chain_salt(self.salt, ns);
         for chunk in tokens.chunks_exact(p).take(max_blocks) {
-            let h = block_hash(parent, self.salt, chunk);
+            let h = block_hash(parent, salt, chunk);
             match self.entries.get(&h) {
                 Some(e) if e.tokens == chunk && e.parent == parent => out.push(e),
                 _ => break,
@@ -144,8 +155,8 @@ impl PrefixCache {
         std::mem::replace(&mut e.from_tier, false)
     }
 
-    /// Inserts a block and returns its hash; `None` (and no change) when the hash or block is already cached
-    /// or the parent is given but missing.
+    /// Inserts a block of a chain in namespace `ns` and returns its hash; `None` (and no
+    /// change) when the hash or block is already cached or the parent is given but missing.
     pub fn insert(
         &mut self,
         parent: Option<BlockHash>,
@@ -153,8 +164,9 @@ impl PrefixCache {
         tokens: &[u32],
         depth: usize,
         from_tier: bool,
+        ns: u64,
     ) -> Option<BlockHash> {
-        let hash = block_hash(parent, self.salt, tokens);
+        let hash = block_hash(parent, chain_salt(self.salt, ns), tokens);
         if self.entries.contains_key(&hash) || self.by_block.contains_key(&block) {
             return None;
         }
@@ -173,6 +185,7 @@ impl PrefixCache {
             inserted_at: self.lookups,
             last_access: self.clock,
             from_tier,
+            ns,
         };
         self.entries.insert(hash, entry);
         self.by_block.insert(block, hash);

@@ -68,6 +68,9 @@ pub struct Request {
     /// Samples still to be forked from this request after its prompt (`n − 1` for an
     /// `n`-sample group): they count against `max_running` from admission on.
     pub forks: usize,
+    /// Prefix-cache namespace: its blocks are shared only with requests of the same one
+    /// (0: the base model; the engine sets its LoRA adapters' key).
+    pub cache_ns: u64,
 }
 
 impl Request {
@@ -88,7 +91,14 @@ impl Request {
             draft: Vec::new(),
             max_computed_tokens: 0,
             forks: 0,
+            cache_ns: 0,
         }
+    }
+
+    /// Sets the prefix-cache namespace.
+    pub fn with_cache_ns(mut self, ns: u64) -> Self {
+        self.cache_ns = ns;
+        self
     }
 
     /// Sets how many samples will be forked from this request (`n − 1`).

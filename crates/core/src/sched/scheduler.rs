@@ -430,7 +430,7 @@ impl Scheduler {
         {
             return None;
         }
-        let m = self.kv.match_prefix(r.tokens());
+        let m = self.kv.match_prefix_in(r.tokens(), r.cache_ns);
         let cached = m.num_tokens;
         let remaining = r.num_tokens() - cached;
         let n = if remaining > 1 {
@@ -457,7 +457,7 @@ impl Scheduler {
         }
         let got = self
             .kv
-            .create_seq(id, r.tokens())
+            .create_seq_in(id, r.tokens(), r.cache_ns)
             .expect("waiting request has no KV yet");
         debug_assert_eq!(got, cached);
         if self.kv.grow(id, cached + n).is_err() {
