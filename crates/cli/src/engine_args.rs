@@ -168,6 +168,25 @@ pub struct EngineArgs {
     /// A Jinja chat template file used instead of the model's `tokenizer.chat_template`.
     #[arg(long)]
     pub chat_template: Option<PathBuf>,
+    /// A LoRA adapter (llama.cpp's adapter GGUF) served as model NAME; repeatable. More can
+    /// be loaded at runtime (`POST /v1/load_lora_adapter`).
+    #[arg(long = "lora", value_name = "NAME=PATH", value_parser = parse_lora)]
+    pub lora: Vec<(String, PathBuf)>,
+    /// Adapters held in memory at once (slots apart from KV memory); loading past it
+    /// evicts the least recently used idle adapter.
+    #[arg(long, default_value_t = EngineConfig::default().max_loras)]
+    pub max_loras: usize,
+    /// Largest adapter rank accepted.
+    #[arg(long, default_value_t = EngineConfig::default().max_lora_rank)]
+    pub max_lora_rank: usize,
+}
+
+/// `--lora NAME=PATH`.
+fn parse_lora(s: &str) -> Result<(String, PathBuf), String> {
+    match s.split_once('=') {
+        Some((n, p)) if !n.is_empty() && !p.is_empty() => Ok((n.to_string(), PathBuf::from(p))),
+        _ => Err(format!("expected NAME=PATH, got {s:?}")),
+    }
 }
 
 /// `--model PATH|NAME|list`: an existing file, else a catalogue model (fetched on first
@@ -249,6 +268,9 @@ impl EngineArgs {
             spec_draft_layers: self.spec_draft_layers,
             kv_disk_dir: self.kv_disk_dir.clone(),
             kv_disk_bytes: parse_bytes("--kv-disk-bytes", &self.kv_disk_bytes)? as u64,
+            lora: self.lora.clone(),
+            max_loras: self.max_loras,
+            max_lora_rank: self.max_lora_rank,
         })
     }
 

@@ -37,6 +37,9 @@ pub struct GenerateRequest {
     /// Per-request speculation override (method, fixed draft length).
     pub spec: Option<crate::SpecMethod>,
     pub spec_tokens: Option<usize>,
+    /// LoRA adapters to run with (`None`: the base model). The request holds them until it
+    /// ends, and its prefix-cache blocks are keyed by them.
+    pub lora: Option<folio_model::LoraSet>,
 }
 
 impl GenerateRequest {
@@ -53,6 +56,7 @@ impl GenerateRequest {
             arrival: None,
             spec: None,
             spec_tokens: None,
+            lora: None,
         }
     }
 }
@@ -203,6 +207,9 @@ pub struct EngineMetrics {
     pub kv_window_released_blocks: std::sync::atomic::AtomicU64,
     /// Speculative decoding counters (drafted, accepted, by position, ΣT/ΣN).
     pub spec: std::sync::Mutex<folio_spec::SpecStats>,
+    /// Names of the adapters of running and of waiting requests (`vllm:lora_requests_info`).
+    pub lora_running: std::sync::Mutex<Vec<String>>,
+    pub lora_waiting: std::sync::Mutex<Vec<String>>,
     /// The most recent steps (bounded), for profiling and benchmarks.
     pub step_log: std::sync::Mutex<std::collections::VecDeque<crate::StepStats>>,
 }
@@ -233,6 +240,8 @@ pub struct EngineHandle {
     pub info: Arc<EngineInfo>,
     pub metrics: Arc<EngineMetrics>,
     pub tokenizer: Arc<folio_tokenizer::Tokenizer>,
+    /// The LoRA adapters served by name.
+    pub lora: Arc<std::sync::Mutex<crate::LoraRegistry>>,
 }
 
 impl EngineHandle {
@@ -322,6 +331,19 @@ impl EngineHandle {
             })
             .map_err(|_| SubmitError::ShuttingDown)?;
         Ok(streams)
+    }
+
+    /// The adapters `names` (with scales) as one request's set; an unknown name is an error.
+    pub fn lora_set(
+        &self,
+        names: &[(String, f32)],
+    ) -> Result<folio_model::LoraSet, crate::LoraError> {
+        let mut reg = self.lora.lock().unwrap_or_else(|e| e.into_inner());
+        let items = names
+            .iter()
+            .map(|(n, s)| Ok((reg.resolve(n)?, *s)))
+            .collect::<Result<Vec<_>, crate::LoraError>>()?;
+        Ok(folio_model::LoraSet::new(items))
     }
 
     /// Aborts a request (also happens when its stream is dropped).

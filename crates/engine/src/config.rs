@@ -66,6 +66,12 @@ pub struct EngineConfig {
     /// Keep every sliding-window layer's KV for the whole context, as llama.cpp's
     /// `--swa-full` (same page layout, nothing released): for comparison and debugging.
     pub swa_full: bool,
+    /// LoRA adapters registered at start (`--lora NAME=PATH`).
+    pub lora: Vec<(String, std::path::PathBuf)>,
+    /// Adapters resident at once (`--max-loras`), apart from KV memory.
+    pub max_loras: usize,
+    /// Largest adapter rank accepted (`--max-lora-rank`).
+    pub max_lora_rank: usize,
 }
 
 impl Default for EngineConfig {
@@ -87,6 +93,12 @@ impl Default for EngineConfig {
             spec_max_tokens: 8,
             max_itl_ms: None,
             swa_full: false,
+            lora: Vec::new(),
+            // vLLM's --max-loras default is 1 GPU slot; adapters here live in host
+            // memory, 8 of SmolLM2's rank-8 adapters take ~80 MB.
+            max_loras: 8,
+            // vLLM's default --max-lora-rank.
+            max_lora_rank: 16,
             spec_draft_layers: 0,
             kv_disk_dir: None,
             kv_disk_bytes: 4 << 30,

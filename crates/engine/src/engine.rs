@@ -43,6 +43,8 @@ struct Live {
     output: Vec<u32>,
     cached_tokens: usize,
     spec: Option<SpecState>,
+    /// Its LoRA adapters; held until the request ends (the registry cannot drop them).
+    lora: Option<folio_model::LoraSet>,
 }
 
 /// A sample of an `n > 1` group, not yet forked.
@@ -75,7 +77,9 @@ impl Live {
     }
 
     /// Ends the stream without releasing held-back text (cancellation, errors).
-    fn finish_silently(self, reason: FinishReason) {
+    fn finish_silently(mut self, reason: FinishReason) {
+        // Release the adapters before the caller learns the request is over.
+        self.lora = None;
         let usage = Usage {
             prompt_tokens: self.prompt_len,
             completion_tokens: self.output.len(),
@@ -285,6 +289,21 @@ pub fn spawn_engine_with_draft(
         kv_format: cfg.kv_format.name().into(),
         numerics: numerics.into(),
     });
+    let mut lora = crate::LoraRegistry::new(
+        model.config.clone(),
+        &info.model_name,
+        cfg.max_loras,
+        cfg.max_lora_rank,
+    );
+    anyhow::ensure!(
+        cfg.lora.len() <= cfg.max_loras,
+        "--lora: {} adapters given, --max-loras is {}",
+        cfg.lora.len(),
+        cfg.max_loras
+    );
+    for (name, path) in &cfg.lora {
+        lora.load(name, path)?;
+    }
     let metrics = Arc::new(EngineMetrics::default());
     metrics.kv_blocks_total.store(num_blocks, Relaxed);
     let (tx, rx) = std::sync::mpsc::channel();
@@ -324,6 +343,7 @@ pub fn spawn_engine_with_draft(
         info,
         metrics,
         tokenizer,
+        lora: Arc::new(std::sync::Mutex::new(lora)),
     })
 }
 
@@ -427,7 +447,7 @@ impl Engine {
     fn add(
         &mut self,
         id: RequestId,
-        req: GenerateRequest,
+        mut req: GenerateRequest,
         tx: UnboundedSender<Event>,
         forks: usize,
     ) {
@@ -445,8 +465,11 @@ impl Engine {
         let prompt_len = req.prompt.len();
         // The context bounds the output too: at most ctx − prompt tokens are generated.
         let max_tokens = req.max_tokens.min(ctx.saturating_sub(prompt_len)).max(1);
-        let prompt_copy = req.prompt.clone();
-        let mut r = Request::new(id, req.prompt, max_tokens).with_forks(forks);
+        let prompt = std::mem::take(&mut req.prompt);
+        let ns = req.lora.as_ref().map_or(0, |l| l.key());
+        let mut r = Request::new(id, prompt, max_tokens)
+            .with_forks(forks)
+            .with_cache_ns(ns);
         let now = self.epoch.elapsed().as_secs_f64();
         r = r.with_arrival(req.arrival.map(|a| self.secs(a)).unwrap_or(now));
         if let Some(d) = req.deadline {
@@ -464,37 +487,13 @@ impl Engine {
                 return finish(&tx, FinishReason::Rejected(reason.to_string()));
             }
         }
-        self.restore_prefix(r.prompt());
+        self.restore_prefix(r.prompt(), ns);
+        let live = self.new_live(req, r.prompt(), tx);
         if let Err(reason) = self.sched.add_request(r) {
             self.metrics.rejected.fetch_add(1, Relaxed);
-            return finish(&tx, FinishReason::Rejected(reason.to_string()));
+            return finish(&live.tx, FinishReason::Rejected(reason.to_string()));
         }
-        let method = req.spec.unwrap_or(self.spec.0);
-        let spec = (method != SpecMethod::Off).then(|| {
-            let fixed = req.spec_tokens.or(self.spec.1);
-            SpecState::new(
-                method,
-                self.spec.2.max(fixed.unwrap_or(0)),
-                fixed,
-                &prompt_copy,
-            )
-        });
-        self.live.insert(
-            id,
-            Live {
-                tx,
-                sampler: Sampler::new(req.params),
-                decoder: IncrementalDecoder::new(self.tokenizer.clone(), true),
-                stop: StopMatcher::new(req.stop),
-                stop_ids: req.stop_token_ids,
-                ignore_eos: req.ignore_eos,
-                logprobs: req.logprobs,
-                prompt_len,
-                output: Vec::new(),
-                cached_tokens: 0,
-                spec,
-            },
-        );
+        self.live.insert(id, live);
         self.metrics
             .prompt_tokens
             .fetch_add(prompt_len as u64, Relaxed);
@@ -515,15 +514,16 @@ impl Engine {
 
     /// Brings back from the second tier the blocks of `prompt`'s prefix that are there but
     /// no longer in memory, when fetching is cheaper than recomputing (T_f < T_r).
-    fn restore_prefix(&mut self, prompt: &[u32]) {
+    fn restore_prefix(&mut self, prompt: &[u32], ns: u64) {
         if self.tier.is_none() {
             return;
         }
         let bs = self.kv.block_size;
         // Like the prefix cache, leave the last prompt token to be computed for logits.
         let usable = prompt.len().saturating_sub(1) / bs * bs;
-        let chain = folio_core::kv::chain_hashes(self.salt, &prompt[..usable], bs);
-        let have = self.sched.kv().match_prefix(prompt).num_blocks;
+        let salt = folio_core::kv::chain_salt(self.salt, ns);
+        let chain = folio_core::kv::chain_hashes(salt, &prompt[..usable], bs);
+        let have = self.sched.kv().match_prefix_in(prompt, ns).num_blocks;
         let recompute_s = self.step_curve.fit.cost().per_token_s * bs as f64;
         for i in have..chain.len() {
             let tokens = &prompt[i * bs..(i + 1) * bs];
@@ -539,7 +539,7 @@ impl Engine {
                 break;
             };
             let parent = if i == 0 { None } else { Some(chain[i - 1]) };
-            let block = match self.sched.kv_mut().restore_block(parent, tokens) {
+            let block = match self.sched.kv_mut().restore_block_in(parent, tokens, ns) {
                 Ok(b) => b,
                 Err(_) => break,
             };
@@ -572,6 +572,7 @@ impl Engine {
             output: Vec::new(),
             cached_tokens: 0,
             spec,
+            lora: req.lora,
         }
     }
 
@@ -683,6 +684,7 @@ impl Engine {
             );
             if let Some(span) = batch.seqs.last_mut() {
                 span.window_tables = sr.window_tables.clone();
+                span.lora = self.live.get(&sr.id).and_then(|l| l.lora.clone());
             }
             // Output tokens attend as llama.cpp's decode steps do, prompt tokens as its
             // prompt batch does, however this step groups them (see `SeqSpan`).
@@ -715,11 +717,16 @@ impl Engine {
             let mut db = batch.clone();
             for seq in &mut db.seqs {
                 seq.n_logits = 0;
+                // Adapters are shaped for the target; the draft model runs bare.
+                seq.lora = None;
             }
             if let Err(e) = d.model.forward(&db, &mut d.kv, self.pool) {
                 tracing::warn!("draft model forward failed: {e}");
             }
         }
+        // The batch's adapter references go before any request can finish (the registry
+        // frees an unloaded adapter's slot when its last request does).
+        drop(batch);
         let vocab = self.model.config.vocab_size;
         let mut results = Vec::with_capacity(out.requests.len());
         let mut row = 0;
@@ -956,12 +963,17 @@ impl Engine {
         for step in 0..kmax {
             let mut batch = ForwardBatch::new();
             let mut who = Vec::new();
-            for (i, &(_, k)) in reqs.iter().enumerate() {
+            for (i, &(id, k)) in reqs.iter().enumerate() {
                 if step < k {
                     let r = &st[i];
                     batch.push(&[r.last], r.pos, r.tables[0].clone(), 1);
                     if let Some(span) = batch.seqs.last_mut() {
                         span.window_tables = r.tables[1..].to_vec();
+                        // The target's first layers draft under the request's adapters
+                        // (their KV is the target's); a separate draft model has none.
+                        if self.draft.is_none() {
+                            span.lora = self.live.get(&id).and_then(|l| l.lora.clone());
+                        }
                     }
                     who.push(i);
                 }
@@ -1031,6 +1043,28 @@ impl Engine {
         m.kv_window_released_blocks
             .store(kv.window_released_blocks, Relaxed);
         m.tier_hit_tokens.store(kv.tier_hit_tokens, Relaxed);
+        self.publish_lora();
+    }
+
+    /// Names of the adapters of running and waiting requests, for `vllm:lora_requests_info`.
+    fn publish_lora(&self) {
+        let (mut running, mut waiting) = (Vec::new(), Vec::new());
+        for (id, live) in &self.live {
+            let Some(set) = &live.lora else { continue };
+            let into = match self.sched.request(*id).map(|r| r.status) {
+                Some(folio_core::sched::RequestStatus::Running) => &mut running,
+                _ => &mut waiting,
+            };
+            into.extend(set.items().iter().map(|(a, _)| a.name.clone()));
+        }
+        for v in [&mut running, &mut waiting] {
+            v.sort();
+            v.dedup();
+        }
+        let m = &self.metrics;
+        for (slot, v) in [(&m.lora_running, running), (&m.lora_waiting, waiting)] {
+            *slot.lock().unwrap_or_else(|e| e.into_inner()) = v;
+        }
     }
 
     fn record(&mut self, out: &SchedulerOutput, wall_s: f64, f: folio_model::ForwardStats) {

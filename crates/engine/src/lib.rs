@@ -6,6 +6,8 @@
 //! - [`config`]: [`EngineConfig`], the scheduler settings plus KV memory and format.
 //! - [`engine`]: the engine thread: schedule → forward → sample → update, one fused
 //!   forward per iteration; [`spawn_engine`] starts it.
+//! - [`lora`]: [`LoraRegistry`], the adapters served by name, resident within `--max-loras`
+//!   slots; requests carry their adapters (`GenerateRequest::lora`) into every batch.
 //! - [`sampler`]: logits → token, per-request seeded RNG, penalties, logprobs helpers.
 //! - `speculate`: drafts after a step (n-gram lookup, self-draft) and their verification.
 //! - [`tier`]: the second KV tier: evicted prefix blocks on local disk, checksummed,
@@ -15,6 +17,7 @@
 pub mod api;
 pub mod config;
 pub mod engine;
+pub mod lora;
 pub mod sampler;
 mod speculate;
 pub mod step_stats;
@@ -26,5 +29,7 @@ pub use api::{
 };
 pub use config::{EngineConfig, SpecMethod};
 pub use engine::{spawn_engine, spawn_engine_with_draft};
+pub use folio_model::LoraSet;
+pub use lora::{LoraError, LoraInfo, LoraReader, LoraRegistry};
 pub use sampler::{Sampler, SamplingParams};
 pub use step_stats::StepStats;

@@ -114,6 +114,8 @@ impl LayerLora {
 
 /// A loaded adapter, checked against the base model it was loaded for.
 pub struct LoraAdapter {
+    /// The name it is served under (set by whoever registers it; empty otherwise).
+    pub name: String,
     /// Identity of the adapter's content (the caller's hash of the file): the prefix cache
     /// keys blocks by it, so the same tokens under two adapters are two entries.
     pub id: u64,
@@ -128,6 +130,7 @@ pub struct LoraAdapter {
 impl std::fmt::Debug for LoraAdapter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LoraAdapter")
+            .field("name", &self.name)
             .field("id", &format_args!("{:016x}", self.id))
             .field("alpha", &self.alpha)
             .field("rank", &self.rank)
@@ -329,6 +332,7 @@ impl LoraAdapter {
             ));
         }
         Ok(LoraAdapter {
+            name: String::new(),
             id,
             alpha,
             rank: rank_max,

@@ -31,17 +31,8 @@ pub async fn generate(
     let info = &s.engine.info;
     let ctx = info.context_length;
     let f = Fields::new(&body);
-    match f.get("model") {
-        None | Some(Value::Null) => {}
-        Some(Value::String(m)) if *m == s.model_name => {}
-        Some(Value::String(m)) => return Err(ApiError::model_not_found(m, &s.model_name)),
-        Some(m) => {
-            return Err(ApiError::param(
-                "model",
-                format!("must be a string, got {}", crate::fields::show(m)),
-            ))
-        }
-    }
+    // The base model or adapters (a `model` naming one, or a `lora` list).
+    let (lora, model_name) = crate::lora::request_adapters(&st, &f)?;
     let p = params::parse(&f, api, st.limits())?;
     let inputs = match api {
         Api::Completions => prompt::completion_prompts(&f, info.vocab_size)?,
@@ -80,6 +71,7 @@ pub async fn generate(
             arrival: Some(arrival),
             spec: p.spec,
             spec_tokens: p.spec_tokens,
+            lora: lora.clone(),
         };
         // n samples of one prompt share its KV: the engine computes the prompt once and
         // forks the other samples from it.
@@ -100,7 +92,7 @@ pub async fn generate(
         api,
         id: new_id(api),
         created: unix_now(),
-        model: s.model_name.clone(),
+        model: model_name,
         n: p.n,
         prompt_lens: prompts.iter().map(Vec::len).collect(),
         logprobs: p.logprobs,

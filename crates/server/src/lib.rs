@@ -23,6 +23,7 @@ mod choices;
 mod error;
 mod fields;
 mod generate;
+mod lora;
 pub mod metrics;
 mod openai;
 pub mod params;
@@ -165,6 +166,9 @@ fn app(state: state::AppState) -> Router {
         .route("/v1/models", get(routes::models))
         // `{*id}`: served names are often `org/name`.
         .route("/v1/models/{*id}", get(routes::model))
+        .route("/v1/load_lora_adapter", post(lora::load))
+        .route("/v1/unload_lora_adapter", post(lora::unload))
+        .route("/lora-adapters", get(lora::list))
         .route("/tokenize", post(routes::tokenize))
         .route("/detokenize", post(routes::detokenize))
         .route("/health", get(routes::health))

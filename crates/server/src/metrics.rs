@@ -119,7 +119,7 @@ fn fmt_f(x: f64) -> String {
 }
 
 /// Label value escaping per the text format.
-fn escape(s: &str) -> String {
+pub(crate) fn escape(s: &str) -> String {
     s.replace('\\', "\\\\")
         .replace('"', "\\\"")
         .replace('\n', "\\n")

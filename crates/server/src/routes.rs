@@ -44,16 +44,24 @@ fn model_card(st: &AppState) -> Value {
     })
 }
 
+/// The served model, then its LoRA adapters (`parent`: the served model).
 pub async fn models(State(st): State<AppState>) -> Json<Value> {
-    Json(json!({"object": "list", "data": [model_card(&st)]}))
+    let mut data = vec![model_card(&st)];
+    data.extend(crate::lora::model_cards(&st));
+    Json(json!({"object": "list", "data": data}))
 }
 
-/// `/v1/models/{id}`: the card of the served model, 404 for any other id.
+/// `/v1/models/{id}`: the card of the served model or an adapter, 404 for any other id.
 pub async fn model(State(st): State<AppState>, Path(id): Path<String>) -> Response {
     if id == st.0.model_name {
-        Json(model_card(&st)).into_response()
-    } else {
-        ApiError::model_not_found(&id, &st.0.model_name).into_response()
+        return Json(model_card(&st)).into_response();
+    }
+    match crate::lora::model_cards(&st)
+        .into_iter()
+        .find(|c| c["id"] == id.as_str())
+    {
+        Some(card) => Json(card).into_response(),
+        None => ApiError::model_not_found(&id, &st.0.model_name).into_response(),
     }
 }
 
@@ -151,9 +159,10 @@ pub async fn health(State(st): State<AppState>) -> Response {
 
 pub async fn metrics(State(st): State<AppState>) -> Response {
     let s = &st.0;
-    let text = s
+    let mut text = s
         .metrics
         .render(&s.engine.info, &s.engine.metrics, &s.model_name);
+    crate::lora::render_metrics(&st, &mut text);
     (
         [(
             header::CONTENT_TYPE,

@@ -1,0 +1,335 @@
+//! LoRA adapters over HTTP: choosing them per request, loading and unloading them at
+//! runtime, listing them.
+//!
+//! A request picks adapters as vLLM clients do, by `model` (an adapter's name), or as
+//! llama-server clients do, by a `lora` list of `{"id": index, "scale": s}` (or `{"name":
+//! …}`). Runtime loading takes vLLM's bodies: `POST /v1/load_lora_adapter {"lora_name",
+//! "lora_path"}` and `POST /v1/unload_lora_adapter {"lora_name"}`.
+
+use crate::body::JsonObject;
+use crate::error::ApiError;
+use crate::fields::{show, Fields};
+use crate::state::AppState;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use folio_engine::{LoraError, LoraSet};
+use serde_json::{json, Value};
+
+/// Most adapters one request may combine.
+const MAX_PER_REQUEST: usize = 8;
+
+fn api_error(e: LoraError, field: &str) -> ApiError {
+    let status = match &e {
+        LoraError::Unknown(_) => StatusCode::NOT_FOUND,
+        LoraError::Busy { .. } => StatusCode::TOO_MANY_REQUESTS,
+        _ => StatusCode::BAD_REQUEST,
+    };
+    let code = match &e {
+        LoraError::Unknown(_) => "model_not_found",
+        LoraError::Busy { .. } => "lora_slots_busy",
+        _ => "invalid_lora_adapter",
+    };
+    ApiError {
+        param: Some(field.into()),
+        ..ApiError::new(status, e.to_string(), code)
+    }
+}
+
+/// The adapters of one request and the model name its response reports: `model` naming an
+/// adapter selects it at scale 1, and a `lora` list adds adapters with scales. A `model`
+/// that is neither the served name nor an adapter is a 404 naming it.
+pub fn request_adapters(st: &AppState, f: &Fields) -> Result<(Option<LoraSet>, String), ApiError> {
+    let s = &st.0;
+    let mut names: Vec<(String, f32)> = Vec::new();
+    let model = match f.get("model") {
+        None => s.model_name.clone(),
+        Some(Value::String(m)) if *m == s.model_name => m.clone(),
+        Some(Value::String(m)) => {
+            let known = s
+                .engine
+                .lora
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .list();
+            if !known.iter().any(|l| l.name == *m) {
+                return Err(ApiError::model_not_found(m, &s.model_name));
+            }
+            names.push((m.clone(), 1.0));
+            m.clone()
+        }
+        Some(m) => {
+            return Err(ApiError::param(
+                "model",
+                format!("must be a string, got {}", show(m)),
+            ))
+        }
+    };
+    match f.get("lora") {
+        None => {}
+        Some(Value::Array(items)) => {
+            if items.len() > MAX_PER_REQUEST {
+                return Err(ApiError::param(
+                    "lora",
+                    format!("at most {MAX_PER_REQUEST} adapters, got {}", items.len()),
+                ));
+            }
+            for (i, item) in items.iter().enumerate() {
+                let field = format!("lora[{i}]");
+                names.push(lora_item(st, &field, item)?);
+            }
+        }
+        Some(v) => {
+            return Err(ApiError::param(
+                "lora",
+                format!(
+                    "must be an array of {{\"id\": n, \"scale\": s}}, got {}",
+                    show(v)
+                ),
+            ))
+        }
+    }
+    let mut seen: Vec<&str> = names.iter().map(|(n, _)| n.as_str()).collect();
+    seen.sort_unstable();
+    if let Some(w) = seen.windows(2).find(|w| w[0] == w[1]) {
+        return Err(ApiError::param(
+            "lora",
+            format!("adapter '{}' is given twice", w[0]),
+        ));
+    }
+    names.retain(|(_, s)| *s != 0.0);
+    if names.is_empty() {
+        return Ok((None, model));
+    }
+    let field = if f.get("lora").is_some() {
+        "lora"
+    } else {
+        "model"
+    };
+    let set = s.engine.lora_set(&names).map_err(|e| api_error(e, field))?;
+    Ok((Some(set), model))
+}
+
+/// One `lora` entry: `{"id": index}` (llama-server) or `{"name": …}`, `scale` defaulting
+/// to 1.
+fn lora_item(st: &AppState, field: &str, item: &Value) -> Result<(String, f32), ApiError> {
+    let Value::Object(o) = item else {
+        return Err(ApiError::param(
+            field,
+            format!(
+                "must be an object {{\"id\": n, \"scale\": s}}, got {}",
+                show(item)
+            ),
+        ));
+    };
+    let f = Fields::new(o);
+    let scale = f
+        .number("scale", -100.0, 100.0, false)
+        .map_err(|e| ApiError::param(format!("{field}.scale"), e.message))?
+        .unwrap_or(1.0) as f32;
+    let reg = st.0.engine.lora.lock().unwrap_or_else(|e| e.into_inner());
+    let name = match (f.get("id"), f.get("name")) {
+        (Some(id), None) => {
+            let idx = id.as_u64().ok_or_else(|| {
+                ApiError::param(
+                    format!("{field}.id"),
+                    format!("must be an adapter index, got {}", show(id)),
+                )
+            })?;
+            reg.name_at(idx as usize)
+                .ok_or_else(|| {
+                    api_error(
+                        LoraError::Unknown(format!("#{idx}")),
+                        &format!("{field}.id"),
+                    )
+                })?
+                .to_string()
+        }
+        (None, Some(Value::String(n))) => {
+            if !reg.list().iter().any(|l| l.name == *n) {
+                return Err(api_error(
+                    LoraError::Unknown(n.clone()),
+                    &format!("{field}.name"),
+                ));
+            }
+            n.clone()
+        }
+        _ => {
+            return Err(ApiError::param(
+                field,
+                "needs exactly one of \"id\" (an adapter index) or \"name\"",
+            ))
+        }
+    };
+    Ok((name, scale))
+}
+
+/// The `/v1/models` cards of the adapters (vLLM's shape: `parent` is the base model).
+pub fn model_cards(st: &AppState) -> Vec<Value> {
+    let s = &st.0;
+    let list = s
+        .engine
+        .lora
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .list();
+    list.into_iter()
+        .map(|l| {
+            json!({
+                "id": l.name,
+                "object": "model",
+                "created": s.started,
+                "owned_by": "folio",
+                "root": l.name,
+                "parent": s.model_name,
+                "max_model_len": s.engine.info.context_length,
+                "permission": [],
+            })
+        })
+        .collect()
+}
+
+/// `POST /v1/load_lora_adapter {"lora_name", "lora_path"}`: 200 with vLLM's text, 400 for a
+/// bad or mismatched file (naming the tensor and shapes), 429 when every slot is busy.
+pub async fn load(State(st): State<AppState>, JsonObject(body): JsonObject) -> Response {
+    let f = Fields::new(&body);
+    let (name, path) = match (required(&f, "lora_name"), required(&f, "lora_path")) {
+        (Ok(n), Ok(p)) => (n, std::path::PathBuf::from(p)),
+        (Err(e), _) | (_, Err(e)) => return e.into_response(),
+    };
+    let engine = st.0.engine.clone();
+    let (n, p) = (name.clone(), path.clone());
+    // The file read is blocking work: off the async workers, and outside the registry lock.
+    let read = tokio::task::spawn_blocking(move || {
+        let reg = engine.lora.lock().unwrap_or_else(|e| e.into_inner());
+        if reg.list().iter().any(|l| l.name == n) {
+            return Err(LoraError::Exists(n));
+        }
+        let cfg_reader = reg.reader();
+        drop(reg);
+        cfg_reader.read(&n, &p)
+    })
+    .await;
+    let adapter = match read {
+        Ok(Ok(a)) => a,
+        Ok(Err(e)) => return api_error(e, "lora_path").into_response(),
+        Err(e) => {
+            return ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("adapter load task failed: {e}"),
+                "internal",
+            )
+            .into_response()
+        }
+    };
+    let mut reg = st.0.engine.lora.lock().unwrap_or_else(|e| e.into_inner());
+    match reg.insert(&name, &path, adapter) {
+        Ok(()) => {
+            tracing::info!(adapter = %name, path = %path.display(), "LoRA adapter loaded");
+            (
+                StatusCode::OK,
+                format!("Success: LoRA adapter '{name}' added successfully."),
+            )
+                .into_response()
+        }
+        Err(e) => api_error(e, "lora_name").into_response(),
+    }
+}
+
+/// `POST /v1/unload_lora_adapter {"lora_name"}`: the name goes at once; requests already
+/// using the adapter finish with it, and its slot frees after them.
+pub async fn unload(State(st): State<AppState>, JsonObject(body): JsonObject) -> Response {
+    let f = Fields::new(&body);
+    let name = match required(&f, "lora_name") {
+        Ok(n) => n,
+        Err(e) => return e.into_response(),
+    };
+    let mut reg = st.0.engine.lora.lock().unwrap_or_else(|e| e.into_inner());
+    match reg.unload(&name) {
+        Ok(in_use) => {
+            tracing::info!(adapter = %name, in_use, "LoRA adapter unloaded");
+            (
+                StatusCode::OK,
+                format!("Success: LoRA adapter '{name}' removed successfully."),
+            )
+                .into_response()
+        }
+        Err(e) => api_error(e, "lora_name").into_response(),
+    }
+}
+
+/// `GET /lora-adapters` (llama-server): `[{"id", "path", "scale"}]`, plus folio's
+/// `name`, `resident`, `rank` and request counts.
+pub async fn list(State(st): State<AppState>) -> Json<Value> {
+    let list =
+        st.0.engine
+            .lora
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .list();
+    Json(Value::Array(
+        list.into_iter()
+            .map(|l| {
+                json!({
+                    "id": l.index,
+                    "name": l.name,
+                    "path": l.path,
+                    "scale": 1.0,
+                    "resident": l.resident,
+                    "rank": l.rank,
+                    "requests": l.requests,
+                    "in_use": l.in_use,
+                })
+            })
+            .collect(),
+    ))
+}
+
+fn required(f: &Fields, name: &str) -> Result<String, ApiError> {
+    match f.str(name)? {
+        Some(s) if !s.is_empty() => Ok(s.to_string()),
+        _ => Err(ApiError::param(name, "is required")),
+    }
+}
+
+/// The adapter lines of `/metrics`: vLLM's `vllm:lora_requests_info` (running and waiting
+/// requests' adapters, `max_lora`; the value is the time of the reading, as vLLM's), the
+/// slots used, and requests per adapter.
+pub fn render_metrics(st: &AppState, out: &mut String) {
+    use std::fmt::Write;
+    let s = &st.0;
+    let m = &s.engine.metrics;
+    let get =
+        |v: &std::sync::Mutex<Vec<String>>| v.lock().unwrap_or_else(|e| e.into_inner()).join(",");
+    let (running, waiting) = (get(&m.lora_running), get(&m.lora_waiting));
+    let mut reg = s.engine.lora.lock().unwrap_or_else(|e| e.into_inner());
+    let (max, used, list) = (reg.max_loras(), reg.slots_used(), reg.list());
+    drop(reg);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64());
+    let esc = crate::metrics::escape;
+    let _ = writeln!(
+        out,
+        "# HELP vllm:lora_requests_info Running stats on lora requests.\n# TYPE vllm:lora_requests_info gauge\nvllm:lora_requests_info{{max_lora=\"{max}\",running_lora_adapters=\"{}\",waiting_lora_adapters=\"{}\"}} {now:.3}",
+        esc(&running),
+        esc(&waiting)
+    );
+    let _ = writeln!(
+        out,
+        "# HELP folio_lora_slots_used LoRA adapter slots in use (resident adapters, and unloaded ones requests still hold).\n# TYPE folio_lora_slots_used gauge\nfolio_lora_slots_used {used}\n# HELP folio_lora_slots_total LoRA adapter slots (--max-loras).\n# TYPE folio_lora_slots_total gauge\nfolio_lora_slots_total {max}"
+    );
+    let _ = writeln!(
+        out,
+        "# HELP folio_lora_requests_total Requests served with each LoRA adapter.\n# TYPE folio_lora_requests_total counter"
+    );
+    for l in list {
+        let _ = writeln!(
+            out,
+            "folio_lora_requests_total{{adapter=\"{}\"}} {}",
+            esc(&l.name),
+            l.requests
+        );
+    }
+}

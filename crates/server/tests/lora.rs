@@ -1,0 +1,232 @@
+//! LoRA adapters over HTTP on the default model: load, select by `model` or `lora`, list,
+//! unload and re-load at runtime; unknown adapters are 404s naming them; 50 mixed-adapter
+//! streams at once finish cleanly and leave the KV and adapter slots idle.
+
+mod common;
+
+use common::{get, metric, post, Server};
+use serde_json::{json, Value};
+use std::path::PathBuf;
+
+fn adapters(n: usize) -> Vec<PathBuf> {
+    let path = folio_fetch::test_model().unwrap();
+    let f = folio_gguf::GgufFile::open(&path).unwrap();
+    let cfg = folio_model::ModelConfig::from_gguf(&f).unwrap();
+    let dir = std::env::temp_dir().join(format!("folio-lora-http-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let targets = folio_model::lora::default_targets(&cfg);
+    (0..n)
+        .map(|i| {
+            let p = dir.join(format!("a{i}.gguf"));
+            folio_model::lora::random_adapter(&cfg, &targets, 8, 16.0, 0.3, 2000 + i as u64)
+                .unwrap()
+                .write(&p)
+                .unwrap();
+            p
+        })
+        .collect()
+}
+
+fn serve() -> Option<Server> {
+    let e = common::engine_with(
+        folio_engine::EngineConfig {
+            max_loras: 4,
+            ..Default::default()
+        },
+        None,
+    )?;
+    Some(common::start(e, folio_server::ServerOptions::default()))
+}
+
+fn load(s: &Server, name: &str, path: &std::path::Path) -> common::Resp {
+    post(
+        s.addr,
+        "/v1/load_lora_adapter",
+        &json!({"lora_name": name, "lora_path": path}),
+    )
+}
+
+fn chat(s: &Server, model: &str, extra: Value) -> common::Resp {
+    let mut body = json!({
+        "model": model,
+        "messages": [{"role": "user", "content": "Write a haiku about the sea."}],
+        "max_tokens": 16,
+        "temperature": 0,
+    });
+    body.as_object_mut()
+        .unwrap()
+        .extend(extra.as_object().unwrap().clone());
+    post(s.addr, "/v1/chat/completions", &body)
+}
+
+fn content(r: &common::Resp) -> String {
+    assert_eq!(r.status, 200, "{}", r.text());
+    r.json()["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+#[test]
+fn load_use_unload_reload_over_http() {
+    let Some(s) = serve() else { return };
+    let files = adapters(2);
+    let base_name = s.engine.info.model_name.clone();
+    let base = content(&chat(&s, &base_name, json!({})));
+
+    // Unknown adapter: 404 naming it.
+    let r = chat(&s, "sea-poet", json!({}));
+    assert_eq!(r.status, 404, "{}", r.text());
+    assert!(r.json()["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("`sea-poet`"));
+
+    let r = load(&s, "sea-poet", &files[0]);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(
+        r.text(),
+        "Success: LoRA adapter 'sea-poet' added successfully."
+    );
+    // Loading the same name twice, or a file that is not an adapter, is a 400 saying why.
+    let r = load(&s, "sea-poet", &files[1]);
+    assert_eq!(r.status, 400);
+    assert!(r.text().contains("already loaded"), "{}", r.text());
+    let r = load(&s, "bad", &folio_fetch::test_model().unwrap());
+    assert_eq!(r.status, 400);
+    assert!(r.text().contains("general.type"), "{}", r.text());
+
+    // /v1/models lists it with its parent.
+    let models = get(s.addr, "/v1/models").json();
+    let ids: Vec<&str> = models["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, vec![base_name.as_str(), "sea-poet"]);
+    assert_eq!(models["data"][1]["parent"], base_name.as_str());
+    assert_eq!(get(s.addr, "/v1/models/sea-poet").status, 200);
+
+    // Selected by model name (vLLM) and by the lora list (llama-server): the same tokens,
+    // other than the base model's; the response names the adapter.
+    let r = chat(&s, "sea-poet", json!({}));
+    assert_eq!(r.json()["model"], "sea-poet");
+    let by_name = content(&r);
+    let by_list = content(&chat(
+        &s,
+        &base_name,
+        json!({"lora": [{"id": 0, "scale": 1.0}]}),
+    ));
+    assert_eq!(by_name, by_list);
+    assert_ne!(by_name, base, "the adapter did not change the output");
+    // Scale 0 is the base model.
+    assert_eq!(
+        content(&chat(
+            &s,
+            &base_name,
+            json!({"lora": [{"name": "sea-poet", "scale": 0}]})
+        )),
+        base
+    );
+    let r = chat(&s, &base_name, json!({"lora": [{"id": 7}]}));
+    assert_eq!(r.status, 404, "{}", r.text());
+    assert_eq!(r.json()["error"]["param"], "lora[0].id");
+
+    // Unload: gone (404), then re-load under the same name: the same output again.
+    let r = post(
+        s.addr,
+        "/v1/unload_lora_adapter",
+        &json!({"lora_name": "sea-poet"}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(chat(&s, "sea-poet", json!({})).status, 404);
+    let r = post(
+        s.addr,
+        "/v1/unload_lora_adapter",
+        &json!({"lora_name": "sea-poet"}),
+    );
+    assert_eq!(r.status, 404);
+    assert!(r.text().contains("'sea-poet'"), "{}", r.text());
+    assert_eq!(load(&s, "sea-poet", &files[0]).status, 200);
+    assert_eq!(content(&chat(&s, "sea-poet", json!({}))), by_name);
+}
+
+#[test]
+fn fifty_mixed_adapter_streams_finish_and_leave_slots_idle() {
+    let Some(s) = serve() else { return };
+    let files = adapters(3);
+    for (i, f) in files.iter().enumerate() {
+        assert_eq!(load(&s, &format!("a{i}"), f).status, 200);
+    }
+    let base_name = s.engine.info.model_name.clone();
+    let addr = s.addr;
+    let threads: Vec<_> = (0..50)
+        .map(|i| {
+            let model = match i % 4 {
+                3 => base_name.clone(),
+                k => format!("a{k}"),
+            };
+            std::thread::spawn(move || {
+                let body = json!({
+                    "model": model,
+                    "messages": [{"role": "user", "content": format!("Count to {}.", i % 7 + 2)}],
+                    "max_tokens": 12,
+                    "stream": true,
+                    "temperature": 0.7,
+                    "seed": i,
+                });
+                let r = post(addr, "/v1/chat/completions", &body);
+                assert_eq!(r.status, 200, "{}", r.text());
+                let (chunks, done) = r.sse();
+                assert!(done, "stream {i} did not end with [DONE]");
+                assert!(
+                    chunks.iter().all(|c| c.get("error").is_none()),
+                    "stream {i}: {chunks:?}"
+                );
+                assert!(chunks.iter().all(|c| c["model"] == model.as_str()));
+                let finish = chunks
+                    .iter()
+                    .rev()
+                    .find_map(|c| c["choices"][0]["finish_reason"].as_str());
+                assert!(
+                    matches!(finish, Some("stop" | "length")),
+                    "stream {i}: {finish:?}"
+                );
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().expect("stream thread");
+    }
+    let m = get(addr, "/metrics").text();
+    let mn = format!("{{model_name=\"{base_name}\"}}");
+    assert_eq!(
+        metric(&m, &format!("vllm:num_requests_running{mn}")),
+        Some(0.0)
+    );
+    assert_eq!(
+        metric(&m, &format!("vllm:num_requests_waiting{mn}")),
+        Some(0.0)
+    );
+    assert_eq!(metric(&m, "folio_kv_blocks_used"), Some(0.0));
+    assert_eq!(metric(&m, "folio_lora_slots_used"), Some(3.0));
+    assert!(
+        m.contains("vllm:lora_requests_info{max_lora=\"4\",running_lora_adapters=\"\",waiting_lora_adapters=\"\"}"),
+        "{m}"
+    );
+    for (i, n) in [(0, 13.0), (1, 13.0), (2, 12.0)] {
+        assert_eq!(
+            metric(
+                &m,
+                &format!("folio_lora_requests_total{{adapter=\"a{i}\"}}")
+            ),
+            Some(n)
+        );
+    }
+    let list = get(addr, "/lora-adapters").json();
+    assert!(
+        list.as_array().unwrap().iter().all(|a| a["in_use"] == 0),
+        "{list}"
+    );
+}
