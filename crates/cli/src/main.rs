@@ -2,6 +2,7 @@
 
 mod bench_cmd;
 mod bench_engine;
+mod bench_lora;
 mod bench_model;
 mod bench_quality;
 mod bench_spec;
@@ -74,6 +75,11 @@ enum Cmd {
     Plan(plan_cmd::PlanArgs),
     /// The models `--model NAME` fetches on first use: name, size, whether downloaded, path.
     Models,
+    /// LoRA adapter tooling.
+    Lora {
+        #[command(subcommand)]
+        what: LoraCmd,
+    },
     /// Benchmarks (commands that print figures).
     Bench {
         #[command(subcommand)]
@@ -161,6 +167,12 @@ impl ServeArgs {
 }
 
 #[derive(Subcommand)]
+enum LoraCmd {
+    /// Write a random adapter (llama.cpp's LoRA GGUF) for a base model.
+    Random(bench_lora::RandomLoraArgs),
+}
+
+#[derive(Subcommand)]
 enum BenchCmd {
     #[command(flatten)]
     Load(bench_cmd::BenchServeCmds),
@@ -204,6 +216,8 @@ enum BenchCmd {
     /// Chapter 8.4's quality study: KV storage format and attention precision compared
     /// task by task on fixed retrieval tasks (right/wrong grid, totals, time to correct).
     Quality(bench_quality::QualityArgs),
+    /// Decode throughput with 0, 1, 4, 16 distinct LoRA adapters in a batch of 16 and 64.
+    Lora(bench_lora::LoraBenchArgs),
     /// Speculative decoding on an extraction workload: per proposer and batch size.
     Spec {
         #[command(flatten)]
@@ -286,6 +300,20 @@ fn main() -> Result<()> {
             Ok(())
         }
         Cmd::Plan(args) => plan_cmd::run(args),
+        Cmd::Lora {
+            what: LoraCmd::Random(a),
+        } => bench_lora::write_random(&a),
+        Cmd::Bench {
+            what: BenchCmd::Lora(a),
+        } => {
+            let rows = bench_lora::run(&a)?;
+            if a.json {
+                println!("{}", serde_json::to_string_pretty(&rows)?);
+            } else {
+                bench_lora::print(&rows, a.rank);
+            }
+            Ok(())
+        }
         Cmd::Profile(a) => bench_cmd::run_profile(a),
         Cmd::Bench {
             what: BenchCmd::Load(bench_cmd::BenchServeCmds::Serve(a)),

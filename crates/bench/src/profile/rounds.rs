@@ -80,7 +80,21 @@ pub fn decode_round(
     steps: usize,
     format: KvFormat,
 ) -> Result<DecodePoint> {
+    decode_round_with(model, pool, batch, context, steps, format, &|_| None)
+}
+
+/// [`decode_round`] with sequence `s` running under the LoRA adapters `lora(s)`.
+pub fn decode_round_with(
+    model: &Model,
+    pool: &ThreadPool,
+    batch: usize,
+    context: usize,
+    steps: usize,
+    format: KvFormat,
+    lora: &dyn Fn(usize) -> Option<folio_model::LoraSet>,
+) -> Result<DecodePoint> {
     let steps = steps.max(1);
+    let sets: Vec<_> = (0..batch).map(lora).collect();
     let per_seq = (context + steps + 2).div_ceil(BLOCK);
     let mut kv = model.new_kv_cache(BLOCK, per_seq * batch, format);
     // 0x11 bytes everywhere (small finite values in every format): every page real (see
@@ -102,6 +116,7 @@ pub fn decode_round(
         let mut b = ForwardBatch::new();
         for (s, table) in tables.iter().enumerate() {
             b.push(&[toks[step * batch + s]], context + step, table.clone(), 1);
+            b.seqs[s].lora = sets[s].clone();
         }
         if step == 1 {
             first = Some((model.stats(&b, kv_bpt), b.attention_pairs()));
