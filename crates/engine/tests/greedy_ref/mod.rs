@@ -54,12 +54,25 @@ pub fn greedy(
     eog: &[u32],
     mask_eog: bool,
 ) -> (Vec<u32>, Vec<Vec<f64>>) {
+    greedy_with(model, prompt, n, eog, mask_eog, None)
+}
+
+/// [`greedy`] under LoRA adapters `lora`.
+pub fn greedy_with(
+    model: &Model,
+    prompt: &[u32],
+    n: usize,
+    eog: &[u32],
+    mask_eog: bool,
+    lora: Option<&folio_model::LoraSet>,
+) -> (Vec<u32>, Vec<Vec<f64>>) {
     let pool = ThreadPool::global();
     let blocks = (prompt.len() + n).div_ceil(16);
     let mut kv = model.new_kv_cache(16, blocks, KvFormat::F16);
     let table: Vec<u32> = (0..blocks as u32).collect();
     let mut b = ForwardBatch::new();
     b.push(prompt, 0, table.clone(), 1);
+    b.seqs[0].lora = lora.cloned();
     let mut logits = model.forward(&b, &mut kv, pool).expect("prefill");
     let mut out = Vec::new();
     let mut lps = Vec::new();
@@ -77,6 +90,7 @@ pub fn greedy(
         }
         let mut b = ForwardBatch::new();
         b.push(&[next], prompt.len() + out.len() - 1, table.clone(), 1);
+        b.seqs[0].lora = lora.cloned();
         logits = model.forward(&b, &mut kv, pool).expect("decode");
     }
 }
@@ -117,7 +131,18 @@ pub fn check(label: &str, reference: &str, path: Result<PathBuf, String>) {
     };
     let f = GgufFile::open(&path).expect("open model");
     let model = Model::from_gguf(&f).expect("load model");
-    let tok = Tokenizer::from_gguf(&f).expect("tokenizer");
+    check_model(label, reference, &f, &model, None);
+}
+
+/// [`check`] for a loaded `model` (its numerics set by the caller) under `lora`.
+pub fn check_model(
+    label: &str,
+    reference: &str,
+    f: &GgufFile,
+    model: &Model,
+    lora: Option<&folio_model::LoraSet>,
+) {
+    let tok = Tokenizer::from_gguf(f).expect("tokenizer");
     let data: Value = serde_json::from_str(reference).expect("json");
     let eog = tok.eog_ids().to_vec();
     let mut failures = Vec::new();
@@ -131,7 +156,7 @@ pub fn check(label: &str, reference: &str, path: Result<PathBuf, String>) {
         for (kind, mask) in [("greedy", false), ("greedy_ignore_eos", true)] {
             let run = &p[kind];
             let want = ids(&run["output_token_ids"]);
-            let (got, lps) = greedy(&model, &prompt, want.len(), &eog, mask);
+            let (got, lps) = greedy_with(model, &prompt, want.len(), &eog, mask, lora);
             let parted = (0..want.len()).find(|&i| got.get(i) != want.get(i));
             // How far folio's log-probabilities of llama.cpp's top-5 (relative to its top-1)
             // are from llama.cpp's, over the steps both runs share.
