@@ -306,7 +306,8 @@ pub fn branches(prefix_blocks: u64, branches: u64, private_blocks: u64) -> Branc
     }
 }
 
-/// LoRA adapter memory: rank `r` on Q and V of every layer.
+/// LoRA adapter memory: the chapter's rank `r` on Q and V of every layer in BF16, and
+/// what folio holds for an adapter on every q/k/v/o and FFN projection (f32).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Lora {
     pub rank: u64,
@@ -316,13 +317,22 @@ pub struct Lora {
     /// KV of the same number of independent contexts of `context` tokens, for comparison.
     pub context: u64,
     pub contexts_kv_bytes: u64,
+    /// folio's in-memory adapter at `rank` on q, k, v, o, gate, up and down (f32 `A` and
+    /// `B`, the form its low-rank kernel reads).
+    pub all_projections_f32_bytes: u64,
 }
 
+/// Bytes of one BF16 adapter value (the chapter's figures).
+const ADAPTER_BYTES_PER_VALUE: f64 = 2.0;
+
 pub fn lora(model: &ModelProfile, rank: u64, adapters: u64, context: u64) -> Lora {
-    let q = model.heads * model.head_dim;
+    let (d, q) = (model.hidden, model.heads * model.head_dim);
     let v = model.kv_heads * model.head_dim;
-    let per_layer = rank * (model.hidden + q) + rank * (model.hidden + v);
-    let bytes = (model.layers * per_layer) as f64 * model.weight_bytes_per_param;
+    let per_layer = rank * (d + q) + rank * (d + v);
+    // Adapters are stored apart from the base weights' (maybe quantized) format.
+    let bytes = (model.layers * per_layer) as f64 * ADAPTER_BYTES_PER_VALUE;
+    // q, k, v, o, then gate, up (d → ffn) and down (ffn → d).
+    let all = rank * ((d + q) + 2 * (d + v) + (q + d) + 3 * (d + model.ffn));
     Lora {
         rank,
         adapters,
@@ -330,6 +340,7 @@ pub fn lora(model: &ModelProfile, rank: u64, adapters: u64, context: u64) -> Lor
         total_bytes: bytes as u64 * adapters,
         context,
         contexts_kv_bytes: adapters * context * model.kv_bytes_per_token(),
+        all_projections_f32_bytes: model.layers * all * 4,
     }
 }
 
@@ -382,21 +393,33 @@ pub fn sharing_tables(pages: &[Paging], br: &Branches, lo: &Lora) -> Vec<Table> 
         format!("{}%", fx(br.saving * 100.0, 0)),
     ])
     .explain("references = branches·(prefix + private); physical = prefix + branches·private");
+    let kv = format!(
+        "{} ({} tokens each)",
+        fx(lo.contexts_kv_bytes as f64 / GIB, 1),
+        lo.context
+    );
     let l = Table::new(
-        format!("Multi-LoRA: rank {} on Q and V", lo.rank),
-        &["adapters", "MiB each", "adapters GiB", "KV of as many contexts GiB"],
+        format!("Multi-LoRA: rank {}, {} adapters", lo.rank, lo.adapters),
+        &[
+            "adapter",
+            "MiB each",
+            "adapters GiB",
+            "KV of as many contexts GiB",
+        ],
     )
     .row(vec![
-        lo.adapters.to_string(),
+        "Q and V, BF16".into(),
         fx(mib(lo.bytes_per_adapter as f64), 1),
         fx(gib(lo.total_bytes as f64), 2),
-        format!(
-            "{} ({} tokens each)",
-            fx(lo.contexts_kv_bytes as f64 / GIB, 1),
-            lo.context
-        ),
+        kv.clone(),
     ])
-    .explain("per layer r·(d + q_dim) + r·(d + kv_dim) values; adapter and request slots are sized separately");
+    .row(vec![
+        "q/k/v/o/FFN, f32 (folio)".into(),
+        fx(mib(lo.all_projections_f32_bytes as f64), 1),
+        fx(gib((lo.all_projections_f32_bytes * lo.adapters) as f64), 2),
+        kv,
+    ])
+    .explain("Q and V: per layer r·(d + q_dim) + r·(d + kv_dim) values; folio's form adds k, o and the FFN's r·(d + ffn) ×3, held in f32. Adapter slots (--max-loras) and request (KV) slots are sized separately");
     vec![t, b, l]
 }
 
