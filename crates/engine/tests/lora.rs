@@ -89,6 +89,40 @@ fn mixed_adapter_batch_equals_each_alone() {
             sets[i]
         );
     }
+    // Under memory pressure (preempted and recomputed) and with self-drafts (the target's
+    // first layers under each request's adapters), every request still gets its tokens.
+    let small = engine(EngineConfig {
+        kv_cache_bytes: 23_040 * 16 * 10,
+        spec: folio_engine::SpecMethod::SelfDraft,
+        spec_tokens: Some(2),
+        ..EngineConfig::default()
+    });
+    for (i, p) in adapter_files(&small, 4, "mix-small").iter().enumerate() {
+        small
+            .lora
+            .lock()
+            .unwrap()
+            .load(&format!("a{i}"), p)
+            .unwrap();
+    }
+    let streams: Vec<_> = ps
+        .iter()
+        .zip(&sets)
+        .map(|(p, s)| small.submit(with_lora(&small, p, s, 24)).unwrap())
+        .collect();
+    let squeezed: Vec<Outcome> = streams.into_iter().map(collect).collect();
+    let preempted = small
+        .metrics
+        .preemptions
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert!(preempted > 0, "the small pool should have preempted");
+    for (i, (a, t)) in alone.iter().zip(&squeezed).enumerate() {
+        assert_eq!(
+            a.ids, t.ids,
+            "request {i} ({:?}) differs under preemption and self-drafts",
+            sets[i]
+        );
+    }
     // The adapters change the output: the same prompts under the base model differ.
     let base: Vec<Outcome> = [0, 2, 3, 5]
         .iter()
