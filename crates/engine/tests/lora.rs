@@ -8,26 +8,13 @@ use common::{collect, engine, greedy, prompts, Outcome};
 use folio_engine::{EngineConfig, EngineHandle, GenerateRequest};
 use std::path::PathBuf;
 
-/// Writes `n` random rank-8 adapters for the engine's model (fixed seeds) and returns
-/// their paths.
+/// Writes `n` random rank-8 adapters for the engine's model (fixed seeds).
 fn adapter_files(h: &EngineHandle, n: usize, tag: &str) -> Vec<PathBuf> {
-    let path = folio_fetch::test_model().unwrap();
-    let f = folio_gguf::GgufFile::open(&path).unwrap();
+    let f = folio_gguf::GgufFile::open(&folio_fetch::test_model().unwrap()).unwrap();
     let cfg = folio_model::ModelConfig::from_gguf(&f).unwrap();
     assert_eq!(cfg.vocab_size, h.info.vocab_size);
     let dir = std::env::temp_dir().join(format!("folio-lora-{tag}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let targets = folio_model::lora::default_targets(&cfg);
-    (0..n)
-        .map(|i| {
-            let p = dir.join(format!("a{i}.gguf"));
-            folio_model::lora::random_adapter(&cfg, &targets, 8, 16.0, 0.3, 1000 + i as u64)
-                .unwrap()
-                .write(&p)
-                .unwrap();
-            p
-        })
-        .collect()
+    folio_model::lora::write_random_adapters(&cfg, &dir, n, 0.3, 1000).unwrap()
 }
 
 fn with_lora(h: &EngineHandle, prompt: &[u32], names: &[(&str, f32)], n: usize) -> GenerateRequest {

@@ -534,3 +534,25 @@ pub fn default_targets(cfg: &ModelConfig) -> Vec<&'static str> {
         .filter(|k| place(cfg, k).is_some())
         .collect()
 }
+
+/// Writes `n` rank-8 [`random_adapter`]s for `cfg` (alpha 16, every target it has, seeds
+/// `seed`, `seed + 1`, …) into `dir` as `a0.gguf`, `a1.gguf`, …; returns their paths.
+pub fn write_random_adapters(
+    cfg: &ModelConfig,
+    dir: &Path,
+    n: usize,
+    strength: f32,
+    seed: u64,
+) -> Result<Vec<std::path::PathBuf>, ModelError> {
+    std::fs::create_dir_all(dir).map_err(|e| meta_err("dir", format!("{}: {e}", dir.display())))?;
+    let targets = default_targets(cfg);
+    (0..n)
+        .map(|i| {
+            let p = dir.join(format!("a{i}.gguf"));
+            random_adapter(cfg, &targets, 8, 16.0, strength, seed + i as u64)?
+                .write(&p)
+                .map_err(|e| meta_err("file", format!("{}: {e}", p.display())))?;
+            Ok(p)
+        })
+        .collect()
+}

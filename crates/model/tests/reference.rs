@@ -1301,22 +1301,16 @@ fn bad_adapters_are_named_errors() {
         e.contains("general.architecture") && e.contains("qwen2"),
         "{e}"
     );
-    // A shape that does not fit the base tensor (A built for ffn_down's input on attn_q).
+    // A zero tensor of ggml dims `dims` named `name`.
+    let zeros = |w: &mut folio_gguf::GgufWriter, name: &str, dims: [usize; 2]| {
+        let n = dims[0] * dims[1];
+        w.add_tensor_f32(name, &dims.map(|d| d as u64), GgmlType::F32, &vec![0.0; n])
+            .unwrap();
+    };
+    // A shape that does not fit the base tensor (A built for ffn_down's input on attn_k).
     let mut w = good();
-    w.add_tensor_f32(
-        "blk.1.attn_k.weight.lora_a",
-        &[FFN as u64, 8],
-        GgmlType::F32,
-        &vec![0.0; FFN * 8],
-    )
-    .unwrap();
-    w.add_tensor_f32(
-        "blk.1.attn_k.weight.lora_b",
-        &[8, 128],
-        GgmlType::F32,
-        &vec![0.0; 128 * 8],
-    )
-    .unwrap();
+    zeros(&mut w, "blk.1.attn_k.weight.lora_a", [FFN, 8]);
+    zeros(&mut w, "blk.1.attn_k.weight.lora_b", [8, KV_HEADS * HD]);
     let e = load(w, 64);
     assert!(
         e.contains("blk.1.attn_k.weight")
@@ -1326,33 +1320,15 @@ fn bad_adapters_are_named_errors() {
     );
     // A target folio does not support, and a lone lora_a.
     let mut w = good();
-    w.add_tensor_f32(
-        "output.weight.lora_a",
-        &[D as u64, 8],
-        GgmlType::F32,
-        &vec![0.0; D * 8],
-    )
-    .unwrap();
-    w.add_tensor_f32(
-        "output.weight.lora_b",
-        &[8, VOCAB as u64],
-        GgmlType::F32,
-        &vec![0.0; VOCAB * 8],
-    )
-    .unwrap();
+    zeros(&mut w, "output.weight.lora_a", [D, 8]);
+    zeros(&mut w, "output.weight.lora_b", [8, VOCAB]);
     let e = load(w, 64);
     assert!(
         e.contains("output.weight.lora_a") && e.contains("unsupported LoRA target"),
         "{e}"
     );
     let mut w = good();
-    w.add_tensor_f32(
-        "blk.1.attn_v.weight.lora_a",
-        &[D as u64, 8],
-        GgmlType::F32,
-        &vec![0.0; D * 8],
-    )
-    .unwrap();
+    zeros(&mut w, "blk.1.attn_v.weight.lora_a", [D, 8]);
     let e = load(w, 64);
     assert!(
         e.contains("blk.1.attn_v.weight.lora_a") && e.contains("no matching"),

@@ -9,22 +9,10 @@ use serde_json::{json, Value};
 use std::path::PathBuf;
 
 fn adapters(n: usize) -> Vec<PathBuf> {
-    let path = folio_fetch::test_model().unwrap();
-    let f = folio_gguf::GgufFile::open(&path).unwrap();
+    let f = folio_gguf::GgufFile::open(&folio_fetch::test_model().unwrap()).unwrap();
     let cfg = folio_model::ModelConfig::from_gguf(&f).unwrap();
     let dir = std::env::temp_dir().join(format!("folio-lora-http-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let targets = folio_model::lora::default_targets(&cfg);
-    (0..n)
-        .map(|i| {
-            let p = dir.join(format!("a{i}.gguf"));
-            folio_model::lora::random_adapter(&cfg, &targets, 8, 16.0, 0.3, 2000 + i as u64)
-                .unwrap()
-                .write(&p)
-                .unwrap();
-            p
-        })
-        .collect()
+    folio_model::lora::write_random_adapters(&cfg, &dir, n, 0.3, 2000).unwrap()
 }
 
 fn serve() -> Option<Server> {
