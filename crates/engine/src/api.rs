@@ -37,6 +37,9 @@ pub struct GenerateRequest {
     /// Per-request speculation override (method, fixed draft length).
     pub spec: Option<crate::SpecMethod>,
     pub spec_tokens: Option<usize>,
+    /// Structured output: what the generated text must match (masked at every sampled
+    /// position; the request stops when the grammar is complete).
+    pub constraint: Option<crate::Constraint>,
 }
 
 impl GenerateRequest {
@@ -53,6 +56,7 @@ impl GenerateRequest {
             arrival: None,
             spec: None,
             spec_tokens: None,
+            constraint: None,
         }
     }
 }
@@ -203,6 +207,10 @@ pub struct EngineMetrics {
     pub kv_window_released_blocks: std::sync::atomic::AtomicU64,
     /// Speculative decoding counters (drafted, accepted, by position, ΣT/ΣN).
     pub spec: std::sync::Mutex<folio_spec::SpecStats>,
+    /// Structured output: nanoseconds spent computing and applying token masks, and how
+    /// many masks (sampled, drafted or verified positions under a grammar).
+    pub constraint_mask_ns: std::sync::atomic::AtomicU64,
+    pub constraint_masks: std::sync::atomic::AtomicU64,
     /// The most recent steps (bounded), for profiling and benchmarks.
     pub step_log: std::sync::Mutex<std::collections::VecDeque<crate::StepStats>>,
 }
@@ -233,6 +241,8 @@ pub struct EngineHandle {
     pub info: Arc<EngineInfo>,
     pub metrics: Arc<EngineMetrics>,
     pub tokenizer: Arc<folio_tokenizer::Tokenizer>,
+    /// The vocabulary as the constraint compiler sees it (built on first use).
+    pub grammars: Arc<crate::Grammars>,
 }
 
 impl EngineHandle {

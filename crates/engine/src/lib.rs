@@ -6,6 +6,9 @@
 //! - [`config`]: [`EngineConfig`], the scheduler settings plus KV memory and format.
 //! - [`engine`]: the engine thread: schedule → forward → sample → update, one fused
 //!   forward per iteration; [`spawn_engine`] starts it.
+//! - [`constraint`]: structured output: a request's JSON schema, regex, choice or Lark
+//!   grammar compiled by llguidance; token masks, commit, draft checks and rollback.
+//! - [`gbnf`]: llama.cpp's GBNF grammars converted to Lark.
 //! - [`sampler`]: logits → token, per-request seeded RNG, penalties, logprobs helpers.
 //! - `speculate`: drafts after a step (n-gram lookup, self-draft) and their verification.
 //! - [`tier`]: the second KV tier: evicted prefix blocks on local disk, checksummed,
@@ -14,7 +17,9 @@
 
 pub mod api;
 pub mod config;
+pub mod constraint;
 pub mod engine;
+pub mod gbnf;
 pub mod sampler;
 mod speculate;
 pub mod step_stats;
@@ -25,6 +30,8 @@ pub use api::{
     RequestStream, SubmitError, TokenLogprob, Usage,
 };
 pub use config::{EngineConfig, SpecMethod};
+pub use constraint::{Constraint, Grammars};
 pub use engine::{spawn_engine, spawn_engine_with_draft};
+pub use gbnf::gbnf_to_lark;
 pub use sampler::{Sampler, SamplingParams};
 pub use step_stats::StepStats;

@@ -43,6 +43,9 @@ pub async fn generate(
         }
     }
     let p = params::parse(&f, api, st.limits())?;
+    if let Some(c) = &p.constraint {
+        crate::constraint::check(&s.engine, c).await?;
+    }
     let inputs = match api {
         Api::Completions => prompt::completion_prompts(&f, info.vocab_size)?,
         Api::Chat => vec![prompt::chat_prompt(&f)?],
@@ -80,6 +83,7 @@ pub async fn generate(
             arrival: Some(arrival),
             spec: p.spec,
             spec_tokens: p.spec_tokens,
+            constraint: p.constraint.as_ref().map(|c| c.constraint.clone()),
         };
         // n samples of one prompt share its KV: the engine computes the prompt once and
         // forks the other samples from it.
