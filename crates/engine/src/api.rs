@@ -211,6 +211,8 @@ pub struct EngineMetrics {
     /// many masks (sampled, drafted or verified positions under a grammar).
     pub constraint_mask_ns: std::sync::atomic::AtomicU64,
     pub constraint_masks: std::sync::atomic::AtomicU64,
+    /// Nanoseconds spent committing tokens to the matchers (sampled and drafted ones).
+    pub constraint_commit_ns: std::sync::atomic::AtomicU64,
     /// The most recent steps (bounded), for profiling and benchmarks.
     pub step_log: std::sync::Mutex<std::collections::VecDeque<crate::StepStats>>,
 }

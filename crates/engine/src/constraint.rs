@@ -241,6 +241,21 @@ impl Guide {
         }
     }
 
+    /// Whether the grammar takes `tok` at the current position. A greedy row whose raw
+    /// argmax it takes needs no mask (the masked argmax is the same token); the check is
+    /// counted as that position's mask.
+    pub fn accepts(&mut self, tok: u32) -> bool {
+        let t0 = Instant::now();
+        let ok = self.valid_prefix(&[tok]) == 1;
+        let m = &self.metrics;
+        m.constraint_mask_ns
+            .fetch_add(t0.elapsed().as_nanos() as u64, Relaxed);
+        if ok {
+            m.constraint_masks.fetch_add(1, Relaxed);
+        }
+        ok
+    }
+
     /// How many of `drafts` the grammar accepts in a row from the current position.
     pub fn valid_prefix(&mut self, drafts: &[u32]) -> usize {
         if drafts.is_empty() || self.matcher.is_stopped() {
@@ -254,7 +269,12 @@ impl Guide {
         if self.matcher.is_stopped() {
             return false;
         }
-        self.matcher.consume_token(tok).is_ok()
+        let t0 = Instant::now();
+        let ok = self.matcher.consume_token(tok).is_ok();
+        self.metrics
+            .constraint_commit_ns
+            .fetch_add(t0.elapsed().as_nanos() as u64, Relaxed);
+        ok
     }
 
     /// Consumes `toks` up to the grammar's end: returns how many were taken (the rest

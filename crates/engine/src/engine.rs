@@ -1016,12 +1016,12 @@ impl Engine {
                 let mut l = processed(live, l, &st[i].drafts, &self.eog);
                 // Under a grammar, drafts are drawn from the masked row and consumed, so the
                 // next draft sees the next position's mask; rolled back below.
-                if let Some(g) = live.guide.as_mut() {
-                    g.mask(&mut l);
-                }
                 let tok = if live.sampler.params.is_greedy() {
-                    crate::sampler::argmax(&l) as u32
+                    greedy_pick(live, l)
                 } else {
+                    if let Some(g) = live.guide.as_mut() {
+                        g.mask(&mut l);
+                    }
                     let dist = live.sampler.distribution(&l);
                     let t = live.sampler.draw(&dist);
                     live.spec.as_mut().expect("speculating").draft_q.push(dist);
@@ -1176,12 +1176,28 @@ fn choose_tokens(
     let n_rows = drafts.len() + 1;
     // Row i's logits: its history is the output so far plus the drafts before it; under a
     // grammar, masked at the matcher's current position (which must be row i's).
+    let raw = |live: &Live, i: usize| {
+        processed(live, &rows[i * vocab..(i + 1) * vocab], &drafts[..i], eog)
+    };
     let prepare = |live: &mut Live, i: usize| {
-        let mut l = processed(live, &rows[i * vocab..(i + 1) * vocab], &drafts[..i], eog);
+        let mut l = raw(live, i);
         if let Some(g) = live.guide.as_mut() {
             g.mask(&mut l);
         }
         l
+    };
+    // Output position of row 0: rows are keyed by position (see `Sampler`).
+    let pos = live.output.len();
+    let greedy = live.sampler.params.is_greedy();
+    // Row i's token: drawn with the position's own uniform, or the argmax (checked
+    // against the grammar before any mask is computed).
+    let pick = |live: &mut Live, i: usize| {
+        if greedy {
+            greedy_pick(live, raw(live, i))
+        } else {
+            let l = prepare(live, i);
+            live.sampler.sample_at(&l, pos + i)
+        }
     };
     // Drafts the matcher has stepped over to reach later rows' masks.
     let mut consumed = 0;
@@ -1192,12 +1208,9 @@ fn choose_tokens(
             }
         }
     };
-    // Output position of row 0: rows are keyed by position (see `Sampler`).
-    let pos = live.output.len();
     let mut toks: Vec<u32> = if drafts.is_empty() {
-        let l = prepare(live, 0);
-        vec![live.sampler.sample_at(&l, pos)]
-    } else if live.sampler.params.is_greedy() || !sampled_drafts {
+        vec![pick(live, 0)]
+    } else if greedy || !sampled_drafts {
         // Greedy: accept up to the first mismatch with the argmax, then the argmax.
         // A deterministic proposer (n-gram lookup) puts all its mass on its draft: then
         // rejection sampling's test, accept d with probability p(d), is the same as drawing
@@ -1206,8 +1219,7 @@ fn choose_tokens(
         // gives, whatever the draft lengths.
         let mut toks = Vec::with_capacity(n_rows);
         for i in 0..n_rows {
-            let l = prepare(live, i);
-            let t = live.sampler.sample_at(&l, pos + i);
+            let t = pick(live, i);
             toks.push(t);
             if drafts.get(i) != Some(&t) {
                 break;
@@ -1264,6 +1276,21 @@ fn choose_tokens(
         None => Vec::new(),
     };
     (toks, logprobs)
+}
+
+/// The greedy token of `row` under the request's grammar: its raw argmax when the grammar
+/// takes it (the masked argmax is then the same token, ties included), else the argmax of
+/// the masked row.
+fn greedy_pick(live: &mut Live, mut row: Vec<f32>) -> u32 {
+    let t = crate::sampler::argmax(&row) as u32;
+    let Some(g) = live.guide.as_mut() else {
+        return t;
+    };
+    if g.accepts(t) {
+        return t;
+    }
+    g.mask(&mut row);
+    crate::sampler::argmax(&row) as u32
 }
 
 /// Appends chosen tokens to the request one by one, stopping at an end token, a stop token
