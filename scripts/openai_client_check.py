@@ -2,10 +2,12 @@
 """Checks folio against the official `openai` Python client (pip install openai).
 
 Streams a chat completion with stream_options.include_usage and asserts that content and a
-final usage chunk arrive; also runs a non-streaming completion.
+final usage chunk arrive; also runs a non-streaming completion, and a chat completion with
+response_format json_schema whose content must parse and follow the schema.
 
 Usage: openai_client_check.py [BASE_URL]   (default: $FOLIO_BASE_URL or http://127.0.0.1:8000/v1)
 """
+import json
 import os
 import sys
 
@@ -51,6 +53,31 @@ def main() -> int:
     comp = client.completions.create(model=model, prompt="The capital of France is", max_tokens=8, temperature=0)
     print(f"completion: text={comp.choices[0].text!r} usage={comp.usage}")
     assert comp.choices[0].finish_reason in ("stop", "length") and comp.usage.completion_tokens > 0, comp
+
+    schema = {
+        "type": "object",
+        "properties": {
+            "city": {"type": "string", "maxLength": 20},
+            "population": {"type": "integer", "minimum": 0, "maximum": 100000000},
+            "coastal": {"type": "boolean"},
+        },
+        "required": ["city", "population", "coastal"],
+        "additionalProperties": False,
+    }
+    structured = client.chat.completions.create(
+        model=model,
+        messages=[{"role": "user", "content": "Describe a city as JSON."}],
+        max_tokens=96,
+        temperature=0,
+        response_format={"type": "json_schema", "json_schema": {"name": "city", "schema": schema, "strict": True}},
+    )
+    content = structured.choices[0].message.content
+    print(f"json_schema: content={content!r} finish_reason={structured.choices[0].finish_reason}")
+    record = json.loads(content)
+    assert set(record) == {"city", "population", "coastal"}, record
+    assert isinstance(record["city"], str) and len(record["city"]) <= 20, record
+    assert isinstance(record["population"], int) and 0 <= record["population"] <= 100000000, record
+    assert isinstance(record["coastal"], bool), record
 
     print("openai client check: ok")
     return 0

@@ -82,7 +82,7 @@ pub async fn prefix_counters(base: &BaseUrl) -> Option<prom::PrefixCounters> {
         .flatten()
 }
 
-fn request_body(cfg: &RunConfig, prompt: &str, max_tokens: usize) -> Value {
+fn request_body(cfg: &RunConfig, prompt: &str, max_tokens: usize, schema: Option<&Value>) -> Value {
     let mut body = if cfg.chat {
         json!({"model": cfg.model, "messages": [{"role": "user", "content": prompt}]})
     } else {
@@ -95,12 +95,23 @@ fn request_body(cfg: &RunConfig, prompt: &str, max_tokens: usize) -> Value {
     if cfg.ignore_eos {
         body["ignore_eos"] = json!(true);
     }
+    if let Some(s) = schema {
+        body["response_format"] = json!({
+            "type": "json_schema",
+            "json_schema": {"name": "answer", "schema": s, "strict": true},
+        });
+    }
     body
 }
 
-async fn stream_one(cfg: &RunConfig, prompt: &str, max_tokens: usize) -> Outcome {
+async fn stream_one(
+    cfg: &RunConfig,
+    prompt: &str,
+    max_tokens: usize,
+    schema: Option<&Value>,
+) -> Outcome {
     let mut out = Outcome::default();
-    if let Err(e) = stream_into(cfg, prompt, max_tokens, &mut out).await {
+    if let Err(e) = stream_into(cfg, prompt, max_tokens, schema, &mut out).await {
         out.error = Some(format!("{e:#}"));
     }
     out.end = Some(Instant::now());
@@ -111,6 +122,7 @@ async fn stream_into(
     cfg: &RunConfig,
     prompt: &str,
     max_tokens: usize,
+    schema: Option<&Value>,
     out: &mut Outcome,
 ) -> Result<()> {
     let path = if cfg.chat {
@@ -118,7 +130,7 @@ async fn stream_into(
     } else {
         "/v1/completions"
     };
-    let body = request_body(cfg, prompt, max_tokens).to_string();
+    let body = request_body(cfg, prompt, max_tokens, schema).to_string();
     out.sent = Some(Instant::now());
     let mut resp = client::send(&cfg.base, "POST", path, body.as_bytes(), cfg.timeout).await?;
     if resp.head.status != 200 {
@@ -213,7 +225,7 @@ pub async fn run(cfg: &RunConfig, setup: RunSetup, convs: Vec<Conversation>) -> 
                     pb.inc((conv.turns.len() - ti) as u64);
                     break;
                 }
-                let o = stream_one(&cfg, &history, turn.max_tokens).await;
+                let o = stream_one(&cfg, &history, turn.max_tokens, turn.schema.as_ref()).await;
                 drop(permit);
                 pb.inc(1);
                 let end = o.end.expect("set by stream_one");
@@ -230,7 +242,11 @@ pub async fn run(cfg: &RunConfig, setup: RunSetup, convs: Vec<Conversation>) -> 
                     output_tokens: o.completion_tokens.unwrap_or(o.chunks.len() as u64),
                     ok: o.error.is_none(),
                     error: o.error.clone(),
-                    correct: turn.expected.as_ref().map(|e| workload::grade(&o.text, e)),
+                    correct: match (&turn.schema, &turn.expected) {
+                        (Some(s), _) => Some(workload::grade_json(&o.text, s)),
+                        (None, Some(e)) => Some(workload::grade(&o.text, e)),
+                        (None, None) => None,
+                    },
                 };
                 let failed = !rec.ok;
                 recs.push(rec);

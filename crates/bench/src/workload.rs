@@ -12,7 +12,11 @@
 //!   k + 1 is sent when turn k's answer has arrived;
 //! - `retrieval`: a document of records `key NNNN: DDDDDD` (six-digit values) and a
 //!   question about one key; [`grade`] decides whether an output answers it (the value's
-//!   six digits as a number of their own, and no other number of six or more digits).
+//!   six digits as a number of their own, and no other number of six or more digits);
+//! - `json`: structured output: each request carries its own JSON schema (an object of two
+//!   to four bounded properties: strings, integer ranges, enums, booleans, small arrays),
+//!   sent as `response_format` `json_schema`; [`grade_json`] counts an answer correct
+//!   when it parses and validates against that schema.
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -26,6 +30,7 @@ pub enum WorkloadKind {
     SharedPrefix,
     MultiTurn,
     Retrieval,
+    Json,
 }
 
 impl WorkloadKind {
@@ -35,8 +40,9 @@ impl WorkloadKind {
             "shared-prefix" => Ok(Self::SharedPrefix),
             "multi-turn" => Ok(Self::MultiTurn),
             "retrieval" => Ok(Self::Retrieval),
+            "json" => Ok(Self::Json),
             other => Err(format!(
-                "--workload {other:?} is unknown (expected random, shared-prefix, multi-turn or retrieval)"
+                "--workload {other:?} is unknown (expected random, shared-prefix, multi-turn, retrieval or json)"
             )),
         }
     }
@@ -47,6 +53,7 @@ impl WorkloadKind {
             Self::SharedPrefix => "shared-prefix",
             Self::MultiTurn => "multi-turn",
             Self::Retrieval => "retrieval",
+            Self::Json => "json",
         }
     }
 }
@@ -80,6 +87,9 @@ pub struct Turn {
     pub max_tokens: usize,
     /// The expected answer, judged by [`grade`].
     pub expected: Option<String>,
+    /// Structured output: the JSON schema the answer must follow (sent as
+    /// `response_format`), judged by [`grade_json`].
+    pub schema: Option<serde_json::Value>,
 }
 
 /// Turns sent in order, each prompt = everything before + the previous answers.
@@ -376,6 +386,7 @@ pub fn generate(spec: &WorkloadSpec) -> Vec<Conversation> {
             append,
             max_tokens,
             expected,
+            schema: None,
         }],
     };
     match spec.kind {
@@ -436,6 +447,7 @@ pub fn generate(spec: &WorkloadSpec) -> Vec<Conversation> {
                             append,
                             max_tokens: spec.output_tokens,
                             expected: None,
+                            schema: None,
                         }
                     })
                     .collect();
@@ -449,7 +461,67 @@ pub fn generate(spec: &WorkloadSpec) -> Vec<Conversation> {
                 single(text, spec.output_tokens, Some(answer))
             })
             .collect(),
+        WorkloadKind::Json => (0..n)
+            .map(|_| {
+                let (text, schema) = json_task(spec, &mut rng);
+                let mut c = single(text, spec.output_tokens, None);
+                c.turns[0].schema = Some(schema);
+                c
+            })
+            .collect(),
     }
+}
+
+/// A JSON task: a prompt of about `input_tokens` words asking for a record, and the
+/// record's schema (two to four required properties, all bounded so that an answer fits a
+/// modest token budget; no other properties).
+pub fn json_task<R: Rng>(spec: &WorkloadSpec, rng: &mut R) -> (String, serde_json::Value) {
+    use serde_json::json;
+    const NAMES: &[&str] = &[
+        "name", "city", "count", "score", "active", "tags", "color", "year", "level", "owner",
+    ];
+    let k = rng.gen_range(2..=4);
+    let mut props = serde_json::Map::new();
+    while props.len() < k {
+        let name = NAMES[rng.gen_range(0..NAMES.len())];
+        let p = match rng.gen_range(0..5) {
+            0 => json!({"type": "string", "maxLength": rng.gen_range(4..16)}),
+            1 => {
+                let lo = rng.gen_range(-100i64..100);
+                json!({"type": "integer", "minimum": lo, "maximum": lo + rng.gen_range(1..1000)})
+            }
+            2 => {
+                let opts = ["red", "green", "blue", "small", "large"];
+                json!({"enum": opts[..rng.gen_range(2..=opts.len())]})
+            }
+            3 => json!({"type": "boolean"}),
+            _ => json!({"type": "array", "maxItems": rng.gen_range(1..4),
+                        "items": {"type": "integer", "minimum": 0, "maximum": 99}}),
+        };
+        props.insert(name.to_string(), p);
+    }
+    let required: Vec<&String> = props.keys().collect();
+    let schema = json!({
+        "type": "object",
+        "properties": props.clone(),
+        "required": required,
+        "additionalProperties": false,
+    });
+    let text = format!(
+        "Context:{}\nReply with a JSON record with the fields {}.\n",
+        words(spec.input_tokens, rng),
+        props.keys().cloned().collect::<Vec<_>>().join(", ")
+    );
+    (text, schema)
+}
+
+/// Whether `output` is a JSON document valid under `schema` (surrounding whitespace
+/// allowed). A schema that does not compile grades every answer wrong.
+pub fn grade_json(output: &str, schema: &serde_json::Value) -> bool {
+    let Ok(v) = serde_json::from_str::<serde_json::Value>(output.trim()) else {
+        return false;
+    };
+    jsonschema::is_valid(schema, &v)
 }
 
 /// Tokens one record line costs with per-digit tokenizers ("key", 4 digits, ":", 6 digits,

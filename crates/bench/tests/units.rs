@@ -256,3 +256,50 @@ fn workloads_of_different_shapes_share_no_prompt_prefix() {
         first_words(&b[0].turns[0].append)
     );
 }
+
+/// The json workload: a schema per request (sent as response_format), graded by
+/// validation: a valid record is correct, truncated or schema-breaking answers are not.
+#[test]
+fn json_workload_grades_by_schema_validation() {
+    use serde_json::{json, Value};
+    let convs = workload::generate(&spec(WorkloadKind::Json, 12));
+    assert_eq!(convs.len(), 12);
+    let mut distinct = std::collections::HashSet::new();
+    for c in &convs {
+        let t = &c.turns[0];
+        let schema = t.schema.as_ref().expect("a schema per request");
+        distinct.insert(schema.to_string());
+        assert!(t.expected.is_none());
+        assert!(t.append.contains("JSON record"));
+        // The least valid record: every required property at its simplest value.
+        let mut rec = serde_json::Map::new();
+        for (name, p) in schema["properties"].as_object().unwrap() {
+            let v = if let Some(e) = p["enum"].as_array() {
+                e[0].clone()
+            } else {
+                match p["type"].as_str().unwrap() {
+                    "string" => json!("x"),
+                    "integer" => p["minimum"].clone(),
+                    "boolean" => json!(true),
+                    "array" => json!([]),
+                    other => panic!("unexpected type {other}"),
+                }
+            };
+            assert!(t.append.contains(name.as_str()));
+            rec.insert(name.clone(), v);
+        }
+        let good = Value::Object(rec.clone()).to_string();
+        assert!(workload::grade_json(&good, schema), "{good} vs {schema}");
+        assert!(workload::grade_json(&format!(" {good}\n"), schema));
+        assert!(!workload::grade_json(&good[..good.len() - 1], schema));
+        let mut extra = rec.clone();
+        extra.insert("unexpected".into(), json!(1));
+        assert!(!workload::grade_json(
+            &Value::Object(extra).to_string(),
+            schema
+        ));
+        assert!(!workload::grade_json("{}", schema));
+    }
+    assert!(distinct.len() > 6, "schemas vary by request");
+    assert_eq!(WorkloadKind::parse("json"), Ok(WorkloadKind::Json));
+}

@@ -32,7 +32,8 @@ pub struct ServeBenchArgs {
     /// Series name in result files and plots; default: the base URL.
     #[arg(long)]
     pub label: Option<String>,
-    /// random | shared-prefix | multi-turn | retrieval.
+    /// random | shared-prefix | multi-turn | retrieval | json (a JSON schema per request,
+    /// sent as response_format; correct = the answer parses and validates).
     #[arg(long, default_value = "random")]
     pub workload: String,
     /// Requests per second (Poisson when burstiness = 1), a comma list to sweep

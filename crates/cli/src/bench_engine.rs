@@ -1,6 +1,9 @@
 //! `folio bench engine`: continuous batching through the engine (no HTTP): N concurrent
 //! requests with fixed prompt and output lengths; aggregate output tok/s, TTFT and ITL
-//! (mean, p99) per concurrency level.
+//! (mean, p99) per concurrency level. `--json-mode` puts every request under a JSON schema
+//! that never completes (an array of records), so each of its tokens is masked: the tok/s
+//! against a run without it is the throughput cost of structured output, and the row gives
+//! the mask time per masked token.
 
 use crate::engine_args::EngineArgs;
 use anyhow::Result;
@@ -18,6 +21,29 @@ pub struct EngineRow {
     pub itl_mean_ms: f64,
     pub itl_p99_ms: f64,
     pub speedup_vs_1: f64,
+    /// Microseconds of grammar mask per masked position (0 without `--json-mode`).
+    pub mask_us_per_token: f64,
+    /// Microseconds committing the chosen token to the grammar, per masked position.
+    pub commit_us_per_token: f64,
+}
+
+/// The schema of `--json-mode`: at least 64 records, more than any run's length holds, so
+/// requests run to their length with every token masked.
+fn endless_schema() -> serde_json::Value {
+    serde_json::json!({
+        "type": "array",
+        "minItems": 64,
+        "items": {
+            "type": "object",
+            "properties": {
+                "name": {"type": "string", "maxLength": 24},
+                "value": {"type": "integer", "minimum": 0, "maximum": 100000},
+                "tags": {"type": "array", "maxItems": 3, "items": {"enum": ["a", "b", "c"]}}
+            },
+            "required": ["name", "value", "tags"],
+            "additionalProperties": false
+        }
+    })
 }
 
 /// Nearest-rank percentile of an unsorted sample.
@@ -35,8 +61,20 @@ pub fn run(
     levels: &[usize],
     prompt_len: usize,
     output_len: usize,
+    json_mode: bool,
 ) -> Result<Vec<EngineRow>> {
     let h = args.start()?;
+    let masks = |h: &folio_engine::EngineHandle| {
+        let m = &h.metrics;
+        (
+            m.constraint_mask_ns
+                .load(std::sync::atomic::Ordering::Relaxed),
+            m.constraint_masks
+                .load(std::sync::atomic::Ordering::Relaxed),
+            m.constraint_commit_ns
+                .load(std::sync::atomic::Ordering::Relaxed),
+        )
+    };
     let vocab = h.info.vocab_size as u32;
     let mut rows: Vec<EngineRow> = Vec::new();
     for &c in levels {
@@ -48,12 +86,16 @@ pub fn run(
                     .collect()
             })
             .collect();
+        let m0 = masks(&h);
         let t0 = Instant::now();
         let streams: Vec<_> = prompts
             .into_iter()
             .map(|p| {
                 let mut r = GenerateRequest::new(p, output_len);
                 r.ignore_eos = true;
+                if json_mode {
+                    r.constraint = Some(folio_engine::Constraint::JsonSchema(endless_schema()));
+                }
                 h.submit(r)
             })
             .collect::<Result<_, _>>()?;
@@ -77,6 +119,9 @@ pub fn run(
             }
         }
         let secs = (end - t0).as_secs_f64();
+        let m1 = masks(&h);
+        let mask_us_per_token = (m1.0 - m0.0) as f64 / 1e3 / (m1.1 - m0.1).max(1) as f64;
+        let commit_us_per_token = (m1.2 - m0.2) as f64 / 1e3 / (m1.1 - m0.1).max(1) as f64;
         let rate = tokens as f64 / secs;
         let base = rows
             .iter()
@@ -91,6 +136,8 @@ pub fn run(
             itl_mean_ms: itls.iter().sum::<f64>() / itls.len().max(1) as f64,
             itl_p99_ms: percentile(&mut itls, 99.0),
             speedup_vs_1: base.map(|b| rate / b).unwrap_or(1.0),
+            mask_us_per_token,
+            commit_us_per_token,
         });
     }
     h.shutdown();
@@ -99,7 +146,7 @@ pub fn run(
 
 pub fn print(rows: &[EngineRow]) {
     println!(
-        "{:>11} {:>7} {:>8} {:>12} {:>12} {:>12} {:>11} {:>7}",
+        "{:>11} {:>7} {:>8} {:>12} {:>12} {:>12} {:>11} {:>7} {:>9} {:>10}",
         "concurrency",
         "tokens",
         "seconds",
@@ -107,11 +154,13 @@ pub fn print(rows: &[EngineRow]) {
         "TTFT mean ms",
         "ITL mean ms",
         "ITL p99 ms",
-        "vs 1"
+        "vs 1",
+        "mask µs",
+        "commit µs"
     );
     for r in rows {
         println!(
-            "{:>11} {:>7} {:>8.2} {:>12.1} {:>12.1} {:>12.2} {:>11.2} {:>6.2}x",
+            "{:>11} {:>7} {:>8.2} {:>12.1} {:>12.1} {:>12.2} {:>11.2} {:>6.2}x {:>9.1} {:>10.1}",
             r.concurrency,
             r.output_tokens,
             r.seconds,
@@ -119,7 +168,9 @@ pub fn print(rows: &[EngineRow]) {
             r.ttft_mean_ms,
             r.itl_mean_ms,
             r.itl_p99_ms,
-            r.speedup_vs_1
+            r.speedup_vs_1,
+            r.mask_us_per_token,
+            r.commit_us_per_token
         );
     }
     println!("= output tok/s = all output tokens / (last token − submit); ITL over every consecutive token pair of every request");

@@ -210,6 +210,10 @@ enum BenchCmd {
         input_tokens: usize,
         #[arg(long, default_value_t = 128)]
         output_tokens: usize,
+        /// Every request under a JSON schema (structured output): the throughput cost of
+        /// the grammar masks, and the mask time per token.
+        #[arg(long)]
+        json_mode: bool,
         #[arg(long)]
         json: bool,
     },
@@ -331,10 +335,17 @@ fn main() -> Result<()> {
                     concurrency,
                     input_tokens,
                     output_tokens,
+                    json_mode,
                     json,
                 },
         } => {
-            let rows = bench_engine::run(&engine, &concurrency, input_tokens, output_tokens)?;
+            let rows = bench_engine::run(
+                &engine,
+                &concurrency,
+                input_tokens,
+                output_tokens,
+                json_mode,
+            )?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&rows)?);
             } else {

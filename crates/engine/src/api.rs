@@ -40,6 +40,9 @@ pub struct GenerateRequest {
     /// LoRA adapters to run with (`None`: the base model). The request holds them until it
     /// ends, and its prefix-cache blocks are keyed by them.
     pub lora: Option<folio_model::LoraSet>,
+    /// Structured output: what the generated text must match (masked at every sampled
+    /// position; the request stops when the grammar is complete).
+    pub constraint: Option<crate::Constraint>,
 }
 
 impl GenerateRequest {
@@ -57,6 +60,7 @@ impl GenerateRequest {
             spec: None,
             spec_tokens: None,
             lora: None,
+            constraint: None,
         }
     }
 }
@@ -210,6 +214,12 @@ pub struct EngineMetrics {
     /// Names of the adapters of running and of waiting requests (`vllm:lora_requests_info`).
     pub lora_running: std::sync::Mutex<Vec<String>>,
     pub lora_waiting: std::sync::Mutex<Vec<String>>,
+    /// Structured output: nanoseconds spent computing and applying token masks, and how
+    /// many masks (sampled, drafted or verified positions under a grammar).
+    pub constraint_mask_ns: std::sync::atomic::AtomicU64,
+    pub constraint_masks: std::sync::atomic::AtomicU64,
+    /// Nanoseconds spent committing tokens to the matchers (sampled and drafted ones).
+    pub constraint_commit_ns: std::sync::atomic::AtomicU64,
     /// The most recent steps (bounded), for profiling and benchmarks.
     pub step_log: std::sync::Mutex<std::collections::VecDeque<crate::StepStats>>,
 }
@@ -242,6 +252,8 @@ pub struct EngineHandle {
     pub tokenizer: Arc<folio_tokenizer::Tokenizer>,
     /// The LoRA adapters served by name.
     pub lora: Arc<std::sync::Mutex<crate::LoraRegistry>>,
+    /// The vocabulary as the constraint compiler sees it (built on first use).
+    pub grammars: Arc<crate::Grammars>,
 }
 
 impl EngineHandle {

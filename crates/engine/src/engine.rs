@@ -10,6 +10,7 @@
 use crate::api::{
     Command, EngineHandle, EngineInfo, EngineMetrics, Event, FinishReason, TokenLogprob, Usage,
 };
+use crate::constraint::{Grammars, Guide};
 use crate::sampler::{log_softmax, Sampler};
 use crate::speculate::{budget_for_step_time, SpecState, StepCurve};
 use crate::tier::DiskTier;
@@ -45,6 +46,8 @@ struct Live {
     spec: Option<SpecState>,
     /// Its LoRA adapters; held until the request ends (the registry cannot drop them).
     lora: Option<folio_model::LoraSet>,
+    /// Structured output: the grammar's matcher, at the end of `output`.
+    guide: Option<Guide>,
 }
 
 /// A sample of an `n > 1` group, not yet forked.
@@ -100,6 +103,7 @@ pub(crate) struct Engine {
     live: HashMap<RequestId, Live>,
     tokenizer: Arc<Tokenizer>,
     eog: Vec<u32>,
+    grammars: Arc<Grammars>,
     metrics: Arc<EngineMetrics>,
     info: Arc<EngineInfo>,
     pool: &'static ThreadPool,
@@ -308,6 +312,7 @@ pub fn spawn_engine_with_draft(
     metrics.kv_blocks_total.store(num_blocks, Relaxed);
     let (tx, rx) = std::sync::mpsc::channel();
     let eog = tokenizer.eog_ids().to_vec();
+    let grammars = Arc::new(Grammars::new(tokenizer.clone(), c.vocab_size));
     let mut engine = Engine {
         model,
         kv,
@@ -316,6 +321,7 @@ pub fn spawn_engine_with_draft(
         live: HashMap::new(),
         tokenizer: tokenizer.clone(),
         eog,
+        grammars: grammars.clone(),
         metrics: metrics.clone(),
         info: info.clone(),
         pool: ThreadPool::global(),
@@ -344,6 +350,7 @@ pub fn spawn_engine_with_draft(
         metrics,
         tokenizer,
         lora: Arc::new(std::sync::Mutex::new(lora)),
+        grammars,
     })
 }
 
@@ -461,6 +468,13 @@ impl Engine {
         if self.shutting_down {
             return finish(&tx, FinishReason::Error("engine is shutting down".into()));
         }
+        let guide = match &req.constraint {
+            None => None,
+            Some(c) => match self.grammars.guide(c, self.metrics.clone()) {
+                Ok(g) => Some(g),
+                Err(e) => return finish(&tx, FinishReason::Error(format!("{}: {e}", c.kind()))),
+            },
+        };
         let ctx = self.info.context_length;
         let prompt_len = req.prompt.len();
         // The context bounds the output too: at most ctx − prompt tokens are generated.
@@ -488,7 +502,7 @@ impl Engine {
             }
         }
         self.restore_prefix(r.prompt(), ns);
-        let live = self.new_live(req, r.prompt(), tx);
+        let live = self.new_live(req, r.prompt(), tx, guide);
         if let Err(reason) = self.sched.add_request(r) {
             self.metrics.rejected.fetch_add(1, Relaxed);
             return finish(&live.tx, FinishReason::Rejected(reason.to_string()));
@@ -554,7 +568,15 @@ impl Engine {
     }
 
     /// The engine-side state of a request (sampler, detokenizer, stop strings, drafts).
-    fn new_live(&self, req: GenerateRequest, prompt: &[u32], tx: UnboundedSender<Event>) -> Live {
+    /// `guide`: the request's compiled constraint (compiled by the caller, which decides
+    /// what a compile error means for it).
+    fn new_live(
+        &self,
+        req: GenerateRequest,
+        prompt: &[u32],
+        tx: UnboundedSender<Event>,
+        guide: Option<Guide>,
+    ) -> Live {
         let method = req.spec.unwrap_or(self.spec.0);
         let spec = (method != SpecMethod::Off).then(|| {
             let fixed = req.spec_tokens.or(self.spec.1);
@@ -573,6 +595,7 @@ impl Engine {
             cached_tokens: 0,
             spec,
             lora: req.lora,
+            guide,
         }
     }
 
@@ -591,7 +614,13 @@ impl Engine {
                 .max_tokens
                 .min(ctx.saturating_sub(prompt.len()))
                 .max(1);
-            let mut live = self.new_live(c.req, &prompt, c.tx);
+            let guide = c.req.constraint.as_ref().and_then(|g| {
+                self.grammars
+                    .guide(g, self.metrics.clone())
+                    .map_err(|e| tracing::warn!("constraint of a forked sample: {e}"))
+                    .ok()
+            });
+            let mut live = self.new_live(c.req, &prompt, c.tx, guide);
             live.cached_tokens = cached;
             let (toks, logprobs) =
                 choose_tokens(&mut live, &logits[..vocab], vocab, &[], &self.eog);
@@ -881,7 +910,11 @@ impl Engine {
             let sp = live.spec.as_mut().expect("speculating");
             match sp.method {
                 SpecMethod::Ngram => {
-                    let d = sp.index.propose(k);
+                    let mut d = sp.index.propose(k);
+                    // Drafts stop at the first token the grammar refuses.
+                    if let Some(g) = live.guide.as_mut() {
+                        d.truncate(g.valid_prefix(&d));
+                    }
                     if !d.is_empty() {
                         self.sched.set_draft(*id, d);
                     }
@@ -952,6 +985,8 @@ impl Engine {
                 pos,
                 last,
                 drafts: Vec::new(),
+                consumed: 0,
+                done: false,
             });
             if let Some(l) = self.live.get_mut(&id) {
                 if let Some(sp) = l.spec.as_mut() {
@@ -964,7 +999,7 @@ impl Engine {
             let mut batch = ForwardBatch::new();
             let mut who = Vec::new();
             for (i, &(id, k)) in reqs.iter().enumerate() {
-                if step < k {
+                if step < k && !st[i].done {
                     let r = &st[i];
                     batch.push(&[r.last], r.pos, r.tables[0].clone(), 1);
                     if let Some(span) = batch.seqs.last_mut() {
@@ -989,6 +1024,7 @@ impl Engine {
                 Ok(l) => l,
                 Err(e) => {
                     tracing::warn!("self-draft failed: {e}");
+                    self.rewind_guides(&reqs, &st);
                     return;
                 }
             };
@@ -996,10 +1032,15 @@ impl Engine {
                 let l = &logits[row * vocab..(row + 1) * vocab];
                 let id = reqs[i].0;
                 let live = self.live.get_mut(&id).expect("drafting a live request");
-                let l = processed(live, l, &st[i].drafts, &self.eog);
+                let mut l = processed(live, l, &st[i].drafts, &self.eog);
+                // Under a grammar, drafts are drawn from the masked row and consumed, so the
+                // next draft sees the next position's mask; rolled back below.
                 let tok = if live.sampler.params.is_greedy() {
-                    crate::sampler::argmax(&l) as u32
+                    greedy_pick(live, l)
                 } else {
+                    if let Some(g) = live.guide.as_mut() {
+                        g.mask(&mut l);
+                    }
                     let dist = live.sampler.distribution(&l);
                     let t = live.sampler.draw(&dist);
                     live.spec.as_mut().expect("speculating").draft_q.push(dist);
@@ -1009,8 +1050,17 @@ impl Engine {
                 s.pos += 1;
                 s.last = tok;
                 s.drafts.push(tok);
+                if let Some(g) = live.guide.as_mut() {
+                    if g.commit(tok) {
+                        s.consumed += 1;
+                    }
+                    if s.consumed < s.drafts.len() || g.is_done() || self.eog.contains(&tok) {
+                        s.done = true;
+                    }
+                }
             }
         }
+        self.rewind_guides(&reqs, &st);
         let n: usize = st.iter().map(|s| s.drafts.len()).sum();
         for (i, &(id, _)) in reqs.iter().enumerate() {
             let d = std::mem::take(&mut st[i].drafts);
@@ -1021,6 +1071,16 @@ impl Engine {
             None => Some(per_token),
             Some(c) => Some(0.8 * c + 0.2 * per_token),
         };
+    }
+
+    /// Rolls the grammars of drafting requests back to their output (the drafts they
+    /// consumed are verified in the next step).
+    fn rewind_guides(&mut self, reqs: &[(RequestId, usize)], st: &[DraftRun]) {
+        for (&(id, _), s) in reqs.iter().zip(st) {
+            if let Some(g) = self.live.get_mut(&id).and_then(|l| l.guide.as_mut()) {
+                g.rollback(s.consumed);
+            }
+        }
     }
 
     /// Gauges and counters from the scheduler's state; called after every step and after
@@ -1103,6 +1163,10 @@ struct DraftRun {
     last: u32,
     /// Drafts so far.
     drafts: Vec<u32>,
+    /// Drafts the request's grammar consumed (rolled back after drafting).
+    consumed: usize,
+    /// No more drafts: the grammar is complete (or refused the last one).
+    done: bool,
 }
 
 /// The logits a request samples from: `row` with its end tokens masked (`ignore_eos`) and its
@@ -1129,6 +1193,12 @@ fn processed(live: &Live, row: &[f32], pending: &[u32], eog: &[u32]) -> Vec<f32>
 
 /// Chooses this step's tokens for one request: one sampled token, or the verified prefix of
 /// its drafts plus the correction/bonus token. Returns them with their logprobs.
+///
+/// Under a grammar, the drafts are first cut at the first token it refuses, each row is
+/// sampled under its own position's mask (the matcher steps over the drafts before it),
+/// and afterwards the matcher is rolled back to the accepted drafts and given the
+/// correction/bonus token, so it stands at the end of the chosen tokens. Tokens past the
+/// grammar's end are dropped (the request then stops).
 fn choose_tokens(
     live: &mut Live,
     rows: &[f32],
@@ -1136,26 +1206,53 @@ fn choose_tokens(
     drafts: &[u32],
     eog: &[u32],
 ) -> (Vec<u32>, Vec<TokenLogprob>) {
-    let n_rows = drafts.len() + 1;
-    // Row i's history: output so far plus the drafts before it.
-    let prepare = |live: &Live, i: usize| {
-        processed(live, &rows[i * vocab..(i + 1) * vocab], &drafts[..i], eog)
-    };
-    // Output position of row 0: rows are keyed by position (see `Sampler`).
-    let pos = live.output.len();
     let sampled_drafts = live
         .spec
         .as_ref()
         .is_some_and(|sp| sp.draft_q.len() == drafts.len() && !drafts.is_empty());
-    let toks: Vec<u32> = if drafts.is_empty() {
-        let l = prepare(live, 0);
-        vec![live.sampler.sample_at(&l, pos)]
-    } else if live.sampler.params.is_greedy() {
-        let targets: Vec<u32> = (0..n_rows)
-            .map(|i| crate::sampler::argmax(&prepare(live, i)) as u32)
-            .collect();
-        folio_spec::verify_greedy(drafts, &targets).tokens
-    } else if !sampled_drafts {
+    let drafts = match live.guide.as_mut() {
+        Some(g) => &drafts[..g.valid_prefix(drafts)],
+        None => drafts,
+    };
+    let n_rows = drafts.len() + 1;
+    // Row i's logits: its history is the output so far plus the drafts before it; under a
+    // grammar, masked at the matcher's current position (which must be row i's).
+    let raw = |live: &Live, i: usize| {
+        processed(live, &rows[i * vocab..(i + 1) * vocab], &drafts[..i], eog)
+    };
+    let prepare = |live: &mut Live, i: usize| {
+        let mut l = raw(live, i);
+        if let Some(g) = live.guide.as_mut() {
+            g.mask(&mut l);
+        }
+        l
+    };
+    // Output position of row 0: rows are keyed by position (see `Sampler`).
+    let pos = live.output.len();
+    let greedy = live.sampler.params.is_greedy();
+    // Row i's token: drawn with the position's own uniform, or the argmax (checked
+    // against the grammar before any mask is computed).
+    let pick = |live: &mut Live, i: usize| {
+        if greedy {
+            greedy_pick(live, raw(live, i))
+        } else {
+            let l = prepare(live, i);
+            live.sampler.sample_at(&l, pos + i)
+        }
+    };
+    // Drafts the matcher has stepped over to reach later rows' masks.
+    let mut consumed = 0;
+    let step = |live: &mut Live, tok: u32, consumed: &mut usize| {
+        if let Some(g) = live.guide.as_mut() {
+            if g.commit(tok) {
+                *consumed += 1;
+            }
+        }
+    };
+    let mut toks: Vec<u32> = if drafts.is_empty() {
+        vec![pick(live, 0)]
+    } else if greedy || !sampled_drafts {
+        // Greedy: accept up to the first mismatch with the argmax, then the argmax.
         // A deterministic proposer (n-gram lookup) puts all its mass on its draft: then
         // rejection sampling's test, accept d with probability p(d), is the same as drawing
         // the position's token from p and accepting iff it is d. Drawing it with the
@@ -1163,20 +1260,36 @@ fn choose_tokens(
         // gives, whatever the draft lengths.
         let mut toks = Vec::with_capacity(n_rows);
         for i in 0..n_rows {
-            let t = live.sampler.sample_at(&prepare(live, i), pos + i);
+            let t = pick(live, i);
             toks.push(t);
             if drafts.get(i) != Some(&t) {
                 break;
             }
+            if i + 1 < n_rows {
+                step(live, t, &mut consumed);
+            }
         }
         toks
     } else {
-        let p: Vec<Vec<(u32, f32)>> = (0..n_rows)
-            .map(|i| live.sampler.distribution(&prepare(live, i)))
-            .collect();
-        let q = live.spec.as_ref().expect("sampled drafts").draft_q.clone();
+        let mut p: Vec<Vec<(u32, f32)>> = Vec::with_capacity(n_rows);
+        for i in 0..n_rows {
+            let l = prepare(live, i);
+            p.push(live.sampler.distribution(&l));
+            if i < drafts.len() {
+                step(live, drafts[i], &mut consumed);
+            }
+        }
+        let q = &live.spec.as_ref().expect("sampled drafts").draft_q[..drafts.len()];
+        let q = q.to_vec();
         folio_spec::verify_sampled(drafts, &p, &q, live.sampler.rng()).tokens
     };
+    if let Some(g) = live.guide.as_mut() {
+        // Back to the accepted drafts, then the correction/bonus token.
+        let accepted = (toks.len() - 1).min(consumed);
+        g.rollback(consumed - accepted);
+        let taken = accepted + g.commit_all(&toks[accepted..]);
+        toks.truncate(taken.max(1));
+    }
     let logprobs = match live.logprobs {
         Some(k) => toks
             .iter()
@@ -1204,6 +1317,21 @@ fn choose_tokens(
         None => Vec::new(),
     };
     (toks, logprobs)
+}
+
+/// The greedy token of `row` under the request's grammar: its raw argmax when the grammar
+/// takes it (the masked argmax is then the same token, ties included), else the argmax of
+/// the masked row.
+fn greedy_pick(live: &mut Live, mut row: Vec<f32>) -> u32 {
+    let t = crate::sampler::argmax(&row) as u32;
+    let Some(g) = live.guide.as_mut() else {
+        return t;
+    };
+    if g.accepts(t) {
+        return t;
+    }
+    g.mask(&mut row);
+    crate::sampler::argmax(&row) as u32
 }
 
 /// Appends chosen tokens to the request one by one, stopping at an end token, a stop token
@@ -1237,6 +1365,13 @@ fn emit(
             finish = Some(CoreFinish::Stop);
             break;
         }
+    }
+    if finish.is_none() && live.guide.as_ref().is_some_and(Guide::is_done) {
+        // The grammar is complete: the request stops here, with all its text.
+        finish = Some(CoreFinish::Stop);
+        live.decoder.discard_incomplete();
+        let tail = live.stop.push(&live.decoder.flush()).text_to_emit + &live.stop.flush();
+        text.push_str(&tail);
     }
     logprobs.truncate(kept.len());
     (

@@ -8,6 +8,9 @@
 //!   forward per iteration; [`spawn_engine`] starts it.
 //! - [`lora`]: [`LoraRegistry`], the adapters served by name, resident within `--max-loras`
 //!   slots; requests carry their adapters (`GenerateRequest::lora`) into every batch.
+//! - [`constraint`]: structured output: a request's JSON schema, regex, choice or Lark
+//!   grammar compiled by llguidance; token masks, commit, draft checks and rollback.
+//! - [`gbnf`]: llama.cpp's GBNF grammars converted to Lark.
 //! - [`sampler`]: logits → token, per-request seeded RNG, penalties, logprobs helpers.
 //! - `speculate`: drafts after a step (n-gram lookup, self-draft) and their verification.
 //! - [`tier`]: the second KV tier: evicted prefix blocks on local disk, checksummed,
@@ -16,8 +19,10 @@
 
 pub mod api;
 pub mod config;
+pub mod constraint;
 pub mod engine;
 pub mod lora;
+pub mod gbnf;
 pub mod sampler;
 mod speculate;
 pub mod step_stats;
@@ -28,8 +33,10 @@ pub use api::{
     RequestStream, SubmitError, TokenLogprob, Usage,
 };
 pub use config::{EngineConfig, SpecMethod};
+pub use constraint::{Constraint, Grammars};
 pub use engine::{spawn_engine, spawn_engine_with_draft};
 pub use folio_model::LoraSet;
 pub use lora::{LoraError, LoraInfo, LoraReader, LoraRegistry};
+pub use gbnf::gbnf_to_lark;
 pub use sampler::{Sampler, SamplingParams};
 pub use step_stats::StepStats;

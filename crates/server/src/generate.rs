@@ -34,6 +34,9 @@ pub async fn generate(
     // The base model or adapters (a `model` naming one, or a `lora` list).
     let (lora, model_name) = crate::lora::request_adapters(&st, &f)?;
     let p = params::parse(&f, api, st.limits())?;
+    if let Some(c) = &p.constraint {
+        crate::constraint::check(&s.engine, c).await?;
+    }
     let inputs = match api {
         Api::Completions => prompt::completion_prompts(&f, info.vocab_size)?,
         Api::Chat => vec![prompt::chat_prompt(&f)?],
@@ -72,6 +75,7 @@ pub async fn generate(
             spec: p.spec,
             spec_tokens: p.spec_tokens,
             lora: lora.clone(),
+            constraint: p.constraint.as_ref().map(|c| c.constraint.clone()),
         };
         // n samples of one prompt share its KV: the engine computes the prompt once and
         // forks the other samples from it.

@@ -7,6 +7,8 @@
 //! - `auth`: `--api-key` bearer check and `--allowed-origins` CORS.
 //! - `routes`: handlers; `generate`: validate → tokenize → submit n → stream or collect.
 //! - `body` + `fields`: JSON bodies read field by field; errors name field, limit and value.
+//! - `constraint`: structured-output fields (`response_format`, `structured_outputs`,
+//!   `guided_*`, `grammar`, `json_schema`) → one engine `Constraint`, compiled before submit.
 //! - `params`: sampling parameters, stop, n, logprobs, stream options → [`params::Params`].
 //! - `prompt`: prompt shapes (text, token ids, batches, chat messages) and tokenization.
 //! - `choices`: the engine streams of one request merged; dropping it aborts them.
@@ -20,6 +22,7 @@ mod auth;
 mod body;
 mod choice_state;
 mod choices;
+pub mod constraint;
 mod error;
 mod fields;
 mod generate;

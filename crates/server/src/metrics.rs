@@ -316,6 +316,27 @@ impl ServerMetrics {
             "",
             ld(&m.evictions) as f64,
         );
+        one(
+            "folio_constraint_mask_seconds_total",
+            "counter",
+            "Seconds spent computing and applying structured-output token masks.",
+            "",
+            ld(&m.constraint_mask_ns) as f64 / 1e9,
+        );
+        one(
+            "folio_constraint_masks_total",
+            "counter",
+            "Structured-output token masks computed (sampled, drafted and verified positions).",
+            "",
+            ld(&m.constraint_masks) as f64,
+        );
+        one(
+            "folio_constraint_commit_seconds_total",
+            "counter",
+            "Seconds spent committing tokens to structured-output grammars.",
+            "",
+            ld(&m.constraint_commit_ns) as f64 / 1e9,
+        );
         {
             let sp = m.spec.lock().map(|s| s.clone()).unwrap_or_default();
             let mn0 = format!("model_name=\"{}\"", escape(model_name));

@@ -54,6 +54,9 @@ pub struct Params {
     /// folio extension: `deadline_ms` from arrival; admission control rejects (429) a
     /// request that cannot finish in time.
     pub deadline_ms: Option<u64>,
+    /// Structured output (`response_format`, `structured_outputs`, `guided_*`, `grammar`,
+    /// `json_schema`): see [`crate::constraint`].
+    pub constraint: Option<crate::constraint::Structured>,
 }
 
 impl Params {
@@ -179,9 +182,6 @@ pub fn parse(f: &Fields, api: Api, lim: Limits) -> Result<Params, ApiError> {
         }
         Api::Chat => {
             f.unsupported("tools", |v| v.as_array().is_some_and(|a| a.is_empty()))?;
-            f.unsupported("response_format", |v| {
-                v.get("type").and_then(Value::as_str) == Some("text")
-            })?;
         }
     }
     Ok(Params {
@@ -206,6 +206,7 @@ pub fn parse(f: &Fields, api: Api, lim: Limits) -> Result<Params, ApiError> {
         },
         spec_tokens: f.int("num_speculative_tokens", 0, 32)?.map(|k| k as usize),
         deadline_ms: f.int("deadline_ms", 1, 86_400_000)?.map(|d| d as u64),
+        constraint: crate::constraint::parse(f)?,
     })
 }
 
