@@ -75,6 +75,17 @@ pub fn run(
                 .load(std::sync::atomic::Ordering::Relaxed),
         )
     };
+    if json_mode {
+        // The token environment is built once per model, on first use: not in the rows.
+        let t = Instant::now();
+        h.grammars
+            .check(&folio_engine::Constraint::JsonSchema(endless_schema()))
+            .map_err(anyhow::Error::msg)?;
+        eprintln!(
+            "json mode: token environment and first compile {:.0} ms",
+            t.elapsed().as_secs_f64() * 1e3
+        );
+    }
     let vocab = h.info.vocab_size as u32;
     let mut rows: Vec<EngineRow> = Vec::new();
     for &c in levels {

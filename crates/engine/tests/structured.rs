@@ -50,6 +50,16 @@ fn run(h: &EngineHandle, reqs: Vec<GenerateRequest>) -> Vec<(String, FinishReaso
         .collect()
 }
 
+fn collect_one(mut s: folio_engine::RequestStream) -> (String, FinishReason) {
+    let mut text = String::new();
+    loop {
+        match s.next_blocking().expect("stream ends with Finished") {
+            Event::Tokens { text: t, .. } => text.push_str(&t),
+            Event::Finished { reason, .. } => return (text, reason),
+        }
+    }
+}
+
 fn request(
     h: &EngineHandle,
     prompt: &str,
@@ -171,6 +181,9 @@ fn cfg(spec: SpecMethod, k: Option<usize>) -> EngineConfig {
 fn json_schema_answers_parse_and_validate() {
     let schemas = schemas();
     assert_eq!(schemas.len(), 20);
+    // Texts without speculation, by temperature: greedy ones must come back the same
+    // with every proposer, seeded sampled ones with n-gram drafts (position-keyed draws).
+    let mut plain: std::collections::HashMap<u32, Vec<String>> = Default::default();
     for (spec, k) in SPECS {
         let Some(h) = try_engine(cfg(spec, k)) else {
             return;
@@ -191,7 +204,21 @@ fn json_schema_answers_parse_and_validate() {
                     )
                 })
                 .collect();
-            for (i, (text, reason, _)) in run(&h, reqs).into_iter().enumerate() {
+            let outs = run(&h, reqs);
+            let texts: Vec<String> = outs.iter().map(|o| o.0.clone()).collect();
+            match plain.get(&(temperature as u32)) {
+                None => {
+                    plain.insert(temperature as u32, texts);
+                }
+                Some(p) if temperature == 0.0 || spec == SpecMethod::Ngram => {
+                    assert_eq!(
+                        p, &texts,
+                        "{spec:?} t={temperature}: differs from no speculation"
+                    );
+                }
+                Some(_) => {}
+            }
+            for (i, (text, reason, _)) in outs.into_iter().enumerate() {
                 let what = format!("{spec:?} t={temperature} schema {i}: {text:?}");
                 assert_eq!(reason, FinishReason::Stop, "{what}");
                 let v: Value =
@@ -307,6 +334,30 @@ fn json_object_and_bad_constraints() {
     assert_eq!(reason, FinishReason::Stop, "{text:?}");
     let v: Value = serde_json::from_str(&text).expect("JSON");
     assert!(v.is_object(), "{text}");
+    // n > 1: every sample of a group has its own matcher from the start.
+    let schema = schemas()[0].clone();
+    let mut r = request(
+        &h,
+        "A person as JSON:",
+        Constraint::JsonSchema(schema.clone()),
+        1.0,
+        0,
+        96,
+    );
+    r.params.seed = None;
+    let params: Vec<SamplingParams> = (0..3)
+        .map(|j| SamplingParams {
+            temperature: 1.0,
+            seed: Some(40 + j),
+            ..SamplingParams::default()
+        })
+        .collect();
+    for s in h.submit_n(r, params).expect("submit_n") {
+        let (text, reason) = collect_one(s);
+        assert_eq!(reason, FinishReason::Stop, "{text:?}");
+        let v: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{text:?}: {e}"));
+        assert!(jsonschema::is_valid(&schema, &v), "{text}");
+    }
     // What llguidance cannot compile is refused with its message, before and at submit.
     for bad in [
         Constraint::JsonSchema(json!({"type": "object", "properties": {"a": {"type": "nope"}}})),
