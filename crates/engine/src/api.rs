@@ -37,6 +37,10 @@ pub struct GenerateRequest {
     /// Per-request speculation override (method, fixed draft length).
     pub spec: Option<crate::SpecMethod>,
     pub spec_tokens: Option<usize>,
+    /// Score the prompt: the log-probability of every prompt token after the first, with
+    /// this many top alternatives (see `prompt_scoring`). The request then skips the
+    /// prefix cache, and `max_tokens` may be 0 (score only, generate nothing).
+    pub prompt_logprobs: Option<usize>,
 }
 
 impl GenerateRequest {
@@ -53,6 +57,7 @@ impl GenerateRequest {
             arrival: None,
             spec: None,
             spec_tokens: None,
+            prompt_logprobs: None,
         }
     }
 }
@@ -112,6 +117,9 @@ pub enum Event {
         ids: Vec<u32>,
         text: String,
         logprobs: Vec<TokenLogprob>,
+        /// With `prompt_logprobs`: once, on the first event, the scores of prompt tokens
+        /// 1.. (the first prompt token has none). Empty otherwise.
+        prompt_logprobs: Vec<TokenLogprob>,
         at: Instant,
     },
     /// The last event of every stream.
@@ -278,9 +286,9 @@ impl EngineHandle {
                 self.info.vocab_size
             )));
         }
-        if req.max_tokens == 0 {
+        if req.max_tokens == 0 && req.prompt_logprobs.is_none() {
             return Err(SubmitError::Invalid(
-                "max_tokens: must be >= 1, got 0".into(),
+                "max_tokens: must be >= 1 unless prompt_logprobs is set, got 0".into(),
             ));
         }
         Ok(())

@@ -18,6 +18,8 @@ pub struct ChoiceState {
     pub text: String,
     /// Logprobs so far (non-streaming only).
     pub logprobs: Vec<TokenLogprob>,
+    /// The prompt's scores (echo with logprobs, non-streaming only).
+    pub prompt_logprobs: Vec<TokenLogprob>,
     /// Char offset of the next token in the text (completions logprobs).
     text_offset: usize,
     /// Tokens seen in events (usage fallback when the engine ends a stream early).
@@ -46,6 +48,7 @@ impl ChoiceState {
                 ids,
                 text,
                 logprobs,
+                prompt_logprobs,
                 at,
             } => {
                 match self.prev_at {
@@ -63,6 +66,7 @@ impl ChoiceState {
                     self.text.push_str(&text);
                     if job.logprobs.is_some() {
                         self.logprobs.extend(logprobs);
+                        self.prompt_logprobs.extend(prompt_logprobs);
                     }
                     return None;
                 }
@@ -164,6 +168,7 @@ mod tests {
             stream: false,
             include_usage: false,
             arrival: Instant::now(),
+            echo: Vec::new(),
         }
     }
 

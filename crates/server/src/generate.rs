@@ -3,6 +3,7 @@
 
 use crate::choice_state::{usage_sum, ChoiceState};
 use crate::choices::Choices;
+use crate::echo::EchoPrompt;
 use crate::error::ApiError;
 use crate::fields::Fields;
 use crate::openai::{new_id, unix_now, Job};
@@ -30,6 +31,7 @@ pub async fn generate(
     }
     let info = &s.engine.info;
     let ctx = info.context_length;
+    crate::known_fields::check(&body, api)?;
     let f = Fields::new(&body);
     match f.get("model") {
         None | Some(Value::Null) => {}
@@ -42,12 +44,32 @@ pub async fn generate(
             ))
         }
     }
-    let p = params::parse(&f, api, st.limits())?;
+    let mut p = params::parse(&f, api, st.limits())?;
+    p.sampling.rules = p.logit.rules(&s.engine.tokenizer)?;
     let inputs = match api {
         Api::Completions => prompt::completion_prompts(&f, info.vocab_size)?,
         Api::Chat => vec![prompt::chat_prompt(&f)?],
     };
+    let echo_texts: Vec<Option<String>> = inputs
+        .iter()
+        .map(|i| match i {
+            PromptInput::Text(t) => Some(t.clone()),
+            _ => None,
+        })
+        .collect();
     let prompts = tokenize_all(&st, api, inputs).await?;
+    let echo: Vec<EchoPrompt> = if p.echo {
+        prompts
+            .iter()
+            .zip(echo_texts)
+            .map(|(ids, t)| EchoPrompt {
+                text: t.unwrap_or_else(|| s.engine.tokenizer.decode(ids, false)),
+                ids: ids.clone(),
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
     let fields: Vec<String> = (0..prompts.len())
         .map(|i| field_name(api, i, prompts.len()))
         .collect();
@@ -80,6 +102,12 @@ pub async fn generate(
             arrival: Some(arrival),
             spec: p.spec,
             spec_tokens: p.spec_tokens,
+            // Echo with logprobs scores the prompt; max_tokens 0 runs as score-only.
+            prompt_logprobs: if (p.echo && p.logprobs.is_some()) || max == 0 {
+                Some(p.logprobs.unwrap_or(0))
+            } else {
+                None
+            },
         };
         // n samples of one prompt share its KV: the engine computes the prompt once and
         // forks the other samples from it.
@@ -107,6 +135,7 @@ pub async fn generate(
         stream: p.stream,
         include_usage: p.include_usage,
         arrival,
+        echo,
     };
     let mut choices = Choices::new(streams, Some(s.engine.clone())).counting_aborts(st.clone());
     let deadline = s.opts.request_timeout.map(|t| arrival + t);
@@ -277,9 +306,18 @@ async fn collect(req: Running) -> Result<Response, ApiError> {
     let usage = usage_sum(&job, &states);
     let out = states
         .iter_mut()
-        .map(|c| {
-            let lp = c.final_logprobs(&job, tok);
-            (std::mem::take(&mut c.text), lp, c.finish_reason())
+        .enumerate()
+        .map(|(i, c)| match job.echo.get(i / job.n) {
+            Some(e) => {
+                let lp = job
+                    .logprobs
+                    .map(|_| crate::echo::logprobs(tok, e, &c.prompt_logprobs, &c.logprobs));
+                (crate::echo::text(e, &c.text), lp, c.finish_reason())
+            }
+            None => {
+                let lp = c.final_logprobs(&job, tok);
+                (std::mem::take(&mut c.text), lp, c.finish_reason())
+            }
         })
         .collect();
     Ok(axum::Json(job.response(out, usage)).into_response())

@@ -8,6 +8,10 @@
 //! - `routes`: handlers; `generate`: validate → tokenize → submit n → stream or collect.
 //! - `body` + `fields`: JSON bodies read field by field; errors name field, limit and value.
 //! - `params`: sampling parameters, stop, n, logprobs, stream options → [`params::Params`].
+//! - `logit_fields`: `logit_bias`, `min_tokens`, `allowed_token_ids`, `bad_words`.
+//! - `known_fields`: the fields each endpoint reads or may ignore; any other is a 400.
+//! - `tools`: chat `tools`, `tool_choice`, `parallel_tool_calls`.
+//! - `echo`: completions `echo` (the prompt's text and, with `logprobs`, its scores).
 //! - `prompt`: prompt shapes (text, token ids, batches, chat messages) and tokenization.
 //! - `choices`: the engine streams of one request merged; dropping it aborts them.
 //! - `choice_state`: one choice's text, logprobs, timing and finish.
@@ -20,9 +24,12 @@ mod auth;
 mod body;
 mod choice_state;
 mod choices;
+mod echo;
 mod error;
 mod fields;
 mod generate;
+mod known_fields;
+mod logit_fields;
 pub mod metrics;
 mod openai;
 pub mod params;
@@ -30,6 +37,7 @@ mod prompt;
 mod routes;
 mod sse;
 mod state;
+mod tools;
 mod transport;
 
 pub use error::ApiError;

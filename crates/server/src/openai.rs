@@ -26,6 +26,8 @@ pub struct Job {
     pub include_usage: bool,
     /// When the request reached the server (TTFT and e2e latency start here).
     pub arrival: Instant,
+    /// Completions `echo`: one entry per prompt (empty without echo).
+    pub echo: Vec<crate::echo::EchoPrompt>,
 }
 
 /// A fresh random request id with the endpoint's prefix.
@@ -218,6 +220,7 @@ mod tests {
             stream: true,
             include_usage,
             arrival: Instant::now(),
+            echo: Vec::new(),
         }
     }
 

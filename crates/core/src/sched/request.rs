@@ -68,6 +68,9 @@ pub struct Request {
     /// Samples still to be forked from this request after its prompt (`n − 1` for an
     /// `n`-sample group): they count against `max_running` from admission on.
     pub forks: usize,
+    /// Whether admission may start this request past a cached prefix (false when the
+    /// caller needs logits at every prompt position, e.g. prompt scoring).
+    pub use_prefix_cache: bool,
 }
 
 impl Request {
@@ -88,7 +91,14 @@ impl Request {
             draft: Vec::new(),
             max_computed_tokens: 0,
             forks: 0,
+            use_prefix_cache: true,
         }
+    }
+
+    /// Sets whether admission may reuse cached prefix blocks (default true).
+    pub fn with_prefix_cache(mut self, on: bool) -> Self {
+        self.use_prefix_cache = on;
+        self
     }
 
     /// Sets how many samples will be forked from this request (`n − 1`).
