@@ -169,6 +169,7 @@ mod tests {
             include_usage: false,
             arrival: Instant::now(),
             echo: Vec::new(),
+            tools: None,
         }
     }
 

@@ -46,9 +46,30 @@ pub async fn generate(
     }
     let mut p = params::parse(&f, api, st.limits())?;
     p.sampling.rules = p.logit.rules(&s.engine.tokenizer)?;
-    let inputs = match api {
+    let mut inputs = match api {
         Api::Completions => prompt::completion_prompts(&f, info.vocab_size)?,
         Api::Chat => vec![prompt::chat_prompt(&f)?],
+    };
+    let tool_calling = match &p.tools {
+        Some(t) if !t.offered().is_empty() => {
+            let template = s.engine.tokenizer.chat_template();
+            crate::tools::render_into(&mut inputs[0], t, template);
+            let parser = s
+                .opts
+                .tool_call_parser
+                .as_deref()
+                .and_then(crate::tool_parse::Parser::from_name)
+                .unwrap_or_else(|| crate::tool_parse::Parser::for_template(template.unwrap_or("")));
+            Some(crate::tools::ToolCalling {
+                parser,
+                parallel: t.parallel,
+            })
+        }
+        Some(t) => {
+            crate::tools::render_into(&mut inputs[0], t, s.engine.tokenizer.chat_template());
+            None
+        }
+        None => None,
     };
     let echo_texts: Vec<Option<String>> = inputs
         .iter()
@@ -136,6 +157,7 @@ pub async fn generate(
         include_usage: p.include_usage,
         arrival,
         echo,
+        tools: tool_calling,
     };
     let mut choices = Choices::new(streams, Some(s.engine.clone())).counting_aborts(st.clone());
     let deadline = s.opts.request_timeout.map(|t| arrival + t);
@@ -320,7 +342,11 @@ async fn collect(req: Running) -> Result<Response, ApiError> {
             }
         })
         .collect();
-    Ok(axum::Json(job.response(out, usage)).into_response())
+    let mut v = job.response(out, usage);
+    if let Some(tc) = job.tools {
+        crate::tools::rewrite_response(&mut v, tc);
+    }
+    Ok(axum::Json(v).into_response())
 }
 
 /// The one structured log line per request.

@@ -28,6 +28,8 @@ pub struct Job {
     pub arrival: Instant,
     /// Completions `echo`: one entry per prompt (empty without echo).
     pub echo: Vec<crate::echo::EchoPrompt>,
+    /// Chat with tools offered: how calls are read from the text.
+    pub tools: Option<crate::tools::ToolCalling>,
 }
 
 /// A fresh random request id with the endpoint's prefix.
@@ -221,6 +223,7 @@ mod tests {
             include_usage,
             arrival: Instant::now(),
             echo: Vec::new(),
+            tools: None,
         }
     }
 

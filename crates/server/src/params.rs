@@ -206,15 +206,7 @@ pub fn parse(f: &Fields, api: Api, lim: Limits) -> Result<Params, ApiError> {
             }
         }
         Api::Chat => {
-            let t = crate::tools::parse(f)?;
-            if !t.offered().is_empty() {
-                // TODO(tool calling): rendered through the template, parsed from the output.
-                return Err(ApiError::param(
-                    "tools",
-                    "tool calling is not supported by folio yet (tool_choice none is), got tools",
-                ));
-            }
-            tools = Some(t);
+            tools = Some(crate::tools::parse(f)?);
             f.unsupported("response_format", |v| {
                 v.get("type").and_then(Value::as_str) == Some("text")
             })?;
