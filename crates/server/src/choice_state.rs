@@ -30,6 +30,8 @@ pub struct ChoiceState {
     prev_at: Option<Instant>,
     /// Ended by the server's request timeout (the engine request was aborted).
     pub timed_out: bool,
+    /// A streamed `echo` choice sent its prompt (with the first event).
+    echoed: bool,
 }
 
 impl ChoiceState {
@@ -69,6 +71,21 @@ impl ChoiceState {
                         self.prompt_logprobs.extend(prompt_logprobs);
                     }
                     return None;
+                }
+                if let Some(e) = job.echo.get(index / job.n.max(1)).filter(|_| !self.echoed) {
+                    // Echo streams the prompt (and its scores) in front of the first text.
+                    self.echoed = true;
+                    let lp = job.logprobs.map(|_| {
+                        let v = crate::echo::logprobs(tok, e, &prompt_logprobs, &logprobs);
+                        self.text_offset = v["tokens"].as_array().map_or(0, |t| {
+                            t.iter()
+                                .filter_map(Value::as_str)
+                                .map(|s| s.chars().count())
+                                .sum()
+                        });
+                        v
+                    });
+                    return Some(job.chunk(index, &crate::echo::text(e, &text), lp, None));
                 }
                 let lp = match job.logprobs {
                     Some(_) if !logprobs.is_empty() => {

@@ -198,12 +198,6 @@ pub fn parse(f: &Fields, api: Api, lim: Limits) -> Result<Params, ApiError> {
                     ))
                 }
             }
-            if echo && stream {
-                return Err(ApiError::param(
-                    "echo",
-                    "not supported together with stream true by folio, got echo true",
-                ));
-            }
         }
         Api::Chat => {
             tools = Some(crate::tools::parse(f)?);
@@ -358,10 +352,6 @@ mod tests {
             (
                 json!({"best_of": 2}),
                 "best_of: only best_of == n is supported (n = 1), got 2",
-            ),
-            (
-                json!({"echo": true, "stream": true}),
-                "echo: not supported together with stream true by folio, got echo true",
             ),
             (
                 json!({"suffix": "x"}),

@@ -285,3 +285,37 @@ fn unknown_and_unsupported_fields_are_400_naming_them() {
     );
     assert!(r["choices"][0]["message"]["content"].is_string(), "{r}");
 }
+
+#[test]
+fn echo_streams_the_prompt_first() {
+    let Some(s) = server() else { return };
+    let body =
+        json!({"prompt": PROMPT, "echo": true, "logprobs": 1, "max_tokens": 3, "temperature": 0});
+    let whole = ok(s, "/v1/completions", body.clone());
+    let mut sb = body;
+    sb["stream"] = json!(true);
+    let r = post(s.addr, "/v1/completions", &sb);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let (chunks, done) = r.sse();
+    assert!(done);
+    let first = &chunks[0]["choices"][0];
+    assert!(
+        first["text"].as_str().unwrap().starts_with(PROMPT),
+        "{first}"
+    );
+    let mut text = String::new();
+    let mut lps: Vec<Value> = Vec::new();
+    let mut offsets: Vec<Value> = Vec::new();
+    for c in &chunks {
+        let ch = &c["choices"][0];
+        text.push_str(ch["text"].as_str().unwrap_or(""));
+        if let Some(l) = ch["logprobs"].as_object() {
+            lps.extend(l["token_logprobs"].as_array().unwrap().iter().cloned());
+            offsets.extend(l["text_offset"].as_array().unwrap().iter().cloned());
+        }
+    }
+    assert_eq!(text, self::text(&whole));
+    let w = lp(&whole, 0);
+    assert_eq!(&lps, w["token_logprobs"].as_array().unwrap());
+    assert_eq!(&offsets, w["text_offset"].as_array().unwrap());
+}
