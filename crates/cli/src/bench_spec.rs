@@ -49,10 +49,7 @@ impl Workload {
             Workload::Paragraph => paragraph_prompt(i),
             Workload::List => list_prompt(i),
         };
-        vec![ChatMessage {
-            role: "user".into(),
-            content,
-        }]
+        vec![ChatMessage::new("user", content)]
     }
 }
 

@@ -18,10 +18,7 @@ pub struct GenerateArgs {
 pub fn run(h: &EngineHandle, args: &GenerateArgs) -> Result<()> {
     let tok = &h.tokenizer;
     let text = if args.chat {
-        let msgs = [ChatMessage {
-            role: "user".into(),
-            content: args.prompt.clone(),
-        }];
+        let msgs = [ChatMessage::new("user", args.prompt.clone())];
         tok.apply_chat_template(&msgs, true)?
     } else {
         args.prompt.clone()

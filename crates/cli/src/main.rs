@@ -124,6 +124,10 @@ struct ServeArgs {
     /// Idle keep-alive connections are closed after this many seconds. Default 60.
     #[arg(long)]
     keep_alive_timeout_s: Option<f64>,
+    /// How tool calls are read from the model's text: hermes (`<tool_call>` JSON, Qwen),
+    /// llama3_json, mistral (`[TOOL_CALLS]`); default: from the chat template.
+    #[arg(long)]
+    tool_call_parser: Option<String>,
 }
 
 impl ServeArgs {
@@ -143,6 +147,7 @@ impl ServeArgs {
         });
         o.api_key_protects_metrics = self.api_key_protects_metrics;
         o.allowed_origins = self.allowed_origins.clone();
+        o.tool_call_parser = self.tool_call_parser.clone();
         if let Some(b) = &self.max_request_bytes {
             o.max_body_bytes = engine_args::parse_bytes("--max-request-bytes", b)?;
         }

@@ -151,6 +151,23 @@ fn prefix_hit_skips_cached_tokens_and_recomputes_the_last() {
 }
 
 #[test]
+fn a_request_without_prefix_cache_computes_its_whole_prompt() {
+    let mut s = Scheduler::new(cfg(16, 4)).unwrap();
+    let prompt: Vec<u32> = (0..9).collect();
+    s.add_request(Request::new(1, prompt.clone(), 1)).unwrap();
+    step(&mut s);
+    // Prompt scoring needs logits at every position: the cached blocks are not attached.
+    s.add_request(Request::new(2, prompt.clone(), 1).with_prefix_cache(false))
+        .unwrap();
+    let out = s.schedule();
+    let r = &out.requests[0];
+    assert_eq!((r.start_pos, r.token_ids.clone()), (0, prompt));
+    assert_eq!(s.request(2).unwrap().num_cached_tokens, 0);
+    s.update(&out, &results(&out));
+    assert_eq!(s.kv_stats().prefix_hit_tokens, 0);
+}
+
+#[test]
 fn on_demand_preempts_newest_and_counts_recompute() {
     // 4 blocks of 4: two requests of 7 prompt tokens grow past 8 tokens each.
     let mut c = cfg(4, 4);

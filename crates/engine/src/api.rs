@@ -43,6 +43,10 @@ pub struct GenerateRequest {
     /// Structured output: what the generated text must match (masked at every sampled
     /// position; the request stops when the grammar is complete).
     pub constraint: Option<crate::Constraint>,
+    /// Score the prompt: the log-probability of every prompt token after the first, with
+    /// this many top alternatives (see `prompt_scoring`). The request then skips the
+    /// prefix cache, and `max_tokens` may be 0 (score only, generate nothing).
+    pub prompt_logprobs: Option<usize>,
 }
 
 impl GenerateRequest {
@@ -61,6 +65,7 @@ impl GenerateRequest {
             spec_tokens: None,
             lora: None,
             constraint: None,
+            prompt_logprobs: None,
         }
     }
 }
@@ -120,6 +125,9 @@ pub enum Event {
         ids: Vec<u32>,
         text: String,
         logprobs: Vec<TokenLogprob>,
+        /// With `prompt_logprobs`: once, on the first event, the scores of prompt tokens
+        /// 1.. (the first prompt token has none). Empty otherwise.
+        prompt_logprobs: Vec<TokenLogprob>,
         at: Instant,
     },
     /// The last event of every stream.
@@ -299,9 +307,9 @@ impl EngineHandle {
                 self.info.vocab_size
             )));
         }
-        if req.max_tokens == 0 {
+        if req.max_tokens == 0 && req.prompt_logprobs.is_none() {
             return Err(SubmitError::Invalid(
-                "max_tokens: must be >= 1, got 0".into(),
+                "max_tokens: must be >= 1 unless prompt_logprobs is set, got 0".into(),
             ));
         }
         Ok(())

@@ -11,7 +11,8 @@ use crate::api::{
     Command, EngineHandle, EngineInfo, EngineMetrics, Event, FinishReason, TokenLogprob, Usage,
 };
 use crate::constraint::{Grammars, Guide};
-use crate::sampler::{log_softmax, Sampler};
+use crate::prompt_scoring::{token_logprob, PromptScores};
+use crate::sampler::Sampler;
 use crate::speculate::{budget_for_step_time, SpecState, StepCurve};
 use crate::tier::DiskTier;
 use crate::{EngineConfig, GenerateRequest, RequestId, SpecMethod, StepStats};
@@ -48,6 +49,10 @@ struct Live {
     lora: Option<folio_model::LoraSet>,
     /// Structured output: the grammar's matcher, at the end of `output`.
     guide: Option<Guide>,
+    /// `prompt_logprobs`: the prompt's scores, collected chunk by chunk.
+    scores: Option<PromptScores>,
+    /// `max_tokens` 0 (score only): the one token the scheduler runs for is not output.
+    score_only: bool,
 }
 
 /// A sample of an `n > 1` group, not yet forked.
@@ -73,6 +78,7 @@ impl Live {
                 ids: Vec::new(),
                 text: tail,
                 logprobs: Vec::new(),
+                prompt_logprobs: Vec::new(),
                 at: now,
             });
         }
@@ -483,7 +489,8 @@ impl Engine {
         let ns = req.lora.as_ref().map_or(0, |l| l.key());
         let mut r = Request::new(id, prompt, max_tokens)
             .with_forks(forks)
-            .with_cache_ns(ns);
+            .with_cache_ns(ns)
+            .with_prefix_cache(req.prompt_logprobs.is_none());
         let now = self.epoch.elapsed().as_secs_f64();
         r = r.with_arrival(req.arrival.map(|a| self.secs(a)).unwrap_or(now));
         if let Some(d) = req.deadline {
@@ -596,6 +603,8 @@ impl Engine {
             spec,
             lora: req.lora,
             guide,
+            scores: req.prompt_logprobs.map(|k| PromptScores::new(prompt, k)),
+            score_only: req.max_tokens == 0,
         }
     }
 
@@ -607,6 +616,12 @@ impl Engine {
         };
         let vocab = self.model.config.vocab_size;
         let ctx = self.info.context_length;
+        let parent_scores = self
+            .live
+            .get(&parent)
+            .and_then(|l| l.scores.as_ref())
+            .map(PromptScores::all)
+            .unwrap_or_default();
         for c in children {
             let prompt = c.req.prompt.clone();
             let max_tokens = c
@@ -622,9 +637,21 @@ impl Engine {
             });
             let mut live = self.new_live(c.req, &prompt, c.tx, guide);
             live.cached_tokens = cached;
+            live.scores = None;
+            if live.score_only {
+                let _ = live.tx.send(score_event(parent_scores.clone(), now));
+                live.finish(FinishReason::Length, now);
+                continue;
+            }
             let (toks, logprobs) =
                 choose_tokens(&mut live, &logits[..vocab], vocab, &[], &self.eog);
-            let (kept, finish, event) = emit(&mut live, &toks, logprobs, &self.eog, now);
+            let (kept, finish, mut event) = emit(&mut live, &toks, logprobs, &self.eog, now);
+            if let Event::Tokens {
+                prompt_logprobs, ..
+            } = &mut event
+            {
+                prompt_logprobs.clone_from(&parent_scores);
+            }
             let _ = live.tx.send(event);
             self.metrics
                 .generation_tokens
@@ -699,12 +726,20 @@ impl Engine {
             }
         }
         let mut batch = ForwardBatch::new();
+        let mut rows_of = Vec::with_capacity(out.requests.len());
         for sr in &out.requests {
-            let n_logits = if sr.sample {
+            let mut n_logits = if sr.sample {
                 1 + sr.num_draft_tokens
             } else {
                 0
             };
+            // Prompt scoring: a row at every position of a chunk that still needs scores.
+            if let Some(sc) = self.live.get(&sr.id).and_then(|l| l.scores.as_ref()) {
+                if sc.wants(sr.start_pos, sr.token_ids.len()) {
+                    n_logits = sr.token_ids.len();
+                }
+            }
+            rows_of.push(n_logits);
             batch.push(
                 &sr.token_ids,
                 sr.start_pos,
@@ -762,7 +797,19 @@ impl Engine {
         let now = Instant::now();
         let forward_s = t0.elapsed().as_secs_f64();
         let mut fork_jobs: Vec<(RequestId, Vec<f32>, usize)> = Vec::new();
-        for sr in &out.requests {
+        for (sr, &n_rows) in out.requests.iter().zip(&rows_of) {
+            let all = &logits[row * vocab..(row + n_rows) * vocab];
+            row += n_rows;
+            let rows = if sr.sample {
+                1 + sr.num_draft_tokens
+            } else {
+                0
+            };
+            if n_rows > rows {
+                if let Some(sc) = self.live.get_mut(&sr.id).and_then(|l| l.scores.as_mut()) {
+                    sc.record(sr.start_pos, all, vocab);
+                }
+            }
             if !sr.sample {
                 results.push(RequestResult {
                     id: sr.id,
@@ -771,9 +818,7 @@ impl Engine {
                 });
                 continue;
             }
-            let rows = 1 + sr.num_draft_tokens;
-            let l = &logits[row * vocab..(row + rows) * vocab];
-            row += rows;
+            let l = &all[(n_rows - rows) * vocab..];
             let cached = self
                 .sched
                 .request(sr.id)
@@ -792,6 +837,22 @@ impl Engine {
                 fork_jobs.push((sr.id, l[..vocab].to_vec(), cached));
             }
             let drafts = &sr.token_ids[sr.token_ids.len() - sr.num_draft_tokens..];
+            let prompt_lps = live
+                .scores
+                .as_mut()
+                .map(PromptScores::take_ready)
+                .unwrap_or_default();
+            if live.score_only {
+                // Scored, nothing to generate: the scheduler runs a request for one token,
+                // which ends it here (max_tokens) without being output.
+                let _ = live.tx.send(score_event(prompt_lps, now));
+                results.push(RequestResult {
+                    id: sr.id,
+                    new_token_ids: vec![crate::sampler::argmax(&l[..vocab]) as u32],
+                    finish: None,
+                });
+                continue;
+            }
             let (toks, logprobs) = choose_tokens(live, l, vocab, drafts, &self.eog);
             if !drafts.is_empty() {
                 let accepted = toks.len() - 1;
@@ -802,7 +863,13 @@ impl Engine {
                     st.record(drafts.len(), accepted, toks.len(), forward_s);
                 }
             }
-            let (kept, finish, event) = emit(live, &toks, logprobs, &self.eog, now);
+            let (kept, finish, mut event) = emit(live, &toks, logprobs, &self.eog, now);
+            if let Event::Tokens {
+                prompt_logprobs, ..
+            } = &mut event
+            {
+                *prompt_logprobs = prompt_lps;
+            }
             let _ = live.tx.send(event);
             // Tokens, not sampling steps: a verified draft step emits several.
             self.metrics
@@ -1182,13 +1249,32 @@ fn processed(live: &Live, row: &[f32], pending: &[u32], eog: &[u32]) -> Vec<f32>
             }
         }
     }
-    // The history is only built when a penalty needs it (not on the common path).
-    if live.sampler.has_penalties() {
+    // The history is only built when a penalty or rule needs it (not on the common path).
+    let rules = &live.sampler.params.rules;
+    if live.sampler.has_penalties() || !rules.is_empty() {
         let mut hist = live.output.clone();
         hist.extend_from_slice(pending);
         live.sampler.apply_penalties(&mut l, &hist);
+        if !rules.is_empty() {
+            let mut ends = live.stop_ids.clone();
+            if !live.ignore_eos {
+                ends.extend_from_slice(eog);
+            }
+            rules.apply(&mut l, &hist, &ends);
+        }
     }
     l
+}
+
+/// The event of a score-only request (`max_tokens` 0): the prompt's scores, no tokens.
+fn score_event(prompt_logprobs: Vec<TokenLogprob>, at: Instant) -> Event {
+    Event::Tokens {
+        ids: Vec::new(),
+        text: String::new(),
+        logprobs: Vec::new(),
+        prompt_logprobs,
+        at,
+    }
 }
 
 /// Chooses this step's tokens for one request: one sampled token, or the verified prefix of
@@ -1294,25 +1380,7 @@ fn choose_tokens(
         Some(k) => toks
             .iter()
             .enumerate()
-            .map(|(i, &tok)| {
-                let lp = log_softmax(&rows[i * vocab..(i + 1) * vocab]);
-                let mut top: Vec<(u32, f32)> = Vec::new();
-                if k > 0 {
-                    let mut idx: Vec<u32> = (0..lp.len() as u32).collect();
-                    let k = k.min(idx.len());
-                    idx.select_nth_unstable_by(k - 1, |&a, &b| {
-                        lp[b as usize].total_cmp(&lp[a as usize])
-                    });
-                    idx.truncate(k);
-                    idx.sort_by(|&a, &b| lp[b as usize].total_cmp(&lp[a as usize]));
-                    top = idx.into_iter().map(|i| (i, lp[i as usize])).collect();
-                }
-                TokenLogprob {
-                    token: tok,
-                    logprob: lp[tok as usize],
-                    top,
-                }
-            })
+            .map(|(i, &tok)| token_logprob(&rows[i * vocab..(i + 1) * vocab], tok, k))
             .collect(),
         None => Vec::new(),
     };
@@ -1381,6 +1449,7 @@ fn emit(
             ids: kept,
             text,
             logprobs,
+            prompt_logprobs: Vec::new(),
             at: now,
         },
     )

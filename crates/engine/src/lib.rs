@@ -12,6 +12,8 @@
 //!   grammar compiled by llguidance; token masks, commit, draft checks and rollback.
 //! - [`gbnf`]: llama.cpp's GBNF grammars converted to Lark.
 //! - [`sampler`]: logits → token, per-request seeded RNG, penalties, logprobs helpers.
+//! - [`prompt_scoring`]: logprobs of the prompt's own tokens (`echo` + `logprobs`).
+//! - [`logit_rules`]: `logit_bias`, `min_tokens`, `allowed_token_ids`, `bad_words`.
 //! - `speculate`: drafts after a step (n-gram lookup, self-draft) and their verification.
 //! - [`tier`]: the second KV tier: evicted prefix blocks on local disk, checksummed,
 //!   bounded, reloaded after a restart.
@@ -21,8 +23,10 @@ pub mod api;
 pub mod config;
 pub mod constraint;
 pub mod engine;
-pub mod lora;
 pub mod gbnf;
+pub mod logit_rules;
+pub mod lora;
+pub mod prompt_scoring;
 pub mod sampler;
 mod speculate;
 pub mod step_stats;
@@ -36,7 +40,8 @@ pub use config::{EngineConfig, SpecMethod};
 pub use constraint::{Constraint, Grammars};
 pub use engine::{spawn_engine, spawn_engine_with_draft};
 pub use folio_model::LoraSet;
-pub use lora::{LoraError, LoraInfo, LoraReader, LoraRegistry};
 pub use gbnf::gbnf_to_lark;
+pub use logit_rules::LogitRules;
+pub use lora::{LoraError, LoraInfo, LoraReader, LoraRegistry};
 pub use sampler::{Sampler, SamplingParams};
 pub use step_stats::StepStats;

@@ -22,6 +22,8 @@ pub struct SamplingParams {
     /// 1.0 means disabled (llama.cpp/HF semantics: divide positive logits, multiply negative).
     pub repetition_penalty: f32,
     pub seed: Option<u64>,
+    /// `logit_bias`, `min_tokens`, `allowed_token_ids`, `bad_words`.
+    pub rules: crate::LogitRules,
 }
 
 impl Default for SamplingParams {
@@ -35,6 +37,7 @@ impl Default for SamplingParams {
             frequency_penalty: 0.0,
             repetition_penalty: 1.0,
             seed: None,
+            rules: crate::LogitRules::default(),
         }
     }
 }

@@ -18,6 +18,8 @@ pub struct ChoiceState {
     pub text: String,
     /// Logprobs so far (non-streaming only).
     pub logprobs: Vec<TokenLogprob>,
+    /// The prompt's scores (echo with logprobs, non-streaming only).
+    pub prompt_logprobs: Vec<TokenLogprob>,
     /// Char offset of the next token in the text (completions logprobs).
     text_offset: usize,
     /// Tokens seen in events (usage fallback when the engine ends a stream early).
@@ -28,6 +30,8 @@ pub struct ChoiceState {
     prev_at: Option<Instant>,
     /// Ended by the server's request timeout (the engine request was aborted).
     pub timed_out: bool,
+    /// A streamed `echo` choice sent its prompt (with the first event).
+    echoed: bool,
 }
 
 impl ChoiceState {
@@ -46,6 +50,7 @@ impl ChoiceState {
                 ids,
                 text,
                 logprobs,
+                prompt_logprobs,
                 at,
             } => {
                 match self.prev_at {
@@ -63,8 +68,24 @@ impl ChoiceState {
                     self.text.push_str(&text);
                     if job.logprobs.is_some() {
                         self.logprobs.extend(logprobs);
+                        self.prompt_logprobs.extend(prompt_logprobs);
                     }
                     return None;
+                }
+                if let Some(e) = job.echo.get(index / job.n.max(1)).filter(|_| !self.echoed) {
+                    // Echo streams the prompt (and its scores) in front of the first text.
+                    self.echoed = true;
+                    let lp = job.logprobs.map(|_| {
+                        let v = crate::echo::logprobs(tok, e, &prompt_logprobs, &logprobs);
+                        self.text_offset = v["tokens"].as_array().map_or(0, |t| {
+                            t.iter()
+                                .filter_map(Value::as_str)
+                                .map(|s| s.chars().count())
+                                .sum()
+                        });
+                        v
+                    });
+                    return Some(job.chunk(index, &crate::echo::text(e, &text), lp, None));
                 }
                 let lp = match job.logprobs {
                     Some(_) if !logprobs.is_empty() => {
@@ -164,6 +185,8 @@ mod tests {
             stream: false,
             include_usage: false,
             arrival: Instant::now(),
+            echo: Vec::new(),
+            tools: None,
         }
     }
 

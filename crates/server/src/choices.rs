@@ -158,6 +158,7 @@ mod tests {
             ids: vec![1],
             text: text.into(),
             logprobs: vec![],
+            prompt_logprobs: vec![],
             at: Instant::now(),
         }
     }

@@ -3,6 +3,7 @@
 
 use crate::choice_state::{usage_sum, ChoiceState};
 use crate::choices::Choices;
+use crate::echo::EchoPrompt;
 use crate::error::ApiError;
 use crate::fields::Fields;
 use crate::openai::{new_id, unix_now, Job};
@@ -30,18 +31,76 @@ pub async fn generate(
     }
     let info = &s.engine.info;
     let ctx = info.context_length;
+    crate::known_fields::check(&body, api)?;
     let f = Fields::new(&body);
     // The base model or adapters (a `model` naming one, or a `lora` list).
     let (lora, model_name) = crate::lora::request_adapters(&st, &f)?;
-    let p = params::parse(&f, api, st.limits())?;
+    let mut p = params::parse(&f, api, st.limits())?;
+    p.sampling.rules = p.logit.rules(&s.engine.tokenizer)?;
+    // `tool_choice` required or named: the answer is constrained to one such call.
+    if let Some(schema) = p.tools.as_ref().and_then(|t| t.forced_call_schema()) {
+        if let Some(c) = &p.constraint {
+            return Err(ApiError::param(
+                "tool_choice",
+                format!(
+                    "a required or named tool call cannot be combined with {}",
+                    c.field
+                ),
+            ));
+        }
+        p.constraint = Some(crate::constraint::Structured {
+            field: "tool_choice".into(),
+            constraint: folio_engine::Constraint::JsonSchema(schema),
+        });
+    }
     if let Some(c) = &p.constraint {
         crate::constraint::check(&s.engine, c).await?;
     }
-    let inputs = match api {
+    let mut inputs = match api {
         Api::Completions => prompt::completion_prompts(&f, info.vocab_size)?,
         Api::Chat => vec![prompt::chat_prompt(&f)?],
     };
+    let tool_calling = match &p.tools {
+        Some(t) if !t.offered().is_empty() => {
+            let template = s.engine.tokenizer.chat_template();
+            crate::tools::render_into(&mut inputs[0], t, template);
+            let parser = s
+                .opts
+                .tool_call_parser
+                .as_deref()
+                .and_then(crate::tool_parse::Parser::from_name)
+                .unwrap_or_else(|| crate::tool_parse::Parser::for_template(template.unwrap_or("")));
+            Some(crate::tools::ToolCalling {
+                parser,
+                parallel: t.parallel,
+            })
+        }
+        Some(t) => {
+            crate::tools::render_into(&mut inputs[0], t, s.engine.tokenizer.chat_template());
+            None
+        }
+        None => None,
+    };
+    let echo_texts: Vec<Option<String>> = inputs
+        .iter()
+        .map(|i| match i {
+            PromptInput::Text(t) => Some(t.clone()),
+            _ => None,
+        })
+        .collect();
     let prompts = tokenize_all(&st, api, inputs).await?;
+    let echo: Vec<EchoPrompt> = if p.echo {
+        prompts
+            .iter()
+            .zip(echo_texts)
+            .map(|(ids, t)| EchoPrompt {
+                text: t.unwrap_or_else(|| s.engine.tokenizer.decode(ids, false)),
+                ids: ids.clone(),
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
     let fields: Vec<String> = (0..prompts.len())
         .map(|i| field_name(api, i, prompts.len()))
         .collect();
@@ -76,6 +135,12 @@ pub async fn generate(
             spec_tokens: p.spec_tokens,
             lora: lora.clone(),
             constraint: p.constraint.as_ref().map(|c| c.constraint.clone()),
+            // Echo with logprobs scores the prompt; max_tokens 0 runs as score-only.
+            prompt_logprobs: if (p.echo && p.logprobs.is_some()) || max == 0 {
+                Some(p.logprobs.unwrap_or(0))
+            } else {
+                None
+            },
         };
         // n samples of one prompt share its KV: the engine computes the prompt once and
         // forks the other samples from it.
@@ -103,6 +168,8 @@ pub async fn generate(
         stream: p.stream,
         include_usage: p.include_usage,
         arrival,
+        echo,
+        tools: tool_calling,
     };
     let mut choices = Choices::new(streams, Some(s.engine.clone())).counting_aborts(st.clone());
     let deadline = s.opts.request_timeout.map(|t| arrival + t);
@@ -273,12 +340,25 @@ async fn collect(req: Running) -> Result<Response, ApiError> {
     let usage = usage_sum(&job, &states);
     let out = states
         .iter_mut()
-        .map(|c| {
-            let lp = c.final_logprobs(&job, tok);
-            (std::mem::take(&mut c.text), lp, c.finish_reason())
+        .enumerate()
+        .map(|(i, c)| match job.echo.get(i / job.n) {
+            Some(e) => {
+                let lp = job
+                    .logprobs
+                    .map(|_| crate::echo::logprobs(tok, e, &c.prompt_logprobs, &c.logprobs));
+                (crate::echo::text(e, &c.text), lp, c.finish_reason())
+            }
+            None => {
+                let lp = c.final_logprobs(&job, tok);
+                (std::mem::take(&mut c.text), lp, c.finish_reason())
+            }
         })
         .collect();
-    Ok(axum::Json(job.response(out, usage)).into_response())
+    let mut v = job.response(out, usage);
+    if let Some(tc) = job.tools {
+        crate::tools::rewrite_response(&mut v, tc);
+    }
+    Ok(axum::Json(v).into_response())
 }
 
 /// The one structured log line per request.

@@ -10,6 +10,12 @@
 //! - `constraint`: structured-output fields (`response_format`, `structured_outputs`,
 //!   `guided_*`, `grammar`, `json_schema`) → one engine `Constraint`, compiled before submit.
 //! - `params`: sampling parameters, stop, n, logprobs, stream options → [`params::Params`].
+//! - `logit_fields`: `logit_bias`, `min_tokens`, `allowed_token_ids`, `bad_words`.
+//! - `known_fields`: the fields each endpoint reads or may ignore; any other is a 400.
+//! - `tools`: chat `tools`, `tool_choice`, `parallel_tool_calls`; tools into the prompt,
+//!   tool calls out of the text (non-streaming and as stream deltas).
+//! - `tool_parse`: the tool-call formats (Hermes/Qwen, Llama 3 JSON, Mistral).
+//! - `echo`: completions `echo` (the prompt's text and, with `logprobs`, its scores).
 //! - `prompt`: prompt shapes (text, token ids, batches, chat messages) and tokenization.
 //! - `choices`: the engine streams of one request merged; dropping it aborts them.
 //! - `choice_state`: one choice's text, logprobs, timing and finish.
@@ -23,9 +29,12 @@ mod body;
 mod choice_state;
 mod choices;
 pub mod constraint;
+mod echo;
 mod error;
 mod fields;
 mod generate;
+mod known_fields;
+mod logit_fields;
 mod lora;
 pub mod metrics;
 mod openai;
@@ -34,6 +43,8 @@ mod prompt;
 mod routes;
 mod sse;
 mod state;
+mod tool_parse;
+mod tools;
 mod transport;
 
 pub use error::ApiError;
@@ -85,6 +96,9 @@ pub struct ServerOptions {
     pub header_timeout: Duration,
     /// A keep-alive connection without a request for this long is closed.
     pub idle_timeout: Duration,
+    /// How tool calls are read from the model's text (`hermes`, `llama3_json`, `mistral`);
+    /// `None`: chosen from the chat template.
+    pub tool_call_parser: Option<String>,
 }
 
 impl Default for ServerOptions {
@@ -104,6 +118,7 @@ impl Default for ServerOptions {
             max_connections: 1000,
             header_timeout: Duration::from_secs(30),
             idle_timeout: Duration::from_secs(60),
+            tool_call_parser: None,
         }
     }
 }
@@ -113,6 +128,13 @@ impl ServerOptions {
     pub fn check(&self) -> anyhow::Result<()> {
         if !self.allowed_origins.is_empty() {
             let _layer = auth::cors(&self.allowed_origins).map_err(anyhow::Error::msg)?;
+        }
+        if let Some(p) = &self.tool_call_parser {
+            if tool_parse::Parser::from_name(p).is_none() {
+                anyhow::bail!(
+                    "--tool-call-parser: must be one of hermes, llama3_json, mistral; got {p:?}"
+                );
+            }
         }
         if self.api_key.as_deref() == Some("") {
             anyhow::bail!("--api-key: must not be empty");

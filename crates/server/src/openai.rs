@@ -26,6 +26,10 @@ pub struct Job {
     pub include_usage: bool,
     /// When the request reached the server (TTFT and e2e latency start here).
     pub arrival: Instant,
+    /// Completions `echo`: one entry per prompt (empty without echo).
+    pub echo: Vec<crate::echo::EchoPrompt>,
+    /// Chat with tools offered: how calls are read from the text.
+    pub tools: Option<crate::tools::ToolCalling>,
 }
 
 /// A fresh random request id with the endpoint's prefix.
@@ -218,6 +222,8 @@ mod tests {
             stream: true,
             include_usage,
             arrival: Instant::now(),
+            echo: Vec::new(),
+            tools: None,
         }
     }
 

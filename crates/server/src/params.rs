@@ -3,6 +3,7 @@
 
 use crate::error::ApiError;
 use crate::fields::{show, Fields};
+use crate::logit_fields::{self, LogitFields};
 use folio_engine::SamplingParams;
 use serde_json::Value;
 
@@ -57,6 +58,13 @@ pub struct Params {
     /// Structured output (`response_format`, `structured_outputs`, `guided_*`, `grammar`,
     /// `json_schema`): see [`crate::constraint`].
     pub constraint: Option<crate::constraint::Structured>,
+    /// `logit_bias`, `min_tokens`, `allowed_token_ids`, `bad_words`.
+    pub logit: LogitFields,
+    /// Completions `echo`: the prompt comes back in front of the completion (with its
+    /// logprobs when `logprobs` is set).
+    pub echo: bool,
+    /// Chat `tools`, `tool_choice`, `parallel_tool_calls`.
+    pub tools: Option<crate::tools::Tools>,
 }
 
 impl Params {
@@ -77,7 +85,8 @@ pub fn parse(f: &Fields, api: Api, lim: Limits) -> Result<Params, ApiError> {
             Some(m) => Some(m),
             None => f.int("max_tokens", 1, ctx)?,
         },
-        Api::Completions => f.int("max_tokens", 1, ctx)?,
+        // 0 is OpenAI's "score or echo the prompt, generate nothing".
+        Api::Completions => f.int("max_tokens", 0, ctx)?,
     };
     let top_k = f.int("top_k", -1, lim.vocab_size as i64)?.unwrap_or(0);
     let sampling = SamplingParams {
@@ -96,6 +105,7 @@ pub fn parse(f: &Fields, api: Api, lim: Limits) -> Result<Params, ApiError> {
             .unwrap_or(1.0) as f32,
         // NOTE: negative seeds are accepted (Python clients send any int) and reinterpreted.
         seed: f.int("seed", i64::MIN, i64::MAX)?.map(|s| s as u64),
+        ..Default::default()
     };
     let n = f.int("n", 1, lim.max_n as i64)?.unwrap_or(1) as usize;
     if let Some(b) = f.int("best_of", 1, lim.max_n as i64)? {
@@ -172,16 +182,28 @@ pub fn parse(f: &Fields, api: Api, lim: Limits) -> Result<Params, ApiError> {
             ))
         }
     };
-    f.unsupported("logit_bias", |v| {
-        v.as_object().is_some_and(|o| o.is_empty())
-    })?;
+    let logit = logit_fields::parse(f, lim.vocab_size, max_tokens)?;
+    let mut echo = false;
+    let mut tools = None;
     match api {
         Api::Completions => {
-            f.unsupported("echo", |v| v == &Value::Bool(false))?;
-            f.unsupported("suffix", |v| v.as_str() == Some(""))?;
+            echo = f.bool("echo", false)?;
+            match f.get("suffix") {
+                None => {}
+                Some(Value::String(s)) if s.is_empty() => {}
+                Some(v) => {
+                    return Err(ApiError::param(
+                        "suffix",
+                        format!(
+                            "not supported by folio (insertion needs a fill-in-the-middle prompt format folio does not build), got {}",
+                            show(v)
+                        ),
+                    ))
+                }
+            }
         }
         Api::Chat => {
-            f.unsupported("tools", |v| v.as_array().is_some_and(|a| a.is_empty()))?;
+            tools = Some(crate::tools::parse(f)?);
         }
     }
     Ok(Params {
@@ -207,6 +229,9 @@ pub fn parse(f: &Fields, api: Api, lim: Limits) -> Result<Params, ApiError> {
         spec_tokens: f.int("num_speculative_tokens", 0, 32)?.map(|k| k as usize),
         deadline_ms: f.int("deadline_ms", 1, 86_400_000)?.map(|d| d as u64),
         constraint: crate::constraint::parse(f)?,
+        logit,
+        echo,
+        tools,
     })
 }
 
@@ -294,12 +319,12 @@ mod tests {
         let cases = [
             (json!({"n": 9}), "n: must be an integer in [1, 8], got 9"),
             (
-                json!({"max_tokens": 0}),
-                "max_tokens: must be an integer in [1, 8192], got 0",
+                json!({"max_tokens": -1}),
+                "max_tokens: must be an integer in [0, 8192], got -1",
             ),
             (
                 json!({"max_tokens": "5"}),
-                "max_tokens: must be an integer in [1, 8192], got string \"5\"",
+                "max_tokens: must be an integer in [0, 8192], got string \"5\"",
             ),
             (
                 json!({"logprobs": 21}),
@@ -330,12 +355,8 @@ mod tests {
                 "best_of: only best_of == n is supported (n = 1), got 2",
             ),
             (
-                json!({"echo": true}),
-                "echo: not supported by folio, got true",
-            ),
-            (
-                json!({"logit_bias": {"1": 5}}),
-                "logit_bias: not supported by folio, got an object with 1 keys",
+                json!({"suffix": "x"}),
+                "suffix: not supported by folio (insertion needs a fill-in-the-middle prompt format folio does not build), got string \"x\"",
             ),
         ];
         for (body, msg) in cases {
@@ -347,6 +368,11 @@ mod tests {
             "top_logprobs: requires logprobs to be true, got 3 with logprobs false"
         );
         assert!(parse_json(json!({"echo": false, "logit_bias": {}}), Api::Completions).is_ok());
+        let e = parse_json(json!({"max_tokens": 0}), Api::Chat).unwrap_err();
+        assert_eq!(
+            e.message,
+            "max_tokens: must be an integer in [1, 8192], got 0"
+        );
     }
 
     #[test]

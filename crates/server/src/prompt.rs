@@ -178,7 +178,24 @@ fn message(i: usize, m: &Value) -> Result<ChatMessage, ApiError> {
             ))
         }
     };
-    Ok(ChatMessage::new(role, content))
+    let mut msg = ChatMessage::new(role, content);
+    msg.tool_calls = crate::tools::message_tool_calls(i, f.get("tool_calls"))?;
+    for (key, slot) in [
+        ("tool_call_id", &mut msg.tool_call_id),
+        ("name", &mut msg.name),
+    ] {
+        *slot = match f.get(key) {
+            None => None,
+            Some(Value::String(s)) => Some(s.clone()),
+            Some(v) => {
+                return Err(ApiError::param(
+                    name(key),
+                    format!("must be a string, got {}", show(v)),
+                ))
+            }
+        };
+    }
+    Ok(msg)
 }
 
 /// Token ids of one prompt. `field` names it in errors (`prompt`, `prompt[2]`, `messages`).

@@ -102,6 +102,9 @@ async fn pump(req: Running, tx: mpsc::Sender<Bytes>, queued: Option<Slots>) {
     let s = &st.0;
     let tok = &s.engine.tokenizer;
     let mut states = vec![ChoiceState::default(); choices.count()];
+    let mut tool_streams: Option<Vec<crate::tools::ToolStream>> = job
+        .tools
+        .map(|tc| vec![crate::tools::ToolStream::new(tc); choices.count()]);
     if let Some(queued) = queued {
         let waited = wait_admitted(&mut choices, &tx, s.opts.keep_alive, deadline).await;
         drop(queued);
@@ -144,7 +147,21 @@ async fn pump(req: Running, tx: mpsc::Sender<Bytes>, queued: Option<Slots>) {
             Err(_) => keep_alive_frame(),
             Ok(None) => break,
             Ok(Some((i, ev))) => match states[i].apply(i, ev, &job, tok, &s.metrics) {
-                Some(chunk) => frame(&chunk),
+                Some(chunk) => match tool_streams.as_mut() {
+                    None => frame(&chunk),
+                    // Tool calls: text may become call deltas, so chunks are rewritten.
+                    Some(ts) => {
+                        let frames: Vec<u8> = ts[i]
+                            .filter(chunk)
+                            .iter()
+                            .flat_map(|c| frame(c).to_vec())
+                            .collect();
+                        if frames.is_empty() {
+                            continue;
+                        }
+                        Bytes::from(frames)
+                    }
+                },
                 None => continue,
             },
         };

@@ -7,12 +7,22 @@ use minijinja::{context, Environment, Error, ErrorKind, Value};
 use crate::error::{Result, TokenizerError};
 
 /// One chat turn.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ChatMessage {
-    /// `system`, `user`, `assistant`, …
+    /// `system`, `user`, `assistant`, `tool`, …
     pub role: String,
     /// The turn's text.
     pub content: String,
+    /// An assistant turn's tool calls, as templates expect them (HF: `[{"type":
+    /// "function", "function": {"name": …, "arguments": {…}}}]`, arguments an object).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<serde_json::Value>,
+    /// A `tool` turn: the id of the call it answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+    /// A `tool` turn: the function's name (some templates print it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
 }
 
 impl ChatMessage {
@@ -21,6 +31,7 @@ impl ChatMessage {
         ChatMessage {
             role: role.into(),
             content: content.into(),
+            ..Default::default()
         }
     }
 }

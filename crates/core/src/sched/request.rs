@@ -71,6 +71,9 @@ pub struct Request {
     /// Prefix-cache namespace: its blocks are shared only with requests of the same one
     /// (0: the base model; the engine sets its LoRA adapters' key).
     pub cache_ns: u64,
+    /// Whether admission may start this request past a cached prefix (false when the
+    /// caller needs logits at every prompt position, e.g. prompt scoring).
+    pub use_prefix_cache: bool,
 }
 
 impl Request {
@@ -92,12 +95,19 @@ impl Request {
             max_computed_tokens: 0,
             forks: 0,
             cache_ns: 0,
+            use_prefix_cache: true,
         }
     }
 
     /// Sets the prefix-cache namespace.
     pub fn with_cache_ns(mut self, ns: u64) -> Self {
         self.cache_ns = ns;
+        self
+    }
+
+    /// Sets whether admission may reuse cached prefix blocks (default true).
+    pub fn with_prefix_cache(mut self, on: bool) -> Self {
+        self.use_prefix_cache = on;
         self
     }
 

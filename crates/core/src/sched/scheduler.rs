@@ -430,7 +430,9 @@ impl Scheduler {
         {
             return None;
         }
-        let m = self.kv.match_prefix_in(r.tokens(), r.cache_ns);
+        // Without the prefix cache, the probe is empty: nothing matches, nothing attaches.
+        let probe = if r.use_prefix_cache { r.tokens() } else { &[] };
+        let m = self.kv.match_prefix_in(probe, r.cache_ns);
         let cached = m.num_tokens;
         let remaining = r.num_tokens() - cached;
         let n = if remaining > 1 {
@@ -457,7 +459,7 @@ impl Scheduler {
         }
         let got = self
             .kv
-            .create_seq_in(id, r.tokens(), r.cache_ns)
+            .create_seq_in(id, probe, r.cache_ns)
             .expect("waiting request has no KV yet");
         debug_assert_eq!(got, cached);
         if self.kv.grow(id, cached + n).is_err() {

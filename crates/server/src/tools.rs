@@ -1,0 +1,544 @@
+//! Chat `tools`, `tool_choice` and `parallel_tool_calls`, read and checked.
+
+use crate::error::ApiError;
+use crate::fields::{show, Fields};
+use crate::prompt::PromptInput;
+use crate::tool_parse::{self, ParsedCall, Parser};
+use serde_json::{json, Value};
+
+/// Most tools per request.
+pub const MAX_TOOLS: usize = 128;
+
+/// OpenAI's `tool_choice`.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ToolChoice {
+    /// Never call a tool: the tools are not offered to the model.
+    None,
+    /// The model decides.
+    Auto,
+    /// The model must call some tool.
+    Required,
+    /// The model must call this function.
+    Named(String),
+}
+
+/// The tool fields of one chat request.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Tools {
+    /// The `tools` array as sent (each `{"type": "function", "function": {...}}`).
+    pub tools: Vec<Value>,
+    pub choice: ToolChoice,
+    pub parallel: bool,
+}
+
+impl Tools {
+    /// Tools the chat template should see (none when `tool_choice` is `none`).
+    pub fn offered(&self) -> &[Value] {
+        match self.choice {
+            ToolChoice::None => &[],
+            _ => &self.tools,
+        }
+    }
+
+    /// For `required` and a named function: the JSON schema the whole answer must match,
+    /// one call `{"name", "arguments"}` whose arguments validate against the function's
+    /// `parameters` (the answer format `tool_parse` reads as a call). Constrained decoding
+    /// enforces it; `auto` and `none` constrain nothing.
+    pub fn forced_call_schema(&self) -> Option<Value> {
+        let call = |t: &Value| {
+            let f = &t["function"];
+            let params = match f.get("parameters") {
+                Some(p) if p.is_object() => p.clone(),
+                _ => json!({"type": "object"}),
+            };
+            json!({
+                "type": "object",
+                "properties": {"name": {"const": f["name"]}, "arguments": params},
+                "required": ["name", "arguments"],
+                "additionalProperties": false,
+            })
+        };
+        match &self.choice {
+            ToolChoice::None | ToolChoice::Auto => None,
+            ToolChoice::Required => {
+                Some(json!({"anyOf": self.tools.iter().map(call).collect::<Vec<_>>()}))
+            }
+            ToolChoice::Named(n) => self
+                .tools
+                .iter()
+                .find(|t| t["function"]["name"] == n.as_str())
+                .map(call),
+        }
+    }
+}
+
+/// Reads the fields. Without `tools`, `tool_choice` may only be `none` or `auto`.
+pub fn parse(f: &Fields) -> Result<Tools, ApiError> {
+    let tools = match f.get("tools") {
+        None => Vec::new(),
+        Some(Value::Array(a)) if a.len() <= MAX_TOOLS => {
+            for (i, t) in a.iter().enumerate() {
+                check_tool(i, t)?;
+            }
+            a.clone()
+        }
+        Some(v) => {
+            return Err(ApiError::param(
+                "tools",
+                format!(
+                    "must be an array of at most {MAX_TOOLS} tools, got {}",
+                    show(v)
+                ),
+            ))
+        }
+    };
+    let choice = match f.get("tool_choice") {
+        None if tools.is_empty() => ToolChoice::None,
+        None => ToolChoice::Auto,
+        Some(Value::String(s)) => match s.as_str() {
+            "none" => ToolChoice::None,
+            "auto" => ToolChoice::Auto,
+            "required" => ToolChoice::Required,
+            other => {
+                return Err(ApiError::param(
+                    "tool_choice",
+                    format!("must be none, auto, required or {{\"type\": \"function\", \"function\": {{\"name\": …}}}}, got {other:?}"),
+                ))
+            }
+        },
+        Some(v) => match v.pointer("/function/name").and_then(Value::as_str) {
+            Some(name) if v.get("type").and_then(Value::as_str) == Some("function") => {
+                if !tools.iter().any(|t| tool_name(t) == Some(name)) {
+                    return Err(ApiError::param(
+                        "tool_choice",
+                        format!("names function {name:?}, which is not in tools"),
+                    ));
+                }
+                ToolChoice::Named(name.to_string())
+            }
+            _ => {
+                return Err(ApiError::param(
+                    "tool_choice",
+                    format!("must be none, auto, required or {{\"type\": \"function\", \"function\": {{\"name\": …}}}}, got {}", show(v)),
+                ))
+            }
+        },
+    };
+    if tools.is_empty() && matches!(choice, ToolChoice::Required | ToolChoice::Named(_)) {
+        return Err(ApiError::param(
+            "tool_choice",
+            "requires tools, got no tools",
+        ));
+    }
+    Ok(Tools {
+        tools,
+        choice,
+        parallel: f.bool("parallel_tool_calls", true)?,
+    })
+}
+
+/// The function name of a tool.
+pub fn tool_name(t: &Value) -> Option<&str> {
+    t.pointer("/function/name").and_then(Value::as_str)
+}
+
+fn check_tool(i: usize, t: &Value) -> Result<(), ApiError> {
+    let field = format!("tools[{i}]");
+    if t.get("type").and_then(Value::as_str) != Some("function") {
+        return Err(ApiError::param(
+            field,
+            format!(
+                "must be {{\"type\": \"function\", \"function\": …}}, got {}",
+                show(t)
+            ),
+        ));
+    }
+    match tool_name(t) {
+        Some(n) if !n.is_empty() && n.len() <= 64 => {}
+        _ => {
+            return Err(ApiError::param(
+                format!("{field}.function.name"),
+                format!(
+                    "must be a name of 1 to 64 bytes, got {}",
+                    t.pointer("/function/name").map_or("nothing".into(), show)
+                ),
+            ))
+        }
+    }
+    match t.pointer("/function/parameters") {
+        None | Some(Value::Null) | Some(Value::Object(_)) => Ok(()),
+        Some(v) => Err(ApiError::param(
+            format!("{field}.function.parameters"),
+            format!("must be a JSON Schema object, got {}", show(v)),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn run(v: Value) -> Result<Tools, String> {
+        let o = v.as_object().unwrap().clone();
+        parse(&Fields::new(&o)).map_err(|e| e.message)
+    }
+
+    #[test]
+    fn choices_and_errors() {
+        let f = json!({"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}});
+        assert_eq!(run(json!({})).unwrap().choice, ToolChoice::None);
+        let t = run(json!({"tools": [f]})).unwrap();
+        assert_eq!((t.choice.clone(), t.parallel), (ToolChoice::Auto, true));
+        assert_eq!(t.offered().len(), 1);
+        let t = run(json!({"tools": [f], "tool_choice": "none"})).unwrap();
+        assert!(t.offered().is_empty());
+        assert_eq!(
+            run(json!({"tools": [f], "tool_choice": {"type": "function", "function": {"name": "get_weather"}}}))
+                .unwrap()
+                .choice,
+            ToolChoice::Named("get_weather".into())
+        );
+        let cases = [
+            (json!({"tool_choice": "required"}), "tool_choice: requires tools, got no tools"),
+            (json!({"tools": [f], "tool_choice": "maybe"}), "tool_choice: must be none, auto, required or {\"type\": \"function\", \"function\": {\"name\": …}}, got \"maybe\""),
+            (json!({"tools": [f], "tool_choice": {"type": "function", "function": {"name": "x"}}}), "tool_choice: names function \"x\", which is not in tools"),
+            (json!({"tools": [{"type": "code"}]}), "tools[0]: must be {\"type\": \"function\", \"function\": …}, got an object with 1 keys"),
+            (json!({"tools": [{"type": "function", "function": {}}]}), "tools[0].function.name: must be a name of 1 to 64 bytes, got nothing"),
+            (json!({"tools": [{"type": "function", "function": {"name": "f", "parameters": 3}}]}), "tools[0].function.parameters: must be a JSON Schema object, got 3"),
+        ];
+        for (body, msg) in cases {
+            assert_eq!(run(body).unwrap_err(), msg);
+        }
+    }
+}
+
+/// An assistant message's `tool_calls` in the form chat templates expect: OpenAI sends
+/// `function.arguments` as a JSON string, Hugging Face templates read an object (vLLM
+/// converts the same way). Arguments that are not JSON stay a string.
+pub fn message_tool_calls(i: usize, v: Option<&Value>) -> Result<Option<Value>, ApiError> {
+    let Some(v) = v else { return Ok(None) };
+    let Value::Array(calls) = v else {
+        return Err(ApiError::param(
+            format!("messages[{i}].tool_calls"),
+            format!("must be an array of tool calls, got {}", show(v)),
+        ));
+    };
+    let mut out = Vec::with_capacity(calls.len());
+    for (j, c) in calls.iter().enumerate() {
+        let field = format!("messages[{i}].tool_calls[{j}]");
+        let Some(name) = c.pointer("/function/name").and_then(Value::as_str) else {
+            return Err(ApiError::param(
+                format!("{field}.function.name"),
+                format!(
+                    "required, got {}",
+                    c.pointer("/function/name").map_or("nothing".into(), show)
+                ),
+            ));
+        };
+        let args = match c.pointer("/function/arguments") {
+            None | Some(Value::Null) => Value::Object(Default::default()),
+            Some(Value::String(s)) => serde_json::from_str(s).unwrap_or(Value::String(s.clone())),
+            Some(o) => o.clone(),
+        };
+        let mut call =
+            serde_json::json!({"type": "function", "function": {"name": name, "arguments": args}});
+        if let Some(id) = c.get("id") {
+            call["id"] = id.clone();
+        }
+        out.push(call);
+    }
+    Ok(Some(Value::Array(out)))
+}
+
+/// How a request's output is read for tool calls (set when tools are offered).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ToolCalling {
+    pub parser: Parser,
+    /// `parallel_tool_calls`: false keeps the first call only.
+    pub parallel: bool,
+}
+
+/// Puts the offered tools into a chat prompt. A template that reads `tools` gets them as
+/// the `tools` variable (Hugging Face's `apply_chat_template(tools=…)`); for one that does
+/// not, folio describes them in a system message in the Hermes format (as llama.cpp's
+/// generic tool format does) and writes earlier calls into the assistant turns' text.
+pub fn render_into(input: &mut PromptInput, t: &Tools, template: Option<&str>) {
+    let PromptInput::Chat {
+        messages, kwargs, ..
+    } = input
+    else {
+        return;
+    };
+    let offered = t.offered();
+    let src = template.unwrap_or("");
+    if !offered.is_empty() && src.contains("tools") {
+        kwargs.insert("tools".into(), Value::Array(offered.to_vec()));
+    } else if !offered.is_empty() {
+        let list: Vec<String> = offered
+            .iter()
+            .map(|t| t.get("function").unwrap_or(t).to_string())
+            .collect();
+        let text = format!(
+            "You are a function calling AI model. You are provided with function signatures within <tools></tools> XML tags. You may call one or more functions to assist with the user query. Don't make assumptions about what values to plug into functions.\n<tools>\n{}\n</tools>\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{{\"name\": <function-name>, \"arguments\": <args-json-object>}}\n</tool_call>",
+            list.join("\n")
+        );
+        match messages.first_mut() {
+            Some(m) if m.role == "system" => m.content = format!("{}\n\n{text}", m.content),
+            _ => messages.insert(0, folio_tokenizer::ChatMessage::new("system", text)),
+        }
+    }
+    if !src.contains("tool_calls") {
+        for m in messages.iter_mut() {
+            let Some(Value::Array(calls)) = &m.tool_calls else {
+                continue;
+            };
+            for c in calls {
+                let f = c.get("function").unwrap_or(c);
+                m.content
+                    .push_str(&format!("\n<tool_call>\n{f}\n</tool_call>"));
+            }
+            m.content = m.content.trim_start().to_string();
+        }
+    }
+}
+
+/// `call_…`: a fresh tool-call id.
+fn call_id() -> String {
+    let id = crate::openai::new_id(crate::params::Api::Completions);
+    format!("call_{}", id.trim_start_matches("cmpl-"))
+}
+
+fn call_json(index: Option<usize>, c: &ParsedCall) -> Value {
+    let mut v = json!({"id": call_id(), "type": "function", "function": {"name": c.name, "arguments": c.arguments}});
+    if let Some(i) = index {
+        v["index"] = json!(i);
+    }
+    v
+}
+
+fn keep(tc: ToolCalling, mut calls: Vec<ParsedCall>) -> Vec<ParsedCall> {
+    if !tc.parallel {
+        calls.truncate(1);
+    }
+    calls
+}
+
+/// Rewrites a non-streaming chat response: a choice that stopped on its own and whose
+/// text holds tool calls gets `message.tool_calls`, the text before them as `content`
+/// (null when blank) and `finish_reason: "tool_calls"`.
+pub fn rewrite_response(v: &mut Value, tc: ToolCalling) {
+    let Some(choices) = v.get_mut("choices").and_then(Value::as_array_mut) else {
+        return;
+    };
+    for ch in choices {
+        if ch["finish_reason"] != "stop" {
+            continue;
+        }
+        let text = ch["message"]["content"].as_str().unwrap_or("").to_string();
+        let (content, calls) = tool_parse::parse(tc.parser, &text);
+        let calls = keep(tc, calls);
+        if calls.is_empty() {
+            continue;
+        }
+        ch["message"]["content"] = content.map_or(Value::Null, Value::String);
+        ch["message"]["tool_calls"] = calls.iter().map(|c| call_json(None, c)).collect();
+        ch["finish_reason"] = json!("tool_calls");
+    }
+}
+
+/// One streamed choice's text filtered for tool calls: content passes through until a
+/// call starts (text that may still become a call marker is held back); from there the
+/// text is kept, and at the finish it goes out as `tool_calls` deltas (each call whole,
+/// `index` per call, as OpenAI's first delta of a call carries id, type and name) followed
+/// by `finish_reason: "tool_calls"`. Text that does not parse as calls goes out as content.
+#[derive(Clone, Debug)]
+pub struct ToolStream {
+    tc: ToolCalling,
+    /// Text not yet sent that may start a call.
+    pending: String,
+    /// Text from the start of a call on.
+    call: Option<String>,
+    /// Whether content went out (Llama 3 calls start only at the beginning).
+    sent: bool,
+}
+
+impl ToolStream {
+    pub fn new(tc: ToolCalling) -> ToolStream {
+        ToolStream {
+            tc,
+            pending: String::new(),
+            call: None,
+            sent: false,
+        }
+    }
+
+    /// The chunks to send for `chunk` (a chat chunk of one choice).
+    pub fn filter(&mut self, chunk: Value) -> Vec<Value> {
+        let text = chunk["choices"][0]["delta"]["content"]
+            .as_str()
+            .unwrap_or("")
+            .to_string();
+        let finish = chunk["choices"][0]["finish_reason"]
+            .as_str()
+            .map(str::to_string);
+        let mut out = Vec::new();
+        let with_content = |s: &str| {
+            let mut c = chunk.clone();
+            c["choices"][0]["delta"] = json!({"content": s});
+            c["choices"][0]["finish_reason"] = Value::Null;
+            c
+        };
+        let send = self.take_content(&text);
+        if !send.is_empty() || (finish.is_none() && !chunk["choices"][0]["logprobs"].is_null()) {
+            self.sent |= !send.is_empty();
+            out.push(with_content(&send));
+        }
+        let Some(reason) = finish else { return out };
+        let mut fin = chunk.clone();
+        fin["choices"][0]["delta"] = json!({});
+        fin["choices"][0]["logprobs"] = Value::Null;
+        let rest = std::mem::take(&mut self.pending) + &self.call.take().unwrap_or_default();
+        if !rest.is_empty() {
+            let (content, calls) = tool_parse::parse(self.tc.parser, &rest);
+            let calls = if reason == "stop" {
+                keep(self.tc, calls)
+            } else {
+                Vec::new()
+            };
+            if calls.is_empty() {
+                out.push(with_content(&rest));
+            } else {
+                if let Some(c) = content {
+                    out.push(with_content(&c));
+                }
+                let mut d = chunk.clone();
+                d["choices"][0]["delta"] = json!({
+                    "tool_calls": calls.iter().enumerate().map(|(i, c)| call_json(Some(i), c)).collect::<Vec<_>>()
+                });
+                d["choices"][0]["finish_reason"] = Value::Null;
+                d["choices"][0]["logprobs"] = Value::Null;
+                out.push(d);
+                fin["choices"][0]["finish_reason"] = json!("tool_calls");
+            }
+        }
+        out.push(fin);
+        out
+    }
+
+    /// Adds `text` and returns what can go out as content now.
+    fn take_content(&mut self, text: &str) -> String {
+        if let Some(call) = self.call.as_mut() {
+            call.push_str(text);
+            return String::new();
+        }
+        self.pending.push_str(text);
+        let start = self.tc.parser.start(&self.pending, !self.sent);
+        if let Some(i) = start {
+            let before = self.pending[..i].to_string();
+            self.call = Some(self.pending[i..].to_string());
+            self.pending.clear();
+            return before;
+        }
+        // Hold back what could still grow into a marker.
+        let head = self.pending.trim_start();
+        let hold = match self.tc.parser {
+            // The answer's start may still become bare JSON or a fence.
+            _ if !self.sent && (head.is_empty() || "```".starts_with(head)) => self.pending.len(),
+            p => p
+                .markers()
+                .iter()
+                .flat_map(|m| {
+                    (1..m.len())
+                        .filter(|&k| self.pending.ends_with(&m[..k]))
+                        .max()
+                })
+                .max()
+                .unwrap_or(0),
+        };
+        let cut = self.pending.len() - hold;
+        let out = self.pending[..cut].to_string();
+        self.pending.drain(..cut);
+        out
+    }
+}
+
+#[cfg(test)]
+mod stream_tests {
+    use super::*;
+
+    fn chunk(text: &str, finish: Option<&str>) -> Value {
+        json!({"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": text}, "logprobs": null, "finish_reason": finish}]})
+    }
+
+    #[test]
+    fn calls_stream_as_tool_call_deltas() {
+        let tc = ToolCalling {
+            parser: Parser::Hermes,
+            parallel: true,
+        };
+        let mut s = ToolStream::new(tc);
+        let mut out = Vec::new();
+        for t in [
+            "Sure.",
+            " <tool",
+            "_call>{\"name\": \"f\", ",
+            "\"arguments\": {\"a\": 1}}</tool_call>",
+        ] {
+            out.extend(s.filter(chunk(t, None)));
+        }
+        out.extend(s.filter(chunk("", Some("stop"))));
+        let content: String = out
+            .iter()
+            .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+            .collect();
+        assert_eq!(content, "Sure. ");
+        let calls: Vec<&Value> = out
+            .iter()
+            .filter_map(|c| c["choices"][0]["delta"].get("tool_calls"))
+            .collect();
+        assert_eq!(calls.len(), 1);
+        assert_eq!(
+            calls[0][0]["function"],
+            json!({"name": "f", "arguments": "{\"a\":1}"})
+        );
+        assert_eq!(calls[0][0]["index"], 0);
+        assert!(calls[0][0]["id"].as_str().unwrap().starts_with("call_"));
+        assert_eq!(
+            out.last().unwrap()["choices"][0]["finish_reason"],
+            "tool_calls"
+        );
+
+        // A held-back "<" that turns out to be text goes out.
+        let mut s = ToolStream::new(tc);
+        let mut text = String::new();
+        for c in [
+            s.filter(chunk("a <", None)),
+            s.filter(chunk("b", None)),
+            s.filter(chunk("", Some("stop"))),
+        ] {
+            for x in c {
+                text.push_str(x["choices"][0]["delta"]["content"].as_str().unwrap_or(""));
+            }
+        }
+        assert_eq!(text, "a <b");
+
+        let mut v = json!({"choices": [{"index": 0, "message": {"role": "assistant", "content": "<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call><tool_call>{\"name\": \"g\", \"arguments\": {}}</tool_call>"}, "finish_reason": "stop"}]});
+        rewrite_response(
+            &mut v,
+            ToolCalling {
+                parallel: false,
+                ..tc
+            },
+        );
+        assert_eq!(v["choices"][0]["finish_reason"], "tool_calls");
+        assert_eq!(v["choices"][0]["message"]["content"], Value::Null);
+        assert_eq!(
+            v["choices"][0]["message"]["tool_calls"]
+                .as_array()
+                .unwrap()
+                .len(),
+            1
+        );
+    }
+}
