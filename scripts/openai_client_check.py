@@ -79,6 +79,40 @@ def main() -> int:
     assert isinstance(record["population"], int) and 0 <= record["population"] <= 100000000, record
     assert isinstance(record["coastal"], bool), record
 
+    # Tools: tool_choice="required" gives a call whose arguments validate against the
+    # function's parameters; the streamed deltas reassemble into the same call; a follow-up
+    # turn with the tool's result is accepted.
+    tools = [{"type": "function", "function": {
+        "name": "get_weather", "description": "Current weather in a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 40}},
+                       "required": ["city"], "additionalProperties": False}}}]
+    ask = [{"role": "user", "content": "What is the weather in Paris?"}]
+    r = client.chat.completions.create(model=model, messages=ask, tools=tools, tool_choice="required",
+                                       max_tokens=48, temperature=0)
+    choice = r.choices[0]
+    assert choice.finish_reason == "tool_calls", choice
+    call = choice.message.tool_calls[0]
+    args = json.loads(call.function.arguments)
+    assert call.function.name == "get_weather" and set(args) == {"city"} and isinstance(args["city"], str), call
+    print(f"tool call: {call.function.name}({call.function.arguments})")
+    name, arguments = "", ""
+    for chunk in client.chat.completions.create(model=model, messages=ask, tools=tools, tool_choice="required",
+                                                max_tokens=48, temperature=0, stream=True):
+        for c in chunk.choices:
+            for tc in c.delta.tool_calls or []:
+                name += tc.function.name or ""
+                arguments += tc.function.arguments or ""
+    assert (name, arguments) == (call.function.name, call.function.arguments), (name, arguments)
+    follow = client.chat.completions.create(
+        model=model,
+        messages=ask + [
+            {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
+            {"role": "tool", "tool_call_id": call.id, "content": "22 degrees and sunny"},
+        ],
+        tools=tools, max_tokens=24, temperature=0)
+    assert follow.choices[0].finish_reason in ("stop", "length", "tool_calls"), follow
+    print(f"follow-up turn: {follow.choices[0].message.content!r}")
+
     print("openai client check: ok")
     return 0
 
