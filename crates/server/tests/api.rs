@@ -4,15 +4,10 @@ mod common;
 
 use common::{get, metric, post, request, Server};
 use serde_json::{json, Value};
-use std::sync::OnceLock;
 
 /// One server for the whole binary (the engine loads once).
 fn server() -> Option<&'static Server> {
-    static S: OnceLock<Option<Server>> = OnceLock::new();
-    S.get_or_init(|| {
-        common::engine().map(|e| common::start(e, folio_server::ServerOptions::default()))
-    })
-    .as_ref()
+    common::shared()
 }
 
 fn complete(s: &Server, body: Value) -> Value {

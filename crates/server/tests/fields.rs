@@ -5,20 +5,13 @@ mod common;
 
 use common::{post, Server};
 use serde_json::{json, Value};
-use std::sync::OnceLock;
 
 fn server() -> Option<&'static Server> {
-    static S: OnceLock<Option<Server>> = OnceLock::new();
-    S.get_or_init(|| {
-        common::engine().map(|e| common::start(e, folio_server::ServerOptions::default()))
-    })
-    .as_ref()
+    common::shared()
 }
 
 fn ok(s: &Server, path: &str, body: Value) -> Value {
-    let r = post(s.addr, path, &body);
-    assert_eq!(r.status, 200, "{}", r.text());
-    r.json()
+    common::post_ok(s.addr, path, &body)
 }
 
 fn tokens(s: &Server, text: &str) -> Vec<u64> {

@@ -10,11 +10,7 @@ use serde_json::{json, Value};
 use std::sync::{Arc, OnceLock};
 
 fn server() -> Option<&'static Server> {
-    static S: OnceLock<Option<Server>> = OnceLock::new();
-    S.get_or_init(|| {
-        common::engine().map(|e| common::start(e, folio_server::ServerOptions::default()))
-    })
-    .as_ref()
+    common::shared()
 }
 
 fn weather_tool() -> Value {
@@ -25,9 +21,7 @@ fn weather_tool() -> Value {
 }
 
 fn chat(s: &Server, body: Value) -> Value {
-    let r = post(s.addr, "/v1/chat/completions", &body);
-    assert_eq!(r.status, 200, "{}", r.text());
-    r.json()
+    common::post_ok(s.addr, "/v1/chat/completions", &body)
 }
 
 /// Every choice is either a text answer or tool calls with `finish_reason: tool_calls`.

@@ -37,6 +37,21 @@ pub fn engine() -> Option<folio_engine::EngineHandle> {
     )
 }
 
+/// One server on the real model shared by the tests of a test binary (`None`: skipped,
+/// the reason printed).
+pub fn shared() -> Option<&'static Server> {
+    static S: std::sync::OnceLock<Option<Server>> = std::sync::OnceLock::new();
+    S.get_or_init(|| engine().map(|e| start(e, folio_server::ServerOptions::default())))
+        .as_ref()
+}
+
+/// POSTs `body` to `path`, asserts 200 and returns the JSON answer.
+pub fn post_ok(addr: SocketAddr, path: &str, body: &Value) -> Value {
+    let r = post(addr, path, body);
+    assert_eq!(r.status, 200, "{}", r.text());
+    r.json()
+}
+
 /// Starts a server for `engine` on 127.0.0.1:0 on its own runtime thread.
 pub fn start(engine: folio_engine::EngineHandle, opts: folio_server::ServerOptions) -> Server {
     let (addr_tx, addr_rx) = std::sync::mpsc::channel();
