@@ -8,10 +8,12 @@ use common::{get, metric, post, Server};
 use serde_json::{json, Value};
 use std::path::PathBuf;
 
-fn adapters(n: usize) -> Vec<PathBuf> {
+/// `tag` keeps each test's files apart: tests run in parallel threads of one process, and
+/// rewriting a file another test has mapped would fault it.
+fn adapters(n: usize, tag: &str) -> Vec<PathBuf> {
     let f = folio_gguf::GgufFile::open(&folio_fetch::test_model().unwrap()).unwrap();
     let cfg = folio_model::ModelConfig::from_gguf(&f).unwrap();
-    let dir = std::env::temp_dir().join(format!("folio-lora-http-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("folio-lora-http-{tag}-{}", std::process::id()));
     folio_model::lora::write_random_adapters(&cfg, &dir, n, 0.3, 2000).unwrap()
 }
 
@@ -58,7 +60,7 @@ fn content(r: &common::Resp) -> String {
 #[test]
 fn load_use_unload_reload_over_http() {
     let Some(s) = serve() else { return };
-    let files = adapters(2);
+    let files = adapters(2, "reload");
     let base_name = s.engine.info.model_name.clone();
     let base = content(&chat(&s, &base_name, json!({})));
 
@@ -143,7 +145,7 @@ fn load_use_unload_reload_over_http() {
 #[test]
 fn fifty_mixed_adapter_streams_finish_and_leave_slots_idle() {
     let Some(s) = serve() else { return };
-    let files = adapters(3);
+    let files = adapters(3, "fifty");
     for (i, f) in files.iter().enumerate() {
         assert_eq!(load(&s, &format!("a{i}"), f).status, 200);
     }
