@@ -5,6 +5,8 @@
 //! - [`router`] / [`serve`]: the axum routes, graceful shutdown on SIGINT/SIGTERM.
 //! - `transport`: the accept loop (TCP_NODELAY, connection cap, header/idle timeouts).
 //! - `auth`: `--api-key` bearer check and `--allowed-origins` CORS.
+//! - `capacity`: what one request can use (context vs. KV pool): `max_model_len`, prompt
+//!   and `max_tokens` checks.
 //! - `routes`: handlers; `generate`: validate → tokenize → submit n → stream or collect.
 //! - `body` + `fields`: JSON bodies read field by field; errors name field, limit and value.
 //! - `constraint`: structured-output fields (`response_format`, `structured_outputs`,
@@ -26,6 +28,7 @@
 
 mod auth;
 mod body;
+mod capacity;
 mod choice_state;
 mod choices;
 pub mod constraint;
@@ -246,10 +249,23 @@ pub async fn serve_listener(
         .context("listener has no local address")?;
     let info = handle.info.clone();
     let name = info.model_name.clone();
+    let cap = capacity::Capacity::of(&info);
     println!(
-        "folio: serving {name} at http://{addr}/v1 (context {} tokens; KV capacity {} tokens = {} blocks x {} tokens, {}; numerics {})",
-        info.context_length, info.kv_capacity_tokens, info.num_blocks, info.block_size, info.kv_format, info.numerics
+        "folio: serving {name} at http://{addr}/v1 ({}; KV {} blocks x {} tokens, {}; numerics {})",
+        cap.describe(),
+        info.num_blocks,
+        info.block_size,
+        info.kv_format,
+        info.numerics
     );
+    if cap.pool_bound() {
+        tracing::warn!(
+            context = cap.context,
+            kv_capacity_tokens = cap.kv_tokens,
+            "the KV pool is smaller than the context: max_model_len is {} (raise --kv-cache-bytes for the whole context)",
+            cap.max_model_len()
+        );
+    }
     tracing::info!(%addr, model = %name, kv_capacity_tokens = info.kv_capacity_tokens, auth = opts.api_key.is_some(), "listening");
     let grace = opts.shutdown_grace;
     let lim = transport::Limits {

@@ -228,27 +228,6 @@ pub fn tokenize(tok: &Tokenizer, input: &PromptInput, field: &str) -> Result<Vec
     }
 }
 
-/// Checks a tokenized prompt against the context: at least one token, and room for one
-/// generated token.
-pub fn check_len(field: &str, len: usize, ctx: usize) -> Result<(), ApiError> {
-    if len == 0 {
-        return Err(ApiError::param(
-            field,
-            "must contain at least 1 token, got 0",
-        ));
-    }
-    if len >= ctx {
-        return Err(ApiError {
-            code: "context_length_exceeded",
-            ..ApiError::param(
-                field,
-                format!("{len} tokens, but the context length is {ctx} tokens (at most {} prompt tokens fit)", ctx - 1),
-            )
-        });
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -345,20 +324,5 @@ mod tests {
                 msg
             );
         }
-    }
-
-    #[test]
-    fn length_checks() {
-        assert_eq!(
-            check_len("prompt", 0, 10).unwrap_err().message,
-            "prompt: must contain at least 1 token, got 0"
-        );
-        let e = check_len("prompt", 10, 10).unwrap_err();
-        assert_eq!(
-            e.message,
-            "prompt: 10 tokens, but the context length is 10 tokens (at most 9 prompt tokens fit)"
-        );
-        assert_eq!(e.code, "context_length_exceeded");
-        assert!(check_len("prompt", 9, 10).is_ok());
     }
 }

@@ -39,7 +39,7 @@ fn model_card(st: &AppState) -> Value {
         "owned_by": "folio",
         "root": s.model_name,
         "parent": null,
-        "max_model_len": s.engine.info.context_length,
+        "max_model_len": st.capacity().max_model_len(),
         "permission": [],
     })
 }
@@ -107,7 +107,7 @@ pub async fn tokenize(
         tokens.remove(0);
     }
     Ok(Json(
-        json!({"count": tokens.len(), "max_model_len": s.engine.info.context_length, "tokens": tokens}),
+        json!({"count": tokens.len(), "max_model_len": st.capacity().max_model_len(), "tokens": tokens}),
     ))
 }
 

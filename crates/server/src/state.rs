@@ -102,6 +102,11 @@ impl AppState {
         Ok(slots)
     }
 
+    /// What one request can use (context vs. KV pool).
+    pub fn capacity(&self) -> crate::capacity::Capacity {
+        crate::capacity::Capacity::of(&self.0.engine.info)
+    }
+
     pub fn limits(&self) -> Limits {
         let info = &self.0.engine.info;
         Limits {
