@@ -104,6 +104,16 @@ struct ServeArgs {
     /// CORS: comma-separated origins browsers may call the API from, or `*`; off by default.
     #[arg(long, value_delimiter = ',')]
     allowed_origins: Vec<String>,
+    /// DNS-rebinding check: comma-separated Host names accepted besides localhost and IP
+    /// addresses (`.example.com` = it and its subdomains; `*` = any Host). Listening on
+    /// loopback the check is on; on another address only when names are listed.
+    #[arg(long, value_delimiter = ',')]
+    allowed_hosts: Vec<String>,
+    /// Execute POST bodies as JSON whatever their Content-Type; by default a POST without
+    /// `Content-Type: application/json` gets 415 (browsers send text/plain and form
+    /// bodies cross-site without a CORS preflight).
+    #[arg(long)]
+    allow_any_content_type: bool,
     /// Largest request body (suffixes k, m, g); larger bodies get 413. Default 32m.
     #[arg(long)]
     max_request_bytes: Option<String>,
@@ -147,6 +157,8 @@ impl ServeArgs {
         });
         o.api_key_protects_metrics = self.api_key_protects_metrics;
         o.allowed_origins = self.allowed_origins.clone();
+        o.allowed_hosts = self.allowed_hosts.clone();
+        o.allow_any_content_type = self.allow_any_content_type;
         o.tool_call_parser = self.tool_call_parser.clone();
         if let Some(b) = &self.max_request_bytes {
             o.max_body_bytes = engine_args::parse_bytes("--max-request-bytes", b)?;

@@ -5,6 +5,8 @@
 //! - [`router`] / [`serve`]: the axum routes, graceful shutdown on SIGINT/SIGTERM.
 //! - `transport`: the accept loop (TCP_NODELAY, connection cap, header/idle timeouts).
 //! - `auth`: `--api-key` bearer check and `--allowed-origins` CORS.
+//! - `guard`: what another site's page can make a browser send: the Host allow-list
+//!   (DNS rebinding, `--allowed-hosts`) and JSON-only POSTs (415, `--allow-any-content-type`).
 //! - `capacity`: what one request can use (context vs. KV pool): `max_model_len`, prompt
 //!   and `max_tokens` checks.
 //! - `routes`: handlers; `generate`: validate → tokenize → submit n → stream or collect.
@@ -36,6 +38,7 @@ mod echo;
 mod error;
 mod fields;
 mod generate;
+mod guard;
 mod known_fields;
 mod logit_fields;
 mod lora;
@@ -72,6 +75,13 @@ pub struct ServerOptions {
     pub api_key_protects_metrics: bool,
     /// CORS origins allowed (`*` = any); empty = no CORS headers (browsers refuse).
     pub allowed_origins: Vec<String>,
+    /// Host header values allowed besides `localhost` and IP literals (`*` = any). Bound
+    /// to loopback the check is on; bound elsewhere, only when this lists names (see
+    /// `guard`).
+    pub allowed_hosts: Vec<String>,
+    /// Execute POST bodies as JSON whatever their Content-Type (else 415 unless
+    /// `application/json`; see `guard`).
+    pub allow_any_content_type: bool,
     /// Largest accepted request body (413 above).
     pub max_body_bytes: usize,
     /// `max_tokens` when a request gives none: the rest of the context, capped at this.
@@ -110,6 +120,8 @@ impl Default for ServerOptions {
             api_key: None,
             api_key_protects_metrics: false,
             allowed_origins: Vec::new(),
+            allowed_hosts: Vec::new(),
+            allow_any_content_type: false,
             max_body_bytes: 32 << 20,
             default_max_tokens: 4096,
             max_n: 8,
@@ -138,6 +150,15 @@ impl ServerOptions {
                     "--tool-call-parser: must be one of hermes, llama3_json, mistral; got {p:?}"
                 );
             }
+        }
+        if let Some(h) = self
+            .allowed_hosts
+            .iter()
+            .find(|h| h.trim().is_empty() || h.contains(['/', ' ', '\t', ',']))
+        {
+            anyhow::bail!(
+                "--allowed-hosts: each entry must be a host name (optionally with :port, or .domain for its subdomains) or *, got {h:?}"
+            );
         }
         if self.api_key.as_deref() == Some("") {
             anyhow::bail!("--api-key: must not be empty");
@@ -181,9 +202,13 @@ const NOT_IMPLEMENTED: [&str; 13] = [
     "/v1/assistants/{*rest}",
 ];
 
-/// All routes, bound to `handle`.
+/// All routes, bound to `handle`, with the Host policy of a server on loopback.
 pub fn router(handle: EngineHandle, opts: ServerOptions) -> Router {
-    app(state::AppState::new(handle, opts))
+    app(state::AppState::new(
+        handle,
+        opts,
+        std::net::Ipv4Addr::LOCALHOST.into(),
+    ))
 }
 
 fn app(state: state::AppState) -> Router {
@@ -204,7 +229,12 @@ fn app(state: state::AppState) -> Router {
     for path in NOT_IMPLEMENTED {
         r = r.route(path, any(routes::not_implemented));
     }
+    // NOTE: a route layer covers only the routes added above it (not the 404 fallback).
     let mut r = r
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            guard::require_json,
+        ))
         .fallback(routes::not_found)
         .method_not_allowed_fallback(routes::method_not_allowed)
         .layer(DefaultBodyLimit::max(opts.max_body_bytes))
@@ -218,7 +248,12 @@ fn app(state: state::AppState) -> Router {
             Err(e) => tracing::error!("{e}: CORS stays off"),
         }
     }
-    r.with_state(state)
+    // Outermost: a request under a foreign Host gets nothing else, not even a preflight.
+    r.layer(axum::middleware::from_fn_with_state(
+        state.clone(),
+        guard::check_host,
+    ))
+    .with_state(state)
 }
 
 /// Binds `addr` and serves until SIGINT or SIGTERM.
@@ -273,7 +308,10 @@ pub async fn serve_listener(
         header_timeout: opts.header_timeout,
         idle_timeout: opts.idle_timeout,
     };
-    let state = state::AppState::new(handle.clone(), opts);
+    let state = state::AppState::new(handle.clone(), opts, addr.ip());
+    if !state.0.hosts.enabled() {
+        tracing::info!(%addr, "Host header check off (--allowed-hosts '*', or not bound to loopback and no names listed)");
+    }
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let server = tokio::spawn(transport::accept_loop(
         listener,

@@ -15,6 +15,8 @@ pub struct AppState(pub Arc<Shared>);
 pub struct Shared {
     pub engine: EngineHandle,
     pub opts: ServerOptions,
+    /// Which Host headers are accepted (from `opts.allowed_hosts` and the bound address).
+    pub hosts: crate::guard::HostPolicy,
     /// The name clients see in `model` fields and /v1/models: the engine's served name.
     pub model_name: String,
     pub metrics: ServerMetrics,
@@ -53,11 +55,14 @@ impl Drop for Slots {
 }
 
 impl AppState {
-    pub fn new(engine: EngineHandle, opts: ServerOptions) -> AppState {
+    /// `bound`: the address the server listens on (it decides the Host policy).
+    pub fn new(engine: EngineHandle, opts: ServerOptions, bound: std::net::IpAddr) -> AppState {
         let model_name = engine.info.model_name.clone();
         let metrics = ServerMetrics::new(engine.info.context_length);
+        let hosts = crate::guard::HostPolicy::new(bound, &opts.allowed_hosts);
         AppState(Arc::new(Shared {
             engine,
+            hosts,
             opts,
             model_name,
             metrics,
