@@ -21,6 +21,14 @@ pub struct Capacity {
 }
 
 impl Capacity {
+    /// Only the context counts (`/tokenize`, which runs nothing).
+    pub fn context_only(context: usize) -> Capacity {
+        Capacity {
+            context,
+            kv_tokens: context,
+        }
+    }
+
     pub fn of(info: &EngineInfo) -> Capacity {
         Capacity {
             context: info.context_length,
@@ -91,6 +99,30 @@ impl Capacity {
             )));
         }
         Ok(())
+    }
+
+    /// Text that must encode to more prompt tokens than fit, refused before it is
+    /// tokenized (tokenizing costs ~90 bytes of memory per byte of text): `min_tokens` is
+    /// `Tokenizer::min_tokens(text)`, a lower bound on its token count.
+    pub fn check_text(
+        &self,
+        field: &str,
+        bytes: usize,
+        min_tokens: usize,
+        max_token_bytes: Option<usize>,
+    ) -> Result<(), ApiError> {
+        let fit = self.max_model_len().saturating_sub(1);
+        if min_tokens <= fit {
+            return Ok(());
+        }
+        Err(too_long(ApiError::param(
+            field,
+            format!(
+                "{bytes} bytes of text, at least {min_tokens} tokens (no token of this model stands for more than {} bytes), but {} (at most {fit} prompt tokens fit)",
+                max_token_bytes.unwrap_or(0),
+                self.limit_phrase(),
+            ),
+        )))
     }
 
     /// The `max_tokens` of a request with `prompt_len` prompt tokens: the requested value
@@ -178,6 +210,21 @@ mod tests {
         );
         assert_eq!(e.param.as_deref(), Some("messages"));
         assert!(POOL.check_prompt("prompt", 719).is_ok());
+    }
+
+    #[test]
+    fn text_that_cannot_fit_is_refused_by_its_lower_bound() {
+        assert!(CTX.check_text("prompt", 600_000, 8191, Some(81)).is_ok());
+        let e = CTX
+            .check_text("prompt", 3_800_000, 46_914, Some(81))
+            .unwrap_err();
+        assert_eq!(e.message, "prompt: 3800000 bytes of text, at least 46914 tokens (no token of this model stands for more than 81 bytes), but the context length is 8192 tokens (at most 8191 prompt tokens fit)");
+        assert_eq!(e.code, "context_length_exceeded");
+        assert!(POOL
+            .check_text("messages", 81 * 720, 720, Some(81))
+            .is_err());
+        assert!(POOL.check_text("messages", 81 * 719, 719, Some(81)).is_ok());
+        assert_eq!(Capacity::context_only(100).max_model_len(), 100);
     }
 
     #[test]

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 pub async fn generate(
     st: AppState,
     api: Api,
-    body: Map<String, Value>,
+    mut body: Map<String, Value>,
     arrival: Instant,
 ) -> Result<Response, ApiError> {
     let s = &st.0;
@@ -32,6 +32,12 @@ pub async fn generate(
     let info = &s.engine.info;
     let cap = st.capacity();
     crate::known_fields::check(&body, api)?;
+    // The prompt leaves the body (moved, not copied: it may be megabytes); no other field
+    // reader looks at it.
+    let prompt_field = body.remove(match api {
+        Api::Completions => "prompt",
+        Api::Chat => "messages",
+    });
     let f = Fields::new(&body);
     // The base model or adapters (a `model` naming one, or a `lora` list).
     let (lora, model_name) = crate::lora::request_adapters(&st, &f)?;
@@ -57,8 +63,8 @@ pub async fn generate(
         crate::constraint::check(&s.engine, c).await?;
     }
     let mut inputs = match api {
-        Api::Completions => prompt::completion_prompts(&f, info.vocab_size)?,
-        Api::Chat => vec![prompt::chat_prompt(&f)?],
+        Api::Chat => vec![prompt::chat_prompt(prompt_field, &f)?],
+        Api::Completions => prompt::completion_prompts(prompt_field, info.vocab_size)?,
     };
     let tool_calling = match &p.tools {
         Some(t) if !t.offered().is_empty() => {
@@ -81,14 +87,18 @@ pub async fn generate(
         }
         None => None,
     };
-    let echo_texts: Vec<Option<String>> = inputs
-        .iter()
-        .map(|i| match i {
-            PromptInput::Text(t) => Some(t.clone()),
-            _ => None,
-        })
-        .collect();
-    let prompts = tokenize_all(&st, api, inputs).await?;
+    let echo_texts: Vec<Option<String>> = if p.echo {
+        inputs
+            .iter()
+            .map(|i| match i {
+                PromptInput::Text(t) => Some(t.clone()),
+                _ => None,
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let prompts = tokenize_all(&st, api, inputs, cap).await?;
     let echo: Vec<EchoPrompt> = if p.echo {
         prompts
             .iter()
@@ -300,19 +310,31 @@ fn field_name(api: Api, i: usize, count: usize) -> String {
     }
 }
 
-/// Tokenizes off the async threads: a 4 MiB prompt takes a while.
+/// Tokenizes off the async threads (a 4 MiB prompt takes a while), one large job per core.
+/// Text that can never fit is refused first, from its length, without a turn or any
+/// tokenizing.
 async fn tokenize_all(
     st: &AppState,
     api: Api,
     inputs: Vec<PromptInput>,
+    cap: crate::capacity::Capacity,
 ) -> Result<Vec<Vec<u32>>, ApiError> {
     let tok = st.0.engine.tokenizer.clone();
+    let count = inputs.len();
+    for (i, input) in inputs.iter().enumerate() {
+        if let PromptInput::Text(t) = input {
+            prompt::check_text(&tok, t, &field_name(api, i, count), &cap)?;
+        }
+    }
+    let turn = st.prompt_permit(prompt::text_bytes(&inputs)).await;
+    // The turn moves into the task: it is held until tokenizing ends, also when the
+    // client goes away meanwhile.
     tokio::task::spawn_blocking(move || {
-        let count = inputs.len();
+        let _turn = turn;
         inputs
             .iter()
             .enumerate()
-            .map(|(i, input)| prompt::tokenize(&tok, input, &field_name(api, i, count)))
+            .map(|(i, input)| prompt::tokenize(&tok, input, &field_name(api, i, count), &cap))
             .collect::<Result<Vec<_>, _>>()
     })
     .await

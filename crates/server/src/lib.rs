@@ -20,7 +20,9 @@
 //!   tool calls out of the text (non-streaming and as stream deltas).
 //! - `tool_parse`: the tool-call formats (Hermes/Qwen, Llama 3 JSON, Mistral).
 //! - `echo`: completions `echo` (the prompt's text and, with `logprobs`, its scores).
-//! - `prompt`: prompt shapes (text, token ids, batches, chat messages) and tokenization.
+//! - `prompt`: prompt shapes (text, token ids, batches, chat messages) and tokenization,
+//!   with text that cannot fit refused from its length first (`state::AppState::prompt_permit`
+//!   bounds how many large bodies are parsed and prompts tokenized at once).
 //! - `choices`: the engine streams of one request merged; dropping it aborts them.
 //! - `choice_state`: one choice's text, logprobs, timing and finish.
 //! - `openai`: response and chunk shapes, usage, logprobs formatting.

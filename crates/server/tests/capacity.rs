@@ -91,6 +91,42 @@ fn a_pool_smaller_than_the_context_is_reported_and_enforced_with_400s() {
             "{msg}"
         );
     }
+    // Text that must be more tokens than fit is refused from its length, unencoded:
+    // for generation against the pool, for /tokenize (which runs nothing) the context.
+    let m = s.engine.tokenizer.max_token_bytes().unwrap();
+    let r = post(
+        s.addr,
+        "/v1/completions",
+        &json!({"prompt": "a".repeat(m * pool + 1), "max_tokens": 1}),
+    );
+    assert_eq!(r.status, 400, "{}", r.text());
+    let msg = r.json()["error"]["message"].as_str().unwrap().to_string();
+    assert!(
+        msg.starts_with(&format!(
+            "prompt: {} bytes of text, at least {} tokens",
+            m * pool + 1,
+            pool + 1
+        )) && msg.contains(&format!("one request can use at most {pool} tokens")),
+        "{msg}"
+    );
+    let t = post(
+        s.addr,
+        "/tokenize",
+        &json!({"prompt": "a".repeat(m * pool + 1)}),
+    );
+    assert_eq!(t.status, 200, "{}", t.text());
+    let r = post(
+        s.addr,
+        "/tokenize",
+        &json!({"prompt": "a".repeat(m * ctx + 1)}),
+    );
+    assert_eq!(r.status, 400, "{}", r.text());
+    let msg = r.json()["error"]["message"].as_str().unwrap().to_string();
+    assert!(
+        msg.contains(&format!("the context length is {ctx} tokens")),
+        "{msg}"
+    );
+
     // What fits still runs.
     let v = common::post_ok(
         s.addr,
