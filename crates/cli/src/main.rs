@@ -255,6 +255,10 @@ enum BenchCmd {
         batch: Vec<usize>,
         #[arg(long, default_value_t = 200)]
         max_tokens: usize,
+        /// Fixed draft lengths run beside the adaptive one, for the "adaptive vs best
+        /// fixed k" row of each workload, proposer and batch (empty: none).
+        #[arg(long, value_delimiter = ',', default_value = "2,4,8")]
+        fixed_k: Vec<usize>,
         #[arg(long)]
         json: bool,
     },
@@ -377,14 +381,17 @@ fn main() -> Result<()> {
                     workload,
                     batch,
                     max_tokens,
+                    fixed_k,
                     json,
                 },
         } => {
-            let rows = bench_spec::run(&engine, &workload, &batch, max_tokens)?;
+            let rows = bench_spec::run(&engine, &workload, &batch, max_tokens, &fixed_k)?;
+            let versus = bench_spec::adaptive_vs_fixed(&rows);
             if json {
-                println!("{}", serde_json::to_string_pretty(&rows)?);
+                let out = serde_json::json!({"rows": rows, "adaptive_vs_best_fixed": versus});
+                println!("{}", serde_json::to_string_pretty(&out)?);
             } else {
-                bench_spec::print(&rows);
+                bench_spec::print(&rows, &versus);
             }
             Ok(())
         }

@@ -284,11 +284,7 @@ pub fn refusal(reason: FinishReason) -> ApiError {
             format!("request rejected: {m}"),
             "overloaded",
         ),
-        FinishReason::Error(m) if m.contains("shutting down") => ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!("server is shutting down: {m}"),
-            "shutting_down",
-        ),
+        FinishReason::ShuttingDown => ApiError::shutting_down(),
         FinishReason::Error(m) => ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,
             format!("generation failed: {m}"),

@@ -434,7 +434,7 @@ impl ServerMetrics {
         one(
             "folio_prompt_tokens_total",
             "counter",
-            "Prompt tokens computed.",
+            "Prompt tokens of admitted requests, prefix-cache hits included (folio_prefix_cache_hits_tokens_total is the cached share).",
             "",
             ld(&m.prompt_tokens) as f64,
         );
