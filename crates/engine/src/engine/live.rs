@@ -96,7 +96,12 @@ impl Engine {
         let method = req.spec.unwrap_or(self.spec.0);
         let spec = (method != SpecMethod::Off).then(|| {
             let fixed = req.spec_tokens.or(self.spec.1);
-            SpecState::new(method, self.spec.2.max(fixed.unwrap_or(0)), fixed, prompt)
+            let mut st = SpecState::new(method, self.spec.2.max(fixed.unwrap_or(0)), fixed, prompt);
+            // Start from what this proposer achieved on earlier requests, not a guess: a
+            // new request then drafts long at once where copying pays, and not at all
+            // where its drafts were being rejected.
+            st.control.acceptance = self.spec_prior[super::output::prior_slot(method)].acceptance;
+            st
         });
         Live {
             tx,

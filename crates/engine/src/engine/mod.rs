@@ -52,6 +52,9 @@ pub(crate) struct Engine {
     shutting_down: bool,
     /// Speculation defaults from the config.
     spec: (SpecMethod, Option<usize>, usize),
+    /// Engine-wide draft acceptance per proposer (n-gram, self-draft), smoothed over every
+    /// verified round of every request; a new request's controller starts from it.
+    spec_prior: [folio_spec::DraftControl; 2],
     /// Layers the self-draft runs through.
     draft_layers: usize,
     /// Measured step time by rows: draft planning, the `max_itl_ms` budget, and (its

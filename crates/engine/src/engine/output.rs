@@ -13,6 +13,14 @@ use folio_core::{FinishReason as CoreFinish, RequestResult, SchedulerOutput};
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Instant;
 
+/// Index of a proposer's engine-wide acceptance estimate in `Engine::spec_prior`.
+pub(super) fn prior_slot(method: SpecMethod) -> usize {
+    match method {
+        SpecMethod::SelfDraft => 1,
+        SpecMethod::Ngram | SpecMethod::Off => 0,
+    }
+}
+
 /// A group's first request whose prompt is computed: its samples fork from this row.
 pub(super) type ForkJob = (RequestId, Vec<f32>, usize);
 
@@ -93,6 +101,8 @@ impl Engine {
                 let accepted = toks.len() - 1;
                 if let Some(sp) = live.spec.as_mut() {
                     sp.control.observe(drafts.len(), accepted);
+                    // The engine-wide estimate new requests of this proposer start from.
+                    self.spec_prior[prior_slot(sp.method)].observe(drafts.len(), accepted);
                 }
                 if let Ok(mut st) = self.metrics.spec.lock() {
                     st.record(drafts.len(), accepted, toks.len(), forward_s);

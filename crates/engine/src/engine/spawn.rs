@@ -188,6 +188,9 @@ pub fn spawn_engine_with_draft(
         epoch: Instant::now(),
         shutting_down: false,
         spec: (cfg.spec, cfg.spec_tokens, cfg.spec_max_tokens),
+        spec_prior: std::array::from_fn(|_| {
+            folio_spec::DraftControl::new(cfg.spec_max_tokens, None)
+        }),
         draft_layers,
         step_curve: StepCurve::new(),
         max_itl_ms: cfg.max_itl_ms,
