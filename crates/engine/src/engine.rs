@@ -139,6 +139,8 @@ pub(crate) struct Engine {
     /// The second KV tier, if configured.
     tier: Option<DiskTier>,
     salt: u64,
+    /// Prefix-cache events for an outside router, if configured.
+    kv_events: Option<crate::kv_events::KvEventTap>,
 }
 
 /// Builds the engine and starts its thread.
@@ -242,7 +244,9 @@ pub fn spawn_engine_with_draft(
             ..KvConfig::default()
         },
     };
-    let sched = Scheduler::new(sched_cfg).map_err(|e| anyhow::anyhow!("scheduler config: {e}"))?;
+    let mut sched =
+        Scheduler::new(sched_cfg).map_err(|e| anyhow::anyhow!("scheduler config: {e}"))?;
+    sched.kv_mut().enable_events(cfg.kv_events.is_some());
     // Scratch blocks past the scheduler's pool hold self-draft K/V beyond a request's blocks
     // (that many per page group).
     let scratch_per_req =
@@ -345,6 +349,10 @@ pub fn spawn_engine_with_draft(
         forks: HashMap::new(),
         tier,
         salt,
+        kv_events: cfg
+            .kv_events
+            .clone()
+            .map(|tx| crate::kv_events::KvEventTap::new(tx, cfg.block_size)),
     };
     std::thread::Builder::new()
         .name("folio-engine".into())
@@ -363,6 +371,10 @@ pub fn spawn_engine_with_draft(
 impl Engine {
     fn run(&mut self, rx: Receiver<Command>) {
         loop {
+            // What the last iteration stored in and evicted from the prefix cache.
+            if let Some(tap) = self.kv_events.as_mut() {
+                tap.flush(self.sched.kv_mut());
+            }
             // Block when idle; otherwise take whatever commands arrived since the last step.
             if !self.sched.has_unfinished() {
                 if self.shutting_down {
@@ -487,6 +499,9 @@ impl Engine {
         let max_tokens = req.max_tokens.min(ctx.saturating_sub(prompt_len)).max(1);
         let prompt = std::mem::take(&mut req.prompt);
         let ns = req.lora.as_ref().map_or(0, |l| l.key());
+        if let Some(tap) = self.kv_events.as_mut() {
+            tap.note(ns, req.lora.as_ref());
+        }
         let mut r = Request::new(id, prompt, max_tokens)
             .with_forks(forks)
             .with_cache_ns(ns)
