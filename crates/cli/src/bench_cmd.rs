@@ -33,7 +33,8 @@ pub struct ServeBenchArgs {
     /// Series name in result files and plots; default: the base URL.
     #[arg(long)]
     pub label: Option<String>,
-    /// random | shared-prefix | multi-turn | retrieval | json (a JSON schema per request,
+    /// random | shared-prefix | shared-prefix-shuffled (each round of prefixes in a fresh
+    /// order, for comparing routers) | multi-turn | retrieval | json (a JSON schema per request,
     /// sent as response_format; correct = the answer parses and validates).
     #[arg(long, default_value = "random")]
     pub workload: String,
@@ -337,9 +338,10 @@ pub fn run_serve(a: ServeBenchArgs) -> Result<()> {
                         .zip(before.into_iter().zip(after))
                         .map(|((url, _), (b, a))| ReplicaDelta::between(url, b, a))
                         .collect();
-                    if report.prefix_cache.is_none() {
-                        report.prefix_cache = folio_bench::replicas::combined(&report.replicas);
-                    }
+                    // NOTE: the replicas' counters replace the base URL's: vllm-router answers
+                    // /metrics from one worker at a time, so through it a run shows some
+                    // replica's counters, not the cluster's.
+                    report.prefix_cache = folio_bench::replicas::combined(&report.replicas);
                 }
                 println!("{}", report.table());
                 if !report.replicas.is_empty() {
