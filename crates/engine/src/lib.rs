@@ -14,7 +14,7 @@
 //! - [`sampler`]: logits → token, per-request seeded RNG, penalties, logprobs helpers.
 //! - [`prompt_scoring`]: logprobs of the prompt's own tokens (`echo` + `logprobs`).
 //! - [`logit_rules`]: `logit_bias`, `min_tokens`, `allowed_token_ids`, `bad_words`.
-//! - `speculate`: drafts after a step (n-gram lookup, self-draft) and their verification.
+//! - `speculate`: a request's speculation state (proposer, draft control, n-gram index).
 //! - [`kv_events`]: prefix-cache events (vLLM's BlockStored / BlockRemoved /
 //!   AllBlocksCleared) drained after each iteration and sent to a publisher.
 //! - [`tier`]: the second KV tier: evicted prefix blocks on local disk, checksummed,
@@ -36,8 +36,8 @@ pub mod step_stats;
 pub mod tier;
 
 pub use api::{
-    EngineHandle, EngineInfo, EngineMetrics, Event, FinishReason, GenerateRequest, RequestId,
-    RequestStream, SubmitError, TokenLogprob, Usage,
+    EngineHandle, EngineInfo, EngineMetrics, Event, FinishReason, GenerateRequest, InvalidKind,
+    RequestId, RequestStream, SubmitError, TokenLogprob, Usage,
 };
 pub use config::{EngineConfig, SpecMethod};
 pub use constraint::{Constraint, Grammars};

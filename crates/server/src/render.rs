@@ -44,11 +44,12 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 /// `/v1/completions/render`: `[GenerateRequest, …]`, one per prompt.
 pub async fn completions(
     State(st): State<AppState>,
-    JsonObject(body): JsonObject,
+    JsonObject(mut body): JsonObject,
 ) -> Result<Json<Value>, ApiError> {
+    let prompt_field = body.remove("prompt");
     let f = Fields::new(&body);
     let (_, model) = crate::lora::request_adapters(&st, &f)?;
-    let inputs = prompt::completion_prompts(&f, st.0.engine.info.vocab_size)?;
+    let inputs = prompt::completion_prompts(prompt_field, st.0.engine.info.vocab_size)?;
     let count = inputs.len();
     let mut out = Vec::with_capacity(count);
     for (i, input) in inputs.into_iter().enumerate() {
@@ -66,11 +67,12 @@ pub async fn completions(
 /// `/v1/chat/completions/render`: one `GenerateRequest`.
 pub async fn chat(
     State(st): State<AppState>,
-    JsonObject(body): JsonObject,
+    JsonObject(mut body): JsonObject,
 ) -> Result<Json<Value>, ApiError> {
+    let messages = body.remove("messages");
     let f = Fields::new(&body);
     let (_, model) = crate::lora::request_adapters(&st, &f)?;
-    let mut input = prompt::chat_prompt(&f)?;
+    let mut input = prompt::chat_prompt(messages, &f)?;
     if f.get("tools").is_some() {
         let tools = crate::tools::parse(&f)?;
         crate::tools::render_into(&mut input, &tools, st.0.engine.tokenizer.chat_template());
@@ -79,10 +81,12 @@ pub async fn chat(
     Ok(Json(generate_request("chatcmpl", &model, ids, &body)))
 }
 
-/// Tokenizes off the async threads (a long prompt takes a while), as `generate` does.
+/// Tokenizes off the async threads (a long prompt takes a while), as `generate` does, and
+/// refuses, as it does, text that cannot fit what the server can run.
 async fn tokenize(st: &AppState, input: PromptInput, field: String) -> Result<Vec<u32>, ApiError> {
     let tok = st.0.engine.tokenizer.clone();
-    tokio::task::spawn_blocking(move || prompt::tokenize(&tok, &input, &field))
+    let cap = st.capacity();
+    tokio::task::spawn_blocking(move || prompt::tokenize(&tok, &input, &field, &cap))
         .await
         .map_err(|e| {
             ApiError::new(
