@@ -11,6 +11,7 @@
 //! - [`record`], [`stats`], [`slo`], [`report`]: per-request latencies measured from the
 //!   scheduled arrival, percentiles, goodput, the table and the JSON result file;
 //! - [`prom`]: reads the server's `/metrics` counters (prefix-cache hits and queries).
+//! - [`replicas`]: behind a router, each replica's requests and prefix-cache hit rate.
 //!
 //! Quality study (`folio bench quality`, chapter 8.4): [`quality`] builds the fixed
 //! retrieval task set, asks each configuration (KV format × attention precision, or a
@@ -30,6 +31,7 @@ pub mod profile;
 pub mod prom;
 pub mod quality;
 pub mod record;
+pub mod replicas;
 pub mod report;
 pub mod runner;
 pub mod slo;

@@ -78,6 +78,9 @@ pub struct RunReport {
     /// `good / duration_s` (chapter 8.6: R_good = Σ Q_i·D_i / T_obs).
     pub goodput_rps: f64,
     pub prefix_cache: Option<PrefixCacheDelta>,
+    /// Per-replica requests and hit rates behind a router (`--replica-metrics`).
+    #[serde(default)]
+    pub replicas: Vec<crate::replicas::ReplicaDelta>,
     /// Prompt tokens the server's usage reported as cached, over all prompt tokens.
     pub usage_cached_fraction: Option<f64>,
     pub monitor: Option<MonitorSummary>,
@@ -150,6 +153,7 @@ impl RunReport {
             good,
             goodput_rps: per_s(good as f64),
             prefix_cache: None,
+            replicas: Vec::new(),
             usage_cached_fraction,
             monitor: None,
             errors,

@@ -7,6 +7,10 @@
 //! - `random`: independent prompts of `input_tokens` (± `range_ratio`) words;
 //! - `shared-prefix`: `num_prefixes` system prompts of `prefix_tokens` words shared by many
 //!   requests (round robin), each followed by a distinct suffix of `input_tokens` words;
+//! - `shared-prefix-shuffled`: the same, but each round of `num_prefixes` requests takes
+//!   the prefixes in a fresh seeded order. For comparing routers: with `shared-prefix` and
+//!   an even number of prefixes, a round-robin router over two replicas sends every prefix
+//!   to the same replica by coincidence, which real traffic never does;
 //! - `multi-turn`: agent-style conversations: a shared tool-definition prefix, a task, then
 //!   rounds that append the model's answer and a tool output to the growing history; turn
 //!   k + 1 is sent when turn k's answer has arrived;
@@ -28,6 +32,7 @@ use serde::{Deserialize, Serialize};
 pub enum WorkloadKind {
     Random,
     SharedPrefix,
+    SharedPrefixShuffled,
     MultiTurn,
     Retrieval,
     Json,
@@ -38,11 +43,12 @@ impl WorkloadKind {
         match s {
             "random" => Ok(Self::Random),
             "shared-prefix" => Ok(Self::SharedPrefix),
+            "shared-prefix-shuffled" => Ok(Self::SharedPrefixShuffled),
             "multi-turn" => Ok(Self::MultiTurn),
             "retrieval" => Ok(Self::Retrieval),
             "json" => Ok(Self::Json),
             other => Err(format!(
-                "--workload {other:?} is unknown (expected random, shared-prefix, multi-turn, retrieval or json)"
+                "--workload {other:?} is unknown (expected random, shared-prefix, shared-prefix-shuffled, multi-turn, retrieval or json)"
             )),
         }
     }
@@ -51,6 +57,7 @@ impl WorkloadKind {
         match self {
             Self::Random => "random",
             Self::SharedPrefix => "shared-prefix",
+            Self::SharedPrefixShuffled => "shared-prefix-shuffled",
             Self::MultiTurn => "multi-turn",
             Self::Retrieval => "retrieval",
             Self::Json => "json",
@@ -397,7 +404,7 @@ pub fn generate(spec: &WorkloadSpec) -> Vec<Conversation> {
                 single(words(inp, &mut rng), out, None)
             })
             .collect(),
-        WorkloadKind::SharedPrefix => {
+        WorkloadKind::SharedPrefix | WorkloadKind::SharedPrefixShuffled => {
             let k = spec.num_prefixes.max(1);
             let prefixes: Vec<String> = (0..k)
                 .map(|i| {
@@ -407,12 +414,16 @@ pub fn generate(spec: &WorkloadSpec) -> Vec<Conversation> {
                     )
                 })
                 .collect();
+            let mut order: Vec<usize> = (0..k).collect();
             (0..n)
                 .map(|i| {
+                    if spec.kind == WorkloadKind::SharedPrefixShuffled && i % k == 0 {
+                        rand::seq::SliceRandom::shuffle(&mut order[..], &mut rng);
+                    }
                     let inp = around(spec.input_tokens, spec.range_ratio, &mut rng);
                     let text = format!(
                         "{}User:{}\nAssistant:",
-                        prefixes[i % k],
+                        prefixes[order[i % k]],
                         words(inp, &mut rng)
                     );
                     single(text, spec.output_tokens, None)

@@ -303,3 +303,45 @@ fn json_workload_grades_by_schema_validation() {
     assert!(distinct.len() > 6, "schemas vary by request");
     assert_eq!(WorkloadKind::parse("json"), Ok(WorkloadKind::Json));
 }
+
+#[test]
+fn shuffled_shared_prefixes_use_each_prefix_once_per_round_in_a_fresh_order() {
+    let k = 8;
+    let s = workload::generate(&WorkloadSpec {
+        num_prefixes: k,
+        ..spec(WorkloadKind::SharedPrefixShuffled, 64)
+    });
+    let prefix = |i: usize| {
+        s[i].turns[0]
+            .append
+            .split("User:")
+            .next()
+            .unwrap()
+            .to_string()
+    };
+    let mut distinct: Vec<String> = (0..k).map(prefix).collect();
+    distinct.sort();
+    distinct.dedup();
+    assert_eq!(distinct.len(), k, "each round uses every prefix once");
+    let index = |i: usize| distinct.binary_search(&prefix(i)).unwrap();
+    let mut orders: Vec<Vec<usize>> = (0..8)
+        .map(|r| (0..k).map(|j| index(r * k + j)).collect())
+        .collect();
+    for o in &orders {
+        let mut sorted = o.clone();
+        sorted.sort();
+        assert_eq!(sorted, (0..k).collect::<Vec<_>>(), "a permutation: {o:?}");
+    }
+    // A round-robin router over two replicas: the replica of request i is i % 2. With the
+    // cyclic order every prefix would always meet the same replica; shuffled, most meet both.
+    let both = (0..k)
+        .filter(|&p| {
+            let reps: std::collections::HashSet<usize> =
+                (0..64).filter(|&i| index(i) == p).map(|i| i % 2).collect();
+            reps.len() == 2
+        })
+        .count();
+    assert!(both >= k / 2, "{both} of {k} prefixes met both replicas");
+    orders.dedup();
+    assert!(orders.len() > 1, "the order changes between rounds");
+}

@@ -4,6 +4,7 @@
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use folio_bench::client::BaseUrl;
+use folio_bench::replicas::{ReplicaCounters, ReplicaDelta};
 use folio_bench::report::{ResultFile, RunReport, RunSetup};
 use folio_bench::runner::{self, RunConfig};
 use folio_bench::workload::{self, WorkloadKind, WorkloadSpec};
@@ -32,7 +33,8 @@ pub struct ServeBenchArgs {
     /// Series name in result files and plots; default: the base URL.
     #[arg(long)]
     pub label: Option<String>,
-    /// random | shared-prefix | multi-turn | retrieval | json (a JSON schema per request,
+    /// random | shared-prefix | shared-prefix-shuffled (each round of prefixes in a fresh
+    /// order, for comparing routers) | multi-turn | retrieval | json (a JSON schema per request,
     /// sent as response_format; correct = the answer parses and validates).
     #[arg(long, default_value = "random")]
     pub workload: String,
@@ -105,6 +107,11 @@ pub struct ServeBenchArgs {
     /// Probe /health and /metrics every this many ms during the run.
     #[arg(long)]
     pub monitor_ms: Option<u64>,
+    /// Behind a router: the replicas' roots, comma-separated (http://127.0.0.1:8001,…).
+    /// Their /metrics are read before and after each run for the requests each served
+    /// and its prefix-cache hit rate (the run's hit rate is then theirs combined).
+    #[arg(long, value_delimiter = ',')]
+    pub replica_metrics: Vec<String>,
     #[arg(long)]
     pub no_progress: bool,
 }
@@ -255,6 +262,15 @@ pub fn run_serve(a: ServeBenchArgs) -> Result<()> {
         .enable_all()
         .build()
         .context("starting the tokio runtime")?;
+    let replicas: Vec<(String, BaseUrl)> = a
+        .replica_metrics
+        .iter()
+        .map(|u| {
+            BaseUrl::parse(u)
+                .map(|b| (u.clone(), b))
+                .with_context(|| format!("--replica-metrics {u:?}"))
+        })
+        .collect::<Result<_>>()?;
     rt.block_on(async move {
         let model = match &a.model {
             Some(m) => m.clone(),
@@ -313,8 +329,24 @@ pub fn run_serve(a: ServeBenchArgs) -> Result<()> {
                     output_tokens: a.output_tokens,
                     seed,
                 };
-                let report = runner::run(&cfg, setup, workload::generate(&spec)).await?;
+                let before = read_replicas(&replicas).await?;
+                let mut report = runner::run(&cfg, setup, workload::generate(&spec)).await?;
+                if !replicas.is_empty() {
+                    let after = read_replicas(&replicas).await?;
+                    report.replicas = replicas
+                        .iter()
+                        .zip(before.into_iter().zip(after))
+                        .map(|((url, _), (b, a))| ReplicaDelta::between(url, b, a))
+                        .collect();
+                    // NOTE: the replicas' counters replace the base URL's: vllm-router answers
+                    // /metrics from one worker at a time, so through it a run shows some
+                    // replica's counters, not the cluster's.
+                    report.prefix_cache = folio_bench::replicas::combined(&report.replicas);
+                }
                 println!("{}", report.table());
+                if !report.replicas.is_empty() {
+                    println!("{}", folio_bench::replicas::table(&report.replicas));
+                }
                 runs.push(report);
             }
         }
@@ -334,6 +366,19 @@ pub fn run_serve(a: ServeBenchArgs) -> Result<()> {
         }
         Ok(())
     })
+}
+
+/// Every replica's counters, or the first one that cannot be read.
+async fn read_replicas(replicas: &[(String, BaseUrl)]) -> Result<Vec<ReplicaCounters>> {
+    let mut out = Vec::with_capacity(replicas.len());
+    for (url, base) in replicas {
+        out.push(
+            folio_bench::replicas::read(url, base)
+                .await
+                .map_err(|e| anyhow::anyhow!("--replica-metrics: {e}"))?,
+        );
+    }
+    Ok(out)
 }
 
 /// `folio bench plot`.

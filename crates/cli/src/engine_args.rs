@@ -273,6 +273,8 @@ impl EngineArgs {
             lora: self.lora.clone(),
             max_loras: self.max_loras,
             max_lora_rank: self.max_lora_rank,
+            // `folio serve --kv-events-endpoint` sets it.
+            kv_events: None,
         })
     }
 

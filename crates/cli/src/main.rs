@@ -8,6 +8,7 @@ mod bench_quality;
 mod bench_spec;
 mod engine_args;
 mod generate;
+mod kv_events_args;
 mod plan_cmd;
 mod serve;
 
@@ -41,6 +42,8 @@ enum Cmd {
         port: u16,
         #[command(flatten)]
         server: ServeArgs,
+        #[command(flatten)]
+        kv_events: kv_events_args::KvEventArgs,
     },
     /// Generate text for one prompt, streamed to stdout; figures go to stderr.
     Generate {
@@ -279,12 +282,18 @@ fn main() -> Result<()> {
             host,
             port,
             server,
+            kv_events,
         } => {
             let opts = server.options()?;
             let mut cfg = engine.config()?;
             cfg.served_name = server.served_model_name.clone();
+            let events = kv_events.config()?.map(|c| {
+                let (tx, rx) = folio_engine::kv_event_channel();
+                cfg.kv_events = Some(tx);
+                (c, rx)
+            });
             let h = engine_args::start_with(&engine, cfg)?;
-            serve::run(h, &host, port, opts)
+            serve::run(h, &host, port, opts, events)
         }
         Cmd::Generate {
             engine,

@@ -14,6 +14,8 @@
 //!   - `hash`: chained, salted block hashes (stable across runs for the disk tier).
 //!   - `prefix_cache`: exact-prefix reuse across requests, leaf-first eviction candidates.
 //!   - `eviction`: `ValuePerByte` (expected saving `V_h = p_h(T_r − T_f) − T_m`) and `Lru`.
+//!   - `events`: prefix-cache changes (stored / removed / all cleared) recorded for an
+//!     outside router when enabled, drained by the engine each step.
 //!   - `manager`: the only writer of refs, tables and cache; fork, copy-on-write, deferred
 //!     release through step holds, spill/restore hooks.
 //! - [`sched`]: vLLM-v1-style scheduling with no prefill/decode phases.

@@ -85,6 +85,9 @@ pub struct EngineConfig {
     pub max_loras: usize,
     /// Largest adapter rank accepted (`--max-lora-rank`).
     pub max_lora_rank: usize,
+    /// Where to send prefix-cache events (`--kv-events-endpoint`); `None`: none are
+    /// recorded (see [`crate::kv_events`]).
+    pub kv_events: Option<crate::kv_events::KvEventSender>,
 }
 
 impl Default for EngineConfig {
@@ -115,6 +118,7 @@ impl Default for EngineConfig {
             spec_draft_layers: 0,
             kv_disk_dir: None,
             kv_disk_bytes: 4 << 30,
+            kv_events: None,
         }
     }
 }

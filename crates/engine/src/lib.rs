@@ -15,6 +15,8 @@
 //! - [`prompt_scoring`]: logprobs of the prompt's own tokens (`echo` + `logprobs`).
 //! - [`logit_rules`]: `logit_bias`, `min_tokens`, `allowed_token_ids`, `bad_words`.
 //! - `speculate`: a request's speculation state (proposer, draft control, n-gram index).
+//! - [`kv_events`]: prefix-cache events (vLLM's BlockStored / BlockRemoved /
+//!   AllBlocksCleared) drained after each iteration and sent to a publisher.
 //! - [`tier`]: the second KV tier: evicted prefix blocks on local disk, checksummed,
 //!   bounded, reloaded after a restart.
 //! - [`step_stats`]: the per-iteration step log (tokens by kind, bytes, FLOPs, wall time).
@@ -24,6 +26,7 @@ pub mod config;
 pub mod constraint;
 pub mod engine;
 pub mod gbnf;
+pub mod kv_events;
 pub mod logit_rules;
 pub mod lora;
 pub mod prompt_scoring;
@@ -41,6 +44,7 @@ pub use constraint::{Constraint, Grammars};
 pub use engine::{spawn_engine, spawn_engine_with_draft};
 pub use folio_model::LoraSet;
 pub use gbnf::gbnf_to_lark;
+pub use kv_events::{kv_event_channel, KvCacheEvent, KvEventBatch, KvEventSender};
 pub use logit_rules::LogitRules;
 pub use lora::{LoraError, LoraInfo, LoraReader, LoraRegistry};
 pub use sampler::{Sampler, SamplingParams};

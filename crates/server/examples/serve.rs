@@ -24,5 +24,5 @@ fn main() -> anyhow::Result<()> {
     let tok = Arc::new(folio_tokenizer::Tokenizer::from_gguf(&f)?);
     let handle =
         folio_engine::spawn_engine(model, tok, &path, folio_engine::EngineConfig::default())?;
-    serve::run(handle, "127.0.0.1", port, Default::default())
+    serve::run(handle, "127.0.0.1", port, Default::default(), None)
 }

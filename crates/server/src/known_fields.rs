@@ -98,12 +98,28 @@ pub const NEUTRAL: &[(&str, &str)] = &[
     ("truncate_prompt_tokens", "null"),
     ("add_special_tokens", "true for completions, false for chat"),
     ("echo", "false (chat)"),
+    // vllm-router re-encodes every chat request it forwards with its own defaults for
+    // these (SGLang's and vLLM's names); at those values they change nothing here.
+    ("no_stop_trim", "false"),
+    ("continue_final_message", "false"),
+    ("return_hidden_states", "false"),
+    ("separate_reasoning", "true"),
+    ("stream_reasoning", "true"),
+    ("include_reasoning", "true"),
 ];
 
 fn neutral(api: Api, name: &str, v: &Value) -> bool {
     match name {
-        "use_beam_search" | "include_stop_str_in_output" => v == &Value::Bool(false),
-        "skip_special_tokens" | "spaces_between_special_tokens" => v == &Value::Bool(true),
+        "use_beam_search"
+        | "include_stop_str_in_output"
+        | "no_stop_trim"
+        | "continue_final_message"
+        | "return_hidden_states" => v == &Value::Bool(false),
+        "skip_special_tokens"
+        | "spaces_between_special_tokens"
+        | "separate_reasoning"
+        | "stream_reasoning"
+        | "include_reasoning" => v == &Value::Bool(true),
         "length_penalty" => v.as_f64() == Some(1.0),
         "add_special_tokens" => v == &Value::Bool(api == Api::Completions),
         "echo" => api == Api::Chat && v == &Value::Bool(false),
@@ -184,5 +200,27 @@ mod tests {
             Api::Chat,
         )
         .unwrap();
+    }
+
+    #[test]
+    fn a_chat_request_as_vllm_router_forwards_it_passes() {
+        // vllm-router 0.1.17 re-encodes chat requests with these defaults (any policy).
+        run(
+            json!({"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": false,
+                   "max_tokens": 2, "logprobs": false, "no_stop_trim": false, "ignore_eos": false,
+                   "continue_final_message": false, "skip_special_tokens": true,
+                   "separate_reasoning": true, "stream_reasoning": true,
+                   "return_hidden_states": false, "include_reasoning": true}),
+            Api::Chat,
+        )
+        .unwrap();
+        assert_eq!(
+            run(
+                json!({"messages": [], "continue_final_message": true}),
+                Api::Chat
+            )
+            .unwrap_err(),
+            "continue_final_message: not supported by folio except as false, got true"
+        );
     }
 }

@@ -28,6 +28,10 @@
 //! - `openai`: response and chunk shapes, usage, logprobs formatting.
 //! - `sse`: the streaming task and its framing.
 //! - `metrics`: /metrics text with folio's and vLLM's names.
+//! - `render`: vLLM's renderer routes (`/v1/completions/render`, `/v1/chat/completions/
+//!   render`): a prompt's token ids, which `vllm-router --policy kv_aware` scores.
+//! - [`kv_events`] + `kv_wire`: the ZMQ PUB socket of `--kv-events-endpoint` and vLLM's
+//!   msgpack `KVEventBatch` it sends.
 //! - [`ApiError`]: the one error type, rendered as OpenAI's error JSON.
 
 mod auth;
@@ -43,12 +47,15 @@ mod generate;
 mod guard;
 mod histogram;
 mod known_fields;
+pub mod kv_events;
+mod kv_wire;
 mod logit_fields;
 mod lora;
 pub mod metrics;
 mod openai;
 pub mod params;
 mod prompt;
+mod render;
 mod routes;
 mod sse;
 mod state;
@@ -219,6 +226,8 @@ fn app(state: state::AppState) -> Router {
     let mut r = Router::new()
         .route("/v1/completions", post(routes::completions))
         .route("/v1/chat/completions", post(routes::chat))
+        .route("/v1/completions/render", post(render::completions))
+        .route("/v1/chat/completions/render", post(render::chat))
         .route("/v1/models", get(routes::models))
         // `{*id}`: served names are often `org/name`.
         .route("/v1/models/{*id}", get(routes::model))

@@ -19,6 +19,7 @@ use std::collections::HashMap;
 use super::block_pool::BlockPool;
 use super::block_table::BlockTable;
 use super::error::KvError;
+use super::events::EventLog;
 use super::eviction::EvictionPolicy;
 use super::hash::BlockHash;
 use super::prefix_cache::PrefixCache;
@@ -165,6 +166,8 @@ pub struct KvManager {
     /// Holds on copy-on-write sources not yet attached to a step.
     pub(super) pending_holds: Vec<u32>,
     pub(super) counters: Counters,
+    /// Prefix-cache changes for an outside router (off unless `enable_events`).
+    pub(super) events: EventLog,
 }
 
 impl KvManager {
@@ -206,6 +209,7 @@ impl KvManager {
             evicted: Vec::new(),
             pending_holds: Vec::new(),
             counters: Counters::default(),
+            events: EventLog::default(),
         })
     }
 
@@ -409,6 +413,7 @@ impl KvManager {
             match self.cache.insert(parent, block, chunk, i, false, seq.ns) {
                 Some(hash) => {
                     seq.committed += 1;
+                    self.events.stored(parent, hash, chunk, seq.ns);
                     // NOTE: a just-committed block is referenced by this table. Its window
                     // pages are cached with it unless already released (then no hit can
                     // end within the window that needed them).
@@ -519,6 +524,7 @@ impl KvManager {
         self.cache
             .insert(parent, block, tokens, depth, true, ns)
             .expect("checked: new hash, parent cached");
+        self.events.stored(parent, hash, tokens, ns);
         self.counters.restores += 1;
         if self.pool.dec_table(block) {
             self.on_unreferenced(block);
@@ -602,6 +608,7 @@ impl KvManager {
         }
         let e = self.cache.remove(h);
         self.counters.evictions += 1;
+        self.events.removed(e.hash);
         self.evicted.push(EvictedBlock {
             hash: e.hash,
             parent: e.parent,

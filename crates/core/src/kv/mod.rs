@@ -3,6 +3,7 @@
 pub mod block_pool;
 pub mod block_table;
 pub mod error;
+pub mod events;
 pub mod eviction;
 pub mod hash;
 mod invariants;
@@ -16,6 +17,7 @@ mod window_pages;
 pub use block_pool::{BlockPool, BlockRefs};
 pub use block_table::BlockTable;
 pub use error::KvError;
+pub use events::KvEvent;
 pub use eviction::EvictionPolicy;
 pub use hash::{block_hash, chain_hashes, chain_salt, fnv1a, BlockHash};
 pub use manager::{CopyOp, EvictedBlock, KvConfig, KvManager, PrefixMatch, StepId};

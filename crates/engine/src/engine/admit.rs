@@ -45,6 +45,9 @@ impl Engine {
         let max_tokens = req.max_tokens.min(ctx.saturating_sub(prompt_len)).max(1);
         let prompt = std::mem::take(&mut req.prompt);
         let ns = req.lora.as_ref().map_or(0, |l| l.key());
+        if let Some(tap) = self.kv_events.as_mut() {
+            tap.note(ns, req.lora.as_ref());
+        }
         let mut r = Request::new(id, prompt, max_tokens)
             .with_forks(forks)
             .with_cache_ns(ns)

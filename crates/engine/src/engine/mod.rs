@@ -69,11 +69,17 @@ pub(crate) struct Engine {
     /// computed (OpenAI `n`): they share its KV blocks instead of recomputing the prompt.
     forks: HashMap<RequestId, Vec<PendingChild>>,
     salt: u64,
+    /// Prefix-cache events for an outside router, if configured.
+    kv_events: Option<crate::kv_events::KvEventTap>,
 }
 
 impl Engine {
     fn run(&mut self, rx: Receiver<Command>) {
         loop {
+            // What the last iteration stored in and evicted from the prefix cache.
+            if let Some(tap) = self.kv_events.as_mut() {
+                tap.flush(self.sched.kv_mut());
+            }
             // Block when idle; otherwise take whatever commands arrived since the last step.
             if !self.sched.has_unfinished() {
                 if self.shutting_down {

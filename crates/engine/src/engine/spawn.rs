@@ -107,7 +107,9 @@ pub fn spawn_engine_with_draft(
             ..KvConfig::default()
         },
     };
-    let sched = Scheduler::new(sched_cfg).map_err(|e| anyhow::anyhow!("scheduler config: {e}"))?;
+    let mut sched =
+        Scheduler::new(sched_cfg).map_err(|e| anyhow::anyhow!("scheduler config: {e}"))?;
+    sched.kv_mut().enable_events(cfg.kv_events.is_some());
     let kv = model.new_kv_cache_with(layout, cfg.block_size, num_blocks, cfg.kv_format);
     let draft = draft.map(|d| {
         let kv = d.new_kv_cache(cfg.block_size, kv.num_blocks, cfg.kv_format);
@@ -198,6 +200,10 @@ pub fn spawn_engine_with_draft(
         draft_cost_s: None,
         forks: HashMap::new(),
         salt,
+        kv_events: cfg
+            .kv_events
+            .clone()
+            .map(|tx| crate::kv_events::KvEventTap::new(tx, cfg.block_size)),
     };
     std::thread::Builder::new()
         .name("folio-engine".into())
