@@ -128,6 +128,11 @@ struct ServeArgs {
     /// llama3_json, mistral (`[TOOL_CALLS]`); default: from the chat template.
     #[arg(long)]
     tool_call_parser: Option<String>,
+    /// Thinking models: `<think>…</think>` text goes to `reasoning_content` (chat) and a
+    /// `reasoning` item (/v1/responses), the rest stays content: deepseek_r1 (the output
+    /// starts inside the thought) or qwen3 (a `<think>` opens it); default: off.
+    #[arg(long)]
+    reasoning_parser: Option<String>,
 }
 
 impl ServeArgs {
@@ -148,6 +153,7 @@ impl ServeArgs {
         o.api_key_protects_metrics = self.api_key_protects_metrics;
         o.allowed_origins = self.allowed_origins.clone();
         o.tool_call_parser = self.tool_call_parser.clone();
+        o.reasoning_parser = self.reasoning_parser.clone();
         if let Some(b) = &self.max_request_bytes {
             o.max_body_bytes = engine_args::parse_bytes("--max-request-bytes", b)?;
         }

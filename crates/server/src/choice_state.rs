@@ -187,6 +187,7 @@ mod tests {
             arrival: Instant::now(),
             echo: Vec::new(),
             tools: None,
+            reasoning: None,
         }
     }
 

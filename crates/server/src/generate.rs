@@ -170,6 +170,10 @@ pub async fn generate(
         arrival,
         echo,
         tools: tool_calling,
+        reasoning: match api {
+            Api::Chat => s.opts.reasoning(),
+            Api::Completions => None,
+        },
     };
     let mut choices = Choices::new(streams, Some(s.engine.clone())).counting_aborts(st.clone());
     let deadline = s.opts.request_timeout.map(|t| arrival + t);
@@ -355,6 +359,9 @@ async fn collect(req: Running) -> Result<Response, ApiError> {
         })
         .collect();
     let mut v = job.response(out, usage);
+    if let Some(p) = job.reasoning {
+        crate::reasoning::split_response(&mut v, p);
+    }
     if let Some(tc) = job.tools {
         crate::tools::rewrite_response(&mut v, tc);
     }

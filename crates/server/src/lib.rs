@@ -17,6 +17,8 @@
 //! - `tool_parse`: the tool-call formats (Hermes/Qwen, Llama 3 JSON, Mistral).
 //! - `echo`: completions `echo` (the prompt's text and, with `logprobs`, its scores).
 //! - `prompt`: prompt shapes (text, token ids, batches, chat messages) and tokenization.
+//! - `reasoning`: `--reasoning-parser`, `<think>…</think>` text → `reasoning_content`.
+//! - `chunk_filter`: a streamed chat chunk's way out: reasoning split, then tool calls.
 //! - `choices`: the engine streams of one request merged; dropping it aborts them.
 //! - `choice_state`: one choice's text, logprobs, timing and finish.
 //! - `openai`: response and chunk shapes, usage, logprobs formatting.
@@ -28,6 +30,7 @@ mod auth;
 mod body;
 mod choice_state;
 mod choices;
+mod chunk_filter;
 pub mod constraint;
 mod echo;
 mod error;
@@ -40,6 +43,7 @@ pub mod metrics;
 mod openai;
 pub mod params;
 mod prompt;
+pub mod reasoning;
 mod routes;
 mod sse;
 mod state;
@@ -99,6 +103,10 @@ pub struct ServerOptions {
     /// How tool calls are read from the model's text (`hermes`, `llama3_json`, `mistral`);
     /// `None`: chosen from the chat template.
     pub tool_call_parser: Option<String>,
+    /// `--reasoning-parser` (`deepseek_r1`, `qwen3`): chat answers and `/v1/responses`
+    /// give the model's `<think>…</think>` text as reasoning, apart from the content.
+    /// `None`: off, the tags stay in the content.
+    pub reasoning_parser: Option<String>,
 }
 
 impl Default for ServerOptions {
@@ -119,11 +127,19 @@ impl Default for ServerOptions {
             header_timeout: Duration::from_secs(30),
             idle_timeout: Duration::from_secs(60),
             tool_call_parser: None,
+            reasoning_parser: None,
         }
     }
 }
 
 impl ServerOptions {
+    /// The reasoning split, if `--reasoning-parser` names one (checked by `check`).
+    pub(crate) fn reasoning(&self) -> Option<reasoning::Parser> {
+        self.reasoning_parser
+            .as_deref()
+            .and_then(reasoning::Parser::from_name)
+    }
+
     /// Rejects settings the server cannot run with.
     pub fn check(&self) -> anyhow::Result<()> {
         if !self.allowed_origins.is_empty() {
@@ -133,6 +149,14 @@ impl ServerOptions {
             if tool_parse::Parser::from_name(p).is_none() {
                 anyhow::bail!(
                     "--tool-call-parser: must be one of hermes, llama3_json, mistral; got {p:?}"
+                );
+            }
+        }
+        if let Some(p) = &self.reasoning_parser {
+            if reasoning::Parser::from_name(p).is_none() {
+                anyhow::bail!(
+                    "--reasoning-parser: must be one of {}; got {p:?}",
+                    reasoning::NAMES
                 );
             }
         }

@@ -30,6 +30,8 @@ pub struct Job {
     pub echo: Vec<crate::echo::EchoPrompt>,
     /// Chat with tools offered: how calls are read from the text.
     pub tools: Option<crate::tools::ToolCalling>,
+    /// Chat with `--reasoning-parser`: `<think>` text goes to `reasoning_content`.
+    pub reasoning: Option<crate::reasoning::Parser>,
 }
 
 /// A fresh random request id with the endpoint's prefix.
@@ -224,6 +226,7 @@ mod tests {
             arrival: Instant::now(),
             echo: Vec::new(),
             tools: None,
+            reasoning: None,
         }
     }
 
