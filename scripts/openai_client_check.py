@@ -3,7 +3,8 @@
 
 Streams a chat completion with stream_options.include_usage and asserts that content and a
 final usage chunk arrive; also runs a non-streaming completion, and a chat completion with
-response_format json_schema whose content must parse and follow the schema.
+response_format json_schema whose content must parse and follow the schema; tool calls;
+the Responses API (create, stream, history, a refused field).
 
 Usage: openai_client_check.py [BASE_URL]   (default: $FOLIO_BASE_URL or http://127.0.0.1:8000/v1)
 """
@@ -11,7 +12,7 @@ import json
 import os
 import sys
 
-from openai import OpenAI
+from openai import BadRequestError, OpenAI
 
 
 def main() -> int:
@@ -112,6 +113,38 @@ def main() -> int:
         tools=tools, max_tokens=24, temperature=0)
     assert follow.choices[0].finish_reason in ("stop", "length", "tool_calls"), follow
     print(f"follow-up turn: {follow.choices[0].message.content!r}")
+
+    # Responses API: a non-streaming response, then the same request streamed through
+    # the SDK's event accumulator (responses.stream) and as raw events (stream=True).
+    ask = dict(model=model, instructions="Answer briefly.", input="Name three colours.",
+               max_output_tokens=400, temperature=0)
+    resp = client.responses.create(**ask)
+    print(f"responses: status={resp.status} output_text={resp.output_text!r} usage={resp.usage}")
+    assert resp.object == "response" and resp.status == "completed", resp
+    assert resp.output_text, "no output text"
+    assert resp.usage.total_tokens == resp.usage.input_tokens + resp.usage.output_tokens, resp.usage
+    with client.responses.stream(**ask) as stream:
+        deltas = [e.delta for e in stream if e.type == "response.output_text.delta"]
+        final = stream.get_final_response()
+    assert "".join(deltas) == final.output_text == resp.output_text, (deltas, final.output_text)
+    kinds, seqs = [], []
+    for event in client.responses.create(**ask, stream=True):
+        kinds.append(event.type)
+        seqs.append(event.sequence_number)
+    assert kinds[0] == "response.created" and kinds[-1] == "response.completed", kinds
+    assert seqs == list(range(len(seqs))), seqs
+    print(f"responses stream: {len(deltas)} deltas, events {sorted(set(kinds))}")
+    history = client.responses.create(model=model, max_output_tokens=16, temperature=0, input=[
+        {"role": "user", "content": "Name three colours."},
+        {"role": "assistant", "content": [{"type": "output_text", "text": resp.output_text}]},
+        {"role": "user", "content": [{"type": "input_text", "text": "And one more?"}]},
+    ])
+    assert history.status in ("completed", "incomplete") and history.output_text, history
+    try:
+        client.responses.create(model=model, input="x", previous_response_id="resp_0")
+        raise AssertionError("previous_response_id must be refused")
+    except BadRequestError as e:
+        assert e.body["param"] == "previous_response_id", e.body
 
     print("openai client check: ok")
     return 0

@@ -24,6 +24,31 @@ pub async fn generate(
     body: Map<String, Value>,
     arrival: Instant,
 ) -> Result<Response, ApiError> {
+    let started = start(st, api, body, arrival).await?;
+    if started.req.job.stream {
+        Ok(sse::respond(started.req, started.queued))
+    } else {
+        drop(started.queued);
+        collect(started.req).await
+    }
+}
+
+/// A request the engine took: who answers it, and (a stream not yet admitted) its queue
+/// places, held until its first event.
+pub struct Started {
+    pub req: Running,
+    pub queued: Option<Slots>,
+}
+
+/// Everything up to the answer: validate, tokenize, submit `n` engine requests per
+/// prompt, and wait for admission (streams only briefly). /v1/responses comes through
+/// here too, with its body already in chat form.
+pub async fn start(
+    st: AppState,
+    api: Api,
+    body: Map<String, Value>,
+    arrival: Instant,
+) -> Result<Started, ApiError> {
     let s = &st.0;
     if st.draining() {
         s.metrics.rejected(503);
@@ -196,12 +221,7 @@ pub async fn generate(
         deadline,
         _active: active,
     };
-    if p.stream {
-        Ok(sse::respond(req, queued))
-    } else {
-        drop(queued);
-        collect(req).await
-    }
+    Ok(Started { req, queued })
 }
 
 /// One generation request after submission, owned by whoever answers it.

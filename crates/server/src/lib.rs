@@ -17,6 +17,8 @@
 //! - `tool_parse`: the tool-call formats (Hermes/Qwen, Llama 3 JSON, Mistral).
 //! - `echo`: completions `echo` (the prompt's text and, with `logprobs`, its scores).
 //! - `prompt`: prompt shapes (text, token ids, batches, chat messages) and tokenization.
+//! - `responses`: `/v1/responses` (OpenAI's Responses API) run as a chat request;
+//!   the `response` object and its named stream events.
 //! - `reasoning`: `--reasoning-parser`, `<think>…</think>` text → `reasoning_content`.
 //! - `chunk_filter`: a streamed chat chunk's way out: reasoning split, then tool calls.
 //! - `choices`: the engine streams of one request merged; dropping it aborts them.
@@ -44,6 +46,7 @@ mod openai;
 pub mod params;
 mod prompt;
 pub mod reasoning;
+mod responses;
 mod routes;
 mod sse;
 mod state;
@@ -186,9 +189,9 @@ impl ServerOptions {
 }
 
 /// OpenAI routes folio does not serve (501 rather than 404).
-const NOT_IMPLEMENTED: [&str; 13] = [
+const NOT_IMPLEMENTED: [&str; 12] = [
     "/v1/embeddings",
-    "/v1/responses",
+    // Retrieval, cancel and input items of stored responses: folio stores none.
     "/v1/responses/{*rest}",
     "/v1/audio/{*rest}",
     "/v1/images/{*rest}",
@@ -212,6 +215,7 @@ fn app(state: state::AppState) -> Router {
     let mut r = Router::new()
         .route("/v1/completions", post(routes::completions))
         .route("/v1/chat/completions", post(routes::chat))
+        .route("/v1/responses", post(responses::responses))
         .route("/v1/models", get(routes::models))
         // `{*id}`: served names are often `org/name`.
         .route("/v1/models/{*id}", get(routes::model))

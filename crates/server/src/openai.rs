@@ -36,15 +36,20 @@ pub struct Job {
 
 /// A fresh random request id with the endpoint's prefix.
 pub fn new_id(api: Api) -> String {
+    let prefix = match api {
+        Api::Completions => "cmpl-",
+        Api::Chat => "chatcmpl-",
+    };
+    random_id(prefix)
+}
+
+/// `prefix` and 16 random hex digits.
+pub fn random_id(prefix: &str) -> String {
     // RandomState is seeded per instance from the OS: enough for unique ids, no extra crate.
     let r = std::collections::hash_map::RandomState::new()
         .build_hasher()
         .finish();
-    let prefix = match api {
-        Api::Completions => "cmpl",
-        Api::Chat => "chatcmpl",
-    };
-    format!("{prefix}-{r:016x}")
+    format!("{prefix}{r:016x}")
 }
 
 /// Seconds since the Unix epoch.

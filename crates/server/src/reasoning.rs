@@ -95,14 +95,21 @@ impl Split {
 
     /// Adds `text` and returns what can be given out now.
     pub fn push(&mut self, text: &str) -> Parts {
+        Parts::of(self.pieces(text))
+    }
+
+    /// Like [`Split::push`], as pieces in text order (qwen3 may write content before
+    /// `<think>`, and one event may hold several tokens): `(is_reasoning, text)`, each
+    /// non-empty.
+    pub fn pieces(&mut self, text: &str) -> Vec<(bool, String)> {
         self.held.push_str(text);
-        let mut out = Parts::default();
+        let mut out = Pieces::default();
         loop {
             let buf = std::mem::take(&mut self.held);
             match self.state {
                 State::After => {
-                    out.content.push_str(&buf);
-                    return out;
+                    out.add(false, &buf);
+                    return out.0;
                 }
                 State::Start => {
                     if let Some(rest) = buf.strip_prefix(OPEN) {
@@ -111,7 +118,7 @@ impl Split {
                     } else if OPEN.starts_with(buf.as_str()) {
                         // Still could be the leading tag (empty included).
                         self.held = buf;
-                        return out;
+                        return out.0;
                     } else {
                         self.state = State::Thinking;
                         self.held = buf;
@@ -123,22 +130,18 @@ impl Split {
                     } else {
                         (OPEN, State::Thinking)
                     };
-                    let sink = if self.state == State::Thinking {
-                        &mut out.reasoning
-                    } else {
-                        &mut out.content
-                    };
+                    let reasoning = self.state == State::Thinking;
                     match buf.find(tag) {
                         Some(i) => {
-                            sink.push_str(&buf[..i]);
+                            out.add(reasoning, &buf[..i]);
                             self.state = next;
                             self.held = buf[i + tag.len()..].to_string();
                         }
                         None => {
                             let keep = partial_tag(&buf, tag);
-                            sink.push_str(&buf[..buf.len() - keep]);
+                            out.add(reasoning, &buf[..buf.len() - keep]);
                             self.held = buf[buf.len() - keep..].to_string();
-                            return out;
+                            return out.0;
                         }
                     }
                 }
@@ -148,17 +151,44 @@ impl Split {
 
     /// The end of the text: whatever is held back goes out as what it is now.
     pub fn finish(&mut self) -> Parts {
+        Parts::of(self.finish_pieces())
+    }
+
+    /// [`Split::finish`] as pieces.
+    pub fn finish_pieces(&mut self) -> Vec<(bool, String)> {
         let held = std::mem::take(&mut self.held);
-        match self.state {
-            State::BeforeThink | State::After => Parts {
-                content: held,
-                ..Parts::default()
-            },
-            State::Start | State::Thinking => Parts {
-                reasoning: held,
-                ..Parts::default()
-            },
+        let mut out = Pieces::default();
+        out.add(self.in_reasoning(), &held);
+        out.0
+    }
+}
+
+/// Pieces in order, neighbours of one kind merged, empty ones dropped.
+#[derive(Default)]
+struct Pieces(Vec<(bool, String)>);
+
+impl Pieces {
+    fn add(&mut self, reasoning: bool, text: &str) {
+        if text.is_empty() {
+            return;
         }
+        match self.0.last_mut() {
+            Some((r, t)) if *r == reasoning => t.push_str(text),
+            _ => self.0.push((reasoning, text.to_string())),
+        }
+    }
+}
+
+impl Parts {
+    fn of(pieces: Vec<(bool, String)>) -> Parts {
+        let mut p = Parts::default();
+        for (reasoning, text) in pieces {
+            match reasoning {
+                true => p.reasoning.push_str(&text),
+                false => p.content.push_str(&text),
+            }
+        }
+        p
     }
 }
 
@@ -298,6 +328,12 @@ mod tests {
         assert_eq!(partial_tag("ab</thi", CLOSE), 5);
         assert_eq!(partial_tag("<", CLOSE), 1);
         assert_eq!(partial_tag("x", CLOSE), 0);
+        let mut s = Split::new(Parser::Qwen3);
+        assert_eq!(
+            s.pieces("a<think>b</th"),
+            vec![(false, "a".to_string()), (true, "b".to_string())]
+        );
+        assert_eq!(s.pieces("ink>c"), vec![(false, "c".to_string())]);
         assert_eq!(Parser::from_name("qwen3"), Some(Parser::Qwen3));
         assert_eq!(Parser::from_name("r1"), None);
     }

@@ -55,7 +55,7 @@ pub fn respond(req: Running, queued: Option<Slots>) -> Response {
 }
 
 /// How waiting for admission inside the stream ended.
-enum Waited {
+pub enum Waited {
     Admitted,
     Refused(folio_engine::FinishReason),
     /// The request timeout passed first (the main loop ends the choices).
@@ -65,7 +65,7 @@ enum Waited {
 
 /// Waits for the engine to admit the request, sending a keep-alive comment every
 /// `keep_alive` so that proxies see bytes while it is queued.
-async fn wait_admitted(
+pub async fn wait_admitted(
     choices: &mut Choices,
     tx: &mpsc::Sender<Bytes>,
     keep_alive: std::time::Duration,

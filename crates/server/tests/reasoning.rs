@@ -116,3 +116,61 @@ fn deepseek_r1_drops_the_leading_tag_and_a_bad_name_is_refused() {
         "--reasoning-parser: must be one of deepseek_r1, qwen3; got \"r1\""
     );
 }
+
+#[test]
+fn responses_give_the_thought_as_a_reasoning_item() {
+    let Some((_, on)) = servers("qwen3") else {
+        return;
+    };
+    let chat = post_ok(on.addr, "/v1/chat/completions", &body(false));
+    let msg = &chat["choices"][0]["message"];
+    let mut req = json!({
+        "input": "Think about the sky, then name its colour.",
+        "max_output_tokens": 80,
+        "temperature": 0,
+        "structured_outputs": {"regex": "<think>[a-z ]{5,40}</think>[A-Za-z ]{3,30}"},
+    });
+    let r = post_ok(on.addr, "/v1/responses", &req);
+    let out = r["output"].as_array().unwrap();
+    assert_eq!(out.len(), 2, "{r}");
+    assert_eq!(out[0]["type"], "reasoning");
+    assert!(out[0]["id"].as_str().unwrap().starts_with("rs_"));
+    assert_eq!(out[0]["content"][0]["type"], "reasoning_text");
+    assert_eq!(out[0]["content"][0]["text"], msg["reasoning_content"]);
+    assert_eq!(out[1]["type"], "message");
+    assert_eq!(out[1]["content"][0]["text"], msg["content"]);
+    let reasoning_tokens = r["usage"]["output_tokens_details"]["reasoning_tokens"]
+        .as_u64()
+        .unwrap();
+    assert!(
+        reasoning_tokens > 0 && reasoning_tokens < r["usage"]["output_tokens"].as_u64().unwrap(),
+        "{r}"
+    );
+
+    req["stream"] = json!(true);
+    let evs = post(on.addr, "/v1/responses", &req).events();
+    let text = |kind: &str| -> String {
+        evs.iter()
+            .filter(|(n, _)| n == kind)
+            .map(|(_, v)| v["delta"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(
+        text("response.reasoning_text.delta"),
+        out[0]["content"][0]["text"].as_str().unwrap()
+    );
+    assert_eq!(
+        text("response.output_text.delta"),
+        out[1]["content"][0]["text"].as_str().unwrap()
+    );
+    // The reasoning item is done before the message item is added.
+    let pos = |kind: &str, index: u64| {
+        evs.iter()
+            .position(|(n, v)| n == kind && v["output_index"] == index)
+            .unwrap()
+    };
+    assert!(pos("response.output_item.done", 0) < pos("response.output_item.added", 1));
+    let last = &evs.last().unwrap().1["response"];
+    assert_eq!(last["output"][0]["content"], out[0]["content"]);
+    assert_eq!(last["output"][1]["content"], out[1]["content"]);
+}

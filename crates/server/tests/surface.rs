@@ -175,7 +175,7 @@ fn unknown_openai_routes_are_501_and_other_paths_404() {
     };
     for (method, path) in [
         ("POST", "/v1/embeddings"),
-        ("POST", "/v1/responses"),
+        ("GET", "/v1/responses/resp_0123"),
         ("POST", "/v1/audio/transcriptions"),
         ("POST", "/v1/images/generations"),
         ("GET", "/v1/files"),
