@@ -4,7 +4,8 @@
 Streams a chat completion with stream_options.include_usage and asserts that content and a
 final usage chunk arrive; also runs a non-streaming completion, and a chat completion with
 response_format json_schema whose content must parse and follow the schema; tool calls;
-the Responses API (create, stream, history, a refused field).
+the Responses API (create, stream, history, a refused field); embeddings (width, norm,
+batched equal to single, base64).
 
 Usage: openai_client_check.py [BASE_URL]   (default: $FOLIO_BASE_URL or http://127.0.0.1:8000/v1)
 """
@@ -145,6 +146,24 @@ def main() -> int:
         raise AssertionError("previous_response_id must be refused")
     except BadRequestError as e:
         assert e.body["param"] == "previous_response_id", e.body
+
+    # Embeddings: the model's width, norm 1, identical input -> identical vector, and a
+    # batch equal to its inputs embedded one by one (each input is its own engine request).
+    texts = ["The cat sat on the mat.", "Paris is the capital of France.", "The cat sat on the mat."]
+    batch = client.embeddings.create(model=model, input=texts, encoding_format="float")
+    vecs = [d.embedding for d in batch.data]
+    width = len(vecs[0])
+    assert width > 0 and all(len(v) == width for v in vecs), [len(v) for v in vecs]
+    assert all(abs(sum(x * x for x in v) - 1.0) < 1e-4 for v in vecs)
+    assert vecs[0] == vecs[2] and vecs[0] != vecs[1]
+    for text, v in zip(texts, vecs):
+        single = client.embeddings.create(model=model, input=text, encoding_format="float").data[0].embedding
+        assert max(abs(a - b) for a, b in zip(single, v)) <= 1e-6, text
+    # Without encoding_format the SDK asks for base64 and decodes it itself.
+    b64 = client.embeddings.create(model=model, input=texts[1]).data[0].embedding
+    assert len(b64) == width and max(abs(a - b) for a, b in zip(b64, vecs[1])) <= 1e-6
+    assert batch.usage.prompt_tokens > 0 and batch.usage.total_tokens == batch.usage.prompt_tokens
+    print(f"embeddings: {len(vecs)} vectors of width {width}, usage {batch.usage}")
 
     print("openai client check: ok")
     return 0

@@ -133,6 +133,10 @@ struct ServeArgs {
     /// starts inside the thought) or qwen3 (a `<think>` opens it); default: off.
     #[arg(long)]
     reasoning_parser: Option<String>,
+    /// How /v1/embeddings pools the final hidden states: last (the last token's) or mean
+    /// (over all tokens); default: the model file's pooling_type, else last.
+    #[arg(long)]
+    pooling: Option<String>,
 }
 
 impl ServeArgs {
@@ -154,6 +158,12 @@ impl ServeArgs {
         o.allowed_origins = self.allowed_origins.clone();
         o.tool_call_parser = self.tool_call_parser.clone();
         o.reasoning_parser = self.reasoning_parser.clone();
+        if let Some(p) = &self.pooling {
+            o.pooling = Some(
+                folio_engine::Pooling::parse(p)
+                    .with_context(|| format!("--pooling: must be last or mean, got {p:?}"))?,
+            );
+        }
         if let Some(b) = &self.max_request_bytes {
             o.max_body_bytes = engine_args::parse_bytes("--max-request-bytes", b)?;
         }

@@ -53,6 +53,8 @@ struct Live {
     scores: Option<PromptScores>,
     /// `max_tokens` 0 (score only): the one token the scheduler runs for is not output.
     score_only: bool,
+    /// An embedding request: its pooled hidden rows (nothing is sampled).
+    embed: Option<crate::embed::Pooled>,
 }
 
 /// A sample of an `n > 1` group, not yet forked.
@@ -298,6 +300,8 @@ pub fn spawn_engine_with_draft(
         kv_block_bytes: block_bytes.round() as usize,
         kv_format: cfg.kv_format.name().into(),
         numerics: numerics.into(),
+        hidden_size: c.d_model,
+        gguf_pooling: crate::Pooling::from_gguf(c.pooling_type),
     });
     let mut lora = crate::LoraRegistry::new(
         model.config.clone(),
@@ -490,7 +494,10 @@ impl Engine {
         let mut r = Request::new(id, prompt, max_tokens)
             .with_forks(forks)
             .with_cache_ns(ns)
-            .with_prefix_cache(req.prompt_logprobs.is_none());
+            .with_prefix_cache(
+                req.prompt_logprobs.is_none()
+                    && req.embed.is_none_or(crate::Pooling::uses_prefix_cache),
+            );
         let now = self.epoch.elapsed().as_secs_f64();
         r = r.with_arrival(req.arrival.map(|a| self.secs(a)).unwrap_or(now));
         if let Some(d) = req.deadline {
@@ -585,7 +592,8 @@ impl Engine {
         guide: Option<Guide>,
     ) -> Live {
         let method = req.spec.unwrap_or(self.spec.0);
-        let spec = (method != SpecMethod::Off).then(|| {
+        // An embedding decodes nothing, so it has nothing to draft.
+        let spec = (method != SpecMethod::Off && req.embed.is_none()).then(|| {
             let fixed = req.spec_tokens.or(self.spec.1);
             SpecState::new(method, self.spec.2.max(fixed.unwrap_or(0)), fixed, prompt)
         });
@@ -605,6 +613,9 @@ impl Engine {
             guide,
             scores: req.prompt_logprobs.map(|k| PromptScores::new(prompt, k)),
             score_only: req.max_tokens == 0,
+            embed: req
+                .embed
+                .map(|p| crate::embed::Pooled::new(p, prompt.len(), self.model.hidden_size())),
         }
     }
 
@@ -727,6 +738,7 @@ impl Engine {
         }
         let mut batch = ForwardBatch::new();
         let mut rows_of = Vec::with_capacity(out.requests.len());
+        let mut hidden_of = Vec::with_capacity(out.requests.len());
         for sr in &out.requests {
             let mut n_logits = if sr.sample {
                 1 + sr.num_draft_tokens
@@ -739,7 +751,14 @@ impl Engine {
                     n_logits = sr.token_ids.len();
                 }
             }
+            // Embeddings: hidden rows instead of logits (see `embed`).
+            let embed = self.live.get(&sr.id).and_then(|l| l.embed.as_ref());
+            let n_hidden = embed.map_or(0, |e| e.rows_wanted(sr.start_pos, sr.token_ids.len()));
+            if embed.is_some() {
+                n_logits = 0;
+            }
             rows_of.push(n_logits);
+            hidden_of.push(n_hidden);
             batch.push(
                 &sr.token_ids,
                 sr.start_pos,
@@ -749,6 +768,7 @@ impl Engine {
             if let Some(span) = batch.seqs.last_mut() {
                 span.window_tables = sr.window_tables.clone();
                 span.lora = self.live.get(&sr.id).and_then(|l| l.lora.clone());
+                span.n_hidden = n_hidden;
             }
             // Output tokens attend as llama.cpp's decode steps do, prompt tokens as its
             // prompt batch does, however this step groups them (see `SeqSpan`).
@@ -757,8 +777,11 @@ impl Engine {
             }
         }
         let mut fstats = self.model.stats(&batch, self.kv.bytes_per_token());
-        let logits = match self.model.forward(&batch, &mut self.kv, self.pool) {
-            Ok(l) => l,
+        let (logits, hidden) = match self
+            .model
+            .forward_with_hidden(&batch, &mut self.kv, self.pool)
+        {
+            Ok(o) => (o.logits, o.hidden),
             Err(e) => {
                 // A batch the model refuses is a bug upstream; fail its requests, keep serving.
                 tracing::error!("forward failed: {e}");
@@ -781,6 +804,7 @@ impl Engine {
             let mut db = batch.clone();
             for seq in &mut db.seqs {
                 seq.n_logits = 0;
+                seq.n_hidden = 0;
                 // Adapters are shaped for the target; the draft model runs bare.
                 seq.lora = None;
             }
@@ -797,9 +821,37 @@ impl Engine {
         let now = Instant::now();
         let forward_s = t0.elapsed().as_secs_f64();
         let mut fork_jobs: Vec<(RequestId, Vec<f32>, usize)> = Vec::new();
-        for (sr, &n_rows) in out.requests.iter().zip(&rows_of) {
+        let width = self.model.hidden_size();
+        let mut hidden_row = 0;
+        for ((sr, &n_rows), &n_hidden) in out.requests.iter().zip(&rows_of).zip(&hidden_of) {
             let all = &logits[row * vocab..(row + n_rows) * vocab];
             row += n_rows;
+            let rows_h = &hidden[hidden_row * width..(hidden_row + n_hidden) * width];
+            hidden_row += n_hidden;
+            if let Some(live) = self.live.get_mut(&sr.id) {
+                if let Some(e) = live.embed.as_mut() {
+                    e.record(sr.start_pos + sr.token_ids.len(), rows_h);
+                    // The chunk that ends the prompt: the vector goes out, the request ends.
+                    let finish = sr.sample.then(|| {
+                        match e.vector() {
+                            Some(vector) => {
+                                let _ = live.tx.send(Event::Embedding { vector, at: now });
+                            }
+                            None => tracing::error!(id = sr.id, "embedding rows missing"),
+                        }
+                        CoreFinish::Stop
+                    });
+                    if let Some(r) = self.sched.request(sr.id) {
+                        live.cached_tokens = r.num_cached_tokens;
+                    }
+                    results.push(RequestResult {
+                        id: sr.id,
+                        new_token_ids: Vec::new(),
+                        finish,
+                    });
+                    continue;
+                }
+            }
             let rows = if sr.sample {
                 1 + sr.num_draft_tokens
             } else {

@@ -166,6 +166,7 @@ pub async fn start(
             } else {
                 None
             },
+            embed: None,
         };
         // n samples of one prompt share its KV: the engine computes the prompt once and
         // forks the other samples from it.

@@ -266,15 +266,84 @@ fn responses_neutral(name: &str, v: &Value) -> bool {
 
 /// Rejects the first field of a /v1/responses body folio neither reads nor may ignore.
 pub fn check_responses(body: &Map<String, Value>) -> Result<(), ApiError> {
+    check_table(
+        body,
+        "/v1/responses",
+        RESPONSES,
+        RESPONSES_IGNORED,
+        RESPONSES_UNSUPPORTED,
+        responses_neutral,
+    )
+}
+
+/// Fields /v1/embeddings reads (`pooling`: a folio extension, `last` or `mean`; `lora`:
+/// as on the generation endpoints).
+pub const EMBEDDINGS: &[&str] = &[
+    "model",
+    "input",
+    "encoding_format",
+    "dimensions",
+    "user",
+    "pooling",
+    "lora",
+];
+
+/// /v1/embeddings fields accepted and ignored.
+pub const EMBEDDINGS_IGNORED: &[(&str, &str)] = &[
+    (
+        "priority",
+        "vLLM's priority scheduling; folio schedules FCFS",
+    ),
+    ("request_id", "vLLM request id; folio makes its own"),
+];
+
+/// /v1/embeddings options folio has only at their default (vLLM's names).
+pub const EMBEDDINGS_UNSUPPORTED: &[(&str, &str, &str)] = &[
+    (
+        "truncate_prompt_tokens",
+        "null",
+        "folio never cuts an input; a too-long one is a 400",
+    ),
+    (
+        "add_special_tokens",
+        "true",
+        "inputs are tokenized as completions prompts are",
+    ),
+    ("normalize", "true", "vectors are always L2-normalized"),
+];
+
+fn embeddings_neutral(name: &str, v: &Value) -> bool {
+    matches!(name, "add_special_tokens" | "normalize") && v == &Value::Bool(true)
+}
+
+/// Rejects the first field of a /v1/embeddings body folio neither reads nor may ignore.
+pub fn check_embeddings(body: &Map<String, Value>) -> Result<(), ApiError> {
+    check_table(
+        body,
+        "/v1/embeddings",
+        EMBEDDINGS,
+        EMBEDDINGS_IGNORED,
+        EMBEDDINGS_UNSUPPORTED,
+        embeddings_neutral,
+    )
+}
+
+/// The check of one endpoint's tables: read, ignored, and (name, neutral value, why)
+/// accepted only where `neutral` says so.
+fn check_table(
+    body: &Map<String, Value>,
+    path: &str,
+    reads: &[&str],
+    ignored: &[(&str, &str)],
+    unsupported: &[(&str, &str, &str)],
+    neutral: fn(&str, &Value) -> bool,
+) -> Result<(), ApiError> {
     for (name, v) in body {
-        if v.is_null()
-            || RESPONSES.contains(&name.as_str())
-            || RESPONSES_IGNORED.iter().any(|(n, _)| n == name)
-        {
+        if v.is_null() || reads.contains(&name.as_str()) || ignored.iter().any(|(n, _)| n == name) {
             continue;
         }
-        if let Some((_, want, why)) = RESPONSES_UNSUPPORTED.iter().find(|(n, ..)| n == name) {
-            if responses_neutral(name, v) {
+        if let Some((_, want, why)) = unsupported.iter().find(|(n, ..)| n == name) {
+            if neutral(name, v) {
                 continue;
             }
             return Err(ApiError::param(
@@ -285,7 +354,7 @@ pub fn check_responses(body: &Map<String, Value>) -> Result<(), ApiError> {
         return Err(ApiError::param(
             name.as_str(),
             format!(
-                "unknown field for /v1/responses: folio does not implement it, got {}",
+                "unknown field for {path}: folio does not implement it, got {}",
                 show(v)
             ),
         ));
@@ -347,6 +416,12 @@ mod tests {
             run(json!({"messages": []})).unwrap_err(),
             "messages: unknown field for /v1/responses: folio does not implement it, got an array of 0 items"
         );
+        let emb = |v: Value| check_embeddings(v.as_object().unwrap()).map_err(|e| e.message);
+        assert_eq!(
+            emb(json!({"input": "x", "normalize": false})).unwrap_err(),
+            "normalize: vectors are always L2-normalized (only true is accepted), got false"
+        );
+        emb(json!({"input": "x", "normalize": true, "pooling": "mean", "dimensions": 3})).unwrap();
         run(
             json!({"input": "x", "store": false, "tools": [], "tool_choice": "auto",
                    "truncation": "disabled", "metadata": {"k": "v"}, "include": [],

@@ -17,6 +17,7 @@
 //! - `tool_parse`: the tool-call formats (Hermes/Qwen, Llama 3 JSON, Mistral).
 //! - `echo`: completions `echo` (the prompt's text and, with `logprobs`, its scores).
 //! - `prompt`: prompt shapes (text, token ids, batches, chat messages) and tokenization.
+//! - `embeddings`: `/v1/embeddings`, one engine request per input, pooled hidden states.
 //! - `responses`: `/v1/responses` (OpenAI's Responses API) run as a chat request;
 //!   the `response` object and its named stream events.
 //! - `reasoning`: `--reasoning-parser`, `<think>…</think>` text → `reasoning_content`.
@@ -35,6 +36,7 @@ mod choices;
 mod chunk_filter;
 pub mod constraint;
 mod echo;
+mod embeddings;
 mod error;
 mod fields;
 mod generate;
@@ -110,6 +112,9 @@ pub struct ServerOptions {
     /// give the model's `<think>…</think>` text as reasoning, apart from the content.
     /// `None`: off, the tags stay in the content.
     pub reasoning_parser: Option<String>,
+    /// `--pooling` for /v1/embeddings; `None`: the model file's `pooling_type`, else
+    /// last-token.
+    pub pooling: Option<folio_engine::Pooling>,
 }
 
 impl Default for ServerOptions {
@@ -131,6 +136,7 @@ impl Default for ServerOptions {
             idle_timeout: Duration::from_secs(60),
             tool_call_parser: None,
             reasoning_parser: None,
+            pooling: None,
         }
     }
 }
@@ -189,8 +195,7 @@ impl ServerOptions {
 }
 
 /// OpenAI routes folio does not serve (501 rather than 404).
-const NOT_IMPLEMENTED: [&str; 12] = [
-    "/v1/embeddings",
+const NOT_IMPLEMENTED: [&str; 11] = [
     // Retrieval, cancel and input items of stored responses: folio stores none.
     "/v1/responses/{*rest}",
     "/v1/audio/{*rest}",
@@ -216,6 +221,7 @@ fn app(state: state::AppState) -> Router {
         .route("/v1/completions", post(routes::completions))
         .route("/v1/chat/completions", post(routes::chat))
         .route("/v1/responses", post(responses::responses))
+        .route("/v1/embeddings", post(embeddings::embeddings))
         .route("/v1/models", get(routes::models))
         // `{*id}`: served names are often `org/name`.
         .route("/v1/models/{*id}", get(routes::model))

@@ -27,15 +27,25 @@ pub enum PromptInput {
 /// The `prompt` field of /v1/completions: a string, an array of strings, an array of token
 /// ids, or an array of arrays of token ids.
 pub fn completion_prompts(f: &Fields, vocab: usize) -> Result<Vec<PromptInput>, ApiError> {
+    prompt_list(f, "prompt", vocab, MAX_PROMPTS)
+}
+
+/// A field of that shape (`prompt`, the embeddings' `input`), at most `max` items.
+pub fn prompt_list(
+    f: &Fields,
+    field: &str,
+    vocab: usize,
+    max: usize,
+) -> Result<Vec<PromptInput>, ApiError> {
     let v = f
-        .get("prompt")
-        .ok_or_else(|| ApiError::param("prompt", "required, got nothing"))?;
+        .get(field)
+        .ok_or_else(|| ApiError::param(field, "required, got nothing"))?;
     let items = match v {
         Value::String(s) => return Ok(vec![PromptInput::Text(s.clone())]),
         Value::Array(a) => a,
         v => {
             return Err(ApiError::param(
-                "prompt",
+                field,
                 format!(
                     "must be a string, an array of strings or an array of token ids, got {}",
                     show(v)
@@ -44,18 +54,15 @@ pub fn completion_prompts(f: &Fields, vocab: usize) -> Result<Vec<PromptInput>, 
         }
     };
     if items.is_empty() {
-        return Err(ApiError::param("prompt", "must not be an empty array"));
+        return Err(ApiError::param(field, "must not be an empty array"));
     }
     if items.iter().all(Value::is_number) {
-        return token_ids("prompt", items, vocab).map(|t| vec![PromptInput::Tokens(t)]);
+        return token_ids(field, items, vocab).map(|t| vec![PromptInput::Tokens(t)]);
     }
-    if items.len() > MAX_PROMPTS {
+    if items.len() > max {
         return Err(ApiError::param(
-            "prompt",
-            format!(
-                "at most {MAX_PROMPTS} prompts in a batch, got {}",
-                items.len()
-            ),
+            field,
+            format!("at most {max} prompts in a batch, got {}", items.len()),
         ));
     }
     items
@@ -64,10 +71,10 @@ pub fn completion_prompts(f: &Fields, vocab: usize) -> Result<Vec<PromptInput>, 
         .map(|(i, item)| match item {
             Value::String(s) => Ok(PromptInput::Text(s.clone())),
             Value::Array(a) => {
-                token_ids(&format!("prompt[{i}]"), a, vocab).map(PromptInput::Tokens)
+                token_ids(&format!("{field}[{i}]"), a, vocab).map(PromptInput::Tokens)
             }
             v => Err(ApiError::param(
-                format!("prompt[{i}]"),
+                format!("{field}[{i}]"),
                 format!("must be a string or an array of token ids, got {}", show(v)),
             )),
         })

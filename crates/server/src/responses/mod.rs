@@ -59,7 +59,7 @@ async fn answer(
 fn feed(b: &mut Build, c: &mut ChoiceState, ev: Event, job: &Job, st: &AppState) -> Vec<Ev> {
     let (text, tokens) = match &ev {
         Event::Tokens { text, ids, .. } => (text.clone(), ids.len()),
-        Event::Finished { .. } => (String::new(), 0),
+        Event::Finished { .. } | Event::Embedding { .. } => (String::new(), 0),
     };
     let s = &st.0;
     // Its chat chunk is not needed: the text is taken from the event above.
