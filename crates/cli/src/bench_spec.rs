@@ -13,6 +13,8 @@ use std::time::Instant;
 pub struct SpecRow {
     pub workload: String,
     pub proposer: String,
+    /// The fixed draft length (`--spec-tokens`), or `None` for the adaptive rule.
+    pub k: Option<usize>,
     pub batch: usize,
     pub output_tokens: usize,
     pub decode_tok_s: f64,
@@ -169,12 +171,52 @@ pub fn run(
     workloads: &[Workload],
     batches: &[usize],
     max_tokens: usize,
+    fixed_k: &[usize],
 ) -> Result<Vec<SpecRow>> {
     let mut rows: Vec<SpecRow> = Vec::new();
     for &w in workloads {
-        run_workload(engine, w, batches, max_tokens, &mut rows)?;
+        run_workload(engine, w, batches, max_tokens, fixed_k, &mut rows)?;
     }
     Ok(rows)
+}
+
+/// The adaptive draft length against the best fixed one, per workload, proposer and batch.
+#[derive(Serialize)]
+pub struct Versus {
+    pub workload: String,
+    pub proposer: String,
+    pub batch: usize,
+    pub best_k: usize,
+    /// Adaptive tok/s ÷ the best fixed k's tok/s.
+    pub vs_best_fixed: f64,
+    /// Adaptive tok/s ÷ speculation off.
+    pub vs_off: f64,
+}
+
+/// One [`Versus`] per (workload, proposer, batch) that has an adaptive row and fixed ones.
+pub fn adaptive_vs_fixed(rows: &[SpecRow]) -> Vec<Versus> {
+    let mut out = Vec::new();
+    for a in rows.iter().filter(|r| r.k.is_none() && r.proposer != "off") {
+        let same = |r: &&SpecRow| {
+            r.workload == a.workload && r.proposer == a.proposer && r.batch == a.batch
+        };
+        let best = rows
+            .iter()
+            .filter(same)
+            .filter(|r| r.k.is_some())
+            .max_by(|x, y| x.decode_tok_s.total_cmp(&y.decode_tok_s));
+        if let Some(b) = best {
+            out.push(Versus {
+                workload: a.workload.clone(),
+                proposer: a.proposer.clone(),
+                batch: a.batch,
+                best_k: b.k.unwrap_or(0),
+                vs_best_fixed: a.decode_tok_s / b.decode_tok_s.max(1e-9),
+                vs_off: a.speedup,
+            });
+        }
+    }
+    out
 }
 
 fn run_workload(
@@ -182,15 +224,24 @@ fn run_workload(
     workload: Workload,
     batches: &[usize],
     max_tokens: usize,
+    fixed_k: &[usize],
     rows: &mut Vec<SpecRow>,
 ) -> Result<()> {
+    let mut runs = vec![("off", SpecMethod::Off, None)];
     for (name, method) in [
-        ("off", SpecMethod::Off),
         ("ngram", SpecMethod::Ngram),
         ("self", SpecMethod::SelfDraft),
     ] {
+        runs.push((name, method, None));
+        runs.extend(fixed_k.iter().map(|&k| (name, method, Some(k))));
+    }
+    for (name, method, k) in runs {
         let mut cfg = engine.config()?;
         cfg.spec = method;
+        cfg.spec_tokens = k;
+        if let Some(k) = k {
+            cfg.spec_max_tokens = cfg.spec_max_tokens.max(k);
+        }
         let h = crate::engine_args::start_with(engine, cfg)?;
         for &b in batches {
             let prompts = |round: usize| -> Result<Vec<Vec<u32>>> {
@@ -236,6 +287,7 @@ fn run_workload(
             rows.push(SpecRow {
                 workload: workload.name().into(),
                 proposer: name.into(),
+                k,
                 batch: b,
                 output_tokens: tokens,
                 decode_tok_s: tok_s,
@@ -262,11 +314,12 @@ fn run_workload(
     Ok(())
 }
 
-pub fn print(rows: &[SpecRow]) {
+pub fn print(rows: &[SpecRow], versus: &[Versus]) {
     println!(
-        "{:<10} {:<8} {:>5} {:>8} {:>12} {:>11} {:>10} {:>9} {:>8}",
+        "{:<10} {:<8} {:>5} {:>5} {:>8} {:>12} {:>11} {:>10} {:>9} {:>8}",
         "workload",
         "proposer",
+        "k",
         "batch",
         "tokens",
         "decode tok/s",
@@ -277,9 +330,10 @@ pub fn print(rows: &[SpecRow]) {
     );
     for r in rows {
         println!(
-            "{:<10} {:<8} {:>5} {:>8} {:>12.1} {:>11.2} {:>10.2} {:>8.0}% {:>7.2}x",
+            "{:<10} {:<8} {:>5} {:>5} {:>8} {:>12.1} {:>11.2} {:>10.2} {:>8.0}% {:>7.2}x",
             r.workload,
             r.proposer,
+            r.k.map_or("adapt".to_string(), |k| k.to_string()),
             r.batch,
             r.output_tokens,
             r.decode_tok_s,
@@ -290,4 +344,10 @@ pub fn print(rows: &[SpecRow]) {
         );
     }
     println!("= decode tok/s over the window where every request has its first token; tokens/step = emitted / verification rounds (ΣN/Σrounds); declined = speculating decodes the draft-length rule gave no draft");
+    for v in versus {
+        println!(
+            "adaptive vs best fixed k: {:<10} {:<6} batch {:>3}: {:.2}x of k={} ({:.2}x of spec off)",
+            v.workload, v.proposer, v.batch, v.vs_best_fixed, v.best_k, v.vs_off
+        );
+    }
 }

@@ -106,10 +106,12 @@ pub struct EngineArgs {
     /// Most tokens (decodes + prefill chunks) in one iteration.
     #[arg(long, default_value_t = 2048)]
     pub token_budget: usize,
-    /// Target inter-token latency: each step's token budget shrinks to what measured step
-    /// costs say fits in this many milliseconds (prefill chunks wait instead).
-    #[arg(long)]
-    pub max_itl_ms: Option<f64>,
+    /// Target inter-token latency while requests decode: each such step's token budget
+    /// shrinks to what the measured step costs fit in this many milliseconds (prefill
+    /// chunks wait instead, but at least 64 prompt tokens run per step). 0 = off (every
+    /// step may use the whole --token-budget).
+    #[arg(long, default_value_t = folio_engine::config::DEFAULT_MAX_ITL_MS)]
+    pub max_itl_ms: f64,
     /// Keep the sliding-window layers' KV for the whole context (as llama.cpp's
     /// `--swa-full`); by default it is released behind the window.
     #[arg(long)]
@@ -238,7 +240,7 @@ impl EngineArgs {
                 PolicyArg::Serial => BatchPolicy::Serial,
             },
             token_budget: self.token_budget,
-            max_itl_ms: self.max_itl_ms,
+            max_itl_ms: (self.max_itl_ms > 0.0).then_some(self.max_itl_ms),
             swa_full: self.swa_full,
             max_chunk: self.max_chunk,
             max_running: self.max_running,

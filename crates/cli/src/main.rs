@@ -104,6 +104,16 @@ struct ServeArgs {
     /// CORS: comma-separated origins browsers may call the API from, or `*`; off by default.
     #[arg(long, value_delimiter = ',')]
     allowed_origins: Vec<String>,
+    /// DNS-rebinding check: comma-separated Host names accepted besides localhost and IP
+    /// addresses (`.example.com` = it and its subdomains; `*` = any Host). Listening on
+    /// loopback the check is on; on another address only when names are listed.
+    #[arg(long, value_delimiter = ',')]
+    allowed_hosts: Vec<String>,
+    /// Execute POST bodies as JSON whatever their Content-Type; by default a POST without
+    /// `Content-Type: application/json` gets 415 (browsers send text/plain and form
+    /// bodies cross-site without a CORS preflight).
+    #[arg(long)]
+    allow_any_content_type: bool,
     /// Largest request body (suffixes k, m, g); larger bodies get 413. Default 32m.
     #[arg(long)]
     max_request_bytes: Option<String>,
@@ -156,6 +166,8 @@ impl ServeArgs {
         });
         o.api_key_protects_metrics = self.api_key_protects_metrics;
         o.allowed_origins = self.allowed_origins.clone();
+        o.allowed_hosts = self.allowed_hosts.clone();
+        o.allow_any_content_type = self.allow_any_content_type;
         o.tool_call_parser = self.tool_call_parser.clone();
         o.reasoning_parser = self.reasoning_parser.clone();
         if let Some(p) = &self.pooling {
@@ -259,6 +271,10 @@ enum BenchCmd {
         batch: Vec<usize>,
         #[arg(long, default_value_t = 200)]
         max_tokens: usize,
+        /// Fixed draft lengths run beside the adaptive one, for the "adaptive vs best
+        /// fixed k" row of each workload, proposer and batch (empty: none).
+        #[arg(long, value_delimiter = ',', default_value = "2,4,8")]
+        fixed_k: Vec<usize>,
         #[arg(long)]
         json: bool,
     },
@@ -381,14 +397,17 @@ fn main() -> Result<()> {
                     workload,
                     batch,
                     max_tokens,
+                    fixed_k,
                     json,
                 },
         } => {
-            let rows = bench_spec::run(&engine, &workload, &batch, max_tokens)?;
+            let rows = bench_spec::run(&engine, &workload, &batch, max_tokens, &fixed_k)?;
+            let versus = bench_spec::adaptive_vs_fixed(&rows);
             if json {
-                println!("{}", serde_json::to_string_pretty(&rows)?);
+                let out = serde_json::json!({"rows": rows, "adaptive_vs_best_fixed": versus});
+                println!("{}", serde_json::to_string_pretty(&out)?);
             } else {
-                bench_spec::print(&rows);
+                bench_spec::print(&rows, &versus);
             }
             Ok(())
         }

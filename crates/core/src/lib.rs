@@ -32,6 +32,6 @@ pub mod sim;
 pub use cost::{CostModel, TierCost};
 pub use kv::{KvConfig, KvManager, KvStats, StepId};
 pub use sched::{
-    FinishReason, Request, RequestId, RequestResult, RequestStatus, ScheduledRequest, Scheduler,
-    SchedulerConfig, SchedulerOutput,
+    FinishReason, Lookahead, Request, RequestId, RequestResult, RequestStatus, ScheduledRequest,
+    Scheduler, SchedulerConfig, SchedulerOutput,
 };

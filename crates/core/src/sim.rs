@@ -95,6 +95,17 @@ pub struct SimReport {
     pub max_itl_s: f64,
     pub preemptions: u64,
     pub recomputed_tokens: u64,
+    /// Draft tokens verified, and how many of them were accepted (speculation only).
+    pub draft_tokens: u64,
+    pub accepted_draft_tokens: u64,
+}
+
+/// Speculation in the simulator: after each round every decoding request reserves `k`
+/// lookahead slots (as a model-based drafter does), drafts into them, and the verifier
+/// accepts `accept(id, round)` of the drafts the next round carries.
+pub struct SimSpec<'a> {
+    pub k: usize,
+    pub accept: &'a dyn Fn(RequestId, usize) -> usize,
 }
 
 /// Runs `reqs` through a fresh scheduler built from `cfg`, timing rounds with `cost`.
@@ -102,6 +113,18 @@ pub fn simulate(
     cfg: SchedulerConfig,
     cost: &CostModel,
     reqs: &[SimRequest],
+) -> Result<SimReport, SchedulerError> {
+    simulate_spec(cfg, cost, reqs, None)
+}
+
+/// [`simulate`] with speculative decoding: drafts are scheduler state, their slots come
+/// from the KV manager, and rejected ones are rolled back by `update`. The KV invariants
+/// are checked after every round.
+pub fn simulate_spec(
+    cfg: SchedulerConfig,
+    cost: &CostModel,
+    reqs: &[SimRequest],
+    spec: Option<&SimSpec>,
 ) -> Result<SimReport, SchedulerError> {
     let mut sched = Scheduler::new(cfg)?;
     let mut metrics: Vec<RequestMetrics> = reqs
@@ -164,18 +187,25 @@ pub fn simulate(
             num_decode_tokens: out.num_decode_tokens,
         });
         now += duration;
+        let round = rounds.len() - 1;
         let results: Vec<RequestResult> = out
             .requests
             .iter()
             .filter(|r| r.sample)
-            .map(|r| RequestResult {
-                id: r.id,
-                new_token_ids: vec![1],
-                finish: None,
+            .map(|r| {
+                let accepted = spec.map_or(0, |sp| (sp.accept)(r.id, round));
+                RequestResult {
+                    id: r.id,
+                    new_token_ids: vec![1; 1 + accepted.min(r.num_draft_tokens)],
+                    finish: None,
+                }
             })
             .collect();
         for r in &results {
-            metrics[index[&r.id]].token_times_s.push(now);
+            let m = &mut metrics[index[&r.id]];
+            let left = reqs[index[&r.id]].output_len - m.token_times_s.len();
+            let n = r.new_token_ids.len().min(left);
+            m.token_times_s.extend(std::iter::repeat_n(now, n));
         }
         for done in sched.update(&out, &results) {
             let m = &mut metrics[index[&done.id]];
@@ -186,6 +216,18 @@ pub fn simulate(
             m.num_preemptions = done.num_preemptions;
             m.num_recomputed_tokens = done.num_recomputed_tokens;
             m.num_cached_tokens = done.num_cached_tokens;
+        }
+        if let Some(sp) = spec {
+            for r in reqs {
+                if let Some(la) = sched.reserve_lookahead(r.id, sp.k) {
+                    sched.set_draft(r.id, vec![1; la.num_slots]);
+                }
+            }
+        }
+        if spec.is_some() || cfg!(debug_assertions) {
+            if let Err(e) = sched.kv().check_invariants() {
+                panic!("KV invariants broken after round {}: {e}", rounds.len());
+            }
         }
     }
     let last = metrics
@@ -201,5 +243,7 @@ pub fn simulate(
         max_itl_s,
         preemptions: st.preemptions,
         recomputed_tokens: st.recomputed_tokens,
+        draft_tokens: st.draft_tokens,
+        accepted_draft_tokens: st.accepted_draft_tokens,
     })
 }

@@ -107,3 +107,47 @@ fn metrics_follow_definitions() {
     let r2 = &r.requests[2];
     assert!((r2.ttft_s().unwrap() - (r2.token_times_s[0] - 0.020)).abs() < 1e-12);
 }
+
+/// Speculation through the simulator: drafts take lookahead slots from the KV manager
+/// (invariants checked every round), accepted ones cut the rounds, rejected ones are rolled
+/// back, and every request still gets exactly its output length.
+#[test]
+fn the_simulator_runs_speculation() {
+    let cfg = || SchedulerConfig {
+        max_running: 4,
+        kv: KvConfig {
+            // Tight: 4 requests × (64 + 40) tokens need 28 blocks of 16, plus lookahead.
+            num_blocks: 32,
+            block_size: 16,
+            ..KvConfig::default()
+        },
+        ..SchedulerConfig::default()
+    };
+    let reqs: Vec<SimRequest> = (0..4).map(|i| SimRequest::unique(i, 0.0, 64, 40)).collect();
+    let cost = CostModel::CHAPTER;
+    let plain = folio_core::sim::simulate(cfg(), &cost, &reqs).unwrap();
+    let all = |_: u64, _: usize| usize::MAX;
+    let none = |_: u64, _: usize| 0;
+    // Request i accepts (round + i) % 4 drafts: partial acceptance everywhere.
+    let some = |id: u64, round: usize| (round + id as usize) % 4;
+    let run = |accept: &dyn Fn(u64, usize) -> usize| {
+        let spec = folio_core::sim::SimSpec { k: 4, accept };
+        folio_core::sim::simulate_spec(cfg(), &cost, &reqs, Some(&spec)).unwrap()
+    };
+    let (fast, slow, mixed) = (run(&all), run(&none), run(&some));
+    for r in [&plain, &fast, &slow, &mixed] {
+        for m in &r.requests {
+            assert_eq!(m.token_times_s.len(), 40, "request {} output", m.id);
+        }
+    }
+    assert_eq!(plain.draft_tokens, 0);
+    // All accepted: 1 prefill round, then 5 tokens per round → 8 rounds for 39 more.
+    assert_eq!(fast.rounds.len(), 1 + 39usize.div_ceil(5));
+    assert_eq!(fast.accepted_draft_tokens, fast.draft_tokens);
+    // None accepted: one token per round, as without speculation.
+    assert_eq!(slow.rounds.len(), plain.rounds.len());
+    assert_eq!(slow.accepted_draft_tokens, 0);
+    assert!(slow.draft_tokens > 0);
+    assert!(mixed.rounds.len() < plain.rounds.len() && mixed.rounds.len() > fast.rounds.len());
+    assert!(mixed.accepted_draft_tokens > 0 && mixed.accepted_draft_tokens < mixed.draft_tokens);
+}

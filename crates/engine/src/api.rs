@@ -95,6 +95,8 @@ pub enum FinishReason {
     /// Refused by admission control (no KV space, or the deadline cannot be met); the
     /// message says which limit and value. Servers answer 429.
     Rejected(String),
+    /// The engine is shutting down: the request was refused, or its stream was cut.
+    ShuttingDown,
     /// Rejected or failed; the message says why.
     Error(String),
 }
@@ -107,6 +109,7 @@ impl FinishReason {
             FinishReason::Length => "length",
             FinishReason::Cancelled => "abort",
             FinishReason::Rejected(_) => "rejected",
+            FinishReason::ShuttingDown => "abort",
             FinishReason::Error(_) => "error",
         }
     }
@@ -175,15 +178,36 @@ impl RequestStream {
 /// Why a request was refused at submit time.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub enum SubmitError {
-    /// Bad input: the message names the field, the limit and the value.
-    #[error("{0}")]
-    Invalid(String),
-    /// Admission control: cannot get KV space or cannot meet its deadline.
-    #[error("{0}")]
-    Rejected(String),
+    /// Bad input: `field` is the request field at fault, `message` names the limit and the
+    /// value received.
+    #[error("{message}")]
+    Invalid {
+        field: &'static str,
+        message: String,
+        kind: InvalidKind,
+    },
     /// The engine is shutting down.
     #[error("engine is shutting down")]
     ShuttingDown,
+}
+
+/// What kind of limit an invalid request broke (servers pick their error code by it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InvalidKind {
+    /// The prompt (plus output) does not fit the context length.
+    ContextLength,
+    /// Any other field out of its range.
+    Parameter,
+}
+
+impl SubmitError {
+    fn invalid(field: &'static str, kind: InvalidKind, message: String) -> SubmitError {
+        SubmitError::Invalid {
+            field,
+            message,
+            kind,
+        }
+    }
 }
 
 /// Static facts about the running engine.
@@ -306,29 +330,41 @@ impl EngineHandle {
     fn validate(&self, req: &GenerateRequest) -> Result<(), SubmitError> {
         let ctx = self.info.context_length;
         if req.prompt.is_empty() {
-            return Err(SubmitError::Invalid(
+            return Err(SubmitError::invalid(
+                "prompt",
+                InvalidKind::Parameter,
                 "prompt: must contain at least 1 token, got 0".into(),
             ));
         }
         if req.prompt.len() >= ctx {
-            return Err(SubmitError::Invalid(format!(
+            return Err(SubmitError::invalid(
+                "prompt",
+                InvalidKind::ContextLength,
+                format!(
                 "prompt: {} tokens; the context length is {ctx}, so at most {} prompt tokens fit",
                 req.prompt.len(),
                 ctx - 1
-            )));
+            ),
+            ));
         }
         if let Some(&t) = req
             .prompt
             .iter()
             .find(|&&t| t as usize >= self.info.vocab_size)
         {
-            return Err(SubmitError::Invalid(format!(
-                "prompt: token id {t} >= vocab size {}",
-                self.info.vocab_size
-            )));
+            return Err(SubmitError::invalid(
+                "prompt",
+                InvalidKind::Parameter,
+                format!(
+                    "prompt: token id {t} >= vocab size {}",
+                    self.info.vocab_size
+                ),
+            ));
         }
         if req.max_tokens == 0 && req.prompt_logprobs.is_none() {
-            return Err(SubmitError::Invalid(
+            return Err(SubmitError::invalid(
+                "max_tokens",
+                InvalidKind::Parameter,
                 "max_tokens: must be >= 1 unless prompt_logprobs is set, got 0".into(),
             ));
         }

@@ -25,6 +25,16 @@ impl SpecMethod {
     }
 }
 
+/// The default target step time while requests are decoding, in milliseconds: about one
+/// token per 120 ms is reading speed (chapter 8.6), so a stream never feels slower than a
+/// reader because prefill chunks of other requests rode along in its steps.
+pub const DEFAULT_MAX_ITL_MS: f64 = 120.0;
+
+/// Prompt tokens a step carries at least while prompts wait, whatever the ITL target: a
+/// decode-only step slower than the target must not starve prefill (four KV blocks of 16,
+/// enough rows to run the matmuls on full tiles).
+pub const MIN_PREFILL_TOKENS: usize = 64;
+
 /// Everything `spawn_engine` needs besides the model.
 #[derive(Clone, Debug)]
 pub struct EngineConfig {
@@ -59,9 +69,12 @@ pub struct EngineConfig {
     /// Layers of the self-draft (0 = three quarters of the model: earlier exits of small
     /// models rarely agree with the full model).
     pub spec_draft_layers: usize,
-    /// Target step time: each step's token budget is the most tokens whose measured cost
-    /// fits it (never below the running decodes + 1, never above `token_budget`), so
-    /// prefill chunks cannot stretch the inter-token latency of running requests past it.
+    /// Target step time while requests decode: each such step's token budget is the most
+    /// tokens whose measured cost fits it (never below the running requests plus
+    /// [`MIN_PREFILL_TOKENS`], never above `token_budget`), so prefill chunks do not stretch
+    /// the inter-token latency of running requests past it. With nothing decoding the whole
+    /// `token_budget` is used. `None`: always the whole budget. Default
+    /// [`DEFAULT_MAX_ITL_MS`].
     pub max_itl_ms: Option<f64>,
     /// Keep every sliding-window layer's KV for the whole context, as llama.cpp's
     /// `--swa-full` (same page layout, nothing released): for comparison and debugging.
@@ -91,7 +104,7 @@ impl Default for EngineConfig {
             spec: SpecMethod::Off,
             spec_tokens: None,
             spec_max_tokens: 8,
-            max_itl_ms: None,
+            max_itl_ms: Some(DEFAULT_MAX_ITL_MS),
             swa_full: false,
             lora: Vec::new(),
             // vLLM's --max-loras default is 1 GPU slot; adapters here live in host

@@ -16,7 +16,7 @@
 //!   normalized vector instead of sampling.
 //! - [`prompt_scoring`]: logprobs of the prompt's own tokens (`echo` + `logprobs`).
 //! - [`logit_rules`]: `logit_bias`, `min_tokens`, `allowed_token_ids`, `bad_words`.
-//! - `speculate`: drafts after a step (n-gram lookup, self-draft) and their verification.
+//! - `speculate`: a request's speculation state (proposer, draft control, n-gram index).
 //! - [`tier`]: the second KV tier: evicted prefix blocks on local disk, checksummed,
 //!   bounded, reloaded after a restart.
 //! - [`step_stats`]: the per-iteration step log (tokens by kind, bytes, FLOPs, wall time).
@@ -36,8 +36,8 @@ pub mod step_stats;
 pub mod tier;
 
 pub use api::{
-    EngineHandle, EngineInfo, EngineMetrics, Event, FinishReason, GenerateRequest, RequestId,
-    RequestStream, SubmitError, TokenLogprob, Usage,
+    EngineHandle, EngineInfo, EngineMetrics, Event, FinishReason, GenerateRequest, InvalidKind,
+    RequestId, RequestStream, SubmitError, TokenLogprob, Usage,
 };
 pub use config::{EngineConfig, SpecMethod};
 pub use constraint::{Constraint, Grammars};

@@ -36,8 +36,10 @@ pub struct TierStats {
     pub spills: u64,
     pub fetches: u64,
     pub fetch_failures: u64,
-    /// Smoothed seconds to fetch one block (T_f).
+    /// Smoothed seconds to fetch one block (T_f), first measured by a probe at open.
     pub fetch_s_per_block: f64,
+    /// Smoothed seconds to spill one block (T_m), likewise.
+    pub spill_s_per_block: f64,
 }
 
 /// A bounded directory of spilled KV blocks.
@@ -50,6 +52,11 @@ pub struct DiskTier {
     /// Spill order, oldest first (deletion order when over the cap).
     order: VecDeque<u64>,
     pub stats: TierStats,
+}
+
+/// Exponential smoothing of a measured time (the first measurement is taken as is).
+fn smooth(avg: &mut f64, s: f64) {
+    *avg = if *avg == 0.0 { s } else { 0.8 * *avg + 0.2 * s };
 }
 
 fn rd_u64(r: &mut impl Read) -> std::io::Result<u64> {
@@ -155,7 +162,34 @@ impl DiskTier {
         }
         tier.stats.blocks = tier.index.len();
         tier.shrink();
+        tier.probe()?;
         Ok(tier)
+    }
+
+    /// Times one block-sized write (synced, as a spill is) and read-back in the directory,
+    /// so the tier's first eviction and fetch decisions use this disk's times, not a guess.
+    fn probe(&mut self) -> std::io::Result<()> {
+        let path = self.dir.join("probe.tmp");
+        let buf = vec![0x5au8; self.payload_bytes];
+        let t0 = Instant::now();
+        {
+            let mut f = std::fs::File::create(&path)?;
+            f.write_all(&buf)?;
+            f.sync_data()?;
+        }
+        let t1 = Instant::now();
+        let back = std::fs::read(&path)?;
+        let t2 = Instant::now();
+        std::fs::remove_file(&path)?;
+        if back != buf {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "the probe block read back differs from what was written",
+            ));
+        }
+        self.stats.spill_s_per_block = (t1 - t0).as_secs_f64();
+        self.stats.fetch_s_per_block = (t2 - t1).as_secs_f64();
+        Ok(())
     }
 
     fn path(&self, hash: u64) -> PathBuf {
@@ -182,6 +216,7 @@ impl DiskTier {
         if self.index.contains_key(&hash) || payload.len() != self.payload_bytes {
             return Ok(());
         }
+        let t0 = Instant::now();
         let path = self.path(hash);
         let tmp = path.with_extension("tmp");
         let mut buf = Vec::with_capacity(64 + tokens.len() * 4 + payload.len());
@@ -203,6 +238,10 @@ impl DiskTier {
             f.sync_data()?;
         }
         std::fs::rename(&tmp, &path)?;
+        smooth(
+            &mut self.stats.spill_s_per_block,
+            t0.elapsed().as_secs_f64(),
+        );
         self.stats.spills += 1;
         self.stats.bytes += buf.len() as u64;
         self.index.insert(
@@ -257,9 +296,10 @@ impl DiskTier {
         match got {
             Ok(p) => {
                 self.stats.fetches += 1;
-                let s = t0.elapsed().as_secs_f64();
-                let f = &mut self.stats.fetch_s_per_block;
-                *f = if *f == 0.0 { s } else { 0.8 * *f + 0.2 * s };
+                smooth(
+                    &mut self.stats.fetch_s_per_block,
+                    t0.elapsed().as_secs_f64(),
+                );
                 Some(p)
             }
             Err(_) => {

@@ -61,6 +61,7 @@ fn two_thousand_requests_end_without_leaks() {
                         rejected += 1
                     }
                     FinishReason::Error(e) => panic!("request {i} failed: {e}"),
+                    FinishReason::ShuttingDown => panic!("request {i} cut by a shutdown"),
                 }
                 ended = true;
                 break;

@@ -39,6 +39,8 @@ impl FromRequest<AppState> for JsonObject {
                 )
             }
         })?;
+        // A large body waits for its turn before it is parsed (see `prompt_permit`).
+        let _turn = state.prompt_permit(bytes.len()).await;
         parse_object(&bytes).map(JsonObject)
     }
 }

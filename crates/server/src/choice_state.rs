@@ -9,8 +9,10 @@ use folio_tokenizer::Tokenizer;
 use serde_json::Value;
 use std::time::Instant;
 
-/// The finish reason of a choice the request timeout ended.
+/// The finish reason of a choice the request timeout (`--request-timeout-s`) ended.
 pub const TIMEOUT: &str = "timeout";
+/// The finish reason of a choice its request's `deadline_ms` ended while it ran.
+pub const DEADLINE: &str = "deadline";
 
 #[derive(Clone, Debug, Default)]
 pub struct ChoiceState {
@@ -28,8 +30,9 @@ pub struct ChoiceState {
     pub usage: Option<Usage>,
     pub first_at: Option<Instant>,
     prev_at: Option<Instant>,
-    /// Ended by the server's request timeout (the engine request was aborted).
-    pub timed_out: bool,
+    /// Ended by the server at a cutoff (the request timeout or the request's deadline;
+    /// the engine request was aborted): that finish reason.
+    pub cut: Option<&'static str>,
     /// A streamed `echo` choice sent its prompt (with the first event).
     echoed: bool,
 }
@@ -135,16 +138,16 @@ impl ChoiceState {
         }
     }
 
-    /// Records that the request timeout ended this choice.
-    pub fn time_out(&mut self, metrics: &ServerMetrics) {
-        self.timed_out = true;
-        metrics.finished(TIMEOUT);
+    /// Records that a cutoff ended this choice with finish reason `reason`.
+    pub fn cut_off(&mut self, reason: &'static str, metrics: &ServerMetrics) {
+        self.cut = Some(reason);
+        metrics.finished(reason);
     }
 
     /// The OpenAI finish reason; a stream that ended without `Finished` was aborted.
     pub fn finish_reason(&self) -> &'static str {
-        if self.timed_out {
-            return TIMEOUT;
+        if let Some(reason) = self.cut {
+            return reason;
         }
         self.finish
             .as_ref()

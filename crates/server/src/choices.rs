@@ -75,7 +75,10 @@ impl Choices {
             if !self.seen[i] {
                 self.seen[i] = true;
                 if let Event::Finished {
-                    reason: r @ (FinishReason::Rejected(_) | FinishReason::Error(_)),
+                    reason:
+                        r @ (FinishReason::Rejected(_)
+                        | FinishReason::Error(_)
+                        | FinishReason::ShuttingDown),
                     ..
                 } = &ev
                 {

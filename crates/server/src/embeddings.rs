@@ -11,8 +11,8 @@ use crate::body::JsonObject;
 use crate::choices::Choices;
 use crate::error::ApiError;
 use crate::fields::Fields;
-use crate::generate::{refusal, until};
-use crate::prompt::{self, check_len, PromptInput};
+use crate::generate::{refusal, until, Cutoff};
+use crate::prompt::{self, PromptInput};
 use crate::state::AppState;
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -41,7 +41,7 @@ enum Encoding {
 
 async fn answer(
     st: AppState,
-    body: Map<String, Value>,
+    mut body: Map<String, Value>,
     arrival: Instant,
 ) -> Result<Response, ApiError> {
     let s = &st.0;
@@ -50,6 +50,8 @@ async fn answer(
         return Err(ApiError::shutting_down());
     }
     crate::known_fields::check_embeddings(&body)?;
+    // The inputs leave the body (moved, not copied: they may be megabytes).
+    let input = body.remove("input");
     let f = Fields::new(&body);
     let (lora, model_name) = crate::lora::request_adapters(&st, &f)?;
     let info = &s.engine.info;
@@ -82,7 +84,7 @@ async fn answer(
             ApiError::param("pooling", format!("must be last or mean, got {p:?}"))
         })?,
     };
-    let inputs = prompt::prompt_list(&f, "input", info.vocab_size, MAX_INPUTS)?;
+    let inputs = prompt::prompt_list(input, "input", info.vocab_size, MAX_INPUTS)?;
     let field = |i: usize| match inputs.len() {
         1 => "input".to_string(),
         _ => format!("input[{i}]"),
@@ -95,12 +97,22 @@ async fn answer(
     let n = inputs.len();
     let fields: Vec<String> = (0..n).map(field).collect();
     let tok = s.engine.tokenizer.clone();
+    let cap = st.capacity();
+    // As for prompts: text that cannot fit is refused from its length, and large texts
+    // are tokenized a few at a time (`AppState::prompt_permit`).
+    for (inp, name) in inputs.iter().zip(&fields) {
+        if let PromptInput::Text(t) = inp {
+            prompt::check_text(&tok, t, name, &cap)?;
+        }
+    }
+    let turn = st.prompt_permit(prompt::text_bytes(&inputs)).await;
     let names = fields.clone();
     let prompts = tokio::task::spawn_blocking(move || {
+        let _turn = turn;
         inputs
             .iter()
             .zip(&names)
-            .map(|(inp, name)| prompt::tokenize(&tok, inp, name))
+            .map(|(inp, name)| prompt::tokenize(&tok, inp, name, &cap))
             .collect::<Result<Vec<_>, _>>()
     })
     .await
@@ -112,7 +124,7 @@ async fn answer(
         )
     })??;
     for (ids, name) in prompts.iter().zip(&fields) {
-        check_len(name, ids.len(), info.context_length)?;
+        cap.check_prompt(name, ids.len())?;
     }
     if n > s.opts.max_queued {
         return Err(ApiError::param(
@@ -146,7 +158,7 @@ async fn answer(
     }
     // Dropping `choices` (client gone, error) aborts the unfinished requests.
     let mut choices = Choices::new(streams, Some(s.engine.clone()));
-    let deadline = s.opts.request_timeout.map(|t| arrival + t);
+    let deadline = Cutoff::earliest(s.opts.request_timeout, None, arrival).map(|c| c.at);
     let mut vectors: Vec<Option<Vec<f32>>> = vec![None; n];
     loop {
         let next = tokio::select! {

@@ -3,7 +3,7 @@
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use folio_engine::SubmitError;
+use folio_engine::{InvalidKind, SubmitError};
 use serde_json::json;
 
 /// An error answer. Messages name the field, the limit and the value received.
@@ -52,6 +52,7 @@ impl ApiError {
     pub fn kind(&self) -> &'static str {
         match self.status.as_u16() {
             400 | 401 | 405 | 413 | 415 | 422 => "invalid_request_error",
+            403 => "permission_error",
             404 => "not_found_error",
             501 => "not_implemented_error",
             429 => "rate_limit_error",
@@ -121,31 +122,22 @@ impl ApiError {
 }
 
 impl From<SubmitError> for ApiError {
-    /// NOTE: admission rejections are 429 (retry later), shutdown is 503 (go elsewhere).
+    /// NOTE: bad input is 400 naming the field; shutdown is 503 (go elsewhere).
     fn from(e: SubmitError) -> ApiError {
         match e {
-            SubmitError::Invalid(m) => {
-                let param = m
-                    .split_once(':')
-                    .map(|(p, _)| p.to_string())
-                    .filter(|p| !p.contains(' '));
-                let code = if m.contains("context length") {
-                    "context_length_exceeded"
-                } else {
-                    "invalid_parameter"
-                };
-                ApiError {
-                    status: StatusCode::BAD_REQUEST,
-                    message: m,
-                    param,
-                    code,
-                }
-            }
-            SubmitError::Rejected(m) => ApiError::new(
-                StatusCode::TOO_MANY_REQUESTS,
-                format!("request rejected: {m}"),
-                "overloaded",
-            ),
+            SubmitError::Invalid {
+                field,
+                message,
+                kind,
+            } => ApiError {
+                status: StatusCode::BAD_REQUEST,
+                message,
+                param: Some(field.into()),
+                code: match kind {
+                    InvalidKind::ContextLength => "context_length_exceeded",
+                    InvalidKind::Parameter => "invalid_parameter",
+                },
+            },
             SubmitError::ShuttingDown => ApiError::shutting_down(),
         }
     }
@@ -172,14 +164,14 @@ mod tests {
 
     #[test]
     fn submit_errors_map_to_statuses() {
-        let e: ApiError = SubmitError::Rejected("KV cache full".into()).into();
-        assert_eq!(e.status, StatusCode::TOO_MANY_REQUESTS);
-        assert_eq!(e.message, "request rejected: KV cache full");
-        assert_eq!(e.kind(), "rate_limit_error");
         let e: ApiError = SubmitError::ShuttingDown.into();
         assert_eq!(e.status, StatusCode::SERVICE_UNAVAILABLE);
-        let e: ApiError =
-            SubmitError::Invalid("prompt: 9000 tokens; the context length is 8192".into()).into();
+        let e: ApiError = SubmitError::Invalid {
+            field: "prompt",
+            message: "prompt: 9000 tokens; the context length is 8192".into(),
+            kind: InvalidKind::ContextLength,
+        }
+        .into();
         assert_eq!(
             (e.status, e.param.as_deref(), e.code),
             (

@@ -7,8 +7,8 @@ use crate::echo::EchoPrompt;
 use crate::error::ApiError;
 use crate::fields::Fields;
 use crate::openai::{new_id, unix_now, Job};
-use crate::params::{self, resolve_max_tokens, Api};
-use crate::prompt::{self, check_len, PromptInput};
+use crate::params::{self, Api};
+use crate::prompt::{self, PromptInput};
 use crate::sse;
 use crate::state::{AppState, Slots};
 use axum::http::StatusCode;
@@ -46,7 +46,7 @@ pub struct Started {
 pub async fn start(
     st: AppState,
     api: Api,
-    body: Map<String, Value>,
+    mut body: Map<String, Value>,
     arrival: Instant,
 ) -> Result<Started, ApiError> {
     let s = &st.0;
@@ -55,8 +55,14 @@ pub async fn start(
         return Err(ApiError::shutting_down());
     }
     let info = &s.engine.info;
-    let ctx = info.context_length;
+    let cap = st.capacity();
     crate::known_fields::check(&body, api)?;
+    // The prompt leaves the body (moved, not copied: it may be megabytes); no other field
+    // reader looks at it.
+    let prompt_field = body.remove(match api {
+        Api::Completions => "prompt",
+        Api::Chat => "messages",
+    });
     let f = Fields::new(&body);
     // The base model or adapters (a `model` naming one, or a `lora` list).
     let (lora, model_name) = crate::lora::request_adapters(&st, &f)?;
@@ -82,8 +88,8 @@ pub async fn start(
         crate::constraint::check(&s.engine, c).await?;
     }
     let mut inputs = match api {
-        Api::Completions => prompt::completion_prompts(&f, info.vocab_size)?,
-        Api::Chat => vec![prompt::chat_prompt(&f)?],
+        Api::Chat => vec![prompt::chat_prompt(prompt_field, &f)?],
+        Api::Completions => prompt::completion_prompts(prompt_field, info.vocab_size)?,
     };
     let tool_calling = match &p.tools {
         Some(t) if !t.offered().is_empty() => {
@@ -106,14 +112,18 @@ pub async fn start(
         }
         None => None,
     };
-    let echo_texts: Vec<Option<String>> = inputs
-        .iter()
-        .map(|i| match i {
-            PromptInput::Text(t) => Some(t.clone()),
-            _ => None,
-        })
-        .collect();
-    let prompts = tokenize_all(&st, api, inputs).await?;
+    let echo_texts: Vec<Option<String>> = if p.echo {
+        inputs
+            .iter()
+            .map(|i| match i {
+                PromptInput::Text(t) => Some(t.clone()),
+                _ => None,
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let prompts = tokenize_all(&st, api, inputs, cap).await?;
     let echo: Vec<EchoPrompt> = if p.echo {
         prompts
             .iter()
@@ -131,13 +141,8 @@ pub async fn start(
         .collect();
     let mut max_tokens = Vec::with_capacity(prompts.len());
     for (ids, field) in prompts.iter().zip(&fields) {
-        check_len(field, ids.len(), ctx)?;
-        max_tokens.push(resolve_max_tokens(
-            p.max_tokens,
-            ids.len(),
-            ctx,
-            s.opts.default_max_tokens,
-        )?);
+        cap.check_prompt(field, ids.len())?;
+        max_tokens.push(cap.max_tokens(p.max_tokens, ids.len(), s.opts.default_max_tokens)?);
     }
 
     let active = st.begin();
@@ -152,9 +157,7 @@ pub async fn start(
             stop_token_ids: p.stop_token_ids.clone(),
             ignore_eos: p.ignore_eos,
             logprobs: p.logprobs,
-            deadline: p
-                .deadline_ms
-                .map(|d| arrival + std::time::Duration::from_millis(d)),
+            deadline: p.deadline_ms.map(|d| arrival + Duration::from_millis(d)),
             arrival: Some(arrival),
             spec: p.spec,
             spec_tokens: p.spec_tokens,
@@ -202,11 +205,11 @@ pub async fn start(
         },
     };
     let mut choices = Choices::new(streams, Some(s.engine.clone())).counting_aborts(st.clone());
-    let deadline = s.opts.request_timeout.map(|t| arrival + t);
+    let deadline = Cutoff::earliest(s.opts.request_timeout, p.deadline_ms, arrival);
     // Streams wait for admission only briefly: a request queued behind others gets its
     // headers (and keep-alive comments) instead of silence until its first token.
     let wait = p.stream.then_some(s.opts.admission_wait);
-    let admitted = match admit(&mut choices, wait, deadline).await {
+    let admitted = match admit(&mut choices, wait, deadline.map(|c| c.at)).await {
         Ok(a) => a,
         Err(reason) => {
             let e = refusal(reason);
@@ -230,10 +233,44 @@ pub struct Running {
     pub st: AppState,
     pub job: Job,
     pub choices: Choices,
-    /// When the request timeout ends it.
-    pub deadline: Option<Instant>,
+    /// When the server ends it (request timeout or `deadline_ms`), and with which reason.
+    pub deadline: Option<Cutoff>,
     /// Counts the request as in flight (the drain waits for it).
     pub _active: Slots,
+}
+
+/// When the server ends a request that is still running, and the finish reason its
+/// unfinished choices then get. The request timeout and `deadline_ms` are one mechanism:
+/// at the earlier of the two, `Choices::abort` aborts the engine requests (freeing their
+/// KV) and the text so far is kept.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cutoff {
+    pub at: Instant,
+    /// `timeout` or `deadline`.
+    pub reason: &'static str,
+}
+
+impl Cutoff {
+    /// The earlier of the server's request timeout and the request's `deadline_ms`, both
+    /// counted from `arrival` (on a tie, the request's own deadline names it).
+    pub fn earliest(
+        timeout: Option<Duration>,
+        deadline_ms: Option<u64>,
+        arrival: Instant,
+    ) -> Option<Cutoff> {
+        let timeout = timeout.map(|t| Cutoff {
+            at: arrival + t,
+            reason: crate::choice_state::TIMEOUT,
+        });
+        let deadline = deadline_ms.map(|ms| Cutoff {
+            at: arrival + Duration::from_millis(ms),
+            reason: crate::choice_state::DEADLINE,
+        });
+        match (timeout, deadline) {
+            (Some(t), Some(d)) => Some(if t.at < d.at { t } else { d }),
+            (t, d) => d.or(t),
+        }
+    }
 }
 
 /// Waits until the engine admitted every choice (its first event), at most `wait` and
@@ -272,11 +309,7 @@ pub fn refusal(reason: FinishReason) -> ApiError {
             format!("request rejected: {m}"),
             "overloaded",
         ),
-        FinishReason::Error(m) if m.contains("shutting down") => ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!("server is shutting down: {m}"),
-            "shutting_down",
-        ),
+        FinishReason::ShuttingDown => ApiError::shutting_down(),
         FinishReason::Error(m) => ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,
             format!("generation failed: {m}"),
@@ -298,19 +331,31 @@ fn field_name(api: Api, i: usize, count: usize) -> String {
     }
 }
 
-/// Tokenizes off the async threads: a 4 MiB prompt takes a while.
+/// Tokenizes off the async threads (a 4 MiB prompt takes a while), one large job per core.
+/// Text that can never fit is refused first, from its length, without a turn or any
+/// tokenizing.
 async fn tokenize_all(
     st: &AppState,
     api: Api,
     inputs: Vec<PromptInput>,
+    cap: crate::capacity::Capacity,
 ) -> Result<Vec<Vec<u32>>, ApiError> {
     let tok = st.0.engine.tokenizer.clone();
+    let count = inputs.len();
+    for (i, input) in inputs.iter().enumerate() {
+        if let PromptInput::Text(t) = input {
+            prompt::check_text(&tok, t, &field_name(api, i, count), &cap)?;
+        }
+    }
+    let turn = st.prompt_permit(prompt::text_bytes(&inputs)).await;
+    // The turn moves into the task: it is held until tokenizing ends, also when the
+    // client goes away meanwhile.
     tokio::task::spawn_blocking(move || {
-        let count = inputs.len();
+        let _turn = turn;
         inputs
             .iter()
             .enumerate()
-            .map(|(i, input)| prompt::tokenize(&tok, input, &field_name(api, i, count)))
+            .map(|(i, input)| prompt::tokenize(&tok, input, &field_name(api, i, count), &cap))
             .collect::<Result<Vec<_>, _>>()
     })
     .await
@@ -339,9 +384,10 @@ async fn collect(req: Running) -> Result<Response, ApiError> {
     loop {
         let next = tokio::select! {
             biased;
-            _ = until(deadline) => {
+            _ = until(deadline.map(|c| c.at)) => {
+                let reason = deadline.map_or(crate::choice_state::TIMEOUT, |c| c.reason);
                 for i in choices.abort() {
-                    states[i].time_out(&s.metrics);
+                    states[i].cut_off(reason, &s.metrics);
                 }
                 break;
             }
@@ -411,4 +457,31 @@ pub fn log_finished(job: &Job, states: &[ChoiceState], outcome: &str) {
         outcome,
         "request finished"
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_earlier_cutoff_names_the_finish_reason() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs;
+        assert_eq!(Cutoff::earliest(None, None, t0), None);
+        let c = Cutoff::earliest(Some(s(10)), None, t0).unwrap();
+        assert_eq!((c.at, c.reason), (t0 + s(10), "timeout"));
+        let c = Cutoff::earliest(None, Some(500), t0).unwrap();
+        assert_eq!(
+            (c.at, c.reason),
+            (t0 + Duration::from_millis(500), "deadline")
+        );
+        let c = Cutoff::earliest(Some(s(10)), Some(500), t0).unwrap();
+        assert_eq!(c.reason, "deadline");
+        let c = Cutoff::earliest(Some(s(1)), Some(5000), t0).unwrap();
+        assert_eq!((c.at, c.reason), (t0 + s(1), "timeout"));
+        assert_eq!(
+            Cutoff::earliest(Some(s(1)), Some(1000), t0).unwrap().reason,
+            "deadline"
+        );
+    }
 }

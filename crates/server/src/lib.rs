@@ -5,6 +5,10 @@
 //! - [`router`] / [`serve`]: the axum routes, graceful shutdown on SIGINT/SIGTERM.
 //! - `transport`: the accept loop (TCP_NODELAY, connection cap, header/idle timeouts).
 //! - `auth`: `--api-key` bearer check and `--allowed-origins` CORS.
+//! - `guard`: what another site's page can make a browser send: the Host allow-list
+//!   (DNS rebinding, `--allowed-hosts`) and JSON-only POSTs (415, `--allow-any-content-type`).
+//! - `capacity`: what one request can use (context vs. KV pool): `max_model_len`, prompt
+//!   and `max_tokens` checks.
 //! - `routes`: handlers; `generate`: validate → tokenize → submit n → stream or collect.
 //! - `body` + `fields`: JSON bodies read field by field; errors name field, limit and value.
 //! - `constraint`: structured-output fields (`response_format`, `structured_outputs`,
@@ -16,7 +20,9 @@
 //!   tool calls out of the text (non-streaming and as stream deltas).
 //! - `tool_parse`: the tool-call formats (Hermes/Qwen, Llama 3 JSON, Mistral).
 //! - `echo`: completions `echo` (the prompt's text and, with `logprobs`, its scores).
-//! - `prompt`: prompt shapes (text, token ids, batches, chat messages) and tokenization.
+//! - `prompt`: prompt shapes (text, token ids, batches, chat messages) and tokenization,
+//!   with text that cannot fit refused from its length first (`state::AppState::prompt_permit`
+//!   bounds how many large bodies are parsed and prompts tokenized at once).
 //! - `embeddings`: `/v1/embeddings`, one engine request per input, pooled hidden states.
 //! - `responses`: `/v1/responses` (OpenAI's Responses API) run as a chat request;
 //!   the `response` object and its named stream events.
@@ -31,6 +37,7 @@
 
 mod auth;
 mod body;
+mod capacity;
 mod choice_state;
 mod choices;
 mod chunk_filter;
@@ -40,6 +47,7 @@ mod embeddings;
 mod error;
 mod fields;
 mod generate;
+mod guard;
 mod known_fields;
 mod logit_fields;
 mod lora;
@@ -78,6 +86,13 @@ pub struct ServerOptions {
     pub api_key_protects_metrics: bool,
     /// CORS origins allowed (`*` = any); empty = no CORS headers (browsers refuse).
     pub allowed_origins: Vec<String>,
+    /// Host header values allowed besides `localhost` and IP literals (`*` = any). Bound
+    /// to loopback the check is on; bound elsewhere, only when this lists names (see
+    /// `guard`).
+    pub allowed_hosts: Vec<String>,
+    /// Execute POST bodies as JSON whatever their Content-Type (else 415 unless
+    /// `application/json`; see `guard`).
+    pub allow_any_content_type: bool,
     /// Largest accepted request body (413 above).
     pub max_body_bytes: usize,
     /// `max_tokens` when a request gives none: the rest of the context, capped at this.
@@ -123,6 +138,8 @@ impl Default for ServerOptions {
             api_key: None,
             api_key_protects_metrics: false,
             allowed_origins: Vec::new(),
+            allowed_hosts: Vec::new(),
+            allow_any_content_type: false,
             max_body_bytes: 32 << 20,
             default_max_tokens: 4096,
             max_n: 8,
@@ -169,6 +186,15 @@ impl ServerOptions {
                 );
             }
         }
+        if let Some(h) = self
+            .allowed_hosts
+            .iter()
+            .find(|h| h.trim().is_empty() || h.contains(['/', ' ', '\t', ',']))
+        {
+            anyhow::bail!(
+                "--allowed-hosts: each entry must be a host name (optionally with :port, or .domain for its subdomains) or *, got {h:?}"
+            );
+        }
         if self.api_key.as_deref() == Some("") {
             anyhow::bail!("--api-key: must not be empty");
         }
@@ -210,9 +236,13 @@ const NOT_IMPLEMENTED: [&str; 11] = [
     "/v1/assistants/{*rest}",
 ];
 
-/// All routes, bound to `handle`.
+/// All routes, bound to `handle`, with the Host policy of a server on loopback.
 pub fn router(handle: EngineHandle, opts: ServerOptions) -> Router {
-    app(state::AppState::new(handle, opts))
+    app(state::AppState::new(
+        handle,
+        opts,
+        std::net::Ipv4Addr::LOCALHOST.into(),
+    ))
 }
 
 fn app(state: state::AppState) -> Router {
@@ -235,7 +265,12 @@ fn app(state: state::AppState) -> Router {
     for path in NOT_IMPLEMENTED {
         r = r.route(path, any(routes::not_implemented));
     }
+    // NOTE: a route layer covers only the routes added above it (not the 404 fallback).
     let mut r = r
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            guard::require_json,
+        ))
         .fallback(routes::not_found)
         .method_not_allowed_fallback(routes::method_not_allowed)
         .layer(DefaultBodyLimit::max(opts.max_body_bytes))
@@ -249,7 +284,12 @@ fn app(state: state::AppState) -> Router {
             Err(e) => tracing::error!("{e}: CORS stays off"),
         }
     }
-    r.with_state(state)
+    // Outermost: a request under a foreign Host gets nothing else, not even a preflight.
+    r.layer(axum::middleware::from_fn_with_state(
+        state.clone(),
+        guard::check_host,
+    ))
+    .with_state(state)
 }
 
 /// Binds `addr` and serves until SIGINT or SIGTERM.
@@ -280,10 +320,23 @@ pub async fn serve_listener(
         .context("listener has no local address")?;
     let info = handle.info.clone();
     let name = info.model_name.clone();
+    let cap = capacity::Capacity::of(&info);
     println!(
-        "folio: serving {name} at http://{addr}/v1 (context {} tokens; KV capacity {} tokens = {} blocks x {} tokens, {}; numerics {})",
-        info.context_length, info.kv_capacity_tokens, info.num_blocks, info.block_size, info.kv_format, info.numerics
+        "folio: serving {name} at http://{addr}/v1 ({}; KV {} blocks x {} tokens, {}; numerics {})",
+        cap.describe(),
+        info.num_blocks,
+        info.block_size,
+        info.kv_format,
+        info.numerics
     );
+    if cap.pool_bound() {
+        tracing::warn!(
+            context = cap.context,
+            kv_capacity_tokens = cap.kv_tokens,
+            "the KV pool is smaller than the context: max_model_len is {} (raise --kv-cache-bytes for the whole context)",
+            cap.max_model_len()
+        );
+    }
     tracing::info!(%addr, model = %name, kv_capacity_tokens = info.kv_capacity_tokens, auth = opts.api_key.is_some(), "listening");
     let grace = opts.shutdown_grace;
     let lim = transport::Limits {
@@ -291,7 +344,10 @@ pub async fn serve_listener(
         header_timeout: opts.header_timeout,
         idle_timeout: opts.idle_timeout,
     };
-    let state = state::AppState::new(handle.clone(), opts);
+    let state = state::AppState::new(handle.clone(), opts, addr.ip());
+    if !state.0.hosts.enabled() {
+        tracing::info!(%addr, "Host header check off (--allowed-hosts '*', or not bound to loopback and no names listed)");
+    }
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let server = tokio::spawn(transport::accept_loop(
         listener,

@@ -183,7 +183,7 @@ pub fn model_cards(st: &AppState) -> Vec<Value> {
                 "owned_by": "folio",
                 "root": l.name,
                 "parent": s.model_name,
-                "max_model_len": s.engine.info.context_length,
+                "max_model_len": st.capacity().max_model_len(),
                 "permission": [],
             })
         })

@@ -126,8 +126,11 @@ pub(crate) fn escape(s: &str) -> String {
 }
 
 /// Finish reasons counted separately, in `FinishReason::as_openai` spelling.
-/// `timeout`: ended by the server's request timeout (`ServerOptions::request_timeout`).
-const REASONS: [&str; 6] = ["stop", "length", "abort", "rejected", "error", "timeout"];
+/// `timeout`: ended by the server's request timeout (`ServerOptions::request_timeout`);
+/// `deadline`: ended by the request's own `deadline_ms` while it ran.
+const REASONS: [&str; 7] = [
+    "stop", "length", "abort", "rejected", "error", "timeout", "deadline",
+];
 
 /// What the server records itself.
 pub struct ServerMetrics {
@@ -431,7 +434,7 @@ impl ServerMetrics {
         one(
             "folio_prompt_tokens_total",
             "counter",
-            "Prompt tokens computed.",
+            "Prompt tokens of admitted requests, prefix-cache hits included (folio_prefix_cache_hits_tokens_total is the cached share).",
             "",
             ld(&m.prompt_tokens) as f64,
         );

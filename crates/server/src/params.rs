@@ -53,7 +53,8 @@ pub struct Params {
     pub spec: Option<folio_engine::SpecMethod>,
     pub spec_tokens: Option<usize>,
     /// folio extension: `deadline_ms` from arrival; admission control rejects (429) a
-    /// request that cannot finish in time.
+    /// request that cannot finish in time, and one still running when it passes ends
+    /// with finish reason `deadline` (see `generate::Cutoff`).
     pub deadline_ms: Option<u64>,
     /// Structured output (`response_format`, `structured_outputs`, `guided_*`, `grammar`,
     /// `json_schema`): see [`crate::constraint`].
@@ -242,28 +243,6 @@ fn strip(e: &ApiError) -> String {
         .map_or(e.message.clone(), |(_, d)| d.to_string())
 }
 
-/// Tokens to generate for a prompt of `prompt_len` tokens: the request's `max_tokens`
-/// (which must fit in the context), else the rest of the context capped at `default_cap`.
-pub fn resolve_max_tokens(
-    requested: Option<usize>,
-    prompt_len: usize,
-    ctx: usize,
-    default_cap: usize,
-) -> Result<usize, ApiError> {
-    let room = ctx.saturating_sub(prompt_len);
-    match requested {
-        Some(m) if m > room => Err(ApiError {
-            code: "context_length_exceeded",
-            ..ApiError::param(
-                "max_tokens",
-                format!("{m} + {prompt_len} prompt tokens exceeds the context length of {ctx} tokens (at most {room} fit)"),
-            )
-        }),
-        Some(m) => Ok(m),
-        None => Ok(room.min(default_cap).max(1)),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -373,15 +352,5 @@ mod tests {
             e.message,
             "max_tokens: must be an integer in [1, 8192], got 0"
         );
-    }
-
-    #[test]
-    fn max_tokens_default_and_limit() {
-        assert_eq!(resolve_max_tokens(None, 100, 8192, 4096).unwrap(), 4096);
-        assert_eq!(resolve_max_tokens(None, 8000, 8192, 4096).unwrap(), 192);
-        assert_eq!(resolve_max_tokens(Some(10), 100, 8192, 4096).unwrap(), 10);
-        let e = resolve_max_tokens(Some(200), 8000, 8192, 4096).unwrap_err();
-        assert_eq!(e.message, "max_tokens: 200 + 8000 prompt tokens exceeds the context length of 8192 tokens (at most 192 fit)");
-        assert_eq!(e.code, "context_length_exceeded");
     }
 }

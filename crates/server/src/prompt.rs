@@ -1,6 +1,7 @@
 //! Prompts: the shapes clients send (`prompt` as text, token ids or a batch of either;
 //! chat `messages`) and their tokenization.
 
+use crate::capacity::Capacity;
 use crate::error::ApiError;
 use crate::fields::{show, Fields};
 use folio_tokenizer::{ChatMessage, Tokenizer};
@@ -25,30 +26,32 @@ pub enum PromptInput {
 }
 
 /// The `prompt` field of /v1/completions: a string, an array of strings, an array of token
-/// ids, or an array of arrays of token ids.
-pub fn completion_prompts(f: &Fields, vocab: usize) -> Result<Vec<PromptInput>, ApiError> {
-    prompt_list(f, "prompt", vocab, MAX_PROMPTS)
+/// ids, or an array of arrays of token ids. Takes the value out of the body, so that a
+/// long prompt's text is moved, not copied.
+pub fn completion_prompts(v: Option<Value>, vocab: usize) -> Result<Vec<PromptInput>, ApiError> {
+    prompt_list(v, "prompt", vocab, MAX_PROMPTS)
 }
 
-/// A field of that shape (`prompt`, the embeddings' `input`), at most `max` items.
+/// A field of that shape named `field` (`prompt`, the embeddings' `input`), at most `max`
+/// items.
 pub fn prompt_list(
-    f: &Fields,
+    v: Option<Value>,
     field: &str,
     vocab: usize,
     max: usize,
 ) -> Result<Vec<PromptInput>, ApiError> {
-    let v = f
-        .get(field)
+    let v = v
+        .filter(|v| !v.is_null())
         .ok_or_else(|| ApiError::param(field, "required, got nothing"))?;
     let items = match v {
-        Value::String(s) => return Ok(vec![PromptInput::Text(s.clone())]),
+        Value::String(s) => return Ok(vec![PromptInput::Text(s)]),
         Value::Array(a) => a,
         v => {
             return Err(ApiError::param(
                 field,
                 format!(
                     "must be a string, an array of strings or an array of token ids, got {}",
-                    show(v)
+                    show(&v)
                 ),
             ))
         }
@@ -57,7 +60,7 @@ pub fn prompt_list(
         return Err(ApiError::param(field, "must not be an empty array"));
     }
     if items.iter().all(Value::is_number) {
-        return token_ids(field, items, vocab).map(|t| vec![PromptInput::Tokens(t)]);
+        return token_ids(field, &items, vocab).map(|t| vec![PromptInput::Tokens(t)]);
     }
     if items.len() > max {
         return Err(ApiError::param(
@@ -66,16 +69,19 @@ pub fn prompt_list(
         ));
     }
     items
-        .iter()
+        .into_iter()
         .enumerate()
         .map(|(i, item)| match item {
-            Value::String(s) => Ok(PromptInput::Text(s.clone())),
+            Value::String(s) => Ok(PromptInput::Text(s)),
             Value::Array(a) => {
-                token_ids(&format!("{field}[{i}]"), a, vocab).map(PromptInput::Tokens)
+                token_ids(&format!("{field}[{i}]"), &a, vocab).map(PromptInput::Tokens)
             }
             v => Err(ApiError::param(
                 format!("{field}[{i}]"),
-                format!("must be a string or an array of token ids, got {}", show(v)),
+                format!(
+                    "must be a string or an array of token ids, got {}",
+                    show(&v)
+                ),
             )),
         })
         .collect()
@@ -95,15 +101,17 @@ fn token_ids(name: &str, items: &[Value], vocab: usize) -> Result<Vec<u32>, ApiE
         .collect()
 }
 
-/// The `messages` field of /v1/chat/completions (and /tokenize).
-pub fn chat_prompt(f: &Fields) -> Result<PromptInput, ApiError> {
-    let v = f
-        .get("messages")
+/// The `messages` field of /v1/chat/completions (and /tokenize), taken out of the body
+/// (`messages`; its contents are moved, not copied), with `chat_template_kwargs` and
+/// `add_generation_prompt` from the rest of it (`f`).
+pub fn chat_prompt(messages: Option<Value>, f: &Fields) -> Result<PromptInput, ApiError> {
+    let v = messages
+        .filter(|v| !v.is_null())
         .ok_or_else(|| ApiError::param("messages", "required, got nothing"))?;
     let Value::Array(items) = v else {
         return Err(ApiError::param(
             "messages",
-            format!("must be an array of messages, got {}", show(v)),
+            format!("must be an array of messages, got {}", show(&v)),
         ));
     };
     if items.is_empty() || items.len() > MAX_MESSAGES {
@@ -116,7 +124,7 @@ pub fn chat_prompt(f: &Fields) -> Result<PromptInput, ApiError> {
         ));
     }
     let messages = items
-        .iter()
+        .into_iter()
         .enumerate()
         .map(|(i, m)| message(i, m))
         .collect::<Result<_, _>>()?;
@@ -137,15 +145,16 @@ pub fn chat_prompt(f: &Fields) -> Result<PromptInput, ApiError> {
     })
 }
 
-fn message(i: usize, m: &Value) -> Result<ChatMessage, ApiError> {
+fn message(i: usize, m: Value) -> Result<ChatMessage, ApiError> {
     let name = |field: &str| format!("messages[{i}].{field}");
-    let Value::Object(o) = m else {
+    let Value::Object(mut o) = m else {
         return Err(ApiError::param(
             format!("messages[{i}]"),
-            format!("must be an object, got {}", show(m)),
+            format!("must be an object, got {}", show(&m)),
         ));
     };
-    let f = Fields::new(o);
+    let content = o.remove("content").filter(|c| !c.is_null());
+    let f = Fields::new(&o);
     let role = f
         .str("role")
         .map_err(|_| {
@@ -155,9 +164,9 @@ fn message(i: usize, m: &Value) -> Result<ChatMessage, ApiError> {
             )
         })?
         .ok_or_else(|| ApiError::param(name("role"), "required, got nothing"))?;
-    let content = match f.get("content") {
+    let content = match content {
         None => String::new(),
-        Some(Value::String(s)) => s.clone(),
+        Some(Value::String(s)) => s,
         // Content parts: only text is supported; parts are joined by newlines, as vLLM does.
         Some(Value::Array(parts)) => {
             let mut texts = Vec::with_capacity(parts.len());
@@ -181,7 +190,7 @@ fn message(i: usize, m: &Value) -> Result<ChatMessage, ApiError> {
         Some(v) => {
             return Err(ApiError::param(
                 name("content"),
-                format!("must be a string or an array of parts, got {}", show(v)),
+                format!("must be a string or an array of parts, got {}", show(&v)),
             ))
         }
     };
@@ -205,14 +214,54 @@ fn message(i: usize, m: &Value) -> Result<ChatMessage, ApiError> {
     Ok(msg)
 }
 
+/// Refuses `text` if it must encode to more prompt tokens than `cap` lets one request
+/// have, from its byte length alone (`Tokenizer::min_tokens`): before any memory goes into
+/// tokenizing it.
+pub fn check_text(
+    tok: &Tokenizer,
+    text: &str,
+    field: &str,
+    cap: &Capacity,
+) -> Result<(), ApiError> {
+    cap.check_text(
+        field,
+        text.len(),
+        tok.min_tokens(text),
+        tok.max_token_bytes(),
+    )
+}
+
+/// Bytes of text a tokenization of `inputs` reads (what bounds its memory).
+pub fn text_bytes(inputs: &[PromptInput]) -> usize {
+    inputs
+        .iter()
+        .map(|i| match i {
+            PromptInput::Text(t) => t.len(),
+            PromptInput::Tokens(_) => 0,
+            PromptInput::Chat { messages, .. } => messages
+                .iter()
+                .map(|m| m.content.len() + m.tool_calls.as_ref().map_or(0, |c| c.to_string().len()))
+                .sum(),
+        })
+        .sum()
+}
+
 /// Token ids of one prompt. `field` names it in errors (`prompt`, `prompt[2]`, `messages`).
-/// Text is encoded with special-token parsing, as Hugging Face tokenizers do.
-pub fn tokenize(tok: &Tokenizer, input: &PromptInput, field: &str) -> Result<Vec<u32>, ApiError> {
+/// Text is encoded with special-token parsing, as Hugging Face tokenizers do. Text (also
+/// a rendered chat) that must be more tokens than `cap` allows is refused unencoded.
+pub fn tokenize(
+    tok: &Tokenizer,
+    input: &PromptInput,
+    field: &str,
+    cap: &Capacity,
+) -> Result<Vec<u32>, ApiError> {
     match input {
         PromptInput::Tokens(t) => Ok(t.clone()),
-        PromptInput::Text(s) => tok
-            .encode(s, true)
-            .map_err(|e| ApiError::param(field, format!("cannot tokenize: {e}"))),
+        PromptInput::Text(s) => {
+            check_text(tok, s, field, cap)?;
+            tok.encode(s, true)
+                .map_err(|e| ApiError::param(field, format!("cannot tokenize: {e}")))
+        }
         PromptInput::Chat {
             messages,
             add_generation_prompt,
@@ -221,6 +270,7 @@ pub fn tokenize(tok: &Tokenizer, input: &PromptInput, field: &str) -> Result<Vec
             let text = tok
                 .apply_chat_template_with(messages, *add_generation_prompt, kwargs)
                 .map_err(|e| ApiError::param(field, format!("chat template failed: {e}")))?;
+            check_text(tok, &text, field, cap)?;
             let mut ids = tok
                 .encode(&text, true)
                 .map_err(|e| ApiError::param(field, format!("cannot tokenize: {e}")))?;
@@ -235,35 +285,19 @@ pub fn tokenize(tok: &Tokenizer, input: &PromptInput, field: &str) -> Result<Vec
     }
 }
 
-/// Checks a tokenized prompt against the context: at least one token, and room for one
-/// generated token.
-pub fn check_len(field: &str, len: usize, ctx: usize) -> Result<(), ApiError> {
-    if len == 0 {
-        return Err(ApiError::param(
-            field,
-            "must contain at least 1 token, got 0",
-        ));
-    }
-    if len >= ctx {
-        return Err(ApiError {
-            code: "context_length_exceeded",
-            ..ApiError::param(
-                field,
-                format!("{len} tokens, but the context length is {ctx} tokens (at most {} prompt tokens fit)", ctx - 1),
-            )
-        });
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
 
+    fn chat(body: Value) -> Result<PromptInput, ApiError> {
+        let mut o = body.as_object().unwrap().clone();
+        let messages = o.remove("messages");
+        chat_prompt(messages, &Fields::new(&o))
+    }
+
     fn prompts(v: Value) -> Result<Vec<PromptInput>, ApiError> {
-        let o = json!({ "prompt": v });
-        completion_prompts(&Fields::new(o.as_object().unwrap()), 100)
+        completion_prompts(Some(v), 100)
     }
 
     #[test]
@@ -300,11 +334,8 @@ mod tests {
             prompts(json!(5)).unwrap_err().message,
             "prompt: must be a string, an array of strings or an array of token ids, got 5"
         );
-        let o = json!({});
         assert_eq!(
-            completion_prompts(&Fields::new(o.as_object().unwrap()), 100)
-                .unwrap_err()
-                .message,
+            completion_prompts(None, 100).unwrap_err().message,
             "prompt: required, got nothing"
         );
     }
@@ -316,7 +347,7 @@ mod tests {
             {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
             {"role": "assistant", "content": null}
         ]});
-        let p = chat_prompt(&Fields::new(o.as_object().unwrap())).unwrap();
+        let p = chat(o).unwrap();
         assert_eq!(
             p,
             PromptInput::Chat {
@@ -345,27 +376,7 @@ mod tests {
             ),
         ];
         for (body, msg) in bad {
-            assert_eq!(
-                chat_prompt(&Fields::new(body.as_object().unwrap()))
-                    .unwrap_err()
-                    .message,
-                msg
-            );
+            assert_eq!(chat(body).unwrap_err().message, msg);
         }
-    }
-
-    #[test]
-    fn length_checks() {
-        assert_eq!(
-            check_len("prompt", 0, 10).unwrap_err().message,
-            "prompt: must contain at least 1 token, got 0"
-        );
-        let e = check_len("prompt", 10, 10).unwrap_err();
-        assert_eq!(
-            e.message,
-            "prompt: 10 tokens, but the context length is 10 tokens (at most 9 prompt tokens fit)"
-        );
-        assert_eq!(e.code, "context_length_exceeded");
-        assert!(check_len("prompt", 9, 10).is_ok());
     }
 }

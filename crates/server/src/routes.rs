@@ -39,7 +39,7 @@ fn model_card(st: &AppState) -> Value {
         "owned_by": "folio",
         "root": s.model_name,
         "parent": null,
-        "max_model_len": s.engine.info.context_length,
+        "max_model_len": st.capacity().max_model_len(),
         "permission": [],
     })
 }
@@ -68,19 +68,21 @@ pub async fn model(State(st): State<AppState>, Path(id): Path<String>) -> Respon
 /// `{prompt}` or `{messages}` → `{count, max_model_len, tokens}` (vLLM's shape).
 pub async fn tokenize(
     State(st): State<AppState>,
-    JsonObject(body): JsonObject,
+    JsonObject(mut body): JsonObject,
 ) -> Result<Json<Value>, ApiError> {
     let s = &st.0;
+    let messages = body.remove("messages").filter(|m| !m.is_null());
+    let prompt = body.remove("prompt").filter(|p| !p.is_null());
     let f = Fields::new(&body);
-    let (input, field) = match (f.get("prompt"), f.get("messages")) {
-        (Some(Value::String(p)), None) => (PromptInput::Text(p.clone()), "prompt"),
+    let (input, field) = match (prompt, messages) {
+        (Some(Value::String(p)), None) => (PromptInput::Text(p), "prompt"),
         (Some(v), None) => {
             return Err(ApiError::param(
                 "prompt",
-                format!("must be a string, got {}", show(v)),
+                format!("must be a string, got {}", show(&v)),
             ))
         }
-        (None, Some(_)) => (prompt::chat_prompt(&f)?, "messages"),
+        (None, Some(m)) => (prompt::chat_prompt(Some(m), &f)?, "messages"),
         _ => {
             return Err(ApiError::bad_request(
                 "exactly one of prompt or messages is required",
@@ -90,15 +92,27 @@ pub async fn tokenize(
     };
     let add_special = f.bool("add_special_tokens", true)?;
     let tok = s.engine.tokenizer.clone();
-    let mut tokens = tokio::task::spawn_blocking(move || prompt::tokenize(&tok, &input, field))
-        .await
-        .map_err(|e| {
-            ApiError::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                format!("tokenizer task failed: {e}"),
-                "internal",
-            )
-        })??;
+    // Counting runs nothing, so only the context bounds it (not the KV pool); text that
+    // cannot fit the context is refused from its length before it is tokenized.
+    let cap = crate::capacity::Capacity::context_only(s.engine.info.context_length);
+    if let PromptInput::Text(t) = &input {
+        prompt::check_text(&tok, t, field, &cap)?;
+    }
+    let turn = st
+        .prompt_permit(prompt::text_bytes(std::slice::from_ref(&input)))
+        .await;
+    let mut tokens = tokio::task::spawn_blocking(move || {
+        let _turn = turn;
+        prompt::tokenize(&tok, &input, field, &cap)
+    })
+    .await
+    .map_err(|e| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("tokenizer task failed: {e}"),
+            "internal",
+        )
+    })??;
     if !add_special
         && field == "prompt"
         && s.engine.tokenizer.add_bos()
@@ -107,7 +121,7 @@ pub async fn tokenize(
         tokens.remove(0);
     }
     Ok(Json(
-        json!({"count": tokens.len(), "max_model_len": s.engine.info.context_length, "tokens": tokens}),
+        json!({"count": tokens.len(), "max_model_len": st.capacity().max_model_len(), "tokens": tokens}),
     ))
 }
 

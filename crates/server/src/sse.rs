@@ -3,10 +3,11 @@
 //! A task owns the request's [`Choices`] and writes frames into a bounded channel whose
 //! receiver is the response body. A request still queued in the engine gets its headers
 //! and `: keep-alive` comments until its first token; the request timeout ends every
-//! unfinished choice with finish reason `timeout`. When the client disconnects, hyper drops the body, the
+//! unfinished choice with finish reason `timeout` (`deadline` for the request's own
+//! `deadline_ms`). When the client disconnects, hyper drops the body, the
 //! channel closes, the task returns and dropping `Choices` aborts the engine requests.
 
-use crate::choice_state::{usage_sum, ChoiceState, TIMEOUT};
+use crate::choice_state::{usage_sum, ChoiceState};
 use crate::choices::Choices;
 use crate::chunk_filter::ChunkFilter;
 use crate::generate::{log_finished, refusal, until, Running};
@@ -58,7 +59,7 @@ pub fn respond(req: Running, queued: Option<Slots>) -> Response {
 pub enum Waited {
     Admitted,
     Refused(folio_engine::FinishReason),
-    /// The request timeout passed first (the main loop ends the choices).
+    /// The cutoff passed first (the main loop ends the choices).
     TimedOut,
     Disconnected,
 }
@@ -118,7 +119,8 @@ async fn pump(req: Running, tx: mpsc::Sender<Bytes>, queued: Option<Slots>) {
         }
     };
     if let Some(queued) = queued {
-        let waited = wait_admitted(&mut choices, &tx, s.opts.keep_alive, deadline).await;
+        let waited =
+            wait_admitted(&mut choices, &tx, s.opts.keep_alive, deadline.map(|c| c.at)).await;
         drop(queued);
         match waited {
             Waited::Admitted | Waited::TimedOut => {}
@@ -144,10 +146,11 @@ async fn pump(req: Running, tx: mpsc::Sender<Bytes>, queued: Option<Slots>) {
         let next = tokio::select! {
             biased;
             _ = tx.closed() => return log_finished(&job, &states, "client disconnected"),
-            _ = until(deadline) => {
+            _ = until(deadline.map(|c| c.at)) => {
+                let reason = deadline.map_or(crate::choice_state::TIMEOUT, |c| c.reason);
                 for i in choices.abort() {
-                    states[i].time_out(&s.metrics);
-                    if tx.send(frames(i, job.chunk(i, "", None, Some(TIMEOUT)))).await.is_err() {
+                    states[i].cut_off(reason, &s.metrics);
+                    if tx.send(frames(i, job.chunk(i, "", None, Some(reason)))).await.is_err() {
                         return log_finished(&job, &states, "client disconnected");
                     }
                 }

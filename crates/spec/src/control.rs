@@ -8,32 +8,13 @@
 //! shared) every extra row costs its full compute, so the same acceptance earns drafts
 //! alone and none in a crowd.
 
+use folio_core::cost::StepTime;
+#[cfg(test)]
+use folio_core::CostModel;
+
 /// Expected tokens fixed per round with `m` drafts at acceptance `a`: Σ_{j=0..m} a^j.
 pub fn expected_tokens(a: f64, m: usize) -> f64 {
     (0..=m).map(|j| a.powi(j as i32)).sum()
-}
-
-/// Wall time of one forward step as a function of the rows (tokens) it computes.
-pub trait StepTime {
-    fn step_s(&self, rows: usize) -> f64;
-
-    /// Whether `step_s(rows)` comes from measuring steps of that size (not a guess).
-    fn measured(&self, _rows: usize) -> bool {
-        true
-    }
-}
-
-/// A linear model of one step's wall time: `fixed_s + per_token_s · tokens`.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct StepCost {
-    pub fixed_s: f64,
-    pub per_token_s: f64,
-}
-
-impl StepTime for StepCost {
-    fn step_s(&self, rows: usize) -> f64 {
-        self.fixed_s + self.per_token_s * rows as f64
-    }
 }
 
 /// Per-request draft-length state: acceptance estimate and limits.
@@ -163,7 +144,7 @@ mod tests {
     }
 
     /// `c`'s draft length in a step where `batch - 1` other decodes draft nothing.
-    fn alone_in(c: &DraftControl, cost: &StepCost, batch: usize, draft_s: f64) -> usize {
+    fn alone_in(c: &DraftControl, cost: &CostModel, batch: usize, draft_s: f64) -> usize {
         let idle = Candidate {
             acceptance: 0.0,
             max: 0,
@@ -177,9 +158,10 @@ mod tests {
 
     #[test]
     fn drafts_less_when_the_batch_shares_the_fixed_cost() {
-        let cost = StepCost {
+        let cost = CostModel {
             fixed_s: 0.010,
             per_token_s: 0.0005,
+            per_pair_s: 0.0,
         };
         let c = DraftControl {
             acceptance: 0.7,

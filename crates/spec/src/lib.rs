@@ -22,7 +22,8 @@ pub mod ngram;
 pub mod stats;
 pub mod verify;
 
-pub use control::{expected_tokens, plan, Candidate, DraftControl, StepCost, StepTime};
+pub use control::{expected_tokens, plan, Candidate, DraftControl};
+pub use folio_core::cost::StepTime;
 pub use ngram::NgramIndex;
 pub use stats::SpecStats;
 pub use verify::{verify_greedy, verify_sampled, Verdict};

@@ -9,7 +9,8 @@
 //! - `special`: splitting input at special-token texts before BPE.
 //! - `spm`: llama.cpp's SentencePiece merge, for `tokenizer.ggml.model = "llama"`.
 //! - `byte_level`: GPT-2's byte ⇄ char alphabet, for decoding.
-//! - [`Tokenizer`]: encode / decode / special ids / chat template.
+//! - [`Tokenizer`]: encode / decode / special ids / chat template, and `min_tokens` (a
+//!   lower bound on a text's token count from its bytes, without tokenizing).
 //! - `chat` + `date`: [`ChatMessage`] and the minijinja environment for chat templates.
 //! - [`IncrementalDecoder`]: token stream → complete UTF-8 text.
 //! - [`StopMatcher`]: stop strings over streamed text.

@@ -99,6 +99,20 @@ pub struct Tokenizer {
     add_bos: bool,
     add_eos: bool,
     template: Option<ChatTemplate>,
+    /// See [`Tokenizer::min_tokens`].
+    bound: TokenBound,
+}
+
+/// What [`Tokenizer::min_tokens`] needs: how many text bytes one token stands for at
+/// most, and which bytes become no token at all.
+#[derive(Clone, Debug)]
+struct TokenBound {
+    /// The longest token in bytes (for a special token, the text it matches); at least 4
+    /// (an unknown token stands for one char). `None`: no bound (a special token that
+    /// swallows the whitespace after it, `rstrip`).
+    longest: Option<usize>,
+    /// Bytes without a one-byte token in a byte-level vocabulary: the BPE drops them.
+    dropped: [bool; 256],
 }
 
 impl Tokenizer {
@@ -168,7 +182,7 @@ impl Tokenizer {
         eog_ids.dedup();
         drop_eog_exceptions(&mut eog_ids, &mut types, &spec.tokens);
 
-        let (model, bytes) = if spec.model == "llama" {
+        let (model, bytes): (Model, Vec<Vec<u8>>) = if spec.model == "llama" {
             let spm = Spm::new(&spec.tokens, &spec.scores, &types, spec.unk_id)?;
             let bytes = spec
                 .tokens
@@ -232,7 +246,9 @@ impl Tokenizer {
             ChatTemplate::new(src, token_text(spec.bos_id), token_text(spec.eos_id))
         });
 
+        let bound = TokenBound::new(&model, &bytes, &types, &specials);
         Ok(Tokenizer {
+            bound,
             model,
             bytes,
             types,
@@ -329,6 +345,28 @@ impl Tokenizer {
     /// [`Self::token_bytes`] without the copy.
     pub fn token_bytes_ref(&self, id: u32) -> &[u8] {
         self.bytes.get(id as usize).map_or(&[], Vec::as_slice)
+    }
+
+    /// A lower bound on `self.encode(text, _).len()`, computed without tokenizing: the
+    /// text's bytes (less those the vocabulary drops) over the longest token's bytes,
+    /// rounded up. A server uses it to refuse text that can never fit its context before
+    /// spending memory on tokenizing it. 0 when no bound holds (see [`TokenBound`]).
+    pub fn min_tokens(&self, text: &str) -> usize {
+        let Some(longest) = self.bound.longest else {
+            return 0;
+        };
+        let dropped = &self.bound.dropped;
+        let kept = if dropped.contains(&true) {
+            text.bytes().filter(|&b| !dropped[b as usize]).count()
+        } else {
+            text.len()
+        };
+        kept.div_ceil(longest)
+    }
+
+    /// The most text bytes one token stands for ([`Self::min_tokens`]' divisor), if bounded.
+    pub fn max_token_bytes(&self) -> Option<usize> {
+        self.bound.longest
     }
 
     /// Number of tokens in the vocabulary.
@@ -514,6 +552,36 @@ fn token_raw_bytes(decoder: &ByteDecoder, text: &str, ty: i32) -> Vec<u8> {
             .decode(text)
             .unwrap_or_else(|| text.as_bytes().to_vec()),
         _ => text.as_bytes().to_vec(),
+    }
+}
+
+impl TokenBound {
+    fn new(model: &Model, bytes: &[Vec<u8>], types: &[i32], specials: &[SpecialText]) -> Self {
+        let mut dropped = [false; 256];
+        if let Model::Bpe(_) = model {
+            // Each byte of a piece starts as its one-char token; without one, the BPE
+            // (built without an unknown token) skips it.
+            let mut seen = [false; 256];
+            for (b, &ty) in bytes.iter().zip(types) {
+                if let ([byte], token_type::NORMAL) = (b.as_slice(), ty) {
+                    seen[*byte as usize] = true;
+                }
+            }
+            for (d, s) in dropped.iter_mut().zip(seen) {
+                *d = !s;
+            }
+        }
+        let longest = bytes
+            .iter()
+            .map(Vec::len)
+            .chain(specials.iter().map(|s| s.text.len()))
+            .max()
+            .unwrap_or(0)
+            .max(4);
+        TokenBound {
+            longest: (!specials.iter().any(|s| s.rstrip)).then_some(longest),
+            dropped,
+        }
     }
 }
 

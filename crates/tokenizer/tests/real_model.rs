@@ -223,3 +223,36 @@ fn chat_template_with_system_message_reproduces_the_reference_prompt() {
         ids(&haiku["prompt_token_ids"])
     );
 }
+
+/// The bound a server uses to refuse text before tokenizing it: SmolLM2's longest token
+/// is `\n` + 80 spaces (81 bytes), and no text encodes to fewer tokens than its bytes / 81,
+/// not counting the bytes the vocabulary has no token for (it lacks e.g. \x04, which the
+/// BPE drops).
+#[test]
+fn min_tokens_bounds_the_token_count() {
+    let Some(tok) = load() else { return };
+    assert_eq!(tok.max_token_bytes(), Some(81));
+    assert_eq!(
+        tok.encode(&"\u{4}".repeat(1000), false).unwrap(),
+        Vec::<u32>::new()
+    );
+    assert_eq!(tok.min_tokens(&"\u{4}".repeat(1000)), 0);
+    assert_eq!(tok.min_tokens(&"a".repeat(810)), 10);
+    for text in [
+        format!("\n{}", " ".repeat(80)).repeat(100),
+        "#".repeat(10_000),
+        " ".repeat(10_000),
+        "<|im_start|>".repeat(50),
+        "The quick brown fox jumps over the lazy dog. ".repeat(200),
+        "日本語のテキスト 🦀".repeat(100),
+        "a\u{4}b\u{6}c ".repeat(1000),
+    ] {
+        let n = tok.encode(&text, true).unwrap().len();
+        let min = tok.min_tokens(&text);
+        assert!(min <= n, "bound {min} > {n} tokens");
+        assert!(
+            min > 0 && min >= n / 100,
+            "bound {min} useless for {n} tokens"
+        );
+    }
+}

@@ -198,3 +198,29 @@ fn special_ids_end_of_generation_and_chat_format() {
     assert_eq!(&ids[..4], &[2, 105, 2364, 107]);
     assert_eq!(&ids[ids.len() - 3..], &[105, 4368, 107]);
 }
+
+/// SentencePiece: every byte becomes part of a token (byte fallback), so the bound holds.
+#[test]
+fn min_tokens_bounds_the_token_count() {
+    let Some(tok) = load() else { return };
+    let m = tok
+        .max_token_bytes()
+        .expect("SentencePiece with byte fallback");
+    assert!((16..=64).contains(&m), "{m}");
+    assert_eq!(tok.min_tokens(&"\u{4}".repeat(1000)), 1000usize.div_ceil(m));
+    for text in [
+        "─".repeat(5000),
+        " ".repeat(10_000),
+        "\n".repeat(10_000),
+        "<start_of_turn>user\nhi<end_of_turn>".repeat(50),
+        "naïve café — 日本語のテキスト 🦀".repeat(100),
+    ] {
+        let n = tok.encode(&text, true).unwrap().len();
+        let min = tok.min_tokens(&text);
+        assert!(min <= n, "bound {min} > {n} tokens");
+        assert!(
+            min > 0 && min >= n / 100,
+            "bound {min} useless for {n} tokens"
+        );
+    }
+}

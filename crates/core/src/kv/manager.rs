@@ -209,6 +209,16 @@ impl KvManager {
         })
     }
 
+    /// Replaces the costs blocks are valued with for eviction: the engine passes its
+    /// measured step cost and the second tier's measured times as it learns them (the
+    /// configured ones are only a seed).
+    pub fn set_costs(&mut self, cost: CostModel, tier: Option<TierCost>) {
+        self.cfg.cost = cost;
+        if tier.is_some() {
+            self.cfg.tier = tier;
+        }
+    }
+
     /// The configuration.
     pub fn config(&self) -> &KvConfig {
         &self.cfg

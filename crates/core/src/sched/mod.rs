@@ -8,6 +8,6 @@ pub mod scheduler;
 
 pub use admission::{AdmissionEstimate, Rates, RejectReason};
 pub use config::{BatchPolicy, ConfigError, KvReservation, SchedulerConfig};
-pub use output::{RequestResult, ScheduledRequest, SchedulerOutput};
+pub use output::{Lookahead, RequestResult, ScheduledRequest, SchedulerOutput};
 pub use request::{FinishReason, Request, RequestId, RequestStatus};
 pub use scheduler::{SchedStats, Scheduler, SchedulerError};

@@ -60,6 +60,26 @@ impl SchedulerOutput {
     }
 }
 
+/// KV slots a drafter may write before the step that verifies its drafts
+/// ([`Scheduler::reserve_lookahead`](super::Scheduler::reserve_lookahead)): a self-draft or
+/// draft model drafting `num_slots` tokens computes K/V at positions
+/// `start_pos..start_pos + num_slots` (the newest token, then each draft but the last) in
+/// the request's own blocks, which also cover the verifying step's extra position.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Lookahead {
+    /// The request's newest token: the first position the drafter writes.
+    pub start_pos: usize,
+    /// Positions reserved from `start_pos` (the most drafts the drafter may make).
+    pub num_slots: usize,
+    /// The request's blocks, covering `start_pos + num_slots + 1` positions.
+    pub block_table: Vec<u32>,
+    /// Hybrid models: the window layers' tables (as in [`ScheduledRequest`]).
+    pub window_tables: Vec<Vec<u32>>,
+    /// Copy-on-write orders to perform before the drafter writes (a shared tail block
+    /// that holds the first draft position).
+    pub copies: Vec<CopyOp>,
+}
+
 /// The executor's result for one scheduled request.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct RequestResult {

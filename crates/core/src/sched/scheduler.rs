@@ -4,7 +4,9 @@
 //! 1. running requests that only need their newest token (decodes) take one token each
 //!    (plus drafts), then running requests still catching up take a chunk of at most
 //!    `max_chunk`; each takes `min(remaining, budget)`. When KV runs out the newest
-//!    not-yet-scheduled running request is preempted by recompute (possibly the one asking);
+//!    not-yet-scheduled running request is preempted by recompute (possibly the one asking).
+//!    Before the catch-ups, a waiting prompt shorter than every one of them is admitted
+//!    (shortest remaining first), so a short request does not wait behind long prefills;
 //! 2. if nothing was preempted and the policy lets new requests in, waiting requests are
 //!    admitted FCFS while budget, `max_running` and KV (per the reservation mode) allow; a
 //!    prefix-cache hit starts them past their cached tokens.
@@ -17,7 +19,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 
 use super::admission::{self, AdmissionEstimate, Rates, RejectReason};
 use super::config::{BatchPolicy, ConfigError, KvReservation, SchedulerConfig};
-use super::output::{RequestResult, ScheduledRequest, SchedulerOutput};
+use super::output::{Lookahead, RequestResult, ScheduledRequest, SchedulerOutput};
 use super::request::{FinishReason, Request, RequestId, RequestStatus};
 use crate::kv::{KvError, KvManager, KvStats, StepId};
 
@@ -124,6 +126,17 @@ impl Scheduler {
         self.running.len()
     }
 
+    /// Running requests that only need their newest token computed (decoding).
+    pub fn num_decoding(&self) -> usize {
+        self.running
+            .iter()
+            .filter(|id| {
+                let r = &self.requests[*id];
+                r.num_tokens().saturating_sub(r.num_computed_tokens) <= 1
+            })
+            .count()
+    }
+
     /// True while any request is waiting or running.
     pub fn has_unfinished(&self) -> bool {
         !self.waiting.is_empty() || !self.running.is_empty()
@@ -176,8 +189,48 @@ impl Scheduler {
         };
         let room = r.max_tokens.saturating_sub(r.num_output_tokens() + 1);
         draft.truncate(room);
+        if r.status == RequestStatus::Running && r.num_computed_tokens + 1 == r.num_tokens() {
+            // Lookahead slots past the drafts made go back now (drafting stopped early).
+            let _ = self
+                .kv
+                .truncate(id, r.num_computed_tokens + draft.len() + 1);
+        }
         r.draft = draft;
         true
+    }
+
+    /// Reserves KV for a drafter that writes K/V before the verifying step (self-draft or
+    /// a draft model): positions `pos..pos + k`, `pos` being the running request's newest
+    /// token (not yet computed). The KV manager allocates the slots and decides
+    /// copy-on-write of a shared tail block; the copies come back with the slots and must
+    /// run before the drafter writes. Drafting is optional, so this never preempts: with
+    /// too few free blocks fewer slots are given, and `None` means none (or the request is
+    /// not decoding). The next `update` gives back the slots of rejected drafts.
+    pub fn reserve_lookahead(&mut self, id: RequestId, k: usize) -> Option<Lookahead> {
+        let r = self.requests.get(&id)?;
+        if r.status != RequestStatus::Running || r.num_computed_tokens + 1 != r.num_tokens() {
+            return None;
+        }
+        let pos = r.num_computed_tokens;
+        // Drafts past max_tokens could never be kept (`set_draft` cuts them too).
+        let room = r.max_tokens.saturating_sub(r.num_output_tokens() + 1);
+        // Slots up to the verifying step's extent (the newest token and k drafts), so
+        // that step needs no block this did not get.
+        let mut k = k.min(room);
+        while k > 0 && self.kv.grow(id, pos + k + 1).is_err() {
+            k -= 1;
+        }
+        if k == 0 {
+            return None;
+        }
+        let table = self.kv.table(id).expect("running request has KV");
+        Some(Lookahead {
+            start_pos: pos,
+            num_slots: k,
+            block_table: table.blocks.clone(),
+            window_tables: self.kv.window_tables(id),
+            copies: self.kv.take_copy_ops(),
+        })
     }
 
     /// Forks running request `parent` into a new request `child` that shares all its KV
@@ -256,49 +309,47 @@ impl Scheduler {
         let mut done: HashSet<RequestId> = HashSet::new();
         let mut preempted = Vec::new();
 
-        // Decodes first, then running requests still catching up, each in admission order.
-        let mut order: Vec<RequestId> = self.running.clone();
-        order.sort_by_key(|id| {
-            let r = &self.requests[id];
-            r.num_tokens() - r.num_computed_tokens.min(r.num_tokens()) > 1
-        });
-        for id in order {
-            if budget == 0 {
-                break;
-            }
-            if !self.running.contains(&id) {
-                continue; // preempted earlier in this loop
-            }
-            let Some((num_known, num_draft)) = self.plan_tokens(id, budget) else {
-                continue;
-            };
-            let start = self.requests[&id].num_computed_tokens;
-            let total = start + num_known + num_draft;
-            let mut fits = true;
-            while let Err(KvError::OutOfBlocks { .. }) = self.kv.grow(id, total) {
-                let victim = *self
-                    .running
+        // Decodes first, then running requests still catching up, each in admission order;
+        // between the two, waiting prompts shorter than every unscheduled catch-up.
+        let (decodes, catch_ups): (Vec<RequestId>, Vec<RequestId>) =
+            self.running.iter().partition(|id| {
+                let r = &self.requests[id];
+                r.num_tokens() - r.num_computed_tokens.min(r.num_tokens()) <= 1
+            });
+        for id in decodes {
+            self.plan_running(id, &mut budget, &mut planned, &mut done, &mut preempted);
+        }
+        if preempted.is_empty() && self.admission_open() {
+            // Shortest remaining first between the waiting head and the running prefills:
+            // a short prompt arriving behind long ones gets its first token in the next
+            // step instead of after all their chunks. Equal lengths keep FCFS.
+            let shortest = catch_ups
+                .iter()
+                .map(|id| self.requests[id].num_tokens() - self.requests[id].num_computed_tokens)
+                .min();
+            if let Some(rest) = shortest {
+                let short: Vec<RequestId> = self
+                    .waiting
                     .iter()
-                    .rev()
-                    .find(|r| !done.contains(r))
-                    .expect("the asking request itself is not yet scheduled");
-                self.preempt(victim);
-                preempted.push(victim);
-                if victim == id {
-                    fits = false;
-                    break;
+                    .copied()
+                    .filter(|id| self.requests[id].num_tokens() < rest)
+                    .collect();
+                for id in short {
+                    if budget == 0 || self.running_samples() >= self.cfg.effective_max_running() {
+                        break;
+                    }
+                    let Some(p) = self.try_admit(id, budget) else {
+                        break;
+                    };
+                    budget -= p.num_known + p.num_draft;
+                    // Scheduled: a catch-up short of KV must not preempt it.
+                    done.insert(id);
+                    planned.push(p);
                 }
             }
-            if fits {
-                budget -= num_known + num_draft;
-                done.insert(id);
-                planned.push(Planned {
-                    id,
-                    start,
-                    num_known,
-                    num_draft,
-                });
-            }
+        }
+        for id in catch_ups {
+            self.plan_running(id, &mut budget, &mut planned, &mut done, &mut preempted);
         }
 
         if preempted.is_empty() && self.admission_open() {
@@ -340,11 +391,10 @@ impl Scheduler {
                         r.num_computed_tokens -= sr.num_draft_tokens - accepted;
                         self.stats.accepted_draft_tokens += accepted as u64;
                     }
-                    if sr.num_draft_tokens > 0 || new.is_empty() {
-                        self.kv
-                            .truncate(sr.id, r.num_computed_tokens)
-                            .expect("running request has KV");
-                    }
+                    // Rejected drafts' slots (and lookahead slots left unused) go back.
+                    self.kv
+                        .truncate(sr.id, r.num_computed_tokens)
+                        .expect("running request has KV");
                 }
                 for &t in new {
                     if r.num_output_tokens() >= r.max_tokens {
@@ -378,6 +428,53 @@ impl Scheduler {
     }
 
     // ---- helpers ----
+
+    /// Plans running request `id`'s tokens this step (its decode plus drafts, or its next
+    /// prompt chunk), growing its KV and preempting the newest unscheduled running request
+    /// (possibly itself) while the pool is short.
+    fn plan_running(
+        &mut self,
+        id: RequestId,
+        budget: &mut usize,
+        planned: &mut Vec<Planned>,
+        done: &mut HashSet<RequestId>,
+        preempted: &mut Vec<RequestId>,
+    ) {
+        if *budget == 0 || !self.running.contains(&id) {
+            return; // out of budget, or preempted earlier in this step
+        }
+        let Some((num_known, mut num_draft)) = self.plan_tokens(id, *budget) else {
+            return;
+        };
+        let start = self.requests[&id].num_computed_tokens;
+        while let Err(KvError::OutOfBlocks { .. }) = self.kv.grow(id, start + num_known + num_draft)
+        {
+            if num_draft > 0 {
+                // Drafts are optional: drop them before preempting anyone for their slots.
+                num_draft = 0;
+                continue;
+            }
+            let victim = *self
+                .running
+                .iter()
+                .rev()
+                .find(|r| !done.contains(r))
+                .expect("the asking request itself is not yet scheduled");
+            self.preempt(victim);
+            preempted.push(victim);
+            if victim == id {
+                return;
+            }
+        }
+        *budget -= num_known + num_draft;
+        done.insert(id);
+        planned.push(Planned {
+            id,
+            start,
+            num_known,
+            num_draft,
+        });
+    }
 
     /// [`admission::check_static`] against this pool: the most pages the request's final
     /// KV holds at once must fit the whole pool.
@@ -466,7 +563,7 @@ impl Scheduler {
             self.kv.free_seq(id);
             return None;
         }
-        self.waiting.pop_front();
+        self.waiting.retain(|&w| w != id);
         self.running.push(id);
         let r = self.requests.get_mut(&id).expect("waiting request exists");
         r.status = RequestStatus::Running;

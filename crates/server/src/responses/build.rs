@@ -25,7 +25,8 @@ struct Item {
 #[derive(Clone, Debug, PartialEq)]
 pub enum End {
     Completed,
-    /// `incomplete_details.reason`: `max_output_tokens`, `timeout`, `abort`.
+    /// `incomplete_details.reason`: `max_output_tokens`, `timeout` (`--request-timeout-s`),
+    /// `deadline` (`deadline_ms`), `abort`.
     Incomplete(&'static str),
     /// The engine failed: the message.
     Failed(String),
@@ -38,6 +39,7 @@ impl End {
             "stop" => End::Completed,
             "length" => End::Incomplete("max_output_tokens"),
             crate::choice_state::TIMEOUT => End::Incomplete("timeout"),
+            crate::choice_state::DEADLINE => End::Incomplete("deadline"),
             "error" => End::Failed(error.unwrap_or_else(|| "generation failed".into())),
             _ => End::Incomplete("abort"),
         }

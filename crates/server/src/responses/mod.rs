@@ -103,9 +103,11 @@ async fn collect(req: Running, mut b: Build) -> Result<Response, ApiError> {
     loop {
         let next = tokio::select! {
             biased;
-            _ = until(deadline) => {
+            _ = until(deadline.map(|d| d.at)) => {
                 choices.abort();
-                c.time_out(&st.0.metrics);
+                if let Some(d) = deadline {
+                    c.cut_off(d.reason, &st.0.metrics);
+                }
                 break;
             }
             next = choices.next() => next,

@@ -56,7 +56,8 @@ async fn pump(req: Running, mut b: Build, tx: mpsc::Sender<Bytes>, queued: Optio
         return gone(&c);
     }
     if let Some(queued) = queued {
-        let waited = wait_admitted(&mut choices, &tx, s.opts.keep_alive, deadline).await;
+        let waited =
+            wait_admitted(&mut choices, &tx, s.opts.keep_alive, deadline.map(|d| d.at)).await;
         drop(queued);
         match waited {
             Waited::Admitted | Waited::TimedOut => {}
@@ -73,9 +74,11 @@ async fn pump(req: Running, mut b: Build, tx: mpsc::Sender<Bytes>, queued: Optio
         let next = tokio::select! {
             biased;
             _ = tx.closed() => return gone(&c),
-            _ = until(deadline) => {
+            _ = until(deadline.map(|d| d.at)) => {
                 choices.abort();
-                c.time_out(&s.metrics);
+                if let Some(d) = deadline {
+                    c.cut_off(d.reason, &s.metrics);
+                }
                 break;
             }
             r = tokio::time::timeout(s.opts.keep_alive, choices.next()) => r,

@@ -54,6 +54,16 @@ pub fn post_ok(addr: SocketAddr, path: &str, body: &Value) -> Value {
 
 /// Starts a server for `engine` on 127.0.0.1:0 on its own runtime thread.
 pub fn start(engine: folio_engine::EngineHandle, opts: folio_server::ServerOptions) -> Server {
+    start_on(engine, opts, "127.0.0.1:0")
+}
+
+/// Starts a server listening on `bind` (e.g. `0.0.0.0:0`); `Server::addr` is where to
+/// connect (loopback for an unspecified address).
+pub fn start_on(
+    engine: folio_engine::EngineHandle,
+    opts: folio_server::ServerOptions,
+    bind: &'static str,
+) -> Server {
     let (addr_tx, addr_rx) = std::sync::mpsc::channel();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let (done_tx, done_rx) = std::sync::mpsc::channel();
@@ -65,9 +75,7 @@ pub fn start(engine: folio_engine::EngineHandle, opts: folio_server::ServerOptio
             .build()
             .expect("runtime");
         rt.block_on(async move {
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-                .await
-                .expect("bind");
+            let listener = tokio::net::TcpListener::bind(bind).await.expect("bind");
             addr_tx
                 .send(listener.local_addr().expect("addr"))
                 .expect("send addr");
@@ -82,7 +90,10 @@ pub fn start(engine: folio_engine::EngineHandle, opts: folio_server::ServerOptio
             let _ = done_tx.send(r);
         });
     });
-    let addr = addr_rx.recv().expect("server thread reports its address");
+    let mut addr: SocketAddr = addr_rx.recv().expect("server thread reports its address");
+    if addr.ip().is_unspecified() {
+        addr.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+    }
     Server {
         addr,
         engine,
@@ -167,7 +178,7 @@ impl Resp {
 /// Raw request bytes for `method path` with `body`.
 pub fn raw_request(method: &str, path: &str, body: &[u8]) -> Vec<u8> {
     let mut req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: folio\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        "{method} {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
     )
     .into_bytes();
@@ -281,7 +292,7 @@ pub fn raw_request_with(
     close: bool,
 ) -> Vec<u8> {
     let mut req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: folio\r\nContent-Type: application/json\r\nContent-Length: {}\r\n",
+        "{method} {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\n",
         body.len()
     );
     for (k, v) in headers {
@@ -294,6 +305,18 @@ pub fn raw_request_with(
     let mut req = req.into_bytes();
     req.extend_from_slice(body);
     req
+}
+
+/// Sends `raw` (a whole request, every header as given) on a fresh connection and reads
+/// the response.
+pub fn send_raw(addr: SocketAddr, raw: &[u8]) -> Resp {
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(300)))
+        .expect("timeout");
+    s.write_all(raw).expect("write");
+    let mut buf = Vec::new();
+    let _ = s.read_to_end(&mut buf);
+    parse_response(&buf)
 }
 
 /// One request with extra headers on a fresh connection (closed after it).

@@ -1,9 +1,26 @@
-//! Cost model shared by the simulator (round time) and the prefix cache (recompute value).
+//! Step-cost models: the round-time line `a + b·tokens + c·pairs` the simulator and the
+//! planner use (the chapter's fit is its reference point), and the measured step curve the
+//! live engine learns from its own steps (`curve.rs`), which feeds the same line to
+//! admission, eviction and tier decisions.
 //!
 //! One round computing chunks of `c_i` new tokens after `h_i` context tokens costs
 //! `fixed + per_token·Σc_i + per_pair·Σ(c_i·h_i + c_i(c_i+1)/2)` seconds: a constant part
 //! (weight reads, launches, host work), a linear part, and the causal attention pairs, which
 //! make a chunk deep in a long prompt dearer than the same chunk at its start (chapter 8.2).
+
+mod curve;
+
+pub use curve::{budget_for_step_time, CostFit, StepCurve};
+
+/// Wall time of one forward step as a function of the rows (tokens) it computes.
+pub trait StepTime {
+    fn step_s(&self, rows: usize) -> f64;
+
+    /// Whether `step_s(rows)` comes from measuring steps of that size (not a guess).
+    fn measured(&self, _rows: usize) -> bool {
+        true
+    }
+}
 
 /// Round-time model `a + b·tokens + c·pairs`, all in seconds.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -43,6 +60,13 @@ impl CostModel {
                 .into_iter()
                 .map(|(h, n)| self.chunk_s(h, n))
                 .sum::<f64>()
+    }
+}
+
+/// A line through the step's rows: the attention pairs are not known at this level.
+impl StepTime for CostModel {
+    fn step_s(&self, rows: usize) -> f64 {
+        self.fixed_s + self.per_token_s * rows as f64
     }
 }
 

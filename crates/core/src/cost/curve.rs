@@ -1,0 +1,233 @@
+//! The measured step-cost model: wall time of one forward step by rows computed, learned
+//! online from the engine's own steps. The draft planner, the ITL budget, admission rates
+//! and the KV manager's eviction values all read it, so every decision prices a step the
+//! same way, from this machine's measurements rather than constants.
+
+use super::{CostModel, StepTime};
+
+/// Online least-squares fit of step wall time against tokens computed, exponentially
+/// forgetting old steps so it follows the machine's current state.
+#[derive(Debug, Clone)]
+pub struct CostFit {
+    n: f64,
+    sx: f64,
+    sy: f64,
+    sxx: f64,
+    sxy: f64,
+}
+
+impl Default for CostFit {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl CostFit {
+    pub fn new() -> CostFit {
+        CostFit {
+            n: 0.0,
+            sx: 0.0,
+            sy: 0.0,
+            sxx: 0.0,
+            sxy: 0.0,
+        }
+    }
+
+    pub fn add(&mut self, tokens: usize, wall_s: f64) {
+        let d = 0.98;
+        let x = tokens as f64;
+        self.n = self.n * d + 1.0;
+        self.sx = self.sx * d + x;
+        self.sy = self.sy * d + wall_s;
+        self.sxx = self.sxx * d + x * x;
+        self.sxy = self.sxy * d + x * wall_s;
+    }
+
+    /// Whether enough steps were seen for [`CostFit::cost`] to be a fit, not its seed.
+    pub fn is_measured(&self) -> bool {
+        self.n >= 4.0
+    }
+
+    /// The fitted cost; a conservative default until the data spans several batch sizes.
+    pub fn cost(&self) -> CostModel {
+        let default = CostModel {
+            fixed_s: 0.003,
+            per_token_s: 0.0002,
+            per_pair_s: 0.0,
+        };
+        if self.n < 4.0 {
+            return default;
+        }
+        let var = self.sxx / self.n - (self.sx / self.n).powi(2);
+        if var < 1.0 {
+            return CostModel {
+                fixed_s: (self.sy / self.n).max(1e-5) * 0.8,
+                per_token_s: default.per_token_s,
+                per_pair_s: 0.0,
+            };
+        }
+        let beta = ((self.sxy / self.n - self.sx / self.n * self.sy / self.n) / var).max(1e-6);
+        let alpha = (self.sy / self.n - beta * self.sx / self.n).max(1e-5);
+        CostModel {
+            fixed_s: alpha,
+            per_token_s: beta,
+            per_pair_s: 0.0,
+        }
+    }
+}
+
+/// Measured step time by rows computed: per bin, a smoothed time and the smoothed row
+/// count it was measured at (bins are exact row counts up to 64, then 16 rows wide);
+/// between measured bins the time is interpolated by those row counts (never flat inside a
+/// wide bin) and beyond them extended with the linear fit's slope. The draft planner needs
+/// the curve's shape: on a CPU the first extra rows ride on the weight read almost free,
+/// later ones cost full compute, and a single line through all steps gets both ends wrong.
+#[derive(Debug, Clone)]
+pub struct StepCurve {
+    /// Per bin: smoothed seconds, smoothed rows, steps seen.
+    bins: Vec<(f64, f64, u32)>,
+    /// Fallback and slope for extrapolation.
+    pub fit: CostFit,
+}
+
+impl Default for StepCurve {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl StepCurve {
+    const EXACT: usize = 64;
+    const WIDE: usize = 16;
+    const BINS: usize = Self::EXACT + 64;
+
+    pub fn new() -> StepCurve {
+        StepCurve {
+            bins: vec![(0.0, 0.0, 0); Self::BINS + 1],
+            fit: CostFit::new(),
+        }
+    }
+
+    fn bin(rows: usize) -> usize {
+        if rows <= Self::EXACT {
+            rows
+        } else {
+            (Self::EXACT + 1 + (rows - Self::EXACT - 1) / Self::WIDE).min(Self::BINS)
+        }
+    }
+
+    pub fn add(&mut self, rows: usize, wall_s: f64) {
+        self.fit.add(rows, wall_s);
+        if rows == 0 {
+            return;
+        }
+        let b = &mut self.bins[Self::bin(rows)];
+        let x = rows as f64;
+        if b.2 == 0 {
+            (b.0, b.1) = (wall_s, x);
+        } else {
+            (b.0, b.1) = (0.75 * b.0 + 0.25 * wall_s, 0.75 * b.1 + 0.25 * x);
+        }
+        b.2 = b.2.saturating_add(1);
+    }
+}
+
+impl StepTime for StepCurve {
+    fn measured(&self, rows: usize) -> bool {
+        self.bins[Self::bin(rows)].2 > 0
+    }
+
+    fn step_s(&self, rows: usize) -> f64 {
+        let line = self.fit.cost();
+        let x = rows as f64;
+        // Measured points (row count, seconds) in bin order, which is row order.
+        let points = self.bins.iter().filter(|b| b.2 > 0).map(|b| (b.1, b.0));
+        let (mut below, mut above) = (None, None);
+        for (px, py) in points {
+            if px <= x {
+                below = Some((px, py));
+            } else if above.is_none() {
+                above = Some((px, py));
+            }
+        }
+        match (below, above) {
+            (Some((xl, yl)), _) if xl == x => yl,
+            (Some((xl, yl)), Some((xh, yh))) => yl + (yh - yl) * (x - xl) / (xh - xl),
+            (Some((xl, yl)), None) => yl + line.per_token_s * (x - xl),
+            (None, Some((xh, yh))) => (yh - line.per_token_s * (xh - x)).max(1e-6),
+            (None, None) => line.step_s(rows),
+        }
+    }
+}
+
+/// The most tokens in `lo..=hi` whose step time on `curve` is at most `target_s` (`lo` when
+/// even that does not fit: running decodes always get their row). Step time grows with
+/// tokens, so a binary search finds it.
+pub fn budget_for_step_time(curve: &impl StepTime, target_s: f64, lo: usize, hi: usize) -> usize {
+    let (mut a, mut b) = (lo, hi.max(lo));
+    if curve.step_s(b) <= target_s {
+        return b;
+    }
+    // Invariant: a fits (or is the floor), b does not.
+    while b - a > 1 {
+        let m = a + (b - a) / 2;
+        if curve.step_s(m) <= target_s {
+            a = m;
+        } else {
+            b = m;
+        }
+    }
+    a
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn budget_is_the_most_tokens_that_fit_the_step_time() {
+        // 2 ms fixed + 0.5 ms per token.
+        let line = CostModel {
+            fixed_s: 0.002,
+            per_token_s: 0.0005,
+            per_pair_s: 0.0,
+        };
+        // 50 ms: (50 - 2) / 0.5 = 96 tokens.
+        assert_eq!(budget_for_step_time(&line, 0.050, 1, 2048), 96);
+        // Never above the configured budget, never below the running decodes + 1.
+        assert_eq!(budget_for_step_time(&line, 10.0, 1, 2048), 2048);
+        assert_eq!(budget_for_step_time(&line, 0.001, 17, 2048), 17);
+        // On a measured curve: 16 rows measured at 10 ms, 512 at 400 ms; 100 ms fits
+        // 16 + (90 / 390) * 496 = 130.4 rows.
+        let mut c = StepCurve::new();
+        c.add(16, 0.010);
+        c.add(512, 0.400);
+        assert_eq!(budget_for_step_time(&c, 0.100, 1, 2048), 130);
+    }
+
+    #[test]
+    fn curve_interpolates_between_measured_row_counts() {
+        let mut c = StepCurve::new();
+        c.add(1, 0.003);
+        c.add(5, 0.004);
+        c.add(16, 0.016);
+        assert_eq!(c.step_s(1), 0.003);
+        assert!((c.step_s(3) - 0.0035).abs() < 1e-12);
+        // 10.5 steps of 1 ms between 5 and 16 rows.
+        assert!((c.step_s(10) - (0.004 + 0.012 * 5.0 / 11.0)).abs() < 1e-12);
+        // Smoothing: a second sample moves the bin a quarter of the way.
+        c.add(1, 0.007);
+        assert!((c.step_s(1) - 0.004).abs() < 1e-12);
+        // Beyond the last measured count: the line's slope from there.
+        let slope = c.fit.cost().per_token_s;
+        assert!((c.step_s(20) - (0.016 + 4.0 * slope)).abs() < 1e-12);
+        // Wide bins above 64 rows: a bin is a point at its measured row count, and the
+        // curve is interpolated through it, not flat across the bin.
+        c.add(100, 0.1);
+        assert_eq!(c.step_s(100), 0.1);
+        assert!(c.step_s(99) < 0.1 && c.step_s(99) > c.step_s(98));
+        // 65 rows is a bin of its own (not shared with 64).
+        assert!(!c.measured(65));
+        assert!(c.measured(97) && !c.measured(96 + 17));
+    }
+}

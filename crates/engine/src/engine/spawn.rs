@@ -1,0 +1,216 @@
+//! Building an engine from a model and an `EngineConfig`: the KV pool sized from the
+//! memory given, the scheduler, the disk tier, the adapters named at start, and the thread.
+
+use super::runner::{DraftModel, Runner};
+use super::Engine;
+use crate::api::{EngineHandle, EngineInfo, EngineMetrics};
+use crate::constraint::Grammars;
+use crate::tier::DiskTier;
+use crate::EngineConfig;
+use folio_core::cost::StepCurve;
+use folio_core::kv::{KvConfig, WindowKv};
+use folio_core::{Scheduler, SchedulerConfig};
+use folio_kernels::pool::ThreadPool;
+use folio_model::{KvLayout, Model};
+use folio_tokenizer::Tokenizer;
+use std::collections::HashMap;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Builds the engine and starts its thread.
+pub fn spawn_engine(
+    model: Model,
+    tokenizer: Arc<Tokenizer>,
+    model_path: &std::path::Path,
+    cfg: EngineConfig,
+) -> anyhow::Result<EngineHandle> {
+    spawn_engine_with_draft(model, None, tokenizer, model_path, cfg)
+}
+
+/// [`spawn_engine`] with a separate draft model: the model-based proposer (`--spec self`)
+/// then drafts with it instead of the target's first layers. It must share the target's
+/// vocabulary. Its KV is extra memory beside the target's.
+pub fn spawn_engine_with_draft(
+    model: Model,
+    draft: Option<Model>,
+    tokenizer: Arc<Tokenizer>,
+    model_path: &std::path::Path,
+    cfg: EngineConfig,
+) -> anyhow::Result<EngineHandle> {
+    if let Some(d) = &draft {
+        anyhow::ensure!(
+            d.config.vocab_size == model.config.vocab_size,
+            "draft model: vocab_size {} differs from the target's {} (the draft must share the target's vocabulary)",
+            d.config.vocab_size,
+            model.config.vocab_size
+        );
+    }
+    let c = &model.config;
+    // Sliding-window layers get their own page groups, released behind the window
+    // (folio_core::kv::window), unless the second tier is on: it spills whole pages of one
+    // chain hash, and a hybrid block spans several pages.
+    let layout = match (model.hybrid_kv_layout(), &cfg.kv_disk_dir) {
+        (Some(l), None) => l,
+        (Some(_), Some(_)) => {
+            tracing::info!("kv: the disk tier keeps sliding-window layers' KV whole");
+            KvLayout::single(c.n_layers)
+        }
+        (None, _) => KvLayout::single(c.n_layers),
+    };
+    let bytes_per_token = c.kv_bytes_per_token(cfg.kv_format.bytes_per_value());
+    let block_bytes =
+        bytes_per_token * cfg.block_size as f64 * layout.slots() as f64 / c.n_layers as f64;
+    let num_blocks = (cfg.kv_cache_bytes as f64 / block_bytes).floor() as usize;
+    if num_blocks < 2 {
+        anyhow::bail!(
+            "kv_cache_bytes: {} bytes hold {num_blocks} blocks of {} tokens ({block_bytes} bytes each); at least 2 are needed",
+            cfg.kv_cache_bytes,
+            cfg.block_size
+        );
+    }
+    // Blocks match only under the same model file, KV format and numerics (the disk tier
+    // keeps blocks across restarts: a `llama` server must not reuse a `fast` one's KV).
+    let numerics = match model.weights.head().sums() {
+        folio_kernels::matmul::Sums::Ggml => "llama",
+        folio_kernels::matmul::Sums::Block => "fast",
+    };
+    let salt = folio_core::kv::fnv1a(
+        format!(
+            "{}\0{}\0{numerics}",
+            model_path.to_string_lossy(),
+            cfg.kv_format.name()
+        )
+        .as_bytes(),
+    );
+    let sched_cfg = SchedulerConfig {
+        policy: cfg.policy,
+        token_budget: cfg.token_budget,
+        max_chunk: cfg.max_chunk,
+        max_running: cfg.max_running,
+        reservation: cfg.reservation,
+        kv: KvConfig {
+            num_blocks,
+            block_size: cfg.block_size,
+            prefix_cache: cfg.prefix_cache,
+            eviction: cfg.eviction,
+            salt,
+            // Block values use the measured step and tier costs (`Engine::learn_costs`,
+            // from the first step on; the tier's from its probe at open, below).
+            window: (layout.n_groups() > 1).then(|| WindowKv {
+                tokens: match (cfg.swa_full, c.sliding_window) {
+                    (false, Some(w)) => w,
+                    _ => usize::MAX,
+                },
+                pages: layout.window_pages(),
+            }),
+            ..KvConfig::default()
+        },
+    };
+    let sched = Scheduler::new(sched_cfg).map_err(|e| anyhow::anyhow!("scheduler config: {e}"))?;
+    let kv = model.new_kv_cache_with(layout, cfg.block_size, num_blocks, cfg.kv_format);
+    let draft = draft.map(|d| {
+        let kv = d.new_kv_cache(cfg.block_size, kv.num_blocks, cfg.kv_format);
+        DraftModel { model: d, kv }
+    });
+    let tier = match &cfg.kv_disk_dir {
+        Some(dir) => Some(
+            DiskTier::open(
+                dir,
+                cfg.kv_disk_bytes,
+                salt,
+                kv.block_payload_bytes(),
+                cfg.block_size,
+            )
+            .map_err(|e| anyhow::anyhow!("kv_disk_dir {}: {e}", dir.display()))?,
+        ),
+        None => None,
+    };
+    let draft_layers = if cfg.spec_draft_layers == 0 {
+        (c.n_layers * 3 / 4).max(1)
+    } else {
+        cfg.spec_draft_layers.min(c.n_layers)
+    };
+    let name = cfg.served_name.clone().unwrap_or_else(|| {
+        model_path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "model".into())
+    });
+    let info = Arc::new(EngineInfo {
+        model_name: name,
+        model_path: model_path.display().to_string(),
+        context_length: c.context_length,
+        vocab_size: c.vocab_size,
+        block_size: cfg.block_size,
+        num_blocks,
+        kv_capacity_tokens: sched.kv().max_seq_tokens(cfg.max_chunk),
+        kv_layers_per_block: kv.layout.slots(),
+        kv_block_bytes: block_bytes.round() as usize,
+        kv_format: cfg.kv_format.name().into(),
+        numerics: numerics.into(),
+        hidden_size: c.d_model,
+        gguf_pooling: crate::Pooling::from_gguf(c.pooling_type),
+    });
+    let mut lora = crate::LoraRegistry::new(
+        model.config.clone(),
+        &info.model_name,
+        cfg.max_loras,
+        cfg.max_lora_rank,
+    );
+    anyhow::ensure!(
+        cfg.lora.len() <= cfg.max_loras,
+        "--lora: {} adapters given, --max-loras is {}",
+        cfg.lora.len(),
+        cfg.max_loras
+    );
+    for (name, path) in &cfg.lora {
+        lora.load(name, path)?;
+    }
+    let metrics = Arc::new(EngineMetrics::default());
+    metrics.kv_blocks_total.store(num_blocks, Relaxed);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let eog = tokenizer.eog_ids().to_vec();
+    let grammars = Arc::new(Grammars::new(tokenizer.clone(), c.vocab_size));
+    let mut engine = Engine {
+        runner: Runner {
+            model,
+            kv,
+            draft,
+            pool: ThreadPool::global(),
+            tier,
+        },
+        sched,
+        live: HashMap::new(),
+        tokenizer: tokenizer.clone(),
+        eog,
+        grammars: grammars.clone(),
+        metrics: metrics.clone(),
+        info: info.clone(),
+        epoch: Instant::now(),
+        shutting_down: false,
+        spec: (cfg.spec, cfg.spec_tokens, cfg.spec_max_tokens),
+        draft_layers,
+        step_curve: StepCurve::new(),
+        max_itl_ms: cfg.max_itl_ms,
+        token_budget: cfg.token_budget,
+        draft_cost_s: None,
+        forks: HashMap::new(),
+        salt,
+    };
+    std::thread::Builder::new()
+        .name("folio-engine".into())
+        .spawn(move || {
+            engine.learn_costs();
+            engine.run(rx)
+        })?;
+    Ok(EngineHandle {
+        tx,
+        next_id: Arc::new(std::sync::atomic::AtomicU64::new(1)),
+        info,
+        metrics,
+        tokenizer,
+        lora: Arc::new(std::sync::Mutex::new(lora)),
+        grammars,
+    })
+}
