@@ -19,8 +19,10 @@
 //!   body sent that way would run a generation or load an adapter. So every POST route
 //!   requires `Content-Type: application/json` (parameters such as `charset` allowed),
 //!   else 415; a missing header is refused too, for the reason above. The official
-//!   `openai` clients (Python and Node), litellm and every client in this repository send
-//!   `application/json`; `curl -d` sends `application/x-www-form-urlencoded` and needs
+//!   `openai` Python client (checked with `scripts/openai_client_check.py`) and Node
+//!   client, litellm's OpenAI-compatible providers (built on that client) and every client
+//!   in this repository send `application/json`; `curl -d` sends
+//!   `application/x-www-form-urlencoded` and needs
 //!   `-H 'Content-Type: application/json'` (as vLLM's examples have it).
 //!   `--allow-any-content-type` turns the check off.
 

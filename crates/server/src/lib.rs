@@ -48,6 +48,7 @@ mod error;
 mod fields;
 mod generate;
 mod guard;
+mod histogram;
 mod known_fields;
 mod logit_fields;
 mod lora;

@@ -309,7 +309,7 @@ pub fn render_metrics(st: &AppState, out: &mut String) {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64());
-    let esc = crate::metrics::escape;
+    let esc = crate::histogram::escape;
     let _ = writeln!(
         out,
         "# HELP vllm:lora_requests_info Running stats on lora requests.\n# TYPE vllm:lora_requests_info gauge\nvllm:lora_requests_info{{max_lora=\"{max}\",running_lora_adapters=\"{}\",waiting_lora_adapters=\"{}\"}} {now:.3}",

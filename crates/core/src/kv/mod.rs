@@ -8,6 +8,7 @@ pub mod hash;
 mod invariants;
 pub mod manager;
 pub mod prefix_cache;
+mod seq_growth;
 pub mod stats;
 pub mod window;
 mod window_pages;

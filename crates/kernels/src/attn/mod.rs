@@ -34,6 +34,8 @@ mod lanes;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 #[cfg(target_arch = "x86_64")]
+mod x86_f16;
+#[cfg(target_arch = "x86_64")]
 pub(crate) use x86::expf_512;
 
 pub use format::{f32_to_bf16_bits, load_row_scalar, store_row_scalar, KvFormat, GROUP};
@@ -219,7 +221,7 @@ pub fn round_to_f16_with(isa: Isa, x: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     if isa.clamp() == Isa::Avx512 {
         // SAFETY: clamp() guarantees AVX-512.
-        return unsafe { x86::round_f16_512(x) };
+        return unsafe { x86_f16::round_f16_512(x) };
     }
     let _ = isa;
     for v in x {
@@ -277,8 +279,8 @@ pub fn store_row_with(isa: Isa, format: KvFormat, src: &[f32], dst: &mut [u8]) {
     if format == KvFormat::F16 {
         match isa.clamp() {
             // SAFETY: clamp() guarantees the CPU supports the ISA; lengths checked above.
-            Isa::Avx512 => return unsafe { x86::store_f16_512(src, dst) },
-            Isa::Avx2 => return unsafe { x86::store_f16_256(src, dst) },
+            Isa::Avx512 => return unsafe { x86_f16::store_f16_512(src, dst) },
+            Isa::Avx2 => return unsafe { x86_f16::store_f16_256(src, dst) },
             Isa::Scalar => {}
         }
     }

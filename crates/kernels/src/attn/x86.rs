@@ -1,11 +1,12 @@
-//! The AVX-512 attention kernel and the SIMD f16 row store.
+//! The AVX-512 attention kernel (the f16 row store and rounding are in `x86_f16.rs`).
 //!
 //! Rows are read in chunks of 16 values; [`Rows`] decodes one chunk of a row in each
 //! format, so the passes below are written once. Up to 4 query heads are processed per
 //! pass (their accumulators stay in registers); a larger group runs in sub-groups. The
 //! arithmetic is the reference's (`generic`, see the module doc of `attn`) bit for bit.
 
-use super::{store_row_scalar, KvFormat, PagedKv, Queries, SumOrder};
+use super::x86_f16::round_f16;
+use super::{KvFormat, PagedKv, Queries, SumOrder};
 use std::arch::x86_64::*;
 
 /// Largest number of query heads one pass keeps in registers.
@@ -564,21 +565,6 @@ unsafe fn softmax_512(x: &mut [f32]) {
     }
 }
 
-/// Rounds probabilities to f16 precision (llama.cpp multiplies V by f16 weights).
-#[inline(always)]
-unsafe fn round_f16(x: &mut [f32]) {
-    let p = x.as_mut_ptr();
-    let mut i = 0;
-    while i < x.len() {
-        let rest = x.len() - i;
-        let m: __mmask16 = if rest >= 16 { 0xffff } else { (1 << rest) - 1 };
-        let v = _mm512_maskz_loadu_ps(m, p.add(i));
-        let h = _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-        _mm512_mask_storeu_ps(p.add(i), m, _mm512_cvtph_ps(h));
-        i += 16;
-    }
-}
-
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn run<R: Rows, const SINGLE: bool>(
@@ -672,37 +658,4 @@ pub unsafe fn attend_512(
         KvFormat::Q8_0 => go!(Q8Rows),
         KvFormat::Q4_0 => go!(Q4Rows),
     }
-}
-
-/// [`round_f16`] as a dispatch target.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,f16c")]
-pub unsafe fn round_f16_512(x: &mut [f32]) {
-    round_f16(x)
-}
-
-/// f32 -> f16 bytes, round to nearest even (as `half::f16::from_f32`).
-#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
-pub unsafe fn store_f16_512(src: &[f32], dst: &mut [u8]) {
-    let mut i = 0;
-    while i < src.len() {
-        let rest = src.len() - i;
-        let m: __mmask16 = if rest >= 16 { 0xffff } else { (1 << rest) - 1 };
-        let v = _mm512_maskz_loadu_ps(m, src.as_ptr().add(i));
-        let h = _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-        _mm256_mask_storeu_epi16(dst.as_mut_ptr().add(2 * i) as *mut i16, m, h);
-        i += 16;
-    }
-}
-
-/// [`store_f16_512`] with F16C on 8 values at a time.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn store_f16_256(src: &[f32], dst: &mut [u8]) {
-    let mut i = 0;
-    while i + 8 <= src.len() {
-        let v = _mm256_loadu_ps(src.as_ptr().add(i));
-        let h = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT);
-        _mm_storeu_si128(dst.as_mut_ptr().add(2 * i) as *mut __m128i, h);
-        i += 8;
-    }
-    store_row_scalar(KvFormat::F16, &src[i..], &mut dst[2 * i..]);
 }
