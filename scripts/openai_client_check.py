@@ -3,7 +3,9 @@
 
 Streams a chat completion with stream_options.include_usage and asserts that content and a
 final usage chunk arrive; also runs a non-streaming completion, and a chat completion with
-response_format json_schema whose content must parse and follow the schema.
+response_format json_schema whose content must parse and follow the schema; tool calls;
+the Responses API (create, stream, history, a refused field); embeddings (width, norm,
+batched equal to single, base64).
 
 Usage: openai_client_check.py [BASE_URL]   (default: $FOLIO_BASE_URL or http://127.0.0.1:8000/v1)
 """
@@ -11,7 +13,7 @@ import json
 import os
 import sys
 
-from openai import OpenAI
+from openai import BadRequestError, OpenAI
 
 
 def main() -> int:
@@ -112,6 +114,56 @@ def main() -> int:
         tools=tools, max_tokens=24, temperature=0)
     assert follow.choices[0].finish_reason in ("stop", "length", "tool_calls"), follow
     print(f"follow-up turn: {follow.choices[0].message.content!r}")
+
+    # Responses API: a non-streaming response, then the same request streamed through
+    # the SDK's event accumulator (responses.stream) and as raw events (stream=True).
+    ask = dict(model=model, instructions="Answer briefly.", input="Name three colours.",
+               max_output_tokens=400, temperature=0)
+    resp = client.responses.create(**ask)
+    print(f"responses: status={resp.status} output_text={resp.output_text!r} usage={resp.usage}")
+    assert resp.object == "response" and resp.status == "completed", resp
+    assert resp.output_text, "no output text"
+    assert resp.usage.total_tokens == resp.usage.input_tokens + resp.usage.output_tokens, resp.usage
+    with client.responses.stream(**ask) as stream:
+        deltas = [e.delta for e in stream if e.type == "response.output_text.delta"]
+        final = stream.get_final_response()
+    assert "".join(deltas) == final.output_text == resp.output_text, (deltas, final.output_text)
+    kinds, seqs = [], []
+    for event in client.responses.create(**ask, stream=True):
+        kinds.append(event.type)
+        seqs.append(event.sequence_number)
+    assert kinds[0] == "response.created" and kinds[-1] == "response.completed", kinds
+    assert seqs == list(range(len(seqs))), seqs
+    print(f"responses stream: {len(deltas)} deltas, events {sorted(set(kinds))}")
+    history = client.responses.create(model=model, max_output_tokens=16, temperature=0, input=[
+        {"role": "user", "content": "Name three colours."},
+        {"role": "assistant", "content": [{"type": "output_text", "text": resp.output_text}]},
+        {"role": "user", "content": [{"type": "input_text", "text": "And one more?"}]},
+    ])
+    assert history.status in ("completed", "incomplete") and history.output_text, history
+    try:
+        client.responses.create(model=model, input="x", previous_response_id="resp_0")
+        raise AssertionError("previous_response_id must be refused")
+    except BadRequestError as e:
+        assert e.body["param"] == "previous_response_id", e.body
+
+    # Embeddings: the model's width, norm 1, identical input -> identical vector, and a
+    # batch equal to its inputs embedded one by one (each input is its own engine request).
+    texts = ["The cat sat on the mat.", "Paris is the capital of France.", "The cat sat on the mat."]
+    batch = client.embeddings.create(model=model, input=texts, encoding_format="float")
+    vecs = [d.embedding for d in batch.data]
+    width = len(vecs[0])
+    assert width > 0 and all(len(v) == width for v in vecs), [len(v) for v in vecs]
+    assert all(abs(sum(x * x for x in v) - 1.0) < 1e-4 for v in vecs)
+    assert vecs[0] == vecs[2] and vecs[0] != vecs[1]
+    for text, v in zip(texts, vecs):
+        single = client.embeddings.create(model=model, input=text, encoding_format="float").data[0].embedding
+        assert max(abs(a - b) for a, b in zip(single, v)) <= 1e-6, text
+    # Without encoding_format the SDK asks for base64 and decodes it itself.
+    b64 = client.embeddings.create(model=model, input=texts[1]).data[0].embedding
+    assert len(b64) == width and max(abs(a - b) for a, b in zip(b64, vecs[1])) <= 1e-6
+    assert batch.usage.prompt_tokens > 0 and batch.usage.total_tokens == batch.usage.prompt_tokens
+    print(f"embeddings: {len(vecs)} vectors of width {width}, usage {batch.usage}")
 
     print("openai client check: ok")
     return 0

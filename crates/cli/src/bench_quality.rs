@@ -122,6 +122,8 @@ impl Answerer for EngineAnswerer {
         while let Some(ev) = s.next_blocking() {
             match ev {
                 Event::Tokens { text: t, .. } => text.push_str(&t),
+                // Generation streams carry no embedding.
+                Event::Embedding { .. } => {}
                 Event::Finished { reason, usage, at } => {
                     if let FinishReason::Error(m) | FinishReason::Rejected(m) = reason {
                         bail!("engine: {m}");

@@ -43,6 +43,8 @@ pub fn run(h: &EngineHandle, args: &GenerateArgs) -> Result<()> {
                 first.get_or_insert(at);
                 last = at;
             }
+            // Generation streams carry no embedding.
+            Event::Embedding { .. } => {}
             Event::Finished { reason, usage, .. } => {
                 writeln!(out)?;
                 if let FinishReason::Error(e) | FinishReason::Rejected(e) = &reason {

@@ -141,6 +141,15 @@ struct ServeArgs {
     /// llama3_json, mistral (`[TOOL_CALLS]`); default: from the chat template.
     #[arg(long)]
     tool_call_parser: Option<String>,
+    /// Thinking models: `<think>…</think>` text goes to `reasoning_content` (chat) and a
+    /// `reasoning` item (/v1/responses), the rest stays content: deepseek_r1 (the output
+    /// starts inside the thought) or qwen3 (a `<think>` opens it); default: off.
+    #[arg(long)]
+    reasoning_parser: Option<String>,
+    /// How /v1/embeddings pools the final hidden states: last (the last token's) or mean
+    /// (over all tokens); default: the model file's pooling_type, else last.
+    #[arg(long)]
+    pooling: Option<String>,
 }
 
 impl ServeArgs {
@@ -163,6 +172,13 @@ impl ServeArgs {
         o.allowed_hosts = self.allowed_hosts.clone();
         o.allow_any_content_type = self.allow_any_content_type;
         o.tool_call_parser = self.tool_call_parser.clone();
+        o.reasoning_parser = self.reasoning_parser.clone();
+        if let Some(p) = &self.pooling {
+            o.pooling = Some(
+                folio_engine::Pooling::parse(p)
+                    .with_context(|| format!("--pooling: must be last or mean, got {p:?}"))?,
+            );
+        }
         if let Some(b) = &self.max_request_bytes {
             o.max_body_bytes = engine_args::parse_bytes("--max-request-bytes", b)?;
         }

@@ -47,6 +47,10 @@ pub struct GenerateRequest {
     /// this many top alternatives (see `prompt_scoring`). The request then skips the
     /// prefix cache, and `max_tokens` may be 0 (score only, generate nothing).
     pub prompt_logprobs: Option<usize>,
+    /// An embedding instead of a generation: the prompt is computed (batched with the
+    /// other requests) and pooled into one normalized vector, sent as `Event::Embedding`
+    /// before `Finished`; nothing is sampled (see `embed`).
+    pub embed: Option<crate::Pooling>,
 }
 
 impl GenerateRequest {
@@ -66,6 +70,15 @@ impl GenerateRequest {
             lora: None,
             constraint: None,
             prompt_logprobs: None,
+            embed: None,
+        }
+    }
+
+    /// An embedding request for `prompt` (see [`GenerateRequest::embed`]).
+    pub fn embedding(prompt: Vec<u32>, pooling: crate::Pooling) -> GenerateRequest {
+        GenerateRequest {
+            embed: Some(pooling),
+            ..GenerateRequest::new(prompt, 1)
         }
     }
 }
@@ -133,6 +146,9 @@ pub enum Event {
         prompt_logprobs: Vec<TokenLogprob>,
         at: Instant,
     },
+    /// An embedding request's vector (L2-normalized, `EngineInfo::hidden_size` long),
+    /// once, before `Finished`.
+    Embedding { vector: Vec<f32>, at: Instant },
     /// The last event of every stream.
     Finished {
         reason: FinishReason,
@@ -214,6 +230,10 @@ pub struct EngineInfo {
     pub kv_format: String,
     /// Matmul arithmetic: "fast" (block sums) or "llama" (llama.cpp's exact order).
     pub numerics: String,
+    /// Width of the final hidden state: the length of an embedding.
+    pub hidden_size: usize,
+    /// The embedding pooling the model file asks for (`pooling_type`), if any.
+    pub gguf_pooling: Option<crate::Pooling>,
 }
 
 /// Live counters and gauges the engine publishes after every step; read by /metrics.
@@ -349,6 +369,19 @@ impl EngineHandle {
             ));
         }
         Ok(())
+    }
+
+    /// Queues an embedding of `prompt` (see [`GenerateRequest::embed`]): the stream
+    /// carries `Event::Embedding`, then `Finished` with the prompt's usage.
+    pub fn embed(
+        &self,
+        prompt: Vec<u32>,
+        pooling: crate::Pooling,
+        arrival: Option<Instant>,
+    ) -> Result<RequestStream, SubmitError> {
+        let mut req = GenerateRequest::embedding(prompt, pooling);
+        req.arrival = arrival;
+        self.submit(req)
     }
 
     /// Queues `params.len()` samples of one prompt (OpenAI `n`): one stream each. The prompt

@@ -12,6 +12,8 @@
 //!   grammar compiled by llguidance; token masks, commit, draft checks and rollback.
 //! - [`gbnf`]: llama.cpp's GBNF grammars converted to Lark.
 //! - [`sampler`]: logits → token, per-request seeded RNG, penalties, logprobs helpers.
+//! - [`embed`]: embedding requests: hidden rows pooled (last token or mean) into one
+//!   normalized vector instead of sampling.
 //! - [`prompt_scoring`]: logprobs of the prompt's own tokens (`echo` + `logprobs`).
 //! - [`logit_rules`]: `logit_bias`, `min_tokens`, `allowed_token_ids`, `bad_words`.
 //! - `speculate`: a request's speculation state (proposer, draft control, n-gram index).
@@ -24,6 +26,7 @@
 pub mod api;
 pub mod config;
 pub mod constraint;
+pub mod embed;
 pub mod engine;
 pub mod gbnf;
 pub mod kv_events;
@@ -41,6 +44,7 @@ pub use api::{
 };
 pub use config::{EngineConfig, SpecMethod};
 pub use constraint::{Constraint, Grammars};
+pub use embed::Pooling;
 pub use engine::{spawn_engine, spawn_engine_with_draft};
 pub use folio_model::LoraSet;
 pub use gbnf::gbnf_to_lark;

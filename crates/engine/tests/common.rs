@@ -37,6 +37,8 @@ pub fn collect(mut s: folio_engine::RequestStream) -> Outcome {
                 ids.extend(t);
                 text.push_str(&x);
             }
+            // Generation streams carry no embedding.
+            Event::Embedding { .. } => {}
             Event::Finished { reason, usage, .. } => {
                 return Outcome {
                     ids,

@@ -58,6 +58,8 @@ fn run(
         peak = peak.max(h.metrics.kv_blocks_used.load(Relaxed));
         match ev {
             Event::Tokens { ids: t, .. } => ids.extend(t),
+            // Generation streams carry no embedding.
+            Event::Embedding { .. } => {}
             Event::Finished { .. } => break,
         }
     }

@@ -29,6 +29,8 @@ fn run(
                 scores.extend(prompt_logprobs);
                 gen.extend(logprobs);
             }
+            // Generation streams carry no embedding.
+            Event::Embedding { .. } => {}
             Event::Finished { reason, usage, .. } => {
                 return (scores, gen, reason, usage.completion_tokens)
             }

@@ -41,6 +41,8 @@ fn run(h: &EngineHandle, reqs: Vec<GenerateRequest>) -> Vec<(String, FinishReaso
             loop {
                 match s.next_blocking().expect("stream ends with Finished") {
                     Event::Tokens { text: t, .. } => text.push_str(&t),
+                    // Generation streams carry no embedding.
+                    Event::Embedding { .. } => {}
                     Event::Finished { reason, usage, .. } => {
                         return (text, reason, usage.completion_tokens)
                     }
@@ -55,6 +57,8 @@ fn collect_one(mut s: folio_engine::RequestStream) -> (String, FinishReason) {
     loop {
         match s.next_blocking().expect("stream ends with Finished") {
             Event::Tokens { text: t, .. } => text.push_str(&t),
+            // Generation streams carry no embedding.
+            Event::Embedding { .. } => {}
             Event::Finished { reason, .. } => return (text, reason),
         }
     }

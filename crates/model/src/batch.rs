@@ -27,6 +27,10 @@ pub struct SeqSpan {
     /// How many of this span's last tokens need logits (1 normally, 1 + drafts when
     /// verifying speculation, 0 for a prefill chunk that does not end the prompt).
     pub n_logits: usize,
+    /// How many of this span's last tokens return their final hidden state (after the
+    /// output norm, before the head): embedding requests pool these rows instead of
+    /// sampling (every prompt position for mean pooling, the last one for last-token).
+    pub n_hidden: usize,
     /// Under llama numerics (`Model::set_sums(Sums::Ggml)`), tokens at this position or
     /// later attend with llama.cpp's lone-query arithmetic (`SumOrder::Single`), earlier
     /// ones with its batched one: llama.cpp processes a prompt in one batch and decodes every
@@ -44,6 +48,14 @@ pub struct SeqSpan {
 pub struct ForwardBatch {
     pub tokens: Vec<u32>,
     pub seqs: Vec<SeqSpan>,
+}
+
+/// What one forward returns: logit rows (`[n_logit_rows][vocab]`) and hidden rows
+/// (`[n_hidden_rows][d_model]`, after the output norm), each in span order.
+#[derive(Clone, Debug, Default)]
+pub struct ForwardOutput {
+    pub logits: Vec<f32>,
+    pub hidden: Vec<f32>,
 }
 
 impl SeqSpan {
@@ -72,6 +84,7 @@ impl ForwardBatch {
             block_table,
             window_tables: Vec::new(),
             n_logits,
+            n_hidden: 0,
             decode_from: if tokens.len() == 1 { pos } else { usize::MAX },
             lora: None,
         });
@@ -84,6 +97,11 @@ impl ForwardBatch {
     /// Total logit rows the forward returns, in sequence order.
     pub fn n_logit_rows(&self) -> usize {
         self.seqs.iter().map(|s| s.n_logits).sum()
+    }
+
+    /// Total hidden rows the forward returns, in sequence order.
+    pub fn n_hidden_rows(&self) -> usize {
+        self.seqs.iter().map(|s| s.n_hidden).sum()
     }
 
     /// Causal query–key pairs this batch computes: Σ c·h + c(c+1)/2 (chapter 8.2).

@@ -116,6 +116,9 @@ pub struct ModelConfig {
     pub moe: Option<crate::moe::MoeConfig>,
     /// YaRN and the rest of `rope.scaling.*` (see [`RopeYarn`]).
     pub rope_yarn: RopeYarn,
+    /// `pooling_type` (llama.cpp's enum: 1 mean, 2 cls, 3 last, 4 rank), which embedding
+    /// models set; `None` when absent (generative models).
+    pub pooling_type: Option<u64>,
 }
 
 /// The `rope.scaling.*` parameters besides the linear scale, as llama.cpp derives them
@@ -460,6 +463,7 @@ impl ModelConfig {
             attn_softcap,
             moe,
             rope_yarn,
+            pooling_type: f.get_u64(&key("pooling_type")).ok(),
         };
         cfg.validate()?;
         Ok(cfg)

@@ -11,7 +11,8 @@
 //! - [`weights`]: tensors loaded once and repacked into the kernels' layouts.
 //! - [`batch`]: [`ForwardBatch`], the flat description of one engine iteration: the tokens of
 //!   many sequences (prefill chunks and decode tokens mixed), their positions, block tables
-//!   and slot mapping, and which rows need logits.
+//!   and slot mapping, and which rows need logits or (embeddings) their final hidden
+//!   state ([`ForwardOutput`], from [`Model::forward_with_hidden`]).
 //! - [`kv_cache`]: the paged KV storage the forward pass reads and writes through block
 //!   tables. Which blocks belong to whom is decided elsewhere (folio-core); this only holds
 //!   the bytes.
@@ -39,7 +40,7 @@ mod rope;
 mod shapes;
 pub mod weights;
 
-pub use batch::{ForwardBatch, SeqSpan};
+pub use batch::{ForwardBatch, ForwardOutput, SeqSpan};
 pub use config::{Activation, Arch, ModelConfig, RopeYarn};
 pub use error::ModelError;
 pub use kv_cache::{KvCache, KvFormat};

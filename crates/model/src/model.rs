@@ -4,7 +4,9 @@ use crate::attention::{attention, AttnShape};
 use crate::lora::{LoraMatrix, LoraRows};
 use crate::par::{self, Rows};
 use crate::weights::Weights;
-use crate::{Activation, ForwardBatch, KvCache, KvFormat, KvLayout, ModelConfig, ModelError};
+use crate::{
+    Activation, ForwardBatch, ForwardOutput, KvCache, KvFormat, KvLayout, ModelConfig, ModelError,
+};
 use folio_gguf::GgufFile;
 use folio_kernels::matmul::Sums;
 use folio_kernels::ops::{self, Rope};
@@ -194,10 +196,10 @@ impl Model {
         }
         let mut expect = 0;
         for (i, s) in batch.seqs.iter().enumerate() {
-            if s.start != expect || s.len == 0 || s.n_logits > s.len {
+            if s.start != expect || s.len == 0 || s.n_logits > s.len || s.n_hidden > s.len {
                 return Err(ModelError::Batch(format!(
-                    "seq {i}: start {} len {} n_logits {} (expected start {expect}, len > 0, n_logits <= len)",
-                    s.start, s.len, s.n_logits
+                    "seq {i}: start {} len {} n_logits {} n_hidden {} (expected start {expect}, len > 0, n_logits and n_hidden <= len)",
+                    s.start, s.len, s.n_logits, s.n_hidden
                 )));
             }
             expect += s.len;
@@ -265,6 +267,18 @@ impl Model {
         self.forward_layers(batch, kv, pool, self.config.n_layers)
     }
 
+    /// [`Model::forward`], also returning the final hidden rows each span asks for
+    /// (`SeqSpan::n_hidden`; `[n_hidden_rows][d_model]` after the output norm, in span
+    /// order): what embeddings are pooled from.
+    pub fn forward_with_hidden(
+        &self,
+        batch: &ForwardBatch,
+        kv: &mut KvCache,
+        pool: &ThreadPool,
+    ) -> Result<ForwardOutput, ModelError> {
+        self.forward_inner(batch, kv, pool, self.config.n_layers)
+    }
+
     /// Like [`Model::forward`] but through the first `n_layers` blocks only, then the final
     /// norm and head: the self-draft of speculative decoding. Its KV for those layers is
     /// exactly the target's (same weights, same inputs), so it reads the target's cache.
@@ -275,6 +289,17 @@ impl Model {
         pool: &ThreadPool,
         n_layers: usize,
     ) -> Result<Vec<f32>, ModelError> {
+        self.forward_inner(batch, kv, pool, n_layers)
+            .map(|o| o.logits)
+    }
+
+    fn forward_inner(
+        &self,
+        batch: &ForwardBatch,
+        kv: &mut KvCache,
+        pool: &ThreadPool,
+        n_layers: usize,
+    ) -> Result<ForwardOutput, ModelError> {
         self.validate(batch, kv)?;
         let c = &self.config;
         let (d, hd, nh, nkv) = (c.d_model, c.head_dim, c.n_heads, c.n_kv_heads);
@@ -490,7 +515,25 @@ impl Model {
         if let Some(cap) = c.final_softcap {
             logits.iter_mut().for_each(|v| *v = cap * (*v / cap).tanh());
         }
-        Ok(logits)
+        let hidden_rows = batch
+            .seqs
+            .iter()
+            .flat_map(|s| (s.start + s.len - s.n_hidden)..(s.start + s.len));
+        let mut hidden = vec![0f32; batch.n_hidden_rows() * d];
+        for (out, r) in hidden.chunks_exact_mut(d).zip(hidden_rows) {
+            ops::rmsnorm(
+                &x[r * d..(r + 1) * d],
+                &self.weights.output_norm,
+                c.rms_eps,
+                out,
+            );
+        }
+        Ok(ForwardOutput { logits, hidden })
+    }
+
+    /// Width of a hidden row (`d_model`): the length of an embedding.
+    pub fn hidden_size(&self) -> usize {
+        self.config.d_model
     }
 
     /// Weight bytes, KV bytes and FLOPs of one forward over `batch` (before it runs).

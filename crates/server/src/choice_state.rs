@@ -101,6 +101,8 @@ impl ChoiceState {
                 }
                 Some(job.chunk(index, &text, lp, None))
             }
+            // Only embedding requests get one; they are not read through here.
+            Event::Embedding { .. } => None,
             Event::Finished { reason, usage, at } => {
                 let reason_str = reason.as_openai();
                 metrics.finished(reason_str);
@@ -190,6 +192,7 @@ mod tests {
             arrival: Instant::now(),
             echo: Vec::new(),
             tools: None,
+            reasoning: None,
         }
     }
 

@@ -21,9 +21,34 @@ use std::time::{Duration, Instant};
 pub async fn generate(
     st: AppState,
     api: Api,
-    mut body: Map<String, Value>,
+    body: Map<String, Value>,
     arrival: Instant,
 ) -> Result<Response, ApiError> {
+    let started = start(st, api, body, arrival).await?;
+    if started.req.job.stream {
+        Ok(sse::respond(started.req, started.queued))
+    } else {
+        drop(started.queued);
+        collect(started.req).await
+    }
+}
+
+/// A request the engine took: who answers it, and (a stream not yet admitted) its queue
+/// places, held until its first event.
+pub struct Started {
+    pub req: Running,
+    pub queued: Option<Slots>,
+}
+
+/// Everything up to the answer: validate, tokenize, submit `n` engine requests per
+/// prompt, and wait for admission (streams only briefly). /v1/responses comes through
+/// here too, with its body already in chat form.
+pub async fn start(
+    st: AppState,
+    api: Api,
+    mut body: Map<String, Value>,
+    arrival: Instant,
+) -> Result<Started, ApiError> {
     let s = &st.0;
     if st.draining() {
         s.metrics.rejected(503);
@@ -144,6 +169,7 @@ pub async fn generate(
             } else {
                 None
             },
+            embed: None,
         };
         // n samples of one prompt share its KV: the engine computes the prompt once and
         // forks the other samples from it.
@@ -173,6 +199,10 @@ pub async fn generate(
         arrival,
         echo,
         tools: tool_calling,
+        reasoning: match api {
+            Api::Chat => s.opts.reasoning(),
+            Api::Completions => None,
+        },
     };
     let mut choices = Choices::new(streams, Some(s.engine.clone())).counting_aborts(st.clone());
     let deadline = Cutoff::earliest(s.opts.request_timeout, p.deadline_ms, arrival);
@@ -195,12 +225,7 @@ pub async fn generate(
         deadline,
         _active: active,
     };
-    if p.stream {
-        Ok(sse::respond(req, queued))
-    } else {
-        drop(queued);
-        collect(req).await
-    }
+    Ok(Started { req, queued })
 }
 
 /// One generation request after submission, owned by whoever answers it.
@@ -401,6 +426,9 @@ async fn collect(req: Running) -> Result<Response, ApiError> {
         })
         .collect();
     let mut v = job.response(out, usage);
+    if let Some(p) = job.reasoning {
+        crate::reasoning::split_response(&mut v, p);
+    }
     if let Some(tc) = job.tools {
         crate::tools::rewrite_response(&mut v, tc);
     }

@@ -166,6 +166,218 @@ pub fn check(body: &Map<String, Value>, api: Api) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// Fields /v1/responses reads. It runs as a chat request: the sampling extensions after
+/// `user` go through to the chat path unchanged (as vLLM's Responses endpoint takes them).
+pub const RESPONSES: &[&str] = &[
+    "model",
+    "input",
+    "instructions",
+    "max_output_tokens",
+    "temperature",
+    "top_p",
+    "stream",
+    "text",
+    "user",
+    "seed",
+    "top_k",
+    "min_p",
+    "stop",
+    "presence_penalty",
+    "frequency_penalty",
+    "repetition_penalty",
+    "logit_bias",
+    "min_tokens",
+    "allowed_token_ids",
+    "bad_words",
+    "ignore_eos",
+    "lora",
+    "speculative",
+    "num_speculative_tokens",
+    "deadline_ms",
+    "structured_outputs",
+];
+
+/// /v1/responses fields accepted and ignored (they cannot change the output).
+pub const RESPONSES_IGNORED: &[(&str, &str)] = &[
+    (
+        "metadata",
+        "echoed back in the response; folio stores nothing",
+    ),
+    ("service_tier", "one tier"),
+    (
+        "prompt_cache_key",
+        "folio's prefix cache matches prompts without a key",
+    ),
+    ("safety_identifier", "folio keeps no per-user records"),
+    ("parallel_tool_calls", "no tools on /v1/responses"),
+    (
+        "stream_options",
+        "include_obfuscation: folio adds no padding to stream events",
+    ),
+];
+
+/// /v1/responses features folio does not implement: accepted only at the neutral value
+/// (name, neutral value, why any other is refused).
+pub const RESPONSES_UNSUPPORTED: &[(&str, &str, &str)] = &[
+    (
+        "store",
+        "false",
+        "folio keeps no responses to retrieve later",
+    ),
+    (
+        "previous_response_id",
+        "null",
+        "folio keeps no responses, so it cannot continue one; send the whole conversation in input",
+    ),
+    (
+        "conversation",
+        "null",
+        "folio keeps no conversations; send the whole conversation in input",
+    ),
+    (
+        "background",
+        "false",
+        "folio answers in the request (no background responses to poll)",
+    ),
+    (
+        "tools",
+        "[]",
+        "tools are not supported on /v1/responses by folio; use /v1/chat/completions",
+    ),
+    (
+        "tool_choice",
+        "\"none\" or \"auto\"",
+        "tools are not supported on /v1/responses by folio",
+    ),
+    ("max_tool_calls", "null", "no tools on /v1/responses"),
+    ("include", "[]", "folio has no extra output data to include"),
+    (
+        "top_logprobs",
+        "0",
+        "logprobs are not supported on /v1/responses by folio; use /v1/chat/completions",
+    ),
+    (
+        "truncation",
+        "\"disabled\"",
+        "folio never drops input; a too-long input is a 400",
+    ),
+    (
+        "reasoning",
+        "null",
+        "folio cannot set a reasoning effort; thinking models think as their template says",
+    ),
+    ("prompt", "null", "folio has no stored prompt templates"),
+];
+
+fn responses_neutral(name: &str, v: &Value) -> bool {
+    match name {
+        "store" | "background" => v == &Value::Bool(false),
+        "tools" | "include" => v.as_array().is_some_and(Vec::is_empty),
+        "tool_choice" => v == "none" || v == "auto",
+        "top_logprobs" => v.as_u64() == Some(0),
+        "truncation" => v == "disabled",
+        _ => false,
+    }
+}
+
+/// Rejects the first field of a /v1/responses body folio neither reads nor may ignore.
+pub fn check_responses(body: &Map<String, Value>) -> Result<(), ApiError> {
+    check_table(
+        body,
+        "/v1/responses",
+        RESPONSES,
+        RESPONSES_IGNORED,
+        RESPONSES_UNSUPPORTED,
+        responses_neutral,
+    )
+}
+
+/// Fields /v1/embeddings reads (`pooling`: a folio extension, `last` or `mean`; `lora`:
+/// as on the generation endpoints).
+pub const EMBEDDINGS: &[&str] = &[
+    "model",
+    "input",
+    "encoding_format",
+    "dimensions",
+    "user",
+    "pooling",
+    "lora",
+];
+
+/// /v1/embeddings fields accepted and ignored.
+pub const EMBEDDINGS_IGNORED: &[(&str, &str)] = &[
+    (
+        "priority",
+        "vLLM's priority scheduling; folio schedules FCFS",
+    ),
+    ("request_id", "vLLM request id; folio makes its own"),
+];
+
+/// /v1/embeddings options folio has only at their default (vLLM's names).
+pub const EMBEDDINGS_UNSUPPORTED: &[(&str, &str, &str)] = &[
+    (
+        "truncate_prompt_tokens",
+        "null",
+        "folio never cuts an input; a too-long one is a 400",
+    ),
+    (
+        "add_special_tokens",
+        "true",
+        "inputs are tokenized as completions prompts are",
+    ),
+    ("normalize", "true", "vectors are always L2-normalized"),
+];
+
+fn embeddings_neutral(name: &str, v: &Value) -> bool {
+    matches!(name, "add_special_tokens" | "normalize") && v == &Value::Bool(true)
+}
+
+/// Rejects the first field of a /v1/embeddings body folio neither reads nor may ignore.
+pub fn check_embeddings(body: &Map<String, Value>) -> Result<(), ApiError> {
+    check_table(
+        body,
+        "/v1/embeddings",
+        EMBEDDINGS,
+        EMBEDDINGS_IGNORED,
+        EMBEDDINGS_UNSUPPORTED,
+        embeddings_neutral,
+    )
+}
+
+/// The check of one endpoint's tables: read, ignored, and (name, neutral value, why)
+/// accepted only where `neutral` says so.
+fn check_table(
+    body: &Map<String, Value>,
+    path: &str,
+    reads: &[&str],
+    ignored: &[(&str, &str)],
+    unsupported: &[(&str, &str, &str)],
+    neutral: fn(&str, &Value) -> bool,
+) -> Result<(), ApiError> {
+    for (name, v) in body {
+        if v.is_null() || reads.contains(&name.as_str()) || ignored.iter().any(|(n, _)| n == name) {
+            continue;
+        }
+        if let Some((_, want, why)) = unsupported.iter().find(|(n, ..)| n == name) {
+            if neutral(name, v) {
+                continue;
+            }
+            return Err(ApiError::param(
+                name.as_str(),
+                format!("{why} (only {want} is accepted), got {}", show(v)),
+            ));
+        }
+        return Err(ApiError::param(
+            name.as_str(),
+            format!(
+                "unknown field for {path}: folio does not implement it, got {}",
+                show(v)
+            ),
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -222,5 +434,37 @@ mod tests {
             .unwrap_err(),
             "continue_final_message: not supported by folio except as false, got true"
         );
+    }
+
+    #[test]
+    fn responses_features_folio_lacks_are_named() {
+        let run = |v: Value| check_responses(v.as_object().unwrap()).map_err(|e| e.message);
+        assert_eq!(
+            run(json!({"input": "x", "previous_response_id": "resp_1"})).unwrap_err(),
+            "previous_response_id: folio keeps no responses, so it cannot continue one; send the whole conversation in input (only null is accepted), got string \"resp_1\""
+        );
+        assert_eq!(
+            run(json!({"store": true})).unwrap_err(),
+            "store: folio keeps no responses to retrieve later (only false is accepted), got true"
+        );
+        assert!(run(json!({"tools": [{"type": "web_search"}]}))
+            .unwrap_err()
+            .starts_with("tools: tools are not supported on /v1/responses"));
+        assert_eq!(
+            run(json!({"messages": []})).unwrap_err(),
+            "messages: unknown field for /v1/responses: folio does not implement it, got an array of 0 items"
+        );
+        let emb = |v: Value| check_embeddings(v.as_object().unwrap()).map_err(|e| e.message);
+        assert_eq!(
+            emb(json!({"input": "x", "normalize": false})).unwrap_err(),
+            "normalize: vectors are always L2-normalized (only true is accepted), got false"
+        );
+        emb(json!({"input": "x", "normalize": true, "pooling": "mean", "dimensions": 3})).unwrap();
+        run(
+            json!({"input": "x", "store": false, "tools": [], "tool_choice": "auto",
+                   "truncation": "disabled", "metadata": {"k": "v"}, "include": [],
+                   "previous_response_id": null, "seed": 1}),
+        )
+        .unwrap();
     }
 }

@@ -23,6 +23,11 @@
 //! - `prompt`: prompt shapes (text, token ids, batches, chat messages) and tokenization,
 //!   with text that cannot fit refused from its length first (`state::AppState::prompt_permit`
 //!   bounds how many large bodies are parsed and prompts tokenized at once).
+//! - `embeddings`: `/v1/embeddings`, one engine request per input, pooled hidden states.
+//! - `responses`: `/v1/responses` (OpenAI's Responses API) run as a chat request;
+//!   the `response` object and its named stream events.
+//! - `reasoning`: `--reasoning-parser`, `<think>…</think>` text → `reasoning_content`.
+//! - `chunk_filter`: a streamed chat chunk's way out: reasoning split, then tool calls.
 //! - `choices`: the engine streams of one request merged; dropping it aborts them.
 //! - `choice_state`: one choice's text, logprobs, timing and finish.
 //! - `openai`: response and chunk shapes, usage, logprobs formatting.
@@ -39,8 +44,10 @@ mod body;
 mod capacity;
 mod choice_state;
 mod choices;
+mod chunk_filter;
 pub mod constraint;
 mod echo;
+mod embeddings;
 mod error;
 mod fields;
 mod generate;
@@ -55,7 +62,9 @@ pub mod metrics;
 mod openai;
 pub mod params;
 mod prompt;
+pub mod reasoning;
 mod render;
+mod responses;
 mod routes;
 mod sse;
 mod state;
@@ -122,6 +131,13 @@ pub struct ServerOptions {
     /// How tool calls are read from the model's text (`hermes`, `llama3_json`, `mistral`);
     /// `None`: chosen from the chat template.
     pub tool_call_parser: Option<String>,
+    /// `--reasoning-parser` (`deepseek_r1`, `qwen3`): chat answers and `/v1/responses`
+    /// give the model's `<think>…</think>` text as reasoning, apart from the content.
+    /// `None`: off, the tags stay in the content.
+    pub reasoning_parser: Option<String>,
+    /// `--pooling` for /v1/embeddings; `None`: the model file's `pooling_type`, else
+    /// last-token.
+    pub pooling: Option<folio_engine::Pooling>,
 }
 
 impl Default for ServerOptions {
@@ -144,11 +160,20 @@ impl Default for ServerOptions {
             header_timeout: Duration::from_secs(30),
             idle_timeout: Duration::from_secs(60),
             tool_call_parser: None,
+            reasoning_parser: None,
+            pooling: None,
         }
     }
 }
 
 impl ServerOptions {
+    /// The reasoning split, if `--reasoning-parser` names one (checked by `check`).
+    pub(crate) fn reasoning(&self) -> Option<reasoning::Parser> {
+        self.reasoning_parser
+            .as_deref()
+            .and_then(reasoning::Parser::from_name)
+    }
+
     /// Rejects settings the server cannot run with.
     pub fn check(&self) -> anyhow::Result<()> {
         if !self.allowed_origins.is_empty() {
@@ -158,6 +183,14 @@ impl ServerOptions {
             if tool_parse::Parser::from_name(p).is_none() {
                 anyhow::bail!(
                     "--tool-call-parser: must be one of hermes, llama3_json, mistral; got {p:?}"
+                );
+            }
+        }
+        if let Some(p) = &self.reasoning_parser {
+            if reasoning::Parser::from_name(p).is_none() {
+                anyhow::bail!(
+                    "--reasoning-parser: must be one of {}; got {p:?}",
+                    reasoning::NAMES
                 );
             }
         }
@@ -196,9 +229,8 @@ impl ServerOptions {
 }
 
 /// OpenAI routes folio does not serve (501 rather than 404).
-const NOT_IMPLEMENTED: [&str; 13] = [
-    "/v1/embeddings",
-    "/v1/responses",
+const NOT_IMPLEMENTED: [&str; 11] = [
+    // Retrieval, cancel and input items of stored responses: folio stores none.
     "/v1/responses/{*rest}",
     "/v1/audio/{*rest}",
     "/v1/images/{*rest}",
@@ -228,6 +260,8 @@ fn app(state: state::AppState) -> Router {
         .route("/v1/chat/completions", post(routes::chat))
         .route("/v1/completions/render", post(render::completions))
         .route("/v1/chat/completions/render", post(render::chat))
+        .route("/v1/responses", post(responses::responses))
+        .route("/v1/embeddings", post(embeddings::embeddings))
         .route("/v1/models", get(routes::models))
         // `{*id}`: served names are often `org/name`.
         .route("/v1/models/{*id}", get(routes::model))

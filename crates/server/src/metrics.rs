@@ -547,6 +547,8 @@ mod tests {
             kv_block_bytes: 1000,
             kv_format: "f16".into(),
             numerics: "fast".into(),
+            hidden_size: 8,
+            gguf_pooling: None,
         }
     }
 

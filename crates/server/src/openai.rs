@@ -30,19 +30,26 @@ pub struct Job {
     pub echo: Vec<crate::echo::EchoPrompt>,
     /// Chat with tools offered: how calls are read from the text.
     pub tools: Option<crate::tools::ToolCalling>,
+    /// Chat with `--reasoning-parser`: `<think>` text goes to `reasoning_content`.
+    pub reasoning: Option<crate::reasoning::Parser>,
 }
 
 /// A fresh random request id with the endpoint's prefix.
 pub fn new_id(api: Api) -> String {
+    let prefix = match api {
+        Api::Completions => "cmpl-",
+        Api::Chat => "chatcmpl-",
+    };
+    random_id(prefix)
+}
+
+/// `prefix` and 16 random hex digits.
+pub fn random_id(prefix: &str) -> String {
     // RandomState is seeded per instance from the OS: enough for unique ids, no extra crate.
     let r = std::collections::hash_map::RandomState::new()
         .build_hasher()
         .finish();
-    let prefix = match api {
-        Api::Completions => "cmpl",
-        Api::Chat => "chatcmpl",
-    };
-    format!("{prefix}-{r:016x}")
+    format!("{prefix}{r:016x}")
 }
 
 /// Seconds since the Unix epoch.
@@ -224,6 +231,7 @@ mod tests {
             arrival: Instant::now(),
             echo: Vec::new(),
             tools: None,
+            reasoning: None,
         }
     }
 

@@ -29,15 +29,26 @@ pub enum PromptInput {
 /// ids, or an array of arrays of token ids. Takes the value out of the body, so that a
 /// long prompt's text is moved, not copied.
 pub fn completion_prompts(v: Option<Value>, vocab: usize) -> Result<Vec<PromptInput>, ApiError> {
+    prompt_list(v, "prompt", vocab, MAX_PROMPTS)
+}
+
+/// A field of that shape named `field` (`prompt`, the embeddings' `input`), at most `max`
+/// items.
+pub fn prompt_list(
+    v: Option<Value>,
+    field: &str,
+    vocab: usize,
+    max: usize,
+) -> Result<Vec<PromptInput>, ApiError> {
     let v = v
         .filter(|v| !v.is_null())
-        .ok_or_else(|| ApiError::param("prompt", "required, got nothing"))?;
+        .ok_or_else(|| ApiError::param(field, "required, got nothing"))?;
     let items = match v {
         Value::String(s) => return Ok(vec![PromptInput::Text(s)]),
         Value::Array(a) => a,
         v => {
             return Err(ApiError::param(
-                "prompt",
+                field,
                 format!(
                     "must be a string, an array of strings or an array of token ids, got {}",
                     show(&v)
@@ -46,18 +57,15 @@ pub fn completion_prompts(v: Option<Value>, vocab: usize) -> Result<Vec<PromptIn
         }
     };
     if items.is_empty() {
-        return Err(ApiError::param("prompt", "must not be an empty array"));
+        return Err(ApiError::param(field, "must not be an empty array"));
     }
     if items.iter().all(Value::is_number) {
-        return token_ids("prompt", &items, vocab).map(|t| vec![PromptInput::Tokens(t)]);
+        return token_ids(field, &items, vocab).map(|t| vec![PromptInput::Tokens(t)]);
     }
-    if items.len() > MAX_PROMPTS {
+    if items.len() > max {
         return Err(ApiError::param(
-            "prompt",
-            format!(
-                "at most {MAX_PROMPTS} prompts in a batch, got {}",
-                items.len()
-            ),
+            field,
+            format!("at most {max} prompts in a batch, got {}", items.len()),
         ));
     }
     items
@@ -66,10 +74,10 @@ pub fn completion_prompts(v: Option<Value>, vocab: usize) -> Result<Vec<PromptIn
         .map(|(i, item)| match item {
             Value::String(s) => Ok(PromptInput::Text(s)),
             Value::Array(a) => {
-                token_ids(&format!("prompt[{i}]"), &a, vocab).map(PromptInput::Tokens)
+                token_ids(&format!("{field}[{i}]"), &a, vocab).map(PromptInput::Tokens)
             }
             v => Err(ApiError::param(
-                format!("prompt[{i}]"),
+                format!("{field}[{i}]"),
                 format!(
                     "must be a string or an array of token ids, got {}",
                     show(&v)

@@ -201,7 +201,7 @@ pub async fn not_implemented(uri: Uri) -> ApiError {
     ApiError::new(
         StatusCode::NOT_IMPLEMENTED,
         format!(
-            "{} is not implemented by folio (it serves /v1/completions, /v1/chat/completions and /v1/models)",
+            "{} is not implemented by folio (it serves /v1/completions, /v1/chat/completions, /v1/responses, /v1/embeddings and /v1/models)",
             uri.path()
         ),
         "not_implemented",

@@ -9,6 +9,7 @@
 
 use crate::choice_state::{usage_sum, ChoiceState};
 use crate::choices::Choices;
+use crate::chunk_filter::ChunkFilter;
 use crate::generate::{log_finished, refusal, until, Running};
 use crate::params::Api;
 use crate::state::Slots;
@@ -55,7 +56,7 @@ pub fn respond(req: Running, queued: Option<Slots>) -> Response {
 }
 
 /// How waiting for admission inside the stream ended.
-enum Waited {
+pub enum Waited {
     Admitted,
     Refused(folio_engine::FinishReason),
     /// The cutoff passed first (the main loop ends the choices).
@@ -65,7 +66,7 @@ enum Waited {
 
 /// Waits for the engine to admit the request, sending a keep-alive comment every
 /// `keep_alive` so that proxies see bytes while it is queued.
-async fn wait_admitted(
+pub async fn wait_admitted(
     choices: &mut Choices,
     tx: &mpsc::Sender<Bytes>,
     keep_alive: std::time::Duration,
@@ -103,9 +104,20 @@ async fn pump(req: Running, tx: mpsc::Sender<Bytes>, queued: Option<Slots>) {
     let s = &st.0;
     let tok = &s.engine.tokenizer;
     let mut states = vec![ChoiceState::default(); choices.count()];
-    let mut tool_streams: Option<Vec<crate::tools::ToolStream>> = job
-        .tools
-        .map(|tc| vec![crate::tools::ToolStream::new(tc); choices.count()]);
+    let mut filter =
+        (job.api == Api::Chat).then(|| ChunkFilter::new(choices.count(), job.reasoning, job.tools));
+    // A chat chunk on its way out: reasoning split and tool calls (see `chunk_filter`).
+    let mut frames = |i: usize, chunk: Value| -> Bytes {
+        match filter.as_mut() {
+            None => frame(&chunk),
+            Some(f) => Bytes::from(
+                f.apply(i, chunk)
+                    .iter()
+                    .flat_map(|c| frame(c).to_vec())
+                    .collect::<Vec<u8>>(),
+            ),
+        }
+    };
     if let Some(queued) = queued {
         let waited =
             wait_admitted(&mut choices, &tx, s.opts.keep_alive, deadline.map(|c| c.at)).await;
@@ -138,7 +150,7 @@ async fn pump(req: Running, tx: mpsc::Sender<Bytes>, queued: Option<Slots>) {
                 let reason = deadline.map_or(crate::choice_state::TIMEOUT, |c| c.reason);
                 for i in choices.abort() {
                     states[i].cut_off(reason, &s.metrics);
-                    if tx.send(frame(&job.chunk(i, "", None, Some(reason)))).await.is_err() {
+                    if tx.send(frames(i, job.chunk(i, "", None, Some(reason)))).await.is_err() {
                         return log_finished(&job, &states, "client disconnected");
                     }
                 }
@@ -150,24 +162,13 @@ async fn pump(req: Running, tx: mpsc::Sender<Bytes>, queued: Option<Slots>) {
             Err(_) => keep_alive_frame(),
             Ok(None) => break,
             Ok(Some((i, ev))) => match states[i].apply(i, ev, &job, tok, &s.metrics) {
-                Some(chunk) => match tool_streams.as_mut() {
-                    None => frame(&chunk),
-                    // Tool calls: text may become call deltas, so chunks are rewritten.
-                    Some(ts) => {
-                        let frames: Vec<u8> = ts[i]
-                            .filter(chunk)
-                            .iter()
-                            .flat_map(|c| frame(c).to_vec())
-                            .collect();
-                        if frames.is_empty() {
-                            continue;
-                        }
-                        Bytes::from(frames)
-                    }
-                },
+                Some(chunk) => frames(i, chunk),
                 None => continue,
             },
         };
+        if bytes.is_empty() {
+            continue;
+        }
         if tx.send(bytes).await.is_err() {
             return log_finished(&job, &states, "client disconnected");
         }
@@ -175,7 +176,7 @@ async fn pump(req: Running, tx: mpsc::Sender<Bytes>, queued: Option<Slots>) {
     // Streams that ended without `Finished` (engine shut down) still get a finish reason.
     for i in choices.unfinished() {
         if tx
-            .send(frame(&job.chunk(i, "", None, Some("abort"))))
+            .send(frames(i, job.chunk(i, "", None, Some("abort"))))
             .await
             .is_err()
         {

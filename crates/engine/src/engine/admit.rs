@@ -51,7 +51,10 @@ impl Engine {
         let mut r = Request::new(id, prompt, max_tokens)
             .with_forks(forks)
             .with_cache_ns(ns)
-            .with_prefix_cache(req.prompt_logprobs.is_none());
+            .with_prefix_cache(
+                req.prompt_logprobs.is_none()
+                    && req.embed.is_none_or(crate::Pooling::uses_prefix_cache),
+            );
         let now = self.epoch.elapsed().as_secs_f64();
         r = r.with_arrival(req.arrival.map(|a| self.secs(a)).unwrap_or(now));
         if let Some(d) = req.deadline {

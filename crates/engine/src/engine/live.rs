@@ -33,6 +33,8 @@ pub(super) struct Live {
     pub scores: Option<PromptScores>,
     /// `max_tokens` 0 (score only): the one token the scheduler runs for is not output.
     pub score_only: bool,
+    /// An embedding request: its pooled hidden rows (nothing is sampled, see `embed`).
+    pub embed: Option<crate::embed::Pooled>,
 }
 
 /// A sample of an `n > 1` group, not yet forked.
@@ -94,7 +96,8 @@ impl Engine {
         guide: Option<Guide>,
     ) -> Live {
         let method = req.spec.unwrap_or(self.spec.0);
-        let spec = (method != SpecMethod::Off).then(|| {
+        // An embedding decodes nothing, so it has nothing to draft.
+        let spec = (method != SpecMethod::Off && req.embed.is_none()).then(|| {
             let fixed = req.spec_tokens.or(self.spec.1);
             let mut st = SpecState::new(method, self.spec.2.max(fixed.unwrap_or(0)), fixed, prompt);
             // Start from what this proposer achieved on earlier requests, not a guess: a
@@ -119,6 +122,9 @@ impl Engine {
             guide,
             scores: req.prompt_logprobs.map(|k| PromptScores::new(prompt, k)),
             score_only: req.max_tokens == 0,
+            embed: req.embed.map(|p| {
+                crate::embed::Pooled::new(p, prompt.len(), self.runner.model.hidden_size())
+            }),
         }
     }
 }

@@ -212,8 +212,8 @@ impl Engine {
         // Evicted blocks still hold their data: spill before this step overwrites them.
         self.spill(&out.evicted);
         self.runner.copy_blocks(&out.copies);
-        let (batch, rows_of) = self.build_batch(&out);
-        let (logits, fstats) = match self.runner.forward(&batch) {
+        let (batch, rows_of, hidden_of) = self.build_batch(&out);
+        let (fwd, fstats) = match self.runner.forward(&batch) {
             Ok(r) => r,
             Err(e) => {
                 // A batch the model refuses is a bug upstream; fail its requests, keep serving.
@@ -233,7 +233,13 @@ impl Engine {
         drop(batch);
         let now = Instant::now();
         let forward_s = t0.elapsed().as_secs_f64();
-        let (results, fork_jobs) = self.process_outputs(&out, &logits, &rows_of, forward_s, now);
+        let rows = output::Rows {
+            logits: &fwd.logits,
+            logits_of: &rows_of,
+            hidden: &fwd.hidden,
+            hidden_of: &hidden_of,
+        };
+        let (results, fork_jobs) = self.process_outputs(&out, rows, forward_s, now);
         for (parent, row, cached) in fork_jobs {
             self.fork_children(parent, &row, cached, now);
         }

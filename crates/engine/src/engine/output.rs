@@ -24,25 +24,41 @@ pub(super) fn prior_slot(method: SpecMethod) -> usize {
 /// A group's first request whose prompt is computed: its samples fork from this row.
 pub(super) type ForkJob = (RequestId, Vec<f32>, usize);
 
+/// A step's forward output and how it divides among the scheduled requests: the i-th
+/// gets `logits_of[i]` logit rows and `hidden_of[i]` hidden rows, in order.
+pub(super) struct Rows<'a> {
+    pub logits: &'a [f32],
+    pub logits_of: &'a [usize],
+    pub hidden: &'a [f32],
+    pub hidden_of: &'a [usize],
+}
+
 impl Engine {
-    /// Chooses and emits every sampled request's tokens of step `out` from `logits`
-    /// (`rows_of[i]` rows for the i-th scheduled request); returns the scheduler's results
+    /// Chooses and emits every sampled request's tokens of step `out` from its `rows`;
+    /// embedding requests pool their hidden rows instead. Returns the scheduler's results
     /// and the groups ready to fork.
     pub(super) fn process_outputs(
         &mut self,
         out: &SchedulerOutput,
-        logits: &[f32],
-        rows_of: &[usize],
+        rows: Rows,
         forward_s: f64,
         now: Instant,
     ) -> (Vec<RequestResult>, Vec<ForkJob>) {
         let vocab = self.runner.model.config.vocab_size;
+        let width = self.runner.model.hidden_size();
         let mut results = Vec::with_capacity(out.requests.len());
-        let mut row = 0;
+        let (mut row, mut hidden_row) = (0, 0);
         let mut fork_jobs: Vec<ForkJob> = Vec::new();
-        for (sr, &n_rows) in out.requests.iter().zip(rows_of) {
-            let all = &logits[row * vocab..(row + n_rows) * vocab];
+        let per_request = rows.logits_of.iter().zip(rows.hidden_of);
+        for (sr, (&n_rows, &n_hidden)) in out.requests.iter().zip(per_request) {
+            let all = &rows.logits[row * vocab..(row + n_rows) * vocab];
             row += n_rows;
+            let hidden = &rows.hidden[hidden_row * width..(hidden_row + n_hidden) * width];
+            hidden_row += n_hidden;
+            if let Some(r) = self.embed_step(sr, hidden, now) {
+                results.push(r);
+                continue;
+            }
             let rows = if sr.sample {
                 1 + sr.num_draft_tokens
             } else {
@@ -161,6 +177,39 @@ pub(super) fn processed(live: &Live, row: &[f32], pending: &[u32], eog: &[u32]) 
 }
 
 /// The event of a score-only request (`max_tokens` 0): the prompt's scores, no tokens.
+impl Engine {
+    /// An embedding request's share of the step: its hidden rows are pooled; on the chunk
+    /// that ends its prompt (the one the scheduler marks as sampling) the vector goes out
+    /// and the request ends, nothing sampled. `None` for any other request.
+    fn embed_step(
+        &mut self,
+        sr: &folio_core::ScheduledRequest,
+        hidden: &[f32],
+        now: Instant,
+    ) -> Option<RequestResult> {
+        let live = self.live.get_mut(&sr.id)?;
+        let e = live.embed.as_mut()?;
+        e.record(sr.start_pos + sr.token_ids.len(), hidden);
+        let finish = sr.sample.then(|| {
+            match e.vector() {
+                Some(vector) => {
+                    let _ = live.tx.send(Event::Embedding { vector, at: now });
+                }
+                None => tracing::error!(id = sr.id, "embedding rows missing"),
+            }
+            CoreFinish::Stop
+        });
+        if let Some(r) = self.sched.request(sr.id) {
+            live.cached_tokens = r.num_cached_tokens;
+        }
+        Some(RequestResult {
+            id: sr.id,
+            new_token_ids: Vec::new(),
+            finish,
+        })
+    }
+}
+
 pub(super) fn score_event(prompt_logprobs: Vec<TokenLogprob>, at: Instant) -> Event {
     Event::Tokens {
         ids: Vec::new(),

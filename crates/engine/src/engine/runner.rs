@@ -7,7 +7,7 @@ use super::Engine;
 use folio_core::kv::CopyOp;
 use folio_core::SchedulerOutput;
 use folio_kernels::pool::ThreadPool;
-use folio_model::{ForwardBatch, ForwardStats, KvCache, Model, ModelError};
+use folio_model::{ForwardBatch, ForwardOutput, ForwardStats, KvCache, Model, ModelError};
 
 /// A separate draft model for speculation (`--draft-model`): it runs on every step's batch
 /// too, so its own paged KV (the same block ids as the target's, its own bytes per token)
@@ -40,14 +40,17 @@ impl Runner {
         }
     }
 
-    /// One step's forward over `batch`: the target's logit rows and the step's figures. A
-    /// separate draft model computes the same tokens into its own KV (no logits).
+    /// One step's forward over `batch`: the target's logit rows and hidden rows (embedding
+    /// requests) and the step's figures. A separate draft model computes the same tokens
+    /// into its own KV (no logits).
     pub fn forward(
         &mut self,
         batch: &ForwardBatch,
-    ) -> Result<(Vec<f32>, ForwardStats), ModelError> {
+    ) -> Result<(ForwardOutput, ForwardStats), ModelError> {
         let mut fstats = self.model.stats(batch, self.kv.bytes_per_token());
-        let logits = self.model.forward(batch, &mut self.kv, self.pool)?;
+        let out = self
+            .model
+            .forward_with_hidden(batch, &mut self.kv, self.pool)?;
         if let Some(m) = self.model.moe_stats() {
             // MoE: the bytes this step read (the experts that got rows), not every expert.
             fstats.weight_bytes = m.last_step_weight_bytes;
@@ -56,6 +59,7 @@ impl Runner {
             let mut db = batch.clone();
             for seq in &mut db.seqs {
                 seq.n_logits = 0;
+                seq.n_hidden = 0;
                 // Adapters are shaped for the target; the draft model runs bare.
                 seq.lora = None;
             }
@@ -63,17 +67,22 @@ impl Runner {
                 tracing::warn!("draft model forward failed: {e}");
             }
         }
-        Ok((logits, fstats))
+        Ok((out, fstats))
     }
 }
 
 impl Engine {
     /// The step's `ForwardBatch` and how many logit rows each scheduled request gets: one
     /// per sampled position (the newest token plus its drafts), or one per prompt position
-    /// of a chunk that still needs prompt scores.
-    pub(super) fn build_batch(&self, out: &SchedulerOutput) -> (ForwardBatch, Vec<usize>) {
+    /// of a chunk that still needs prompt scores; and how many hidden rows (embedding
+    /// requests, which get no logits: see `embed`).
+    pub(super) fn build_batch(
+        &self,
+        out: &SchedulerOutput,
+    ) -> (ForwardBatch, Vec<usize>, Vec<usize>) {
         let mut batch = ForwardBatch::new();
         let mut rows_of = Vec::with_capacity(out.requests.len());
+        let mut hidden_of = Vec::with_capacity(out.requests.len());
         for sr in &out.requests {
             let mut n_logits = if sr.sample {
                 1 + sr.num_draft_tokens
@@ -86,7 +95,13 @@ impl Engine {
                     n_logits = sr.token_ids.len();
                 }
             }
+            let embed = self.live.get(&sr.id).and_then(|l| l.embed.as_ref());
+            let n_hidden = embed.map_or(0, |e| e.rows_wanted(sr.start_pos, sr.token_ids.len()));
+            if embed.is_some() {
+                n_logits = 0;
+            }
             rows_of.push(n_logits);
+            hidden_of.push(n_hidden);
             batch.push(
                 &sr.token_ids,
                 sr.start_pos,
@@ -96,6 +111,7 @@ impl Engine {
             if let Some(span) = batch.seqs.last_mut() {
                 span.window_tables = sr.window_tables.clone();
                 span.lora = self.live.get(&sr.id).and_then(|l| l.lora.clone());
+                span.n_hidden = n_hidden;
             }
             // Output tokens attend as llama.cpp's decode steps do, prompt tokens as its
             // prompt batch does, however this step groups them (see `SeqSpan`).
@@ -103,6 +119,6 @@ impl Engine {
                 span.decode_from = r.num_prompt_tokens();
             }
         }
-        (batch, rows_of)
+        (batch, rows_of, hidden_of)
     }
 }

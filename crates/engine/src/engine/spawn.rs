@@ -151,6 +151,8 @@ pub fn spawn_engine_with_draft(
         kv_block_bytes: block_bytes.round() as usize,
         kv_format: cfg.kv_format.name().into(),
         numerics: numerics.into(),
+        hidden_size: c.d_model,
+        gguf_pooling: crate::Pooling::from_gguf(c.pooling_type),
     });
     let mut lora = crate::LoraRegistry::new(
         model.config.clone(),

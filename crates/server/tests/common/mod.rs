@@ -153,6 +153,28 @@ impl Resp {
     }
 }
 
+impl Resp {
+    /// The named events of an SSE body (`event: NAME` + `data: {json}` frames, as the
+    /// Responses API sends), comments skipped.
+    pub fn events(&self) -> Vec<(String, Value)> {
+        let text = self.text();
+        let mut out = Vec::new();
+        for frame in text.split("\n\n").filter(|f| !f.is_empty()) {
+            if frame.starts_with(':') {
+                continue;
+            }
+            let (name, data) = frame
+                .strip_prefix("event: ")
+                .and_then(|f| f.split_once("\ndata: "))
+                .unwrap_or_else(|| panic!("not a named SSE event: {frame:?}"));
+            let v =
+                serde_json::from_str(data).unwrap_or_else(|e| panic!("bad event {data:?}: {e}"));
+            out.push((name.to_string(), v));
+        }
+        out
+    }
+}
+
 /// Raw request bytes for `method path` with `body`.
 pub fn raw_request(method: &str, path: &str, body: &[u8]) -> Vec<u8> {
     let mut req = format!(
