@@ -1,6 +1,8 @@
 //! Shared by the model's tests: tiny synthetic GGUF models written here, and helpers.
 #![allow(dead_code)]
 
+pub mod reference;
+
 use folio_gguf::{GgmlType, GgufWriter, Value};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
