@@ -41,7 +41,12 @@ impl KvManager {
         if !self.seqs.contains_key(&id) {
             return Err(KvError::UnknownSequence(id));
         }
-        self.release_behind_window(id);
+        // Pages behind the window of the first new position go back. A call that adds no
+        // position (a step verifying drafts inside lookahead slots reserved earlier) must
+        // not release: the extent is then past the step's first query position.
+        if total_tokens > self.seqs[&id].table.num_tokens {
+            self.release_behind_window(id);
+        }
         let seq = &self.seqs[&id];
         let (needed, cow, cow_win) = self.grow_plan(seq, total_tokens);
         let available = self.num_available();
