@@ -12,7 +12,9 @@
 #
 # Environment: FOLIO_BIN (default target/release/folio), FOLIO_CLUSTER_PORT (router
 # port, default 18100; replica i listens on PORT+1+i, its events on PORT+101+i),
-# FOLIO_SERVE_ARGS (extra `folio serve` flags, e.g. "--kv-cache-bytes 512m"),
+# FOLIO_SERVE_ARGS (extra `folio serve` flags, e.g. "--kv-cache-bytes 512m"; without a
+# --threads there, each replica gets --threads max(1, cores / N): replicas whose compute
+# threads outnumber the cores spin on threads the scheduler has parked),
 # FOLIO_ROUTER_ARGS (extra vllm-router flags, e.g. "--log-level debug"),
 # FOLIO_CLUSTER_LOGS (log directory, default target/cluster). vllm-router is installed
 # from PyPI (python3 -m pip install vllm-router) when it is not on PATH.
@@ -57,13 +59,18 @@ wait_for() { # URL SECONDS NAME
   return 1
 }
 
+threads=()
+if [[ " ${FOLIO_SERVE_ARGS:-} " != *" --threads"* ]]; then
+  share=$(($(nproc) / n))
+  threads=(--threads $((share > 0 ? share : 1)))
+fi
 urls=()
 sources=()
 for i in $(seq 0 $((n - 1))); do
   port=$((base + 1 + i))
   events=$((base + 101 + i))
   # shellcheck disable=SC2086 # FOLIO_SERVE_ARGS is a list of flags
-  "$bin" serve --port "$port" --kv-events-endpoint "tcp://*:$events" ${FOLIO_SERVE_ARGS:-} \
+  "$bin" serve --port "$port" --kv-events-endpoint "tcp://*:$events" "${threads[@]}" ${FOLIO_SERVE_ARGS:-} \
     > "$logs/replica-$i.log" 2>&1 &
   pids+=($!)
   urls+=("http://127.0.0.1:$port")

@@ -103,6 +103,10 @@ pub struct EngineArgs {
     pub model: Option<PathBuf>,
     #[arg(long, value_enum, default_value = "continuous")]
     pub policy: PolicyArg,
+    /// Compute threads (the matmul pool, the caller included); default: `FOLIO_THREADS`,
+    /// else every core. Replicas sharing a machine should split its cores.
+    #[arg(long)]
+    pub threads: Option<usize>,
     /// Most tokens (decodes + prefill chunks) in one iteration.
     #[arg(long, default_value_t = 2048)]
     pub token_budget: usize,
@@ -288,6 +292,14 @@ impl EngineArgs {
 pub fn start_with(args: &EngineArgs, cfg: EngineConfig) -> Result<EngineHandle> {
     {
         let self_ = args;
+        if let Some(n) = self_.threads {
+            if n == 0 {
+                bail!("--threads: must be at least 1, got 0");
+            }
+            if let Err(have) = folio_kernels::pool::ThreadPool::configure_global(n) {
+                bail!("--threads {n}: the compute pool already runs {have} threads");
+            }
+        }
         let path = resolve_model(self_.model.as_deref())?;
         let draft_path = match &self_.draft_model {
             Some(p) => Some(resolve_model(Some(p))?),

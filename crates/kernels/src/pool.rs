@@ -30,6 +30,10 @@ use std::time::{Duration, Instant};
 /// consecutive kernels of one decode step, short enough not to burn a core when idle.
 const SPIN: Duration = Duration::from_micros(200);
 
+/// The process-wide pool ([`ThreadPool::global`]) and the count it is to be built with.
+static GLOBAL: OnceLock<ThreadPool> = OnceLock::new();
+static GLOBAL_THREADS: OnceLock<usize> = OnceLock::new();
+
 thread_local! {
     /// True while this thread executes pool tasks; a nested `run` then runs inline
     /// instead of waiting on a lock its own caller holds.
@@ -106,17 +110,37 @@ impl ThreadPool {
         }
     }
 
-    /// The process-wide pool: `FOLIO_THREADS` threads, else `available_parallelism`.
+    /// The process-wide pool: the count given to [`ThreadPool::configure_global`] (the
+    /// `--threads` flag), else `FOLIO_THREADS`, else `available_parallelism`.
     pub fn global() -> &'static ThreadPool {
-        static POOL: OnceLock<ThreadPool> = OnceLock::new();
-        POOL.get_or_init(|| {
-            let n = std::env::var("FOLIO_THREADS")
-                .ok()
-                .and_then(|s| s.trim().parse::<usize>().ok())
+        GLOBAL.get_or_init(|| {
+            let n = GLOBAL_THREADS
+                .get()
+                .copied()
+                .or_else(|| {
+                    std::env::var("FOLIO_THREADS")
+                        .ok()
+                        .and_then(|s| s.trim().parse::<usize>().ok())
+                })
                 .filter(|&n| n > 0)
                 .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
             ThreadPool::new(n)
         })
+    }
+
+    /// Sets the global pool's thread count before its first use. Several replicas on one
+    /// machine each want a share of the cores: pools whose spinning workers outnumber the
+    /// cores wait on threads the scheduler has parked. Err(current count) once the pool
+    /// exists with another count.
+    pub fn configure_global(n: usize) -> Result<(), usize> {
+        let n = n.max(1);
+        let _ = GLOBAL_THREADS.set(n);
+        let have = ThreadPool::global().n_threads();
+        if have == n {
+            Ok(())
+        } else {
+            Err(have)
+        }
     }
 
     /// Threads taking part in `run` (workers + the caller).
