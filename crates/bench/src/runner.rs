@@ -4,6 +4,9 @@
 //! until its arrival, then sends its turns one after another (turn k + 1 "arrives" when
 //! turn k's answer has arrived). An optional semaphore caps requests in flight; time spent
 //! waiting for it counts in the latencies, which are measured from the scheduled arrival.
+//! Conversations take their first slot in workload order (a relay from each to the next):
+//! tasks woken together reach the semaphore in whatever order the runtime polls them, and
+//! a workload whose order matters (rounds of distinct prefixes) would be sent shuffled.
 
 use anyhow::Result;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -206,21 +209,34 @@ pub async fn run(cfg: &RunConfig, setup: RunSetup, convs: Vec<Conversation>) -> 
     let secs = move |t: Instant| t.saturating_duration_since(start).as_secs_f64();
     let mut tasks = Vec::new();
     let mut next_id = 0;
+    // The relay: conversation i takes its first slot after conversation i - 1 took its own.
+    let (go, mut prev_rx) = tokio::sync::oneshot::channel::<()>();
+    let _ = go.send(());
     for (ci, (conv, at)) in convs.into_iter().zip(arrivals).enumerate() {
         let first_id = next_id;
         next_id += conv.turns.len();
         let (cfg, sem, pb) = (cfg.clone(), sem.clone(), pb.clone());
+        let (next_tx, next_rx) = tokio::sync::oneshot::channel::<()>();
+        let my_turn = std::mem::replace(&mut prev_rx, next_rx);
         tasks.push(tokio::spawn(async move {
             tokio::time::sleep_until((start + Duration::from_secs_f64(at)).into()).await;
             let mut history = String::new();
             let mut scheduled = at;
             let mut recs = Vec::new();
+            // Sent (or dropped, if the previous task ended early) once it holds its slot.
+            let mut relay = Some((my_turn, next_tx));
             for (ti, turn) in conv.turns.iter().enumerate() {
                 history.push_str(&turn.append);
+                if let Some((rx, _)) = relay.as_mut() {
+                    let _ = rx.await;
+                }
                 let permit = match &sem {
                     Some(s) => Some(s.clone().acquire_owned().await.expect("never closed")),
                     None => None,
                 };
+                if let Some((_, tx)) = relay.take() {
+                    let _ = tx.send(());
+                }
                 if cfg.duration.is_some_and(|d| start.elapsed() > d) {
                     pb.inc((conv.turns.len() - ti) as u64);
                     break;

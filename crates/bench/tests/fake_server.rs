@@ -345,3 +345,25 @@ async fn a_duration_limit_stops_sending_and_leaves_unsent_requests_out() {
     assert_eq!((rep.records.len(), rep.completed), (3, 3));
     assert_eq!(fake.bodies.lock().unwrap().len(), rep.records.len());
 }
+
+/// Requests released together (`--request-rate inf`) behind a concurrency cap reach the
+/// server in workload order: the shuffled shared-prefix rounds are sent as generated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_behind_the_concurrency_cap_is_sent_in_workload_order() {
+    let (base, fake) = start(Fake::default()).await;
+    let cfg = config(base, None, Some(1));
+    let mut s = spec(WorkloadKind::SharedPrefixShuffled, 24, 2);
+    s.num_prefixes = 8;
+    let convs = workload::generate(&s);
+    let want: Vec<String> = convs.iter().map(|c| c.turns[0].append.clone()).collect();
+    let rep = runner::run(&cfg, RunSetup::default(), convs).await.unwrap();
+    assert_eq!(rep.completed, 24, "{:?}", rep.errors);
+    let got: Vec<String> = fake
+        .bodies
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|b| b["prompt"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(got, want);
+}
