@@ -8,9 +8,15 @@
 #   scripts/router_bench.sh [extra `folio bench serve` flags]
 #
 # Defaults: 8 prefixes of 1000 tokens, each round of 8 requests in a fresh order
-# (shared-prefix-shuffled), 24 requests with 2 in flight (a closed loop: an open-loop rate
-# that overloads a small machine measures queueing, and events then trail the requests),
-# 32-token suffixes, 8 output tokens.
+# (shared-prefix-shuffled), 24 requests with $CONCURRENCY in flight (default 2; a closed
+# loop: an open-loop rate that overloads a small machine measures queueing, and events
+# then trail the requests), 32-token suffixes, 8 output tokens. Each replica gets
+# cores / replicas compute threads (scripts/cluster.sh).
+#
+# vllm-router's kv_aware cost is a replica's new prefill tokens plus the prompt tokens of
+# the requests it still has in flight, so with requests in flight it may send a request
+# to an idle replica rather than to the busy one that holds its prefix; at CONCURRENCY=1
+# the prefix alone decides.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${FOLIO_BIN:-target/release/folio}
@@ -24,7 +30,7 @@ run() { # NAME REPLICAS POLICY
   FOLIO_CLUSTER_LOGS="$out/$1" scripts/cluster.sh "$2" "$3" -- \
     "$bin" bench serve --base-url "http://127.0.0.1:$base" --replica-metrics "$urls" \
     --workload shared-prefix-shuffled --num-prefixes 8 --prefix-tokens 1000 \
-    --input-tokens 32 --output-tokens 8 --num-requests 24 --max-concurrency 2 --seed 1 \
+    --input-tokens 32 --output-tokens 8 --num-requests 24 --max-concurrency "${CONCURRENCY:-2}" --seed 1 \
     --no-progress --label "$1" --json "$out/$1.json" "${@:4}" | tee "$out/$1.txt"
 }
 run round_robin 2 round_robin "$@"
