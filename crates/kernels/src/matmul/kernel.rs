@@ -208,9 +208,6 @@ unsafe fn tile_scalar(sums: Sums, l: Layout, t: &Tile, nr: usize) {
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
     use super::{Geometry, Tile};
-
-    /// Bytes ahead of the current block to prefetch (a few blocks: DRAM latency / block time).
-    const PREFETCH: usize = 4096;
     use std::arch::x86_64::*;
 
     /// Dispatches the activation-row count to a fully unrolled instance.
@@ -250,11 +247,13 @@ mod avx512 {
         let m4 = _mm512_set1_epi8(0x0f);
         let mut acc = [[_mm512_setzero_ps(); 8]; NB];
         let mut summs = [_mm512_setzero_ps(); NB];
+        let ahead = crate::cpu::weight_prefetch();
         for blk in 0..t.nb {
             let base = t.w.add(blk * bb);
-            // Decode streams weights from DRAM; the hardware prefetcher alone runs dry.
-            for line in (0..bb).step_by(64) {
-                _mm_prefetch::<_MM_HINT_T0>(base.wrapping_add(PREFETCH + line) as *const i8);
+            if ahead > 0 {
+                for line in (0..bb).step_by(64) {
+                    _mm_prefetch::<_MM_HINT_T0>(base.wrapping_add(ahead + line) as *const i8);
+                }
             }
             let mut u = [_mm512_setzero_si512(); 8];
             if C4 {

@@ -188,9 +188,6 @@ mod avx512 {
     use super::Tile;
     use std::arch::x86_64::*;
 
-    /// Bytes ahead of the current block to prefetch (a few blocks: DRAM latency / block time).
-    const PREFETCH: usize = 4096;
-
     pub(super) unsafe fn tile<const T: u8>(t: &Tile, nr: usize) {
         match nr {
             1 => tile_n::<T, 1>(t),
@@ -280,11 +277,13 @@ mod avx512 {
             _mm512_setzero_si512()
         };
         let mut acc = [_mm512_setzero_ps(); NR];
+        let ahead = crate::cpu::weight_prefetch();
         for s in 0..nsb {
             let sbp = t.w.add(s * sbb);
-            // Decode streams weights from DRAM; the hardware prefetcher alone runs dry.
-            for line in (0..sbb).step_by(64) {
-                _mm_prefetch::<_MM_HINT_T0>(sbp.wrapping_add(PREFETCH + line) as *const i8);
+            if ahead > 0 {
+                for line in (0..sbb).step_by(64) {
+                    _mm_prefetch::<_MM_HINT_T0>(sbp.wrapping_add(ahead + line) as *const i8);
+                }
             }
             let h = header::<Z>(ty, sbp, 0);
             for sub in 0..subs {
