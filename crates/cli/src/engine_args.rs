@@ -111,9 +111,9 @@ pub struct EngineArgs {
     #[arg(long, default_value_t = 2048)]
     pub token_budget: usize,
     /// Target inter-token latency while requests decode: each such step's token budget
-    /// shrinks to what the measured step costs fit in this many milliseconds (prefill
-    /// chunks wait instead, but at least 64 prompt tokens run per step). 0 = off (every
-    /// step may use the whole --token-budget).
+    /// shrinks to what the measured step costs fit in this many milliseconds, or in 1.5x the
+    /// decode-only step where that is longer (prefill chunks wait instead, but at least 16
+    /// prompt tokens run per step). 0 = off (every step may use the whole --token-budget).
     #[arg(long, default_value_t = folio_engine::config::DEFAULT_MAX_ITL_MS)]
     pub max_itl_ms: f64,
     /// Keep the sliding-window layers' KV for the whole context (as llama.cpp's

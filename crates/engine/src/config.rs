@@ -31,9 +31,15 @@ impl SpecMethod {
 pub const DEFAULT_MAX_ITL_MS: f64 = 120.0;
 
 /// Prompt tokens a step carries at least while prompts wait, whatever the ITL target: a
-/// decode-only step slower than the target must not starve prefill (four KV blocks of 16,
-/// enough rows to run the matmuls on full tiles).
-pub const MIN_PREFILL_TOKENS: usize = 64;
+/// decode-only step slower than the target must not starve prefill (one KV block).
+pub const MIN_PREFILL_TOKENS: usize = 16;
+
+/// When the decodes alone take longer than the ITL target (a large batch on a small CPU),
+/// the prompt tokens riding along may lengthen the step by this fraction of its
+/// decode-only time. A fixed token floor instead costs a fixed time per token: 64 prompt
+/// tokens added ~400 ms to every 170 ms step of 16 Qwen2.5-1.5B decodes on 2 cores, and
+/// those steps set the ITL p99 while later prompts prefilled.
+pub const PREFILL_STRETCH: f64 = 0.5;
 
 /// Everything `spawn_engine` needs besides the model.
 #[derive(Clone, Debug)]
@@ -72,7 +78,8 @@ pub struct EngineConfig {
     /// Target step time while requests decode: each such step's token budget is the most
     /// tokens whose measured cost fits it (never below the running requests plus
     /// [`MIN_PREFILL_TOKENS`], never above `token_budget`), so prefill chunks do not stretch
-    /// the inter-token latency of running requests past it. With nothing decoding the whole
+    /// the inter-token latency of running requests past it. Where the decode-only step
+    /// alone exceeds it, the target becomes that time times 1 + [`PREFILL_STRETCH`]. With nothing decoding the whole
     /// `token_budget` is used. `None`: always the whole budget. Default
     /// [`DEFAULT_MAX_ITL_MS`].
     pub max_itl_ms: Option<f64>,
