@@ -30,16 +30,7 @@ impl SpecMethod {
 /// reader because prefill chunks of other requests rode along in its steps.
 pub const DEFAULT_MAX_ITL_MS: f64 = 120.0;
 
-/// Prompt tokens a step carries at least while prompts wait, whatever the ITL target: a
-/// decode-only step slower than the target must not starve prefill (one KV block).
-pub const MIN_PREFILL_TOKENS: usize = 16;
-
-/// When the decodes alone take longer than the ITL target (a large batch on a small CPU),
-/// the prompt tokens riding along may lengthen the step by this fraction of its
-/// decode-only time. A fixed token floor instead costs a fixed time per token: 64 prompt
-/// tokens added ~400 ms to every 170 ms step of 16 Qwen2.5-1.5B decodes on 2 cores, and
-/// those steps set the ITL p99 while later prompts prefilled.
-pub const PREFILL_STRETCH: f64 = 0.5;
+pub use folio_core::cost::{MIN_PREFILL_TOKENS, PREFILL_STRETCH};
 
 /// Everything `spawn_engine` needs besides the model.
 #[derive(Clone, Debug)]

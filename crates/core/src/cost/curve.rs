@@ -180,6 +180,41 @@ pub fn budget_for_step_time(curve: &impl StepTime, target_s: f64, lo: usize, hi:
     a
 }
 
+/// Prompt tokens a step carries at least while prompts wait, whatever the ITL target: a
+/// decode-only step slower than the target must not starve prefill (one KV block).
+pub const MIN_PREFILL_TOKENS: usize = 16;
+
+/// When the decodes alone take longer than the ITL target (a large batch on a small CPU),
+/// the prompt tokens riding along may lengthen the step by this fraction of its
+/// decode-only time. A fixed token floor instead costs a fixed time per token: 64 prompt
+/// tokens added ~400 ms to every 170 ms step of 16 Qwen2.5-1.5B decodes on 2 cores, and
+/// those steps set the ITL p99 while later prompts prefilled.
+pub const PREFILL_STRETCH: f64 = 0.5;
+
+/// A step's token budget while `decoding` requests decode (of `running` in all) under an
+/// ITL target of `itl_s`: the most tokens `curve` fits in the target, or in the decode-only
+/// step times 1 + [`PREFILL_STRETCH`] where that is longer; never fewer than `running` +
+/// [`MIN_PREFILL_TOKENS`], never more than `token_budget`.
+///
+/// The decode-only time comes from the curve's linear fit over recent steps, and only once
+/// that fit is measured: the curve's bins, extrapolated down from a single measured
+/// 2,048-row prefill, put 64 decodes at 14 s and would let a whole-budget prefill stall them.
+pub fn step_budget(
+    curve: &StepCurve,
+    itl_s: f64,
+    running: usize,
+    decoding: usize,
+    token_budget: usize,
+) -> usize {
+    let decode_s = if curve.fit.is_measured() {
+        curve.fit.cost().step_s(decoding)
+    } else {
+        0.0
+    };
+    let target = itl_s.max(decode_s * (1.0 + PREFILL_STRETCH));
+    budget_for_step_time(curve, target, running + MIN_PREFILL_TOKENS, token_budget)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -229,5 +264,43 @@ mod tests {
         // 65 rows is a bin of its own (not shared with 64).
         assert!(!c.measured(65));
         assert!(c.measured(97) && !c.measured(96 + 17));
+    }
+
+    #[test]
+    fn step_budget_stretches_past_a_target_the_decodes_alone_exceed() {
+        // A 2-core CPU: ~40 ms weight read, ~6.5 ms a row (compute-bound).
+        let (fixed, per) = (0.040, 0.0065);
+        let mut c = StepCurve::new();
+        // Before the fit is measured: one big prefill step only; the budget is the floor,
+        // whatever the curve extrapolates for the decodes.
+        c.add(2048, fixed + per * 2048.0);
+        assert_eq!(step_budget(&c, 0.120, 64, 8, 2048), 64 + MIN_PREFILL_TOKENS);
+        for rows in [80, 96, 2048, 24, 30] {
+            c.add(rows, fixed + per * rows as f64);
+        }
+        assert!(c.fit.is_measured());
+        // 64 decodes take 456 ms > 120 ms: the step may take 1.5 x 456 = 684 ms, that is
+        // (0.684 - 0.040) / 0.0065 = 99 rows on this line, past the floor of 64 + 16.
+        let b = step_budget(&c, 0.120, 64, 64, 2048);
+        let target = 1.5 * (fixed + per * 64.0);
+        assert!(b > 64 + MIN_PREFILL_TOKENS, "budget {b}");
+        assert!(
+            c.step_s(b) <= target + 1e-9 && c.step_s(b + 1) > target,
+            "budget {b}"
+        );
+        // 16 decodes (144 ms) may stretch to 216 ms = 27 rows, under the floor of 32.
+        assert_eq!(
+            step_budget(&c, 0.120, 16, 16, 2048),
+            16 + MIN_PREFILL_TOKENS
+        );
+        // One decode (46.5 ms) under a 300 ms target: the target rules, 40 rows.
+        let b1 = step_budget(&c, 0.300, 1, 1, 2048);
+        assert!(b1 > 1 + MIN_PREFILL_TOKENS, "budget {b1}");
+        assert!(
+            c.step_s(b1) <= 0.300 && c.step_s(b1 + 1) > 0.300,
+            "budget {b1}"
+        );
+        // Never above the configured budget.
+        assert_eq!(step_budget(&c, 100.0, 4, 4, 512), 512);
     }
 }

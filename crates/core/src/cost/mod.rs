@@ -10,7 +10,9 @@
 
 mod curve;
 
-pub use curve::{budget_for_step_time, CostFit, StepCurve};
+pub use curve::{
+    budget_for_step_time, step_budget, CostFit, StepCurve, MIN_PREFILL_TOKENS, PREFILL_STRETCH,
+};
 
 /// Wall time of one forward step as a function of the rows (tokens) it computes.
 pub trait StepTime {

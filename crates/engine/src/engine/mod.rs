@@ -28,7 +28,7 @@ pub use spawn::{spawn_engine, spawn_engine_with_draft};
 use crate::api::{Command, EngineInfo, EngineMetrics, Event, FinishReason, Usage};
 use crate::constraint::Grammars;
 use crate::{RequestId, SpecMethod};
-use folio_core::cost::{budget_for_step_time, StepCurve, StepTime};
+use folio_core::cost::{step_budget, StepCurve};
 use folio_core::{FinishReason as CoreFinish, Scheduler, SchedulerOutput};
 use folio_tokenizer::Tokenizer;
 use live::{Live, PendingChild};
@@ -275,24 +275,17 @@ impl Engine {
         self.sched.kv_mut().set_costs(cost, tier);
     }
 
-    /// The step's token budget: with requests decoding and an ITL target, the most tokens
-    /// the measured step curve fits in the target, or in the decode-only step's time times
-    /// 1 + `PREFILL_STRETCH` where that is longer (at least the running requests plus
-    /// `MIN_PREFILL_TOKENS`, so prefill is never starved); otherwise the whole budget.
+    /// The step's token budget: with requests decoding and an ITL target, what
+    /// `folio_core::cost::step_budget` fits; otherwise the whole budget.
     fn set_step_budget(&mut self) {
-        use crate::config::{MIN_PREFILL_TOKENS, PREFILL_STRETCH};
         let b = match self.max_itl_ms {
-            Some(ms) if self.sched.num_decoding() > 0 => {
-                let rows = self.sched.num_running();
-                let decode_s = self.step_curve.step_s(rows);
-                let target = (ms / 1e3).max(decode_s * (1.0 + PREFILL_STRETCH));
-                budget_for_step_time(
-                    &self.step_curve,
-                    target,
-                    rows + MIN_PREFILL_TOKENS,
-                    self.token_budget,
-                )
-            }
+            Some(ms) if self.sched.num_decoding() > 0 => step_budget(
+                &self.step_curve,
+                ms / 1e3,
+                self.sched.num_running(),
+                self.sched.num_decoding(),
+                self.token_budget,
+            ),
             _ => self.token_budget,
         };
         self.sched.set_token_budget(b);
