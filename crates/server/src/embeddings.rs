@@ -116,13 +116,7 @@ async fn answer(
             .collect::<Result<Vec<_>, _>>()
     })
     .await
-    .map_err(|e| {
-        ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("tokenizer task failed: {e}"),
-            "internal",
-        )
-    })??;
+    .map_err(ApiError::tokenizer_task)??;
     for (ids, name) in prompts.iter().zip(&fields) {
         cap.check_prompt(name, ids.len())?;
     }

@@ -99,6 +99,15 @@ impl IntoResponse for ApiError {
 pub const RETRY_AFTER_S: &str = "1";
 
 impl ApiError {
+    /// 500 for a tokenizer task (run off the async threads) that panicked or was cancelled.
+    pub fn tokenizer_task(e: tokio::task::JoinError) -> ApiError {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("tokenizer task failed: {e}"),
+            "internal",
+        )
+    }
+
     /// 503 while the server drains after a shutdown signal.
     pub fn shutting_down() -> ApiError {
         ApiError::new(

@@ -359,13 +359,7 @@ async fn tokenize_all(
             .collect::<Result<Vec<_>, _>>()
     })
     .await
-    .map_err(|e| {
-        ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("tokenizer task failed: {e}"),
-            "internal",
-        )
-    })?
+    .map_err(ApiError::tokenizer_task)?
 }
 
 /// Waits for every choice and answers with one JSON response. If the client goes away,

@@ -20,7 +20,6 @@ use crate::fields::Fields;
 use crate::prompt::{self, PromptInput};
 use crate::state::AppState;
 use axum::extract::State;
-use axum::http::StatusCode;
 use axum::Json;
 use serde_json::{json, Map, Value};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -88,13 +87,7 @@ async fn tokenize(st: &AppState, input: PromptInput, field: String) -> Result<Ve
     let cap = st.capacity();
     tokio::task::spawn_blocking(move || prompt::tokenize(&tok, &input, &field, &cap))
         .await
-        .map_err(|e| {
-            ApiError::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                format!("tokenizer task failed: {e}"),
-                "internal",
-            )
-        })?
+        .map_err(ApiError::tokenizer_task)?
 }
 
 /// vLLM's `GenerateRequest`: the token ids and what generation would run with.

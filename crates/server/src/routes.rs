@@ -106,13 +106,7 @@ pub async fn tokenize(
         prompt::tokenize(&tok, &input, field, &cap)
     })
     .await
-    .map_err(|e| {
-        ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("tokenizer task failed: {e}"),
-            "internal",
-        )
-    })??;
+    .map_err(ApiError::tokenizer_task)??;
     if !add_special
         && field == "prompt"
         && s.engine.tokenizer.add_bos()
