@@ -9,26 +9,12 @@
 
 mod common;
 
-use common::{get, metric, open_stream, post};
+use common::{get, metric, open_stream, post, wait_idle};
 use serde_json::{json, Value};
 use std::io::Read;
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-fn wait_idle(addr: SocketAddr) -> String {
-    let start = Instant::now();
-    loop {
-        let text = get(addr, "/metrics").text();
-        let idle = metric(&text, "folio_requests_running") == Some(0.0)
-            && metric(&text, "folio_kv_blocks_used") == Some(0.0);
-        if idle || start.elapsed() > Duration::from_secs(120) {
-            return text;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
 
 /// Generated tokens the deadline requests ask for (they must not get them all).
 /// Enough that, alone, they run far longer than the few milliseconds the flood takes to
@@ -47,7 +33,7 @@ fn a_request_past_its_deadline_ends_with_finish_reason_deadline_and_frees_its_kv
         return;
     };
     let s = common::start(engine, folio_server::ServerOptions::default());
-    wait_idle(s.addr);
+    wait_idle(s.addr, Duration::from_secs(120));
 
     // A deadline that is not reached changes nothing.
     let v = common::post_ok(
@@ -159,7 +145,7 @@ fn a_request_past_its_deadline_ends_with_finish_reason_deadline_and_frees_its_kv
     );
 
     // Their KV is freed, and /metrics counts them.
-    let after = wait_idle(s.addr);
+    let after = wait_idle(s.addr, Duration::from_secs(120));
     assert_eq!(metric(&after, "folio_kv_blocks_used"), Some(0.0), "{after}");
     assert_eq!(
         metric(&after, "folio_requests_running"),

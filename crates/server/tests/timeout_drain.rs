@@ -3,24 +3,11 @@
 
 mod common;
 
-use common::{get, metric, open_stream, post};
+use common::{get, metric, open_stream, post, wait_idle};
 use serde_json::json;
 use std::io::Read;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
-
-fn wait_idle(addr: std::net::SocketAddr) -> String {
-    let start = Instant::now();
-    loop {
-        let text = get(addr, "/metrics").text();
-        let idle = metric(&text, "folio_requests_running") == Some(0.0)
-            && metric(&text, "folio_kv_blocks_used") == Some(0.0);
-        if idle || start.elapsed() > Duration::from_secs(60) {
-            return text;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
 
 #[test]
 fn request_timeout_ends_requests_and_frees_kv_then_health_is_503_while_draining() {
@@ -35,7 +22,7 @@ fn request_timeout_ends_requests_and_frees_kv_then_health_is_503_while_draining(
             ..Default::default()
         },
     );
-    let idle = wait_idle(s.addr);
+    let idle = wait_idle(s.addr, Duration::from_secs(60));
     assert_eq!(metric(&idle, "folio_kv_blocks_used"), Some(0.0), "{idle}");
 
     // 1. Streaming: cut at the timeout with finish_reason "timeout", usage still sent.
@@ -58,7 +45,7 @@ fn request_timeout_ends_requests_and_frees_kv_then_health_is_503_while_draining(
     assert!(generated < 4000, "{generated}");
     assert!(took < Duration::from_secs(20), "{took:?}");
     // Its KV is freed.
-    let after = wait_idle(s.addr);
+    let after = wait_idle(s.addr, Duration::from_secs(60));
     assert_eq!(metric(&after, "folio_kv_blocks_used"), Some(0.0), "{after}");
     assert_eq!(
         metric(&after, "folio_requests_running"),
@@ -75,7 +62,7 @@ fn request_timeout_ends_requests_and_frees_kv_then_health_is_503_while_draining(
     let v = r.json();
     assert_eq!(v["choices"][0]["finish_reason"], "timeout", "{v}");
     assert!(v["usage"]["completion_tokens"].as_u64().unwrap() < 4000);
-    let after = wait_idle(s.addr);
+    let after = wait_idle(s.addr, Duration::from_secs(60));
     assert_eq!(metric(&after, "folio_kv_blocks_used"), Some(0.0), "{after}");
     assert!(
         metric(&after, "folio_requests_finished_total{reason=\"timeout\"}").unwrap() >= 2.0,

@@ -447,3 +447,17 @@ pub fn open_stream(
     }
     (sock, String::from_utf8_lossy(&seen).into_owned())
 }
+
+/// `/metrics` once no request runs and no KV block is held, or after `limit`.
+pub fn wait_idle(addr: SocketAddr, limit: Duration) -> String {
+    let start = std::time::Instant::now();
+    loop {
+        let text = get(addr, "/metrics").text();
+        let idle = metric(&text, "folio_requests_running") == Some(0.0)
+            && metric(&text, "folio_kv_blocks_used") == Some(0.0);
+        if idle || start.elapsed() > limit {
+            return text;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
