@@ -223,18 +223,17 @@ pub async fn run(cfg: &RunConfig, setup: RunSetup, convs: Vec<Conversation>) -> 
             let mut history = String::new();
             let mut scheduled = at;
             let mut recs = Vec::new();
-            // Sent (or dropped, if the previous task ended early) once it holds its slot.
-            let mut relay = Some((my_turn, next_tx));
+            // Err only when the previous task ended without sending: go ahead then too.
+            let _ = my_turn.await;
+            // Sent (or dropped, if this task ends early) once the first turn holds its slot.
+            let mut next_tx = Some(next_tx);
             for (ti, turn) in conv.turns.iter().enumerate() {
                 history.push_str(&turn.append);
-                if let Some((rx, _)) = relay.as_mut() {
-                    let _ = rx.await;
-                }
                 let permit = match &sem {
                     Some(s) => Some(s.clone().acquire_owned().await.expect("never closed")),
                     None => None,
                 };
-                if let Some((_, tx)) = relay.take() {
+                if let Some(tx) = next_tx.take() {
                     let _ = tx.send(());
                 }
                 if cfg.duration.is_some_and(|d| start.elapsed() > d) {
