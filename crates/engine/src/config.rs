@@ -30,8 +30,6 @@ impl SpecMethod {
 /// reader because prefill chunks of other requests rode along in its steps.
 pub const DEFAULT_MAX_ITL_MS: f64 = 120.0;
 
-pub use folio_core::cost::{MIN_PREFILL_TOKENS, PREFILL_STRETCH};
-
 /// Everything `spawn_engine` needs besides the model.
 #[derive(Clone, Debug)]
 pub struct EngineConfig {
@@ -67,11 +65,11 @@ pub struct EngineConfig {
     /// models rarely agree with the full model).
     pub spec_draft_layers: usize,
     /// Target step time while requests decode: each such step's token budget is the most
-    /// tokens whose measured cost fits it (never below the running requests plus
-    /// [`MIN_PREFILL_TOKENS`], never above `token_budget`), so prefill chunks do not stretch
-    /// the inter-token latency of running requests past it. Where the decode-only step
-    /// alone exceeds it, the target becomes that time times 1 + [`PREFILL_STRETCH`]. With nothing decoding the whole
-    /// `token_budget` is used. `None`: always the whole budget. Default
+    /// tokens whose measured cost fits it, so prefill chunks do not stretch the inter-token
+    /// latency of running requests past it; where the decodes alone take longer, prompt
+    /// tokens may lengthen a step by half its decode-only time (the rule and its floor are
+    /// `folio_core::cost::step_budget`). With nothing decoding the whole `token_budget` is
+    /// used. `None`: always the whole budget. Default
     /// [`DEFAULT_MAX_ITL_MS`].
     pub max_itl_ms: Option<f64>,
     /// Keep every sliding-window layer's KV for the whole context, as llama.cpp's
