@@ -100,6 +100,9 @@ impl StepCurve {
     const EXACT: usize = 64;
     const WIDE: usize = 16;
     const BINS: usize = Self::EXACT + 64;
+    /// Weight of a new step time below a bin's value, and of one above it.
+    const FASTER_WEIGHT: f64 = 0.5;
+    const SLOWER_WEIGHT: f64 = 0.1;
 
     pub fn new() -> StepCurve {
         StepCurve {
@@ -126,7 +129,18 @@ impl StepCurve {
         if b.2 == 0 {
             (b.0, b.1) = (wall_s, x);
         } else {
-            (b.0, b.1) = (0.75 * b.0 + 0.25 * wall_s, 0.75 * b.1 + 0.25 * x);
+            // Step times are noisy one way: an interrupt, a page fault or another process
+            // makes a step slower, nothing makes it faster. A bin follows a faster step
+            // quickly and a slower one slowly, so one stalled step cannot keep a row
+            // count priced out of the draft planner's reach (it would then never be run,
+            // so never re-measured) while a real slow-down still moves the bin within a
+            // few steps.
+            let w = if wall_s < b.0 {
+                Self::FASTER_WEIGHT
+            } else {
+                Self::SLOWER_WEIGHT
+            };
+            (b.0, b.1) = ((1.0 - w) * b.0 + w * wall_s, (1.0 - w) * b.1 + w * x);
         }
         b.2 = b.2.saturating_add(1);
     }
@@ -250,8 +264,12 @@ mod tests {
         assert!((c.step_s(3) - 0.0035).abs() < 1e-12);
         // 10.5 steps of 1 ms between 5 and 16 rows.
         assert!((c.step_s(10) - (0.004 + 0.012 * 5.0 / 11.0)).abs() < 1e-12);
-        // Smoothing: a second sample moves the bin a quarter of the way.
-        c.add(1, 0.007);
+        // Smoothing: a slower sample moves the bin a tenth of the way, a faster one half.
+        c.add(1, 0.013);
+        assert!((c.step_s(1) - 0.004).abs() < 1e-12);
+        c.add(1, 0.002);
+        assert!((c.step_s(1) - 0.003).abs() < 1e-12);
+        c.add(1, 0.013);
         assert!((c.step_s(1) - 0.004).abs() < 1e-12);
         // Beyond the last measured count: the line's slope from there.
         let slope = c.fit.cost().per_token_s;
