@@ -3,7 +3,7 @@
 //! `engine/output.rs`; the step-time curve both price drafts with is `folio_core::cost`.
 
 use crate::SpecMethod;
-use folio_spec::{DraftControl, NgramIndex};
+use folio_spec::{Acceptance, DraftControl, NgramIndex};
 
 /// A request's speculation state.
 pub(crate) struct SpecState {
@@ -13,6 +13,12 @@ pub(crate) struct SpecState {
     pub index: NgramIndex,
     /// The self-draft's distribution for each pending draft (sampled requests only).
     pub draft_q: Vec<Vec<(u32, f32)>>,
+    /// The n-gram draft the length rule turned down this step: checked against the token
+    /// the step samples, it is observed as a one-token round. A lookup costs nothing, so
+    /// a request keeps learning its acceptance while declined; without this, one bad
+    /// stretch of rounds would turn a request's speculation off for good (no drafts, no
+    /// rounds, no evidence that copying resumed).
+    pub shadow: Option<u32>,
 }
 
 impl SpecState {
@@ -21,6 +27,7 @@ impl SpecState {
         max_tokens: usize,
         fixed: Option<usize>,
         prompt: &[u32],
+        prior: Acceptance,
     ) -> SpecState {
         let mut index = NgramIndex::new(1, 4);
         if method == SpecMethod::Ngram {
@@ -28,9 +35,10 @@ impl SpecState {
         }
         SpecState {
             method,
-            control: DraftControl::new(max_tokens, fixed),
+            control: DraftControl::new(max_tokens, fixed, prior),
             index,
             draft_q: Vec::new(),
+            shadow: None,
         }
     }
 }

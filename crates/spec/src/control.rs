@@ -1,27 +1,45 @@
 //! How many tokens to draft: the marginal rule of chapter 8.5, applied to the whole batch.
 //!
-//! With per-position acceptance a, a round drafting m tokens fixes E[N_m] = 1 + a + … + a^m
-//! tokens. One more draft token pays only if ΔT/ΔN < T/N, where T is the step's time and N
-//! the tokens the step is expected to fix. The step's time is a measured function of the
+//! With acceptance a at every position, a round drafting m tokens fixes E[N_m] = 1 + a + … +
+//! a^m tokens; folio keeps a rate per position ([`Acceptance`]), so E[N_m] = Σ reach(i).
+//! One more draft token pays only if ΔT/ΔN < T/N, where T is the step's time and N the
+//! tokens the step is expected to fix. The step's time is a measured function of the
 //! rows it computes ([`StepTime`]), not a line: on a CPU where one row is bound by the
 //! weight read, the next few rows are nearly free, while in a large batch (weights already
 //! shared) every extra row costs its full compute, so the same acceptance earns drafts
 //! alone and none in a crowd.
 
+use crate::acceptance::{Acceptance, AcceptanceCounts};
 use folio_core::cost::StepTime;
 #[cfg(test)]
 use folio_core::CostModel;
 
-/// Expected tokens fixed per round with `m` drafts at acceptance `a`: Σ_{j=0..m} a^j.
+/// Expected tokens fixed per round with `m` drafts at one acceptance `a` at every position:
+/// Σ_{j=0..m} a^j (chapter 8.5's model; [`Acceptance`] generalizes it per position).
 pub fn expected_tokens(a: f64, m: usize) -> f64 {
-    (0..=m).map(|j| a.powi(j as i32)).sum()
+    Acceptance::flat(a).expected_tokens(m)
 }
 
-/// Per-request draft-length state: acceptance estimate and limits.
+/// First-position rate assumed before any round is seen: optimistic, so a request tries
+/// drafting and its own rounds correct the guess within a few steps.
+const START_RATE: f64 = 0.6;
+
+/// How much a request's older rounds still weigh after each new one (its memory is about
+/// 1 / (1 − decay) rounds): short, because a request's text moves between copying and
+/// writing.
+const REQUEST_DECAY: f64 = 0.8;
+
+/// The engine-wide estimate new requests start from remembers longer: it describes the
+/// proposer on this traffic, not one request's current span.
+const PRIOR_DECAY: f64 = 0.98;
+
+/// Per-request draft-length state: acceptance by position and limits.
 #[derive(Debug, Clone)]
 pub struct DraftControl {
-    /// Smoothed per-position acceptance rate.
-    pub acceptance: f64,
+    counts: AcceptanceCounts,
+    /// What the proposer achieved on earlier requests, standing in where this request has
+    /// few rounds; `None` for the engine-wide estimate itself.
+    prior: Option<Acceptance>,
     pub max_tokens: usize,
     /// A fixed draft length (`--spec-tokens`); `None` = adaptive.
     pub fixed: Option<usize>,
@@ -30,7 +48,7 @@ pub struct DraftControl {
 /// One decoding request as the batch planner sees it.
 #[derive(Debug, Clone, Copy)]
 pub struct Candidate {
-    pub acceptance: f64,
+    pub acceptance: Acceptance,
     /// Most drafts this round (controller limit and room left before max_tokens).
     pub max: usize,
     /// A fixed draft length, exempt from the rule.
@@ -40,31 +58,40 @@ pub struct Candidate {
 }
 
 impl DraftControl {
-    pub fn new(max_tokens: usize, fixed: Option<usize>) -> DraftControl {
-        // Optimistic start so a request tries drafting; observations correct it quickly.
+    /// A request's control, starting from `prior` (the proposer's engine-wide estimate).
+    pub fn new(max_tokens: usize, fixed: Option<usize>, prior: Acceptance) -> DraftControl {
         DraftControl {
-            acceptance: 0.6,
+            counts: AcceptanceCounts::new(REQUEST_DECAY),
+            prior: Some(prior),
             max_tokens,
             fixed,
         }
     }
 
-    /// Records a round: `accepted` of `drafted` drafts were accepted.
-    pub fn observe(&mut self, drafted: usize, accepted: usize) {
-        if drafted == 0 {
-            return;
+    /// The engine-wide estimate of one proposer, which every request's rounds also feed.
+    pub fn engine_wide(max_tokens: usize) -> DraftControl {
+        DraftControl {
+            counts: AcceptanceCounts::new(PRIOR_DECAY),
+            prior: None,
+            max_tokens,
+            fixed: None,
         }
-        // Per-position rate from the accepted prefix length: a ≈ accepted / (accepted + 1
-        // rejection), counting a full acceptance as `drafted` successes without failure.
-        let fails = if accepted < drafted { 1.0 } else { 0.0 };
-        let a = accepted as f64 / (accepted as f64 + fails).max(1.0);
-        self.acceptance = 0.7 * self.acceptance + 0.3 * a;
+    }
+
+    /// Records a round: the first `accepted` of `drafted` drafts were accepted.
+    pub fn observe(&mut self, drafted: usize, accepted: usize) {
+        self.counts.observe(drafted, accepted);
+    }
+
+    /// Acceptance by position, from this request's rounds and its prior.
+    pub fn acceptance(&self) -> Acceptance {
+        self.counts.rates(self.prior.as_ref(), START_RATE)
     }
 
     /// This request as a planner candidate with at most `room` drafts.
     pub fn candidate(&self, room: usize, draft_s: f64) -> Candidate {
         Candidate {
-            acceptance: self.acceptance,
+            acceptance: self.acceptance(),
             max: self.max_tokens.min(room),
             fixed: self.fixed.map(|k| k.min(self.max_tokens).min(room)),
             draft_s,
@@ -91,7 +118,7 @@ pub fn plan(time: &impl StepTime, base_rows: usize, reqs: &[Candidate]) -> Vec<u
     let mut n: f64 = reqs
         .iter()
         .zip(&m)
-        .map(|(c, &k)| expected_tokens(c.acceptance.clamp(0.0, 0.99), k))
+        .map(|(c, &k)| c.acceptance.expected_tokens(k))
         .sum();
     let mut t = time.step_s(rows)
         + reqs
@@ -109,7 +136,7 @@ pub fn plan(time: &impl StepTime, base_rows: usize, reqs: &[Candidate]) -> Vec<u
             .enumerate()
             .filter(|(i, c)| c.fixed.is_none() && m[*i] < c.max)
             .map(|(i, c)| {
-                let gain = c.acceptance.clamp(0.0, 0.99).powi(m[i] as i32 + 1);
+                let gain = c.acceptance.reach(m[i] + 1);
                 (i, gain, dt_rows + c.draft_s)
             })
             .max_by(|x, y| (x.1 / x.2).total_cmp(&(y.1 / y.2)));
@@ -146,7 +173,7 @@ mod tests {
     /// `c`'s draft length in a step where `batch - 1` other decodes draft nothing.
     fn alone_in(c: &DraftControl, cost: &CostModel, batch: usize, draft_s: f64) -> usize {
         let idle = Candidate {
-            acceptance: 0.0,
+            acceptance: Acceptance::flat(0.0),
             max: 0,
             fixed: None,
             draft_s: 0.0,
@@ -163,11 +190,7 @@ mod tests {
             per_token_s: 0.0005,
             per_pair_s: 0.0,
         };
-        let c = DraftControl {
-            acceptance: 0.7,
-            max_tokens: 8,
-            fixed: None,
-        };
+        let c = DraftControl::new(8, None, Acceptance::flat(0.7));
         let alone = alone_in(&c, &cost, 1, 0.0);
         let crowd = alone_in(&c, &cost, 64, 0.0);
         assert!(
@@ -178,11 +201,7 @@ mod tests {
             crowd < alone,
             "batch 64 should draft fewer: {crowd} vs {alone}"
         );
-        let poor = DraftControl {
-            acceptance: 0.05,
-            max_tokens: 8,
-            fixed: None,
-        };
+        let poor = DraftControl::new(8, None, Acceptance::flat(0.05));
         // At a = 0.05 one draft adds 0.05 tokens for 0.5 ms: still under T/N = 10.5 ms when
         // drafting is free, but not once a draft costs 1 ms to produce.
         assert_eq!(alone_in(&poor, &cost, 1, 0.0), 1);
@@ -191,11 +210,7 @@ mod tests {
             0,
             "useless drafts are not worth their cost"
         );
-        let fixed = DraftControl {
-            acceptance: 0.0,
-            max_tokens: 8,
-            fixed: Some(5),
-        };
+        let fixed = DraftControl::new(8, Some(5), Acceptance::flat(0.0));
         assert_eq!(alone_in(&fixed, &cost, 64, 0.0), 5);
     }
 
@@ -212,7 +227,7 @@ mod tests {
     #[test]
     fn plan_follows_the_measured_step_curve() {
         let c = Candidate {
-            acceptance: 0.85,
+            acceptance: Acceptance::flat(0.85),
             max: 8,
             fixed: None,
             draft_s: 0.0,
@@ -225,14 +240,14 @@ mod tests {
         assert_eq!(plan(&Knee, 0, &[c; 16]), vec![0; 16]);
         // A poor acceptor gets nothing even alone once drafting itself costs time.
         let poor = Candidate {
-            acceptance: 0.1,
+            acceptance: Acceptance::flat(0.1),
             draft_s: 0.002,
             ..c
         };
         assert_eq!(plan(&Knee, 0, &[poor]), vec![0]);
         // The better acceptor gets the free rows first.
         let low = Candidate {
-            acceptance: 0.3,
+            acceptance: Acceptance::flat(0.3),
             ..c
         };
         assert_eq!(plan(&Knee, 0, &[low, c]), vec![0, 2]);
@@ -259,7 +274,7 @@ mod tests {
     #[test]
     fn plan_explores_one_unmeasured_row_count() {
         let c = Candidate {
-            acceptance: 0.85,
+            acceptance: Acceptance::flat(0.85),
             max: 8,
             fixed: None,
             draft_s: 0.0,
@@ -270,10 +285,59 @@ mod tests {
         // but its row count was never measured and 0.52 ≥ 1/2, so it goes ahead once.
         assert_eq!(plan(&Sparse, 0, &[c]), vec![4]);
         let poor = Candidate {
-            acceptance: 0.4,
+            acceptance: Acceptance::flat(0.4),
             ..c
         };
         // One draft pays (1/0.4 = 2.5 < 3.1); the second gains 0.16 < 1/2: no exploration.
         assert_eq!(plan(&Sparse, 0, &[poor]), vec![1]);
+    }
+
+    /// A cache-resident model on a CPU: a 5 ms step plus 1 ms per extra row.
+    fn cpu_line() -> CostModel {
+        CostModel {
+            fixed_s: 0.004,
+            per_token_s: 0.001,
+            per_pair_s: 0.0,
+        }
+    }
+
+    #[test]
+    fn copying_rounds_earn_long_drafts_where_one_rate_stops_at_one() {
+        // Half the rounds a stale match (first draft wrong), half a copied span; the
+        // engine-wide estimate (this request's prior) saw the same kind of rounds.
+        let mut engine = DraftControl::engine_wide(8);
+        for _ in 0..20 {
+            engine.observe(8, 0);
+            engine.observe(8, 8);
+        }
+        let mut c = DraftControl::new(8, None, engine.acceptance());
+        for _ in 0..20 {
+            c.observe(8, 0);
+            c.observe(8, 8);
+        }
+        let cand = c.candidate(8, 0.0);
+        assert_eq!(plan(&cpu_line(), 0, &[cand]), vec![8]);
+        // One rate for the same rounds (each round's own rate, 0 or 1, averaged): the
+        // second draft already costs 1 ms for 0.25 tokens against T/N = 6 / 1.5 = 4 ms.
+        let one_rate = Candidate {
+            acceptance: Acceptance::flat(0.5),
+            ..cand
+        };
+        assert_eq!(plan(&cpu_line(), 0, &[one_rate]), vec![1]);
+    }
+
+    #[test]
+    fn a_declined_request_drafts_again_once_its_lookups_hit() {
+        let mut c = DraftControl::new(8, None, Acceptance::flat(0.6));
+        for _ in 0..10 {
+            c.observe(4, 0);
+        }
+        assert_eq!(plan(&cpu_line(), 0, &[c.candidate(8, 0.0)]), vec![0]);
+        // While declined, each step's lookup is checked against the sampled token and
+        // observed as a one-token round (the engine's shadow draft).
+        for _ in 0..4 {
+            c.observe(1, 1);
+        }
+        assert!(plan(&cpu_line(), 0, &[c.candidate(8, 0.0)])[0] >= 1);
     }
 }

@@ -8,6 +8,8 @@
 //! - [`verify`]: greedy acceptance (up to the first mismatch, then the target's token or a
 //!   bonus) and rejection sampling (accept x with min(1, p/q), else resample from
 //!   norm([p − q]+)), so outputs are distributed exactly as the target's.
+//! - [`acceptance`]: acceptance by draft position, conditional on reaching it (context
+//!   lookup's drafts are runs, not independent coins).
 //! - [`control`]: adaptive draft length from observed acceptance and measured step costs by
 //!   the marginal rule ΔT/ΔN < T/N; it turns speculation down when a large batch already
 //!   shares the weight reads.
@@ -17,11 +19,13 @@
 //! The self-draft proposer (a layer subset of the target) needs the model, so it lives in
 //! the engine; it uses [`verify`] and [`control`] like the others.
 
+pub mod acceptance;
 pub mod control;
 pub mod ngram;
 pub mod stats;
 pub mod verify;
 
+pub use acceptance::{Acceptance, AcceptanceCounts};
 pub use control::{expected_tokens, plan, Candidate, DraftControl};
 pub use folio_core::cost::StepTime;
 pub use ngram::NgramIndex;

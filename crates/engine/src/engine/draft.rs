@@ -63,7 +63,7 @@ impl Engine {
         }
         // Non-speculating decodes enter the plan as candidates that never draft.
         let idle = folio_spec::Candidate {
-            acceptance: 0.0,
+            acceptance: folio_spec::Acceptance::flat(0.0),
             max: 0,
             fixed: None,
             draft_s: 0.0,
@@ -77,11 +77,14 @@ impl Engine {
         }
         let mut self_draft: Vec<(RequestId, usize)> = Vec::new();
         for ((id, _), &k) in cands.iter().zip(&plan) {
-            if k == 0 {
-                continue;
-            }
             let live = self.live.get_mut(id).expect("listed above");
             let sp = live.spec.as_mut().expect("speculating");
+            if k == 0 {
+                if sp.method == SpecMethod::Ngram && sp.control.fixed.is_none() {
+                    sp.shadow = sp.index.propose(1).first().copied();
+                }
+                continue;
+            }
             match sp.method {
                 SpecMethod::Ngram => {
                     let mut d = sp.index.propose(k);

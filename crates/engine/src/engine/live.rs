@@ -99,12 +99,17 @@ impl Engine {
         // An embedding decodes nothing, so it has nothing to draft.
         let spec = (method != SpecMethod::Off && req.embed.is_none()).then(|| {
             let fixed = req.spec_tokens.or(self.spec.1);
-            let mut st = SpecState::new(method, self.spec.2.max(fixed.unwrap_or(0)), fixed, prompt);
             // Start from what this proposer achieved on earlier requests, not a guess: a
             // new request then drafts long at once where copying pays, and not at all
             // where its drafts were being rejected.
-            st.control.acceptance = self.spec_prior[super::output::prior_slot(method)].acceptance;
-            st
+            let prior = self.spec_prior[super::output::prior_slot(method)].acceptance();
+            SpecState::new(
+                method,
+                self.spec.2.max(fixed.unwrap_or(0)),
+                fixed,
+                prompt,
+                prior,
+            )
         });
         Live {
             tx,

@@ -113,6 +113,13 @@ impl Engine {
                 continue;
             }
             let (toks, logprobs) = choose_tokens(live, l, vocab, drafts, &self.eog);
+            if let Some(sp) = live.spec.as_mut() {
+                if let Some(guess) = sp.shadow.take() {
+                    let hit = usize::from(toks.first() == Some(&guess));
+                    sp.control.observe(1, hit);
+                    self.spec_prior[prior_slot(sp.method)].observe(1, hit);
+                }
+            }
             if !drafts.is_empty() {
                 let accepted = toks.len() - 1;
                 if let Some(sp) = live.spec.as_mut() {

@@ -193,7 +193,7 @@ pub fn spawn_engine_with_draft(
         shutting_down: false,
         spec: (cfg.spec, cfg.spec_tokens, cfg.spec_max_tokens),
         spec_prior: std::array::from_fn(|_| {
-            folio_spec::DraftControl::new(cfg.spec_max_tokens, None)
+            folio_spec::DraftControl::engine_wide(cfg.spec_max_tokens)
         }),
         draft_layers,
         step_curve: StepCurve::new(),
