@@ -4,12 +4,13 @@
 
 use crate::engine_args::EngineArgs;
 use anyhow::Result;
-use folio_engine::{Event, GenerateRequest, SpecMethod};
+use folio_engine::{Event, GenerateRequest, SpecMethod, SpecStats};
+
 use folio_tokenizer::ChatMessage;
 use serde::Serialize;
 use std::time::Instant;
 
-#[derive(Serialize)]
+#[derive(Serialize, Clone)]
 pub struct SpecRow {
     pub workload: String,
     pub proposer: String,
@@ -127,18 +128,53 @@ fn paragraph_prompt(i: usize) -> String {
     format!("Repeat the following paragraph exactly.\n\n{body}")
 }
 
-/// Requests per (proposer, batch size) at least, in batches of new prompts: a single
-/// 200-token answer decodes in well under a second, too short a window to time alone.
-const MIN_REQUESTS: usize = 4;
+/// A drafter to measure.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Proposer {
+    /// Context lookup (`--spec ngram`).
+    Ngram,
+    /// The target's first layers (`--spec self`).
+    #[value(name = "self")]
+    SelfDraft,
+}
+
+/// What `folio bench spec` runs.
+pub struct Plan {
+    pub workloads: Vec<Workload>,
+    pub batches: Vec<usize>,
+    pub max_tokens: usize,
+    /// Fixed draft lengths run beside the adaptive rule.
+    pub fixed_k: Vec<usize>,
+    pub proposers: Vec<Proposer>,
+    /// Requests per (proposer, k, batch) at least, in batches of new prompts: a single
+    /// 200-token answer decodes in well under a second, too short a window to time alone.
+    pub requests: usize,
+    /// Times the whole plan runs, each configuration in turn; figures are medians, so a
+    /// stall of this machine during one configuration does not decide a comparison.
+    pub repeat: usize,
+}
 
 /// Submits `prompts` at once and returns (tokens, seconds) of the window in which every
 /// request has its first token: tokens emitted before that moment (while some request was
 /// still prefilling) count neither tokens nor time.
+///
+/// The prompts are prefilled first (one token each, then finished), so the measured
+/// requests find them in the prefix cache and all start decoding within a step. Without
+/// that, how long a batch's prefill lasts would decide which requests' tokens fall in the
+/// window: a configuration that finishes its first requests quickly (say, with drafts) is
+/// left timing the last few alone.
 fn decode_window(
     h: &folio_engine::EngineHandle,
     prompts: Vec<Vec<u32>>,
     max_tokens: usize,
 ) -> Result<(usize, f64)> {
+    let prefills: Vec<_> = prompts
+        .iter()
+        .map(|p| h.submit(GenerateRequest::new(p.clone(), 1)))
+        .collect::<Result<_, _>>()?;
+    for mut s in prefills {
+        while s.next_blocking().is_some() {}
+    }
     let streams: Vec<_> = prompts
         .into_iter()
         .map(|p| h.submit(GenerateRequest::new(p, max_tokens)))
@@ -166,18 +202,47 @@ fn decode_window(
     Ok((tokens, (end - start).as_secs_f64()))
 }
 
-pub fn run(
-    engine: &EngineArgs,
-    workloads: &[Workload],
-    batches: &[usize],
-    max_tokens: usize,
-    fixed_k: &[usize],
-) -> Result<Vec<SpecRow>> {
-    let mut rows: Vec<SpecRow> = Vec::new();
-    for &w in workloads {
-        run_workload(engine, w, batches, max_tokens, fixed_k, &mut rows)?;
+/// The plan's rows, once per repeat (same rows in the same order each time).
+pub fn run(engine: &EngineArgs, plan: &Plan) -> Result<Vec<Vec<SpecRow>>> {
+    let mut reps = Vec::new();
+    for _ in 0..plan.repeat.max(1) {
+        let mut rows: Vec<SpecRow> = Vec::new();
+        for &w in &plan.workloads {
+            run_workload(engine, w, plan, &mut rows)?;
+        }
+        reps.push(rows);
     }
-    Ok(rows)
+    Ok(reps)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => v[n / 2],
+        n => 0.5 * (v[n / 2 - 1] + v[n / 2]),
+    }
+}
+
+/// Each row's figures as the median over repeats (speed-ups are medians of each repeat's
+/// own ratio, taken against spec off measured in the same repeat).
+pub fn median_rows(reps: &[Vec<SpecRow>]) -> Vec<SpecRow> {
+    let Some(first) = reps.first() else {
+        return Vec::new();
+    };
+    (0..first.len())
+        .map(|i| {
+            let field = |f: fn(&SpecRow) -> f64| median(reps.iter().map(|r| f(&r[i])).collect());
+            SpecRow {
+                decode_tok_s: field(|r| r.decode_tok_s),
+                tokens_per_step: field(|r| r.tokens_per_step),
+                acceptance: field(|r| r.acceptance),
+                declined: field(|r| r.declined),
+                speedup: field(|r| r.speedup),
+                ..first[i].clone()
+            }
+        })
+        .collect()
 }
 
 /// The adaptive draft length against the best fixed one, per workload, proposer and batch.
@@ -186,32 +251,43 @@ pub struct Versus {
     pub workload: String,
     pub proposer: String,
     pub batch: usize,
+    /// The fixed k with the highest median tok/s.
     pub best_k: usize,
-    /// Adaptive tok/s ÷ the best fixed k's tok/s.
+    /// Median over repeats of adaptive tok/s ÷ the best fixed k's tok/s.
     pub vs_best_fixed: f64,
-    /// Adaptive tok/s ÷ speculation off.
+    /// Median over repeats of adaptive tok/s ÷ speculation off.
     pub vs_off: f64,
 }
 
 /// One [`Versus`] per (workload, proposer, batch) that has an adaptive row and fixed ones.
-pub fn adaptive_vs_fixed(rows: &[SpecRow]) -> Vec<Versus> {
+pub fn adaptive_vs_fixed(reps: &[Vec<SpecRow>]) -> Vec<Versus> {
+    let med = median_rows(reps);
     let mut out = Vec::new();
-    for a in rows.iter().filter(|r| r.k.is_none() && r.proposer != "off") {
-        let same = |r: &&SpecRow| {
-            r.workload == a.workload && r.proposer == a.proposer && r.batch == a.batch
-        };
-        let best = rows
+    for (ai, a) in med.iter().enumerate() {
+        if a.k.is_some() || a.proposer == "off" {
+            continue;
+        }
+        let best = med
             .iter()
-            .filter(same)
-            .filter(|r| r.k.is_some())
-            .max_by(|x, y| x.decode_tok_s.total_cmp(&y.decode_tok_s));
-        if let Some(b) = best {
+            .enumerate()
+            .filter(|(_, r)| {
+                r.workload == a.workload
+                    && r.proposer == a.proposer
+                    && r.batch == a.batch
+                    && r.k.is_some()
+            })
+            .max_by(|x, y| x.1.decode_tok_s.total_cmp(&y.1.decode_tok_s));
+        if let Some((bi, b)) = best {
             out.push(Versus {
                 workload: a.workload.clone(),
                 proposer: a.proposer.clone(),
                 batch: a.batch,
                 best_k: b.k.unwrap_or(0),
-                vs_best_fixed: a.decode_tok_s / b.decode_tok_s.max(1e-9),
+                vs_best_fixed: median(
+                    reps.iter()
+                        .map(|r| r[ai].decode_tok_s / r[bi].decode_tok_s.max(1e-9))
+                        .collect(),
+                ),
                 vs_off: a.speedup,
             });
         }
@@ -219,42 +295,103 @@ pub fn adaptive_vs_fixed(rows: &[SpecRow]) -> Vec<Versus> {
     out
 }
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(proposer: &str, k: Option<usize>, tok_s: f64, speedup: f64) -> SpecRow {
+        SpecRow {
+            workload: "list".into(),
+            proposer: proposer.into(),
+            k,
+            batch: 1,
+            output_tokens: 100,
+            decode_tok_s: tok_s,
+            tokens_per_step: 1.0,
+            acceptance: 0.0,
+            declined: 0.0,
+            speedup,
+        }
+    }
+
+    #[test]
+    fn versus_takes_the_best_median_k_and_the_median_ratio() {
+        // Repeat 2 stalled during the adaptive row; k=4 is best by median (300 vs 250).
+        let reps = vec![
+            vec![
+                row("off", None, 100.0, 1.0),
+                row("ngram", None, 290.0, 2.9),
+                row("ngram", Some(2), 250.0, 2.5),
+                row("ngram", Some(4), 300.0, 3.0),
+            ],
+            vec![
+                row("off", None, 100.0, 1.0),
+                row("ngram", None, 150.0, 1.5),
+                row("ngram", Some(2), 400.0, 4.0),
+                row("ngram", Some(4), 310.0, 3.1),
+            ],
+            vec![
+                row("off", None, 100.0, 1.0),
+                row("ngram", None, 280.0, 2.8),
+                row("ngram", Some(2), 240.0, 2.4),
+                row("ngram", Some(4), 290.0, 2.9),
+            ],
+        ];
+        let v = adaptive_vs_fixed(&reps);
+        assert_eq!(v.len(), 1);
+        assert_eq!(v[0].best_k, 4);
+        // Ratios 290/300, 150/310, 280/290: the median is 280/290.
+        assert!((v[0].vs_best_fixed - 280.0 / 290.0).abs() < 1e-12);
+        assert_eq!(v[0].vs_off, 2.8);
+        assert_eq!(median_rows(&reps)[2].decode_tok_s, 250.0);
+    }
+}
+
+/// Every configuration's engine runs at once and they take turns, one batch of requests
+/// each, so a slow spell of this machine (other tenants, frequency changes) falls on all
+/// of them alike rather than on whichever configuration was running then.
 fn run_workload(
     engine: &EngineArgs,
     workload: Workload,
-    batches: &[usize],
-    max_tokens: usize,
-    fixed_k: &[usize],
+    plan: &Plan,
     rows: &mut Vec<SpecRow>,
 ) -> Result<()> {
     let mut runs = vec![("off", SpecMethod::Off, None)];
-    for (name, method) in [
-        ("ngram", SpecMethod::Ngram),
-        ("self", SpecMethod::SelfDraft),
-    ] {
+    for &p in &plan.proposers {
+        let (name, method) = match p {
+            Proposer::Ngram => ("ngram", SpecMethod::Ngram),
+            Proposer::SelfDraft => ("self", SpecMethod::SelfDraft),
+        };
         runs.push((name, method, None));
-        runs.extend(fixed_k.iter().map(|&k| (name, method, Some(k))));
+        runs.extend(plan.fixed_k.iter().map(|&k| (name, method, Some(k))));
     }
-    for (name, method, k) in runs {
+    let mut handles = Vec::with_capacity(runs.len());
+    for &(_, method, k) in &runs {
         let mut cfg = engine.config()?;
         cfg.spec = method;
         cfg.spec_tokens = k;
         if let Some(k) = k {
             cfg.spec_max_tokens = cfg.spec_max_tokens.max(k);
         }
-        let h = crate::engine_args::start_with(engine, cfg)?;
-        for &b in batches {
-            let prompts = |round: usize| -> Result<Vec<Vec<u32>>> {
-                (0..b)
-                    .map(|i| {
-                        let msgs = workload.prompt(round * b + i);
-                        let text = h.tokenizer.apply_chat_template(&msgs, true)?;
-                        Ok(h.tokenizer.encode(&text, true)?)
-                    })
-                    .collect()
-            };
-            // Warm-up with the same shape so the controller has costs and rates.
-            let n_rounds = MIN_REQUESTS.div_ceil(b);
+        handles.push(crate::engine_args::start_with(engine, cfg)?);
+    }
+    // tallies[run][batch]
+    let mut tallies: Vec<Vec<Tally>> = vec![Vec::new(); runs.len()];
+    let tok = &handles[0].tokenizer;
+    for &b in &plan.batches {
+        let prompts = |round: usize| -> Result<Vec<Vec<u32>>> {
+            (0..b)
+                .map(|i| {
+                    let msgs = workload.prompt(round * b + i);
+                    let text = tok.apply_chat_template(&msgs, true)?;
+                    Ok(tok.encode(&text, true)?)
+                })
+                .collect()
+        };
+        let n_rounds = plan.requests.max(1).div_ceil(b);
+        // Warm-up with the same shape so the controller has costs and rates.
+        let mut before = Vec::with_capacity(handles.len());
+        for h in &handles {
             let warm: Vec<_> = prompts(n_rounds)?
                 .into_iter()
                 .map(|p| h.submit(GenerateRequest::new(p, 8)))
@@ -262,56 +399,79 @@ fn run_workload(
             for mut s in warm {
                 while s.next_blocking().is_some() {}
             }
-            let before = h.metrics.spec.lock().map(|s| s.clone()).unwrap_or_default();
-            let (mut tokens, mut secs) = (0usize, 0f64);
-            for round in 0..n_rounds {
-                let (t, s) = decode_window(&h, prompts(round)?, max_tokens)?;
-                tokens += t;
-                secs += s;
+            before.push(h.metrics.spec.lock().map(|s| s.clone()).unwrap_or_default());
+        }
+        let mut window = vec![(0usize, 0f64); handles.len()];
+        for round in 0..n_rounds {
+            for (h, w) in handles.iter().zip(&mut window) {
+                let (t, s) = decode_window(h, prompts(round)?, plan.max_tokens)?;
+                w.0 += t;
+                w.1 += s;
             }
+        }
+        for (i, h) in handles.iter().enumerate() {
             let after = h.metrics.spec.lock().map(|s| s.clone()).unwrap_or_default();
-            let (rounds, emitted, drafted, accepted) = (
-                after.rounds - before.rounds,
-                after.emitted - before.emitted,
-                after.drafted - before.drafted,
-                after.accepted - before.accepted,
-            );
-            let considered = after.rule_considered - before.rule_considered;
-            let declined = after.rule_declined - before.rule_declined;
-            let secs = secs.max(1e-9);
-            let tok_s = tokens as f64 / secs;
-            let base = rows
-                .iter()
-                .find(|r| r.workload == workload.name() && r.proposer == "off" && r.batch == b)
-                .map(|r| r.decode_tok_s);
+            tallies[i].push(Tally {
+                tokens: window[i].0,
+                secs: window[i].1.max(1e-9),
+                spec: diff(&after, &before[i]),
+            });
+        }
+    }
+    for h in handles {
+        h.shutdown();
+    }
+    for (i, &(name, _, k)) in runs.iter().enumerate() {
+        for (bi, &b) in plan.batches.iter().enumerate() {
+            let t = &tallies[i][bi];
+            let off = &tallies[0][bi];
+            let tok_s = t.tokens as f64 / t.secs;
+            let st = &t.spec;
+            let ratio = |num: u64, den: u64, none: f64| {
+                if den > 0 {
+                    num as f64 / den as f64
+                } else {
+                    none
+                }
+            };
             rows.push(SpecRow {
                 workload: workload.name().into(),
                 proposer: name.into(),
                 k,
                 batch: b,
-                output_tokens: tokens,
+                output_tokens: t.tokens,
                 decode_tok_s: tok_s,
-                tokens_per_step: if rounds > 0 {
-                    emitted as f64 / rounds as f64
-                } else {
-                    1.0
-                },
-                acceptance: if drafted > 0 {
-                    accepted as f64 / drafted as f64
-                } else {
-                    0.0
-                },
-                declined: if considered > 0 {
-                    declined as f64 / considered as f64
-                } else {
-                    0.0
-                },
-                speedup: base.map(|x| tok_s / x).unwrap_or(1.0),
+                tokens_per_step: ratio(st.emitted, st.rounds, 1.0),
+                acceptance: ratio(st.accepted, st.drafted, 0.0),
+                declined: ratio(st.rule_declined, st.rule_considered, 0.0),
+                speedup: tok_s / (off.tokens as f64 / off.secs),
             });
         }
-        h.shutdown();
     }
     Ok(())
+}
+
+/// One configuration's measurement at one batch size.
+#[derive(Clone)]
+struct Tally {
+    tokens: usize,
+    secs: f64,
+    /// Speculation counters over the measured requests only.
+    spec: SpecStats,
+}
+
+/// The counters that moved between two snapshots.
+fn diff(after: &SpecStats, before: &SpecStats) -> SpecStats {
+    SpecStats {
+        rounds: after.rounds - before.rounds,
+        drafted: after.drafted - before.drafted,
+        accepted: after.accepted - before.accepted,
+        emitted: after.emitted - before.emitted,
+        rule_considered: after.rule_considered - before.rule_considered,
+        rule_declined: after.rule_declined - before.rule_declined,
+        rule_planned_tokens: after.rule_planned_tokens - before.rule_planned_tokens,
+        ..SpecStats::default()
+    }
 }
 
 pub fn print(rows: &[SpecRow], versus: &[Versus]) {
@@ -343,7 +503,7 @@ pub fn print(rows: &[SpecRow], versus: &[Versus]) {
             r.speedup
         );
     }
-    println!("= decode tok/s over the window where every request has its first token; tokens/step = emitted / verification rounds (ΣN/Σrounds); declined = speculating decodes the draft-length rule gave no draft");
+    println!("= medians over --repeat runs; decode tok/s over the window where every request has its first token; tokens/step = emitted / verification rounds (ΣN/Σrounds); declined = speculating decodes the draft-length rule gave no draft");
     for v in versus {
         println!(
             "adaptive vs best fixed k: {:<10} {:<6} batch {:>3}: {:.2}x of k={} ({:.2}x of spec off)",

@@ -275,9 +275,18 @@ enum BenchCmd {
         #[arg(long, default_value_t = 200)]
         max_tokens: usize,
         /// Fixed draft lengths run beside the adaptive one, for the "adaptive vs best
-        /// fixed k" row of each workload, proposer and batch (empty: none).
-        #[arg(long, value_delimiter = ',', default_value = "2,4,8")]
+        /// fixed k" row of each workload, proposer and batch (`--fixed-k` alone: none).
+        #[arg(long, value_delimiter = ',', num_args = 0.., default_value = "2,4,8")]
         fixed_k: Vec<usize>,
+        /// Proposers to run (spec off always runs, as the baseline).
+        #[arg(long, value_enum, value_delimiter = ',', default_value = "ngram,self")]
+        proposer: Vec<bench_spec::Proposer>,
+        /// Requests per row (at least one batch): more requests, steadier figures.
+        #[arg(long, default_value_t = 4)]
+        requests: usize,
+        /// Runs of the whole plan, configurations taking turns; figures are medians.
+        #[arg(long, default_value_t = 1)]
+        repeat: usize,
         #[arg(long)]
         json: bool,
     },
@@ -407,11 +416,24 @@ fn main() -> Result<()> {
                     batch,
                     max_tokens,
                     fixed_k,
+                    proposer,
+                    requests,
+                    repeat,
                     json,
                 },
         } => {
-            let rows = bench_spec::run(&engine, &workload, &batch, max_tokens, &fixed_k)?;
-            let versus = bench_spec::adaptive_vs_fixed(&rows);
+            let plan = bench_spec::Plan {
+                workloads: workload,
+                batches: batch,
+                max_tokens,
+                fixed_k,
+                proposers: proposer,
+                requests,
+                repeat,
+            };
+            let reps = bench_spec::run(&engine, &plan)?;
+            let versus = bench_spec::adaptive_vs_fixed(&reps);
+            let rows = bench_spec::median_rows(&reps);
             if json {
                 let out = serde_json::json!({"rows": rows, "adaptive_vs_best_fixed": versus});
                 println!("{}", serde_json::to_string_pretty(&out)?);

@@ -47,6 +47,7 @@ pub use constraint::{Constraint, Grammars};
 pub use embed::Pooling;
 pub use engine::{spawn_engine, spawn_engine_with_draft};
 pub use folio_model::LoraSet;
+pub use folio_spec::SpecStats;
 pub use gbnf::gbnf_to_lark;
 pub use kv_events::{kv_event_channel, KvCacheEvent, KvEventBatch, KvEventSender};
 pub use logit_rules::LogitRules;
