@@ -3,7 +3,7 @@
 //! `engine/output.rs`; the step-time curve both price drafts with is `folio_core::cost`.
 
 use crate::SpecMethod;
-use folio_spec::{Acceptance, DraftControl, NgramIndex};
+use folio_spec::{Acceptance, DraftControl, NgramIndex, ProposalCheck};
 
 /// A request's speculation state.
 pub(crate) struct SpecState {
@@ -13,12 +13,9 @@ pub(crate) struct SpecState {
     pub index: NgramIndex,
     /// The self-draft's distribution for each pending draft (sampled requests only).
     pub draft_q: Vec<Vec<(u32, f32)>>,
-    /// The n-gram draft the length rule turned down this step: checked against the token
-    /// the step samples, it is observed as a one-token round. A lookup costs nothing, so
-    /// a request keeps learning its acceptance while declined; without this, one bad
-    /// stretch of rounds would turn a request's speculation off for good (no drafts, no
-    /// rounds, no evidence that copying resumed).
-    pub shadow: Option<u32>,
+    /// The n-gram lookup's full continuation, checked against the tokens the target emits;
+    /// n-gram acceptance is learned from it rather than from the drafts verified.
+    pub check: ProposalCheck,
 }
 
 impl SpecState {
@@ -38,7 +35,7 @@ impl SpecState {
             control: DraftControl::new(max_tokens, fixed, prior),
             index,
             draft_q: Vec::new(),
-            shadow: None,
+            check: ProposalCheck::default(),
         }
     }
 }

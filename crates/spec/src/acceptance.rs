@@ -67,8 +67,9 @@ pub struct AcceptanceCounts {
     trials: [f64; TRACKED],
     /// Of those, rounds whose draft j was accepted.
     accepted: [f64; TRACKED],
-    /// Each round multiplies the old counts by this: older rounds weigh less, so a request
-    /// whose text changes from copying to writing stops drafting within a few rounds.
+    /// Each round that reaches a position multiplies that position's old counts by this:
+    /// older rounds weigh less, so a request whose text changes from copying to writing
+    /// stops drafting within a few rounds.
     decay: f64,
 }
 
@@ -90,18 +91,21 @@ impl AcceptanceCounts {
         if drafted == 0 {
             return;
         }
-        for j in 0..TRACKED {
-            self.trials[j] *= self.decay;
-            self.accepted[j] *= self.decay;
-        }
         // Positions 1..=accepted were accepted; the next one, if drafted, was tried and
-        // rejected. Positions past TRACKED fold into the last one.
+        // rejected. Positions past TRACKED fold into the last one. A position's old counts
+        // decay only when it is tried again: a position few rounds reach keeps the
+        // evidence it has rather than fading towards its prior between visits.
         let reached = (accepted + 1).min(drafted);
         for j in 0..reached {
-            self.trials[j.min(TRACKED - 1)] += 1.0;
-        }
-        for j in 0..accepted.min(drafted) {
-            self.accepted[j.min(TRACKED - 1)] += 1.0;
+            let p = j.min(TRACKED - 1);
+            if j < TRACKED {
+                self.trials[p] *= self.decay;
+                self.accepted[p] *= self.decay;
+            }
+            self.trials[p] += 1.0;
+            if j < accepted {
+                self.accepted[p] += 1.0;
+            }
         }
     }
 
@@ -169,6 +173,24 @@ mod tests {
         // (1 + 2·0.9) / 3 at position 1; the prior itself past it.
         assert!((r.at(0) - 2.8 / 3.0).abs() < 1e-12);
         assert_eq!(r.at(1), 0.9);
+    }
+
+    #[test]
+    fn a_position_few_rounds_reach_keeps_its_evidence() {
+        let mut c = AcceptanceCounts::new(0.9);
+        for _ in 0..10 {
+            c.observe(8, 8);
+        }
+        for _ in 0..30 {
+            c.observe(8, 0);
+        }
+        let r = c.rates(None, 0.6);
+        // Position 1 now fails; position 8 was last reached in the copying rounds and
+        // still says so (6.5 of 6.5 decayed rounds against 2 pseudo-rounds of the rate
+        // before it). Decayed by every round, its 6.5 rounds would be 0.28 by now, and
+        // its rate would follow position 1 down.
+        assert!(r.at(0) < 0.15, "{}", r.at(0));
+        assert!(r.at(7) > 0.95, "{}", r.at(7));
     }
 
     #[test]

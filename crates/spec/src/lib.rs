@@ -5,6 +5,8 @@
 //!
 //! - [`ngram`]: context lookup: drafts copied from the request's own prompt and output after
 //!   the latest earlier occurrence of its last n tokens (no weights, no KV).
+//! - [`proposal_check`]: a lookup's continuation scored at its full length against the
+//!   tokens the target emits, so acceptance is learned at positions the rule did not draft.
 //! - [`verify`]: greedy acceptance (up to the first mismatch, then the target's token or a
 //!   bonus) and rejection sampling (accept x with min(1, p/q), else resample from
 //!   norm([p − q]+)), so outputs are distributed exactly as the target's.
@@ -22,6 +24,7 @@
 pub mod acceptance;
 pub mod control;
 pub mod ngram;
+pub mod proposal_check;
 pub mod stats;
 pub mod verify;
 
@@ -29,5 +32,6 @@ pub use acceptance::{Acceptance, AcceptanceCounts};
 pub use control::{expected_tokens, plan, Candidate, DraftControl};
 pub use folio_core::cost::StepTime;
 pub use ngram::NgramIndex;
+pub use proposal_check::ProposalCheck;
 pub use stats::SpecStats;
 pub use verify::{verify_greedy, verify_sampled, Verdict};

@@ -84,10 +84,24 @@ impl CostFit {
 /// later ones cost full compute, and a single line through all steps gets both ends wrong.
 #[derive(Debug, Clone)]
 pub struct StepCurve {
-    /// Per bin: smoothed seconds, smoothed rows, steps seen.
-    bins: Vec<(f64, f64, u32)>,
+    bins: Vec<Bin>,
+    /// Steps added so far (the clock bins' freshness is read on).
+    steps: u64,
     /// Fallback and slope for extrapolation.
     pub fit: CostFit,
+}
+
+/// One bin of the curve.
+#[derive(Debug, Clone, Copy, Default)]
+struct Bin {
+    /// Smoothed seconds.
+    secs: f64,
+    /// Smoothed row count those seconds were measured at.
+    rows: f64,
+    /// Steps seen.
+    seen: u32,
+    /// `StepCurve::steps` when the bin last saw a step.
+    last: u64,
 }
 
 impl Default for StepCurve {
@@ -103,10 +117,17 @@ impl StepCurve {
     /// Weight of a new step time below a bin's value, and of one above it.
     const FASTER_WEIGHT: f64 = 0.5;
     const SLOWER_WEIGHT: f64 = 0.1;
+    /// A bin no step refreshed in this many steps counts as a guess for
+    /// [`StepTime::measured`]: the draft planner then tries its row count once more. A
+    /// bin first measured while the process was cold (first-touch page faults in the KV
+    /// pool, a neighbour's burst) would otherwise keep that row count priced out for good,
+    /// since the planner never chooses it again and so never re-measures it.
+    const FRESH_STEPS: u64 = 64;
 
     pub fn new() -> StepCurve {
         StepCurve {
-            bins: vec![(0.0, 0.0, 0); Self::BINS + 1],
+            bins: vec![Bin::default(); Self::BINS + 1],
+            steps: 0,
             fit: CostFit::new(),
         }
     }
@@ -124,10 +145,11 @@ impl StepCurve {
         if rows == 0 {
             return;
         }
+        self.steps += 1;
         let b = &mut self.bins[Self::bin(rows)];
         let x = rows as f64;
-        if b.2 == 0 {
-            (b.0, b.1) = (wall_s, x);
+        if b.seen == 0 {
+            (b.secs, b.rows) = (wall_s, x);
         } else {
             // Step times are noisy one way: an interrupt, a page fault or another process
             // makes a step slower, nothing makes it faster. A bin follows a faster step
@@ -135,27 +157,78 @@ impl StepCurve {
             // count priced out of the draft planner's reach (it would then never be run,
             // so never re-measured) while a real slow-down still moves the bin within a
             // few steps.
-            let w = if wall_s < b.0 {
+            let w = if wall_s < b.secs {
                 Self::FASTER_WEIGHT
             } else {
                 Self::SLOWER_WEIGHT
             };
-            (b.0, b.1) = ((1.0 - w) * b.0 + w * wall_s, (1.0 - w) * b.1 + w * x);
+            b.secs = (1.0 - w) * b.secs + w * wall_s;
+            b.rows = (1.0 - w) * b.rows + w * x;
         }
-        b.2 = b.2.saturating_add(1);
+        b.seen = b.seen.saturating_add(1);
+        b.last = self.steps;
+    }
+}
+
+impl StepCurve {
+    /// Row counts on each side pooled by [`StepCurve::local_line`].
+    const LOCAL: usize = 3;
+    /// A bin's weight in the local line grows with the steps it saw, up to this.
+    const MAX_WEIGHT: f64 = 16.0;
+
+    /// Among small row counts (decode steps, drafts), the time at `rows` from a weighted
+    /// least-squares line through the measured bins within [`StepCurve::LOCAL`] rows of it.
+    /// Single bins there are as noisy as one step (a millisecond on a 5 ms step here),
+    /// while a draft row's cost is about that size: read bin by bin, the curve is not even
+    /// monotone, and the draft planner's ΔT would follow the noise. `None` where fewer than
+    /// two row counts nearby were measured.
+    fn local_line(&self, rows: usize) -> Option<f64> {
+        if rows == 0 || rows > Self::EXACT {
+            return None;
+        }
+        let lo = rows.saturating_sub(Self::LOCAL).max(1);
+        let hi = (rows + Self::LOCAL).min(Self::EXACT);
+        let pts: Vec<(f64, f64, f64)> = self.bins[lo..=hi]
+            .iter()
+            .filter(|b| b.seen > 0)
+            .map(|b| (b.rows, b.secs, f64::from(b.seen).min(Self::MAX_WEIGHT)))
+            .collect();
+        if pts.len() < 2 {
+            return None;
+        }
+        let w: f64 = pts.iter().map(|p| p.2).sum();
+        let mx = pts.iter().map(|p| p.2 * p.0).sum::<f64>() / w;
+        let my = pts.iter().map(|p| p.2 * p.1).sum::<f64>() / w;
+        let sxx: f64 = pts.iter().map(|p| p.2 * (p.0 - mx).powi(2)).sum();
+        let sxy: f64 = pts.iter().map(|p| p.2 * (p.0 - mx) * (p.1 - my)).sum();
+        if sxx <= 0.0 {
+            return None;
+        }
+        // A step never gets cheaper with more rows.
+        let slope = (sxy / sxx).max(0.0);
+        Some((my + slope * (rows as f64 - mx)).max(1e-6))
     }
 }
 
 impl StepTime for StepCurve {
+    /// Measured, and recently (see [`StepCurve::FRESH_STEPS`]).
     fn measured(&self, rows: usize) -> bool {
-        self.bins[Self::bin(rows)].2 > 0
+        let b = &self.bins[Self::bin(rows)];
+        b.seen > 0 && self.steps - b.last <= Self::FRESH_STEPS
     }
 
     fn step_s(&self, rows: usize) -> f64 {
         let line = self.fit.cost();
         let x = rows as f64;
+        if let Some(t) = self.local_line(rows) {
+            return t;
+        }
         // Measured points (row count, seconds) in bin order, which is row order.
-        let points = self.bins.iter().filter(|b| b.2 > 0).map(|b| (b.1, b.0));
+        let points = self
+            .bins
+            .iter()
+            .filter(|b| b.seen > 0)
+            .map(|b| (b.rows, b.secs));
         let (mut below, mut above) = (None, None);
         for (px, py) in points {
             if px <= x {
@@ -282,6 +355,37 @@ mod tests {
         // 65 rows is a bin of its own (not shared with 64).
         assert!(!c.measured(65));
         assert!(c.measured(97) && !c.measured(96 + 17));
+        // A bin nobody refreshed for FRESH_STEPS steps is a guess again, though its time
+        // still shapes the curve.
+        for _ in 0..=StepCurve::FRESH_STEPS {
+            c.add(1, 0.004);
+        }
+        assert!(c.measured(1) && !c.measured(100));
+        assert_eq!(c.step_s(100), 0.1);
+        c.add(100, 0.1);
+        assert!(c.measured(100));
+    }
+
+    #[test]
+    fn small_row_counts_are_read_through_their_neighbours() {
+        // 5 ms + 1 ms a row, each bin off by ±0.8 ms (one noisy step each): bin by bin the
+        // 4th row would look 0.6 ms cheaper than nothing.
+        let truth = |r: usize| 0.005 + 0.001 * (r as f64 - 1.0);
+        let mut c = StepCurve::new();
+        for r in 1..=8 {
+            let noise = if r % 2 == 0 { 0.0008 } else { -0.0008 };
+            c.add(r, truth(r) + noise);
+        }
+        for r in 1..8 {
+            assert!(c.step_s(r + 1) > c.step_s(r), "not monotone at {r}");
+        }
+        for r in 2..=7 {
+            assert!(
+                (c.step_s(r) - truth(r)).abs() < 0.0005,
+                "{r}: {}",
+                c.step_s(r)
+            );
+        }
     }
 
     #[test]

@@ -79,10 +79,10 @@ impl Engine {
         for ((id, _), &k) in cands.iter().zip(&plan) {
             let live = self.live.get_mut(id).expect("listed above");
             let sp = live.spec.as_mut().expect("speculating");
+            if sp.method == SpecMethod::Ngram && sp.check.is_idle() {
+                sp.check.start(sp.index.propose(sp.control.max_tokens));
+            }
             if k == 0 {
-                if sp.method == SpecMethod::Ngram && sp.control.fixed.is_none() {
-                    sp.shadow = sp.index.propose(1).first().copied();
-                }
                 continue;
             }
             match sp.method {

@@ -113,25 +113,34 @@ impl Engine {
                 continue;
             }
             let (toks, logprobs) = choose_tokens(live, l, vocab, drafts, &self.eog);
-            if let Some(sp) = live.spec.as_mut() {
-                if let Some(guess) = sp.shadow.take() {
-                    let hit = usize::from(toks.first() == Some(&guess));
-                    sp.control.observe(1, hit);
-                    self.spec_prior[prior_slot(sp.method)].observe(1, hit);
-                }
-            }
             if !drafts.is_empty() {
                 let accepted = toks.len() - 1;
                 if let Some(sp) = live.spec.as_mut() {
-                    sp.control.observe(drafts.len(), accepted);
-                    // The engine-wide estimate new requests of this proposer start from.
-                    self.spec_prior[prior_slot(sp.method)].observe(drafts.len(), accepted);
+                    // Context lookup learns from its full proposals (below), not from the
+                    // drafts the rule chose to verify.
+                    if sp.method != SpecMethod::Ngram {
+                        sp.control.observe(drafts.len(), accepted);
+                        // The engine-wide estimate new requests of this proposer start from.
+                        self.spec_prior[prior_slot(sp.method)].observe(drafts.len(), accepted);
+                    }
                 }
                 if let Ok(mut st) = self.metrics.spec.lock() {
                     st.record(drafts.len(), accepted, toks.len(), forward_s);
                 }
             }
             let (kept, finish, mut event) = emit(live, &toks, logprobs, &self.eog, now);
+            if let Some(sp) = live
+                .spec
+                .as_mut()
+                .filter(|sp| sp.method == SpecMethod::Ngram)
+            {
+                for &t in &kept {
+                    if let Some((proposed, accepted)) = sp.check.push(t) {
+                        sp.control.observe(proposed, accepted);
+                        self.spec_prior[prior_slot(sp.method)].observe(proposed, accepted);
+                    }
+                }
+            }
             if let Event::Tokens {
                 prompt_logprobs, ..
             } = &mut event
