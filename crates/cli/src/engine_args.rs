@@ -288,18 +288,25 @@ impl EngineArgs {
     }
 }
 
+/// Sizes the process's compute pool (`--threads`; `None` leaves the default: `FOLIO_THREADS`,
+/// else every core).
+pub fn apply_threads(threads: Option<usize>) -> Result<()> {
+    if let Some(n) = threads {
+        if n == 0 {
+            bail!("--threads: must be at least 1, got 0");
+        }
+        if let Err(have) = folio_kernels::pool::ThreadPool::configure_global(n) {
+            bail!("--threads {n}: the compute pool already runs {have} threads");
+        }
+    }
+    Ok(())
+}
+
 /// Starts the engine on `args`' model with an explicit config.
 pub fn start_with(args: &EngineArgs, cfg: EngineConfig) -> Result<EngineHandle> {
     {
         let self_ = args;
-        if let Some(n) = self_.threads {
-            if n == 0 {
-                bail!("--threads: must be at least 1, got 0");
-            }
-            if let Err(have) = folio_kernels::pool::ThreadPool::configure_global(n) {
-                bail!("--threads {n}: the compute pool already runs {have} threads");
-            }
-        }
+        apply_threads(self_.threads)?;
         let path = resolve_model(self_.model.as_deref())?;
         let draft_path = match &self_.draft_model {
             Some(p) => Some(resolve_model(Some(p))?),

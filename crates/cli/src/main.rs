@@ -235,6 +235,9 @@ enum BenchCmd {
         /// KV cache storage format of every row (`folio serve --kv-format`).
         #[arg(long, value_enum, default_value = "f16")]
         kv_format: engine_args::KvFormatArg,
+        /// Compute threads (default: every core), as `--threads` on `serve`.
+        #[arg(long)]
+        threads: Option<usize>,
     },
     /// Continuous batching through the engine: aggregate tok/s, TTFT and ITL per concurrency.
     Engine {
@@ -452,8 +455,10 @@ fn main() -> Result<()> {
                     decode_only,
                     numerics,
                     kv_format,
+                    threads,
                 },
         } => {
+            engine_args::apply_threads(threads)?;
             let path = engine_args::resolve_model(model.as_deref())?;
             let gguf = folio_gguf::GgufFile::open(&path)
                 .with_context(|| format!("opening {}", path.display()))?;
