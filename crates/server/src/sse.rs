@@ -40,8 +40,17 @@ pub fn keep_alive_frame() -> Bytes {
 /// while the engine has not admitted the request yet: the task waits for that, sending
 /// keep-alive comments.
 pub fn respond(req: Running, queued: Option<Slots>) -> Response {
+    event_stream(|tx| pump(req, tx, queued))
+}
+
+/// An SSE response whose body is the frames `task` sends, the task spawned now (the
+/// chat/completions stream and the Responses API's stream both run this way).
+pub fn event_stream<F>(task: impl FnOnce(mpsc::Sender<Bytes>) -> F) -> Response
+where
+    F: std::future::Future<Output = ()> + Send + 'static,
+{
     let (tx, rx) = mpsc::channel::<Bytes>(64);
-    tokio::spawn(pump(req, tx, queued));
+    tokio::spawn(task(tx));
     let body = futures::stream::unfold(rx, |mut rx| async move {
         rx.recv().await.map(|b| (Ok::<_, Infallible>(b), rx))
     });

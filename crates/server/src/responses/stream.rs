@@ -7,12 +7,10 @@ use super::build::{Build, Ev};
 use super::{end_of, feed, tokens_of};
 use crate::choice_state::ChoiceState;
 use crate::generate::{log_finished, refusal, until, Running};
-use crate::sse::{keep_alive_frame, wait_admitted, Waited};
+use crate::sse::{event_stream, keep_alive_frame, wait_admitted, Waited};
 use crate::state::Slots;
-use axum::body::{Body, Bytes};
-use axum::http::header;
-use axum::response::{IntoResponse, Response};
-use std::convert::Infallible;
+use axum::body::Bytes;
+use axum::response::Response;
 use tokio::sync::mpsc;
 
 /// The SSE frames of `evs`.
@@ -26,19 +24,7 @@ fn frames(evs: &[Ev]) -> Bytes {
 
 /// Starts the streaming task and returns the SSE response at once.
 pub fn respond(req: Running, b: Build, queued: Option<Slots>) -> Response {
-    let (tx, rx) = mpsc::channel::<Bytes>(64);
-    tokio::spawn(pump(req, b, tx, queued));
-    let body = futures::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|b| (Ok::<_, Infallible>(b), rx))
-    });
-    (
-        [
-            (header::CONTENT_TYPE, "text/event-stream"),
-            (header::CACHE_CONTROL, "no-cache"),
-        ],
-        Body::from_stream(body),
-    )
-        .into_response()
+    event_stream(|tx| pump(req, b, tx, queued))
 }
 
 async fn pump(req: Running, mut b: Build, tx: mpsc::Sender<Bytes>, queued: Option<Slots>) {
