@@ -14,12 +14,6 @@ use folio_core::cost::StepTime;
 #[cfg(test)]
 use folio_core::CostModel;
 
-/// Expected tokens fixed per round with `m` drafts at one acceptance `a` at every position:
-/// Σ_{j=0..m} a^j (chapter 8.5's model; [`Acceptance`] generalizes it per position).
-pub fn expected_tokens(a: f64, m: usize) -> f64 {
-    Acceptance::flat(a).expected_tokens(m)
-}
-
 /// First-position rate assumed before any round is seen: optimistic, so a request tries
 /// drafting and its own rounds correct the guess within a few steps.
 const START_RATE: f64 = 0.6;
@@ -165,13 +159,6 @@ pub fn plan(time: &impl StepTime, base_rows: usize, reqs: &[Candidate]) -> Vec<u
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn chapter_expected_tokens() {
-        // AAAA (a = 1/4) ≈ 1.33 tokens/round, BBBB (a = 3/4) ≈ 3.05 (chapter 8.5).
-        assert!((expected_tokens(0.25, 4) - 1.33).abs() < 0.005);
-        assert!((expected_tokens(0.75, 4) - 3.05).abs() < 0.005);
-    }
 
     /// `c`'s draft length in a step where `batch - 1` other decodes draft nothing.
     fn alone_in(c: &DraftControl, cost: &CostModel, batch: usize, draft_s: f64) -> usize {

@@ -29,7 +29,7 @@ pub mod stats;
 pub mod verify;
 
 pub use acceptance::{Acceptance, AcceptanceCounts};
-pub use control::{expected_tokens, plan, Candidate, DraftControl};
+pub use control::{plan, Candidate, DraftControl};
 pub use folio_core::cost::StepTime;
 pub use ngram::NgramIndex;
 pub use proposal_check::ProposalCheck;
