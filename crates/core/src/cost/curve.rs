@@ -188,20 +188,24 @@ impl StepCurve {
         }
         let lo = rows.saturating_sub(Self::LOCAL).max(1);
         let hi = (rows + Self::LOCAL).min(Self::EXACT);
-        let pts: Vec<(f64, f64, f64)> = self.bins[lo..=hi]
-            .iter()
-            .filter(|b| b.seen > 0)
-            .map(|b| (b.rows, b.secs, f64::from(b.seen).min(Self::MAX_WEIGHT)))
-            .collect();
-        if pts.len() < 2 {
+        // One pass of weighted sums (the draft planner reads the curve many times a step).
+        let (mut n, mut w, mut wx, mut wy, mut wxx, mut wxy) = (0, 0.0, 0.0, 0.0, 0.0, 0.0);
+        for b in self.bins[lo..=hi].iter().filter(|b| b.seen > 0) {
+            let k = f64::from(b.seen).min(Self::MAX_WEIGHT);
+            n += 1;
+            w += k;
+            wx += k * b.rows;
+            wy += k * b.secs;
+            wxx += k * b.rows * b.rows;
+            wxy += k * b.rows * b.secs;
+        }
+        if n < 2 {
             return None;
         }
-        let w: f64 = pts.iter().map(|p| p.2).sum();
-        let mx = pts.iter().map(|p| p.2 * p.0).sum::<f64>() / w;
-        let my = pts.iter().map(|p| p.2 * p.1).sum::<f64>() / w;
-        let sxx: f64 = pts.iter().map(|p| p.2 * (p.0 - mx).powi(2)).sum();
-        let sxy: f64 = pts.iter().map(|p| p.2 * (p.0 - mx) * (p.1 - my)).sum();
-        if sxx <= 0.0 {
+        let (mx, my) = (wx / w, wy / w);
+        let sxx = wxx - w * mx * mx;
+        let sxy = wxy - w * mx * my;
+        if sxx <= 1e-9 * wxx {
             return None;
         }
         // A step never gets cheaper with more rows.
