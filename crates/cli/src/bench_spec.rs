@@ -414,7 +414,7 @@ fn run_workload(
             tallies[i].push(Tally {
                 tokens: window[i].0,
                 secs: window[i].1.max(1e-9),
-                spec: diff(&after, &before[i]),
+                spec: after.since(&before[i]),
             });
         }
     }
@@ -458,20 +458,6 @@ struct Tally {
     secs: f64,
     /// Speculation counters over the measured requests only.
     spec: SpecStats,
-}
-
-/// The counters that moved between two snapshots.
-fn diff(after: &SpecStats, before: &SpecStats) -> SpecStats {
-    SpecStats {
-        rounds: after.rounds - before.rounds,
-        drafted: after.drafted - before.drafted,
-        accepted: after.accepted - before.accepted,
-        emitted: after.emitted - before.emitted,
-        rule_considered: after.rule_considered - before.rule_considered,
-        rule_declined: after.rule_declined - before.rule_declined,
-        rule_planned_tokens: after.rule_planned_tokens - before.rule_planned_tokens,
-        ..SpecStats::default()
-    }
 }
 
 pub fn print(rows: &[SpecRow], versus: &[Versus]) {

@@ -50,6 +50,21 @@ impl SpecStats {
         }
     }
 
+    /// The counts added since `before` (a snapshot of the same counters).
+    pub fn since(&self, before: &SpecStats) -> SpecStats {
+        SpecStats {
+            rounds: self.rounds - before.rounds,
+            drafted: self.drafted - before.drafted,
+            accepted: self.accepted - before.accepted,
+            emitted: self.emitted - before.emitted,
+            time_s: self.time_s - before.time_s,
+            rule_considered: self.rule_considered - before.rule_considered,
+            rule_declined: self.rule_declined - before.rule_declined,
+            rule_planned_tokens: self.rule_planned_tokens - before.rule_planned_tokens,
+            ..SpecStats::default()
+        }
+    }
+
     /// ΣT / ΣN.
     pub fn time_per_token_s(&self) -> f64 {
         if self.emitted == 0 {
