@@ -2,6 +2,10 @@
 """Checks the Kubernetes manifests under deploy/ against folio and the Dockerfile (CI runs
 it; `kubectl apply --dry-run=client` needs an API server to map kinds, so this stands in).
 
+- every built-in kind (Deployment, Service) validates strictly against Kubernetes' own
+  OpenAPI schemas (the `kubernetes-validate` package: wrong types, missing required fields
+  and unknown fields all fail); the InferencePool is a CRD those schemas lack, so its
+  fields are checked below by hand;
 - the Deployment's readiness, liveness and startup probes GET /health (a route folio
   serves, per crates/server/src/lib.rs) on the container port folio listens on (the
   Dockerfile's `--port`);
@@ -10,12 +14,13 @@ it; `kubectl apply --dry-run=client` needs an API server to map kinds, so this s
   port and names an endpoint picker with a port;
 - the KV-events port in the container args is a declared container port.
 
-Usage: deploy_check.py [DEPLOY_DIR]   (needs PyYAML)
+Usage: deploy_check.py [DEPLOY_DIR]   (needs PyYAML and kubernetes-validate)
 """
 import pathlib
 import re
 import sys
 
+import kubernetes_validate
 import yaml
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -42,6 +47,16 @@ def main() -> int:
     by_kind = {}
     for d in docs:
         by_kind.setdefault(d["kind"], []).append(d)
+    version = kubernetes_validate.latest_version()
+    for d in docs:
+        if d["kind"] == "InferencePool":
+            continue
+        try:
+            kubernetes_validate.validate(d, version, strict=True)
+        except kubernetes_validate.utils.ValidationError as e:
+            fail(f"{d['kind']} {d['metadata'].get('name')}: not a valid Kubernetes {version} object: {e.message}")
+        except kubernetes_validate.utils.SchemaNotFoundError:
+            fail(f"{d['kind']} ({d['apiVersion']}) has no Kubernetes {version} schema")
     for kind in ("Deployment", "Service", "InferencePool"):
         if len(by_kind.get(kind, [])) != 1:
             fail(f"expected one {kind}, found {len(by_kind.get(kind, []))}")
@@ -92,7 +107,7 @@ def main() -> int:
     ref = ps.get("endpointPickerRef", {})
     if not ref.get("name") or not ref.get("port", {}).get("number"):
         fail(f"InferencePool endpointPickerRef {ref} needs a name and a port number")
-    print(f"deploy check: {len(docs)} manifests OK (folio on {http_port}, probes /health)")
+    print(f"deploy check: {len(docs)} manifests OK (Deployment and Service valid against Kubernetes {version}; folio on {http_port}, probes /health)")
     return 0
 
 
