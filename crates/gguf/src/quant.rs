@@ -36,11 +36,11 @@ pub fn quantize(ty: GgmlType, values: &[f32]) -> Result<Vec<u8>> {
         GgmlType::BF16 => values
             .iter()
             .for_each(|v| out.extend_from_slice(&f32_to_bf16(*v).to_le_bytes())),
-        GgmlType::Q4_0 => blocks.for_each(|x| block_q4_0(x, &mut out)),
+        GgmlType::Q4_0 => blocks.for_each(|x| push_block(&mut out, 18, |o| block_q4_0(x, o))),
         GgmlType::Q4_1 => blocks.for_each(|x| block_q4_1(x, &mut out)),
         GgmlType::Q5_0 => blocks.for_each(|x| block_q5_0(x, &mut out)),
         GgmlType::Q5_1 => blocks.for_each(|x| block_q5_1(x, &mut out)),
-        GgmlType::Q8_0 => blocks.for_each(|x| block_q8_0(x, &mut out)),
+        GgmlType::Q8_0 => blocks.for_each(|x| push_block(&mut out, 34, |o| block_q8_0(x, o))),
         GgmlType::Q2_K => blocks.for_each(|x| block_q2_k(x, &mut out)),
         GgmlType::Q3_K => blocks.for_each(|x| block_q3_k(x, &mut out)),
         GgmlType::Q4_K => blocks.for_each(|x| block_q4_k(x, &mut out)),
@@ -72,6 +72,40 @@ fn push_f16(out: &mut Vec<u8>, v: f32) {
     out.extend_from_slice(&f16::from_f32(v).to_le_bytes());
 }
 
+/// Appends one block of `bytes` bytes written by `f`.
+fn push_block(out: &mut Vec<u8>, bytes: usize, f: impl FnOnce(&mut [u8])) {
+    let at = out.len();
+    out.resize(at + bytes, 0);
+    f(&mut out[at..]);
+}
+
+/// The value of largest magnitude, sign kept (the first of equal magnitudes), as ggml's
+/// symmetric quantizers pick it: the scale's sign makes that value land on the end code.
+fn signed_amax(x: &[f32]) -> f32 {
+    let (mut amax, mut max) = (0.0f32, 0.0f32);
+    for &v in x {
+        if amax < v.abs() {
+            amax = v.abs();
+            max = v;
+        }
+    }
+    max
+}
+
+/// (min, max) of a block, as ggml's affine quantizers start from.
+fn min_max(x: &[f32]) -> (f32, f32) {
+    let (mut min, mut max) = (f32::MAX, -f32::MAX);
+    for &v in x {
+        if v < min {
+            min = v;
+        }
+        if v > max {
+            max = v;
+        }
+    }
+    (min, max)
+}
+
 /// Inverse of a scale, 0 for a zero scale (an all-zero block).
 fn inv(d: f32) -> f32 {
     if d != 0.0 {
@@ -82,37 +116,22 @@ fn inv(d: f32) -> f32 {
 }
 
 /// `quantize_row_q4_0_ref`: d = (value of largest magnitude) / -8, q = min(15, (int8)(x/d + 8.5)).
-fn block_q4_0(x: &[f32], out: &mut Vec<u8>) {
-    let (mut amax, mut max) = (0.0f32, 0.0f32);
-    for &v in x {
-        if amax < v.abs() {
-            amax = v.abs();
-            max = v;
-        }
-    }
-    let d = max / -8.0;
+/// One block: 32 values in, 18 bytes out (`[d: f16][lo nibble = value j, hi = value j + 16]`).
+/// Public because folio's q4_0 KV cache stores ggml's own blocks.
+pub fn block_q4_0(x: &[f32], out: &mut [u8]) {
+    let d = signed_amax(x) / -8.0;
     let id = inv(d);
-    push_f16(out, d);
+    out[..2].copy_from_slice(&f16::from_f32(d).to_le_bytes());
     for j in 0..16 {
-        let x0 = x[j] * id;
-        let x1 = x[16 + j] * id;
-        let xi0 = ((x0 + 8.5) as i8).min(15) as u8;
-        let xi1 = ((x1 + 8.5) as i8).min(15) as u8;
-        out.push(xi0 | (xi1 << 4));
+        let xi0 = ((x[j] * id + 8.5) as i8).min(15) as u8;
+        let xi1 = ((x[16 + j] * id + 8.5) as i8).min(15) as u8;
+        out[2 + j] = xi0 | (xi1 << 4);
     }
 }
 
 /// `quantize_row_q4_1_ref`: d = (max - min) / 15, m = min, q = min(15, (int8)((x-min)/d + 0.5)).
 fn block_q4_1(x: &[f32], out: &mut Vec<u8>) {
-    let (mut min, mut max) = (f32::MAX, -f32::MAX);
-    for &v in x {
-        if v < min {
-            min = v;
-        }
-        if v > max {
-            max = v;
-        }
-    }
+    let (min, max) = min_max(x);
     let d = (max - min) / 15.0;
     let id = inv(d);
     push_f16(out, d);
@@ -129,14 +148,7 @@ fn block_q4_1(x: &[f32], out: &mut Vec<u8>) {
 /// `quantize_row_q5_0_ref`: d = (value of largest magnitude) / -16,
 /// q = min(31, (int8)(x/d + 16.5)); bit 4 of element i goes to bit i of qh.
 fn block_q5_0(x: &[f32], out: &mut Vec<u8>) {
-    let (mut amax, mut max) = (0.0f32, 0.0f32);
-    for &v in x {
-        if amax < v.abs() {
-            amax = v.abs();
-            max = v;
-        }
-    }
-    let d = max / -16.0;
+    let d = signed_amax(x) / -16.0;
     let id = inv(d);
     push_f16(out, d);
     let mut qh = 0u32;
@@ -154,15 +166,7 @@ fn block_q5_0(x: &[f32], out: &mut Vec<u8>) {
 
 /// `quantize_row_q5_1_ref`: d = (max - min) / 31, m = min, q = (uint8)((x-min)/d + 0.5).
 fn block_q5_1(x: &[f32], out: &mut Vec<u8>) {
-    let (mut min, mut max) = (f32::MAX, -f32::MAX);
-    for &v in x {
-        if v < min {
-            min = v;
-        }
-        if v > max {
-            max = v;
-        }
-    }
+    let (min, max) = min_max(x);
     let d = (max - min) / 31.0;
     let id = inv(d);
     push_f16(out, d);
@@ -181,14 +185,16 @@ fn block_q5_1(x: &[f32], out: &mut Vec<u8>) {
     out.extend_from_slice(&qs);
 }
 
-/// `quantize_row_q8_0_ref`: d = amax / 127, q = round(x / d).
-fn block_q8_0(x: &[f32], out: &mut Vec<u8>) {
+/// `quantize_row_q8_0_ref`: d = amax / 127, q = round(x / d) (half away from zero). One
+/// block: 32 values in, 34 bytes out (`[d: f16][q: 32 × i8]`). Public because folio's q8_0
+/// KV cache stores ggml's own blocks.
+pub fn block_q8_0(x: &[f32], out: &mut [u8]) {
     let amax = x.iter().fold(0.0f32, |a, v| a.max(v.abs()));
     let d = amax / 127.0;
     let id = inv(d);
-    push_f16(out, d);
-    for &v in x {
-        out.push((v * id).round() as i8 as u8);
+    out[..2].copy_from_slice(&f16::from_f32(d).to_le_bytes());
+    for (o, &v) in out[2..34].iter_mut().zip(x) {
+        *o = (v * id).round() as i8 as u8;
     }
 }
 
@@ -384,13 +390,7 @@ fn nearest_iq4(v: f32) -> u8 {
 /// The IQ4 scale that maps the value of largest magnitude to the level -127. WHY the
 /// sign: the levels reach -127 but only +113, so the larger side takes the negative end.
 fn iq4_scale(x: &[f32]) -> f32 {
-    let (mut amax, mut max) = (0.0f32, 0.0f32);
-    for &v in x {
-        if amax < v.abs() {
-            amax = v.abs();
-            max = v;
-        }
-    }
+    let max = signed_amax(x);
     if max == 0.0 {
         0.0 // not -0.0: an all-zero block dequantizes to +0
     } else {

@@ -10,7 +10,10 @@
 //! ```
 //! A `head_dim` that is not a multiple of 32 gets a zero-padded last group, so every head
 //! size works (the SIMD kernel takes the multiple-of-32 case, the generic path the rest).
+//! The scalar encode/decode are folio-gguf's reference block (de)quantizers: the cache holds
+//! ggml's own blocks.
 
+use folio_gguf::{dequant, quant, quant::f32_to_bf16};
 use half::{bf16, f16};
 
 /// Values per quantization group of the quantized formats (ggml's `QK8_0` / `QK4_0`).
@@ -94,7 +97,7 @@ pub fn store_row_scalar(format: KvFormat, src: &[f32], dst: &mut [u8]) {
         }
         KvFormat::Bf16 => {
             for (d, &v) in dst.chunks_exact_mut(2).zip(src) {
-                d.copy_from_slice(&f32_to_bf16_bits(v).to_le_bytes());
+                d.copy_from_slice(&f32_to_bf16(v).to_le_bytes());
             }
         }
         KvFormat::Q8_0 | KvFormat::Q4_0 => {
@@ -104,9 +107,9 @@ pub fn store_row_scalar(format: KvFormat, src: &[f32], dst: &mut [u8]) {
                 let part = &src[(i * GROUP).min(src.len())..((i + 1) * GROUP).min(src.len())];
                 x[..part.len()].copy_from_slice(part);
                 if format == KvFormat::Q8_0 {
-                    quantize_q8_0(&x, out);
+                    quant::block_q8_0(&x, out);
                 } else {
-                    quantize_q4_0(&x, out);
+                    quant::block_q4_0(&x, out);
                 }
             }
         }
@@ -139,66 +142,14 @@ pub fn load_row_scalar(format: KvFormat, src: &[u8], dst: &mut [f32]) {
             let gb = format.group_bytes().expect("quantized format");
             for (i, out) in dst.chunks_mut(GROUP).enumerate() {
                 let g = &src[i * gb..(i + 1) * gb];
-                let d = f16::from_le_bytes([g[0], g[1]]).to_f32();
-                for (j, o) in out.iter_mut().enumerate() {
-                    let q = if format == KvFormat::Q8_0 {
-                        g[2 + j] as i8 as i32
-                    } else {
-                        let b = g[2 + j % 16];
-                        (if j < 16 { b & 0x0f } else { b >> 4 }) as i32 - 8
-                    };
-                    *o = q as f32 * d;
+                let mut y = [0f32; GROUP];
+                if format == KvFormat::Q8_0 {
+                    dequant::block_q8_0(g, &mut y);
+                } else {
+                    dequant::block_q4_0(g, &mut y);
                 }
+                out.copy_from_slice(&y[..out.len()]);
             }
         }
-    }
-}
-
-/// ggml's `ggml_compute_fp32_to_bf16`: round to nearest even, NaN kept quiet.
-pub fn f32_to_bf16_bits(v: f32) -> u16 {
-    let u = v.to_bits();
-    if (u & 0x7fff_ffff) > 0x7f80_0000 {
-        return ((u >> 16) | 64) as u16;
-    }
-    ((u + (0x7fff + ((u >> 16) & 1))) >> 16) as u16
-}
-
-/// Inverse of a scale, 0 for a zero scale (an all-zero group).
-fn inv(d: f32) -> f32 {
-    if d != 0.0 {
-        1.0 / d
-    } else {
-        0.0
-    }
-}
-
-/// `quantize_row_q8_0_ref`: d = amax / 127, q = round(x / d) (half away from zero).
-fn quantize_q8_0(x: &[f32; GROUP], out: &mut [u8]) {
-    let amax = x.iter().fold(0.0f32, |a, v| a.max(v.abs()));
-    let d = amax / 127.0;
-    let id = inv(d);
-    out[..2].copy_from_slice(&f16::from_f32(d).to_le_bytes());
-    for (o, &v) in out[2..].iter_mut().zip(x) {
-        *o = (v * id).round() as i8 as u8;
-    }
-}
-
-/// `quantize_row_q4_0_ref`: d = (value of largest magnitude) / -8,
-/// q = min(15, (int8)(x / d + 8.5)).
-fn quantize_q4_0(x: &[f32; GROUP], out: &mut [u8]) {
-    let (mut amax, mut max) = (0.0f32, 0.0f32);
-    for &v in x {
-        if amax < v.abs() {
-            amax = v.abs();
-            max = v;
-        }
-    }
-    let d = max / -8.0;
-    let id = inv(d);
-    out[..2].copy_from_slice(&f16::from_f32(d).to_le_bytes());
-    for j in 0..GROUP / 2 {
-        let xi0 = ((x[j] * id + 8.5) as i8).min(15) as u8;
-        let xi1 = ((x[16 + j] * id + 8.5) as i8).min(15) as u8;
-        out[2 + j] = xi0 | (xi1 << 4);
     }
 }

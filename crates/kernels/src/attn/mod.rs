@@ -38,7 +38,7 @@ mod x86_f16;
 #[cfg(target_arch = "x86_64")]
 pub(crate) use x86::expf_512;
 
-pub use format::{f32_to_bf16_bits, load_row_scalar, store_row_scalar, KvFormat, GROUP};
+pub use format::{load_row_scalar, store_row_scalar, KvFormat, GROUP};
 pub use lanes::{expf_ggml, reduce16, softmax_lanes, LANES};
 
 use crate::cpu::{isa, Isa};
