@@ -52,7 +52,18 @@ pub struct Candidate {
     pub fixed: Option<usize>,
     /// Seconds to produce one draft token (0 for context lookup).
     pub draft_s: f64,
+    /// Whether the planner may spend its probe budget on a draft the rule refuses: for a
+    /// proposer whose acceptance is learned only from drafts it verifies (a draft model).
+    /// Context lookup checks every proposal against the output whatever is drafted, so it
+    /// needs no probes.
+    pub probe: bool,
 }
+
+/// Share of step time the engine lets the planner spend on probes: drafts the rule
+/// refuses, taken so that an estimate below paying can still be proven wrong. Without any,
+/// a draft model whose first rounds (or start rate) priced it out would never draft
+/// again; at 1% the probes cost at most about 1% of decode speed when the rule is right.
+pub const PROBE_SHARE: f64 = 0.01;
 
 impl DraftControl {
     /// A request's control, starting from `prior` (the proposer's engine-wide estimate).
@@ -85,13 +96,15 @@ impl DraftControl {
         self.counts.rates(self.prior.as_ref(), START_RATE)
     }
 
-    /// This request as a planner candidate with at most `room` drafts.
-    pub fn candidate(&self, room: usize, draft_s: f64) -> Candidate {
+    /// This request as a planner candidate with at most `room` drafts (`probe`: see
+    /// [`Candidate::probe`]).
+    pub fn candidate(&self, room: usize, draft_s: f64, probe: bool) -> Candidate {
         Candidate {
             acceptance: self.acceptance(),
             max: self.max_tokens.min(room),
             fixed: self.fixed.map(|k| k.min(self.max_tokens).min(room)),
             draft_s,
+            probe,
         }
     }
 }
@@ -105,11 +118,30 @@ impl DraftControl {
 /// Exploration: when the refused row count was never measured (its time is interpolated),
 /// one draft that is likely accepted (a^(m+1) ≥ 1/2) goes ahead anyway, so the curve learns
 /// that size; otherwise a guess from distant sizes (say, from prefill steps) could keep
-/// the planner from ever trying the cheap rows it would find.
+/// the planner from ever trying the cheap rows it would find. Only a draft that would pay
+/// were its row free is explored: a draft model's own time is measured, not guessed, so a
+/// draft it alone prices out stays refused (a self-draft at batch 4 would otherwise spend a
+/// draft-model pass each time a stale bin invites a look).
 ///
 /// `base_rows`: rows the step computes besides these requests' (prefill chunks), so each
 /// draft row is priced where the step really is on the curve.
+///
+/// No probes: [`plan_probing`] with no budget.
 pub fn plan(time: &impl StepTime, base_rows: usize, reqs: &[Candidate]) -> Vec<usize> {
+    plan_probing(time, base_rows, reqs, 0.0).0
+}
+
+/// [`plan`], and a probe: where the rule refuses the next draft of a candidate that allows
+/// probes ([`Candidate::probe`]) and that draft's estimated cost fits in `probe_s`
+/// seconds, it is drafted anyway (one per step). Returns the lengths and the estimated
+/// seconds the probe costs (0 without one), which the caller takes from its budget
+/// (see [`PROBE_SHARE`]).
+pub fn plan_probing(
+    time: &impl StepTime,
+    base_rows: usize,
+    reqs: &[Candidate],
+    probe_s: f64,
+) -> (Vec<usize>, f64) {
     let mut m: Vec<usize> = reqs.iter().map(|c| c.fixed.unwrap_or(0)).collect();
     let mut rows = base_rows + reqs.len() + m.iter().sum::<usize>();
     let mut n: f64 = reqs
@@ -124,6 +156,7 @@ pub fn plan(time: &impl StepTime, base_rows: usize, reqs: &[Candidate]) -> Vec<u
             .map(|(c, &k)| c.draft_s * k as f64)
             .sum::<f64>();
     let mut explore = true;
+    let mut probe_cost = 0.0;
     loop {
         // A step is never cheaper with more rows; noise in a measured curve must not make
         // drafts look free.
@@ -141,8 +174,16 @@ pub fn plan(time: &impl StepTime, base_rows: usize, reqs: &[Candidate]) -> Vec<u
             break;
         };
         if dn <= 0.0 || dt / dn >= t / n {
-            if explore && dn >= 0.5 && !time.measured(rows + 1) {
+            // Exploring only measures the curve: a draft whose own cost (`dt - dt_rows`,
+            // the draft model's time) outweighs its gain with the row free learns nothing
+            // worth its price.
+            let pays_if_row_free = (dt - dt_rows) / dn < t / n;
+            let probe = reqs[i].probe && dn > 0.0 && dt <= probe_s;
+            if explore && dn >= 0.5 && pays_if_row_free && !time.measured(rows + 1) {
                 explore = false;
+            } else if explore && probe {
+                explore = false;
+                probe_cost = dt;
             } else {
                 break;
             }
@@ -153,7 +194,7 @@ pub fn plan(time: &impl StepTime, base_rows: usize, reqs: &[Candidate]) -> Vec<u
         // From the curve again (not += the floored step), so T cannot drift from it.
         t += time.step_s(rows) - time.step_s(rows - 1) + (dt - dt_rows);
     }
-    m
+    (m, probe_cost)
 }
 
 #[cfg(test)]
@@ -167,9 +208,10 @@ mod tests {
             max: 0,
             fixed: None,
             draft_s: 0.0,
+            probe: false,
         };
         let mut reqs = vec![idle; batch];
-        reqs[0] = c.candidate(c.max_tokens, draft_s);
+        reqs[0] = c.candidate(c.max_tokens, draft_s, false);
         plan(cost, 0, &reqs)[0]
     }
 
@@ -221,6 +263,7 @@ mod tests {
             max: 8,
             fixed: None,
             draft_s: 0.0,
+            probe: false,
         };
         // Alone: rows 2..4 are nearly free, and at a = 0.85 later rows still pay:
         // T = 3.4 ms for N = 1 + .85 + .72 + .61 = 3.18 → T/N ≈ 1.07 ms; the 5th row costs
@@ -268,6 +311,7 @@ mod tests {
             max: 8,
             fixed: None,
             draft_s: 0.0,
+            probe: false,
         };
         // By the guess one draft (1 ms for 0.85 tokens vs T/N = 3.1 ms) pays, the second
         // (1 ms for 0.72 tokens vs 4.1/1.85 = 2.2 ms) too, the third (1/0.61 = 1.63 vs
@@ -280,6 +324,36 @@ mod tests {
         };
         // One draft pays (1/0.4 = 2.5 < 3.1); the second gains 0.16 < 1/2: no exploration.
         assert_eq!(plan(&Sparse, 0, &[poor]), vec![1]);
+        // A draft model costing 2.5 ms per token: the first draft (3.5 ms for 0.85 tokens,
+        // 4.1 ms per token, vs T/N = 3.1 ms) does not pay, and would not were its row free
+        // (2.5/0.85 = 2.9 ms < 3.1 ms: it would), so it is explored; at 3 ms per token
+        // (3/0.85 = 3.5 ms > 3.1 ms) the draft model alone prices it out: no exploration.
+        let costly = |draft_s| Candidate { draft_s, ..c };
+        assert_eq!(plan(&Sparse, 0, &[costly(0.0025)]), vec![1]);
+        assert_eq!(plan(&Sparse, 0, &[costly(0.003)]), vec![0]);
+    }
+
+    #[test]
+    fn a_refused_draft_is_probed_only_within_the_budget_and_where_allowed() {
+        // A draft model at 3 ms per token with a 0.4 estimate: the rule refuses it (4 ms
+        // for 0.4 tokens against T/N = 5 ms per token alone, 3 ms for two).
+        let c = Candidate {
+            acceptance: Acceptance::flat(0.4),
+            max: 8,
+            fixed: None,
+            draft_s: 0.003,
+            probe: true,
+        };
+        assert_eq!(plan_probing(&cpu_line(), 0, &[c], 0.0), (vec![0], 0.0));
+        // A budget short of the draft's 4 ms buys nothing; one that covers it buys exactly
+        // one probe (one draft token, one step), and its cost is reported.
+        assert_eq!(plan_probing(&cpu_line(), 0, &[c], 0.0039), (vec![0], 0.0));
+        let (m, cost) = plan_probing(&cpu_line(), 0, &[c; 2], 1.0);
+        assert_eq!(m.iter().sum::<usize>(), 1, "{m:?}");
+        assert!((cost - 0.004).abs() < 1e-12, "{cost}");
+        // Context lookup learns from its proposal check: never probed.
+        let lookup = Candidate { probe: false, ..c };
+        assert_eq!(plan_probing(&cpu_line(), 0, &[lookup], 1.0), (vec![0], 0.0));
     }
 
     /// A cache-resident model on a CPU: a 5 ms step plus 1 ms per extra row.
@@ -305,7 +379,7 @@ mod tests {
             c.observe(8, 0);
             c.observe(8, 8);
         }
-        let cand = c.candidate(8, 0.0);
+        let cand = c.candidate(8, 0.0, false);
         assert_eq!(plan(&cpu_line(), 0, &[cand]), vec![8]);
         // One rate for the same rounds (each round's own rate, 0 or 1, averaged): the
         // second draft already costs 1 ms for 0.25 tokens against T/N = 6 / 1.5 = 4 ms.
@@ -322,12 +396,12 @@ mod tests {
         for _ in 0..10 {
             c.observe(4, 0);
         }
-        assert_eq!(plan(&cpu_line(), 0, &[c.candidate(8, 0.0)]), vec![0]);
+        assert_eq!(plan(&cpu_line(), 0, &[c.candidate(8, 0.0, false)]), vec![0]);
         // While declined, each step's lookup is checked against the sampled token and
         // observed as a one-token round (the engine's shadow draft).
         for _ in 0..4 {
             c.observe(1, 1);
         }
-        assert!(plan(&cpu_line(), 0, &[c.candidate(8, 0.0)])[0] >= 1);
+        assert!(plan(&cpu_line(), 0, &[c.candidate(8, 0.0, false)])[0] >= 1);
     }
 }

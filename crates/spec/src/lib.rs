@@ -29,7 +29,7 @@ pub mod stats;
 pub mod verify;
 
 pub use acceptance::{Acceptance, AcceptanceCounts};
-pub use control::{plan, Candidate, DraftControl};
+pub use control::{plan, plan_probing, Candidate, DraftControl, PROBE_SHARE};
 pub use folio_core::cost::StepTime;
 pub use ngram::NgramIndex;
 pub use proposal_check::ProposalCheck;

@@ -12,7 +12,8 @@ use std::time::Instant;
 impl Engine {
     /// Drafts for every decoding request that speculates, set on the scheduler for the
     /// next step. Draft lengths are planned jointly for the batch (`folio_spec::plan`, the
-    /// marginal rule against the measured step curve).
+    /// marginal rule against the measured step curve), with a probe when the budget
+    /// (`probe_budget_s`) covers one.
     pub(super) fn propose(&mut self) {
         // Candidates: requests whose every token but the newest sampled one is computed.
         let mut cands: Vec<(RequestId, folio_spec::Candidate)> = Vec::new();
@@ -56,7 +57,9 @@ impl Engine {
             } else {
                 0.0
             };
-            cands.push((id, sp.control.candidate(room, draft_s)));
+            // Context lookup learns from its proposal check; a draft model only by drafting.
+            let probe = sp.method != SpecMethod::Ngram;
+            cands.push((id, sp.control.candidate(room, draft_s, probe)));
         }
         if cands.is_empty() {
             return;
@@ -67,11 +70,18 @@ impl Engine {
             max: 0,
             fixed: None,
             draft_s: 0.0,
+            probe: false,
         };
         let mut all: Vec<folio_spec::Candidate> = cands.iter().map(|c| c.1).collect();
         all.extend(std::iter::repeat_n(idle, others));
         let budget = self.sched.config().token_budget.saturating_sub(all.len());
-        let plan = folio_spec::plan(&self.step_curve, prefill.min(budget), &all);
+        let (plan, probe_s) = folio_spec::plan_probing(
+            &self.step_curve,
+            prefill.min(budget),
+            &all,
+            self.probe_budget_s,
+        );
+        self.probe_budget_s -= probe_s;
         if let Ok(mut st) = self.metrics.spec.lock() {
             st.record_plan(&plan[..cands.len()]);
         }

@@ -38,6 +38,11 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// The probe budget holds at most this many steps' time: enough for one probe of a draft
+/// model (a fraction of a step per token) from the first step on, so a fresh engine tests
+/// its start rate early, and no more, so a long quiet spell does not buy a run of probes.
+const PROBE_BURST: f64 = 3.0;
+
 pub(crate) struct Engine {
     /// The model, its KV bytes, a draft model and the disk tier: the forward side.
     runner: Runner,
@@ -65,6 +70,10 @@ pub(crate) struct Engine {
     token_budget: usize,
     /// Measured seconds per self-draft token (per request); `None` until the first draft.
     draft_cost_s: Option<f64>,
+    /// Seconds the draft planner may still spend on probes (drafts its rule refuses):
+    /// each step adds `folio_spec::PROBE_SHARE` of its time, up to `PROBE_BURST` steps'
+    /// worth, so probes stay about 1% of the time and never come in a run.
+    probe_budget_s: f64,
     /// Samples waiting to be forked from their group's first request once its prompt is
     /// computed (OpenAI `n`): they share its KV blocks instead of recomputing the prompt.
     forks: HashMap<RequestId, Vec<PendingChild>>,
@@ -257,6 +266,8 @@ impl Engine {
             }
         }
         let wall = t0.elapsed().as_secs_f64();
+        self.probe_budget_s =
+            (self.probe_budget_s + folio_spec::PROBE_SHARE * wall).min(PROBE_BURST * wall);
         self.step_curve.add(out.num_tokens(), wall);
         self.learn_costs();
         self.record(&out, wall, fstats);

@@ -200,6 +200,8 @@ pub fn spawn_engine_with_draft(
         max_itl_ms: cfg.max_itl_ms,
         token_budget: cfg.token_budget,
         draft_cost_s: None,
+        // Capped to PROBE_BURST steps at the first step.
+        probe_budget_s: f64::INFINITY,
         forks: HashMap::new(),
         salt,
         kv_events: cfg
