@@ -161,35 +161,31 @@ impl GgufFile {
 
     /// An array-of-strings key.
     pub fn get_str_array(&self, key: &str) -> Result<Vec<&str>> {
-        const EXPECTED: &str = "an array of strings";
-        let v = self.require(key)?;
-        self.get_array(key, EXPECTED)?
-            .iter()
-            .map(|e| e.as_str().ok_or_else(|| Self::wrong_type(key, EXPECTED, v)))
-            .collect()
+        self.get_array_of(key, "an array of strings", Value::as_str)
     }
 
     /// An array-of-integers key as i64 (any integer element type that fits).
     pub fn get_i64_array(&self, key: &str) -> Result<Vec<i64>> {
-        const EXPECTED: &str = "an array of integers";
-        let v = self.require(key)?;
-        self.get_array(key, EXPECTED)?
-            .iter()
-            .map(|e| e.as_i64().ok_or_else(|| Self::wrong_type(key, EXPECTED, v)))
-            .collect()
+        self.get_array_of(key, "an array of integers", Value::as_i64)
     }
 
     /// An array-of-numbers key as f32.
     pub fn get_f32_array(&self, key: &str) -> Result<Vec<f32>> {
-        const EXPECTED: &str = "an array of numbers";
+        self.get_array_of(key, "an array of numbers", |e| e.as_f64().map(|f| f as f32))
+    }
+
+    /// An array key whose every element `elem` reads; the first that it cannot makes the
+    /// whole key a type error naming `expected`.
+    fn get_array_of<'a, T>(
+        &'a self,
+        key: &str,
+        expected: &'static str,
+        elem: impl Fn(&'a Value) -> Option<T>,
+    ) -> Result<Vec<T>> {
         let v = self.require(key)?;
-        self.get_array(key, EXPECTED)?
+        self.get_array(key, expected)?
             .iter()
-            .map(|e| {
-                e.as_f64()
-                    .map(|f| f as f32)
-                    .ok_or_else(|| Self::wrong_type(key, EXPECTED, v))
-            })
+            .map(|e| elem(e).ok_or_else(|| Self::wrong_type(key, expected, v)))
             .collect()
     }
 
