@@ -304,40 +304,40 @@ pub fn apply_threads(threads: Option<usize>) -> Result<()> {
 
 /// Starts the engine on `args`' model with an explicit config.
 pub fn start_with(args: &EngineArgs, cfg: EngineConfig) -> Result<EngineHandle> {
-    {
-        let self_ = args;
-        apply_threads(self_.threads)?;
-        let path = resolve_model(self_.model.as_deref())?;
-        let draft_path = match &self_.draft_model {
-            Some(p) => Some(resolve_model(Some(p))?),
-            None => None,
-        };
-        let gguf = folio_gguf::GgufFile::open(&path)
-            .with_context(|| format!("opening {}", path.display()))?;
-        let mut model = folio_model::Model::from_gguf(&gguf)
-            .with_context(|| format!("loading {}", path.display()))?;
-        model.set_sums(self_.numerics.sums());
-        model.set_attn_precision(self_.attn_precision.precision());
-        let draft = match &draft_path {
-            Some(p) => {
-                let g = folio_gguf::GgufFile::open(p)
-                    .with_context(|| format!("opening draft model {}", p.display()))?;
-                let mut d = folio_model::Model::from_gguf(&g)
-                    .with_context(|| format!("loading draft model {}", p.display()))?;
-                d.set_sums(self_.numerics.sums());
-                d.set_attn_precision(self_.attn_precision.precision());
-                Some(d)
-            }
-            None => None,
-        };
-        let mut tok = folio_tokenizer::Tokenizer::from_gguf(&gguf)
-            .with_context(|| format!("tokenizer of {}", path.display()))?;
-        if let Some(file) = &self_.chat_template {
-            let source = std::fs::read_to_string(file)
-                .with_context(|| format!("--chat-template: reading {}", file.display()))?;
-            tok.set_chat_template(&source)
-                .with_context(|| format!("--chat-template {}", file.display()))?;
-        }
-        folio_engine::spawn_engine_with_draft(model, draft, Arc::new(tok), &path, cfg)
+    apply_threads(args.threads)?;
+    let path = resolve_model(args.model.as_deref())?;
+    let draft_path = match &args.draft_model {
+        Some(p) => Some(resolve_model(Some(p))?),
+        None => None,
+    };
+    let (gguf, model) = load_model(args, &path, "")?;
+    let draft = match &draft_path {
+        Some(p) => Some(load_model(args, p, "draft model ")?.1),
+        None => None,
+    };
+    let mut tok = folio_tokenizer::Tokenizer::from_gguf(&gguf)
+        .with_context(|| format!("tokenizer of {}", path.display()))?;
+    if let Some(file) = &args.chat_template {
+        let source = std::fs::read_to_string(file)
+            .with_context(|| format!("--chat-template: reading {}", file.display()))?;
+        tok.set_chat_template(&source)
+            .with_context(|| format!("--chat-template {}", file.display()))?;
     }
+    folio_engine::spawn_engine_with_draft(model, draft, Arc::new(tok), &path, cfg)
+}
+
+/// Opens and loads one GGUF model (`what` names it in errors: "" or "draft model ") with
+/// `args`' numerics and attention precision.
+fn load_model(
+    args: &EngineArgs,
+    path: &std::path::Path,
+    what: &str,
+) -> Result<(folio_gguf::GgufFile, folio_model::Model)> {
+    let gguf = folio_gguf::GgufFile::open(path)
+        .with_context(|| format!("opening {what}{}", path.display()))?;
+    let mut model = folio_model::Model::from_gguf(&gguf)
+        .with_context(|| format!("loading {what}{}", path.display()))?;
+    model.set_sums(args.numerics.sums());
+    model.set_attn_precision(args.attn_precision.precision());
+    Ok((gguf, model))
 }
