@@ -75,17 +75,22 @@ pub fn run(
                 .load(std::sync::atomic::Ordering::Relaxed),
         )
     };
-    if json_mode {
-        // The token environment is built once per model, on first use: not in the rows.
+    // The token environment is built once per model, on first use, and the schema compiled
+    // once, as the server does per call: neither is in the rows.
+    let schema = if json_mode {
         let t = Instant::now();
-        h.grammars
-            .check(&folio_engine::Constraint::JsonSchema(endless_schema()))
+        let c = h
+            .grammars
+            .compile(&folio_engine::Constraint::JsonSchema(endless_schema()))
             .map_err(anyhow::Error::msg)?;
         eprintln!(
             "json mode: token environment and first compile {:.0} ms",
             t.elapsed().as_secs_f64() * 1e3
         );
-    }
+        Some(c)
+    } else {
+        None
+    };
     let vocab = h.info.vocab_size as u32;
     let mut rows: Vec<EngineRow> = Vec::new();
     for &c in levels {
@@ -104,9 +109,7 @@ pub fn run(
             .map(|p| {
                 let mut r = GenerateRequest::new(p, output_len);
                 r.ignore_eos = true;
-                if json_mode {
-                    r.constraint = Some(folio_engine::Constraint::JsonSchema(endless_schema()));
-                }
+                r.constraint = schema.clone();
                 h.submit(r)
             })
             .collect::<Result<_, _>>()?;

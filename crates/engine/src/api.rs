@@ -41,8 +41,9 @@ pub struct GenerateRequest {
     /// ends, and its prefix-cache blocks are keyed by them.
     pub lora: Option<folio_model::LoraSet>,
     /// Structured output: what the generated text must match (masked at every sampled
-    /// position; the request stops when the grammar is complete).
-    pub constraint: Option<crate::Constraint>,
+    /// position; the request stops when the grammar is complete), compiled by
+    /// [`crate::Grammars::compile`] before submit.
+    pub constraint: Option<crate::Compiled>,
     /// Score the prompt: the log-probability of every prompt token after the first, with
     /// this many top alternatives (see `prompt_scoring`). The request then skips the
     /// prefix cache, and `max_tokens` may be 0 (score only, generate nothing).

@@ -4,8 +4,11 @@
 //!
 //! - [`Grammars`] is the vocabulary as llguidance sees it (each token id's bytes, special
 //!   tokens marked, the end-of-generation ids as EOS), built once per model on first use
-//!   and shared by every request; [`Grammars::check`] compiles a constraint without
-//!   running it (the server answers 400 with llguidance's message).
+//!   and shared by every request; [`Grammars::compile`] turns a constraint into a
+//!   [`Compiled`] one, off the engine thread (the server answers 400 with llguidance's
+//!   message when it fails). A request carries the compiled matcher, and the engine, its
+//!   forks and the other prompts of a batched request each start from a clone of it:
+//!   nothing is compiled on the engine thread, where it would stall every running decode.
 //! - `Guide` is one request's matcher: the token mask of the current position (disallowed
 //!   logits become −∞), commit of sampled tokens, the check of drafts against the grammar
 //!   and rollback of drafted tokens, and whether the grammar is done (the request then
@@ -68,16 +71,6 @@ impl Constraint {
         })
     }
 
-    /// Short name for logs and metrics.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            Constraint::JsonObject => "json_object",
-            Constraint::JsonSchema(_) => "json_schema",
-            Constraint::Regex(_) => "regex",
-            Constraint::Choice(_) => "choice",
-            Constraint::Lark(_) => "grammar",
-        }
-    }
 }
 
 /// `schema` with folio's JSON layout unless it sets `x-guidance` itself.
@@ -168,38 +161,54 @@ impl Grammars {
             .map_err(Clone::clone)
     }
 
-    /// Compiles `c` into a fresh matcher; the error is llguidance's message.
-    fn matcher(&self, c: &Constraint) -> Result<Matcher, String> {
+    /// Compiles `c` into a fresh matcher; the error is llguidance's message. Builds the
+    /// token environment on first use, which takes a while: call it off async threads.
+    pub fn compile(&self, c: &Constraint) -> Result<Compiled, String> {
         let grammar = c.grammar()?;
         let f = self.factory()?;
         let parser = f.create_parser(grammar).map_err(|e| e.to_string())?;
-        let m = Matcher::new(Ok(parser));
-        match m.get_error() {
+        let matcher = Matcher::new(Ok(parser));
+        match matcher.get_error() {
             Some(e) => Err(e),
-            None => Ok(m),
+            None => Ok(Compiled {
+                constraint: c.clone(),
+                matcher,
+            }),
         }
     }
 
-    /// Whether `c` compiles (the error is llguidance's message). Builds the token
-    /// environment on first use, which takes a while: call it off async threads.
-    pub fn check(&self, c: &Constraint) -> Result<(), String> {
-        self.matcher(c).map(|_| ())
-    }
-
-    /// A request's guide, counting mask time into `metrics`.
-    pub(crate) fn guide(
-        &self,
-        c: &Constraint,
-        metrics: Arc<EngineMetrics>,
-    ) -> Result<Guide, String> {
-        Ok(Guide {
-            matcher: self.matcher(c)?,
+    /// A request's guide: a clone of the compiled matcher at its start, counting mask time
+    /// into `metrics`.
+    pub(crate) fn guide(&self, c: &Compiled, metrics: Arc<EngineMetrics>) -> Guide {
+        Guide {
+            matcher: c.matcher.clone(),
             eos: self
                 .tokenizer
                 .eos_id()
                 .or(self.tokenizer.eog_ids().first().copied()),
             metrics,
-        })
+        }
+    }
+}
+
+/// A constraint compiled by [`Grammars::compile`]: its matcher at the start of the output,
+/// cloned for each request that runs it.
+#[derive(Clone)]
+pub struct Compiled {
+    constraint: Constraint,
+    matcher: Matcher,
+}
+
+impl Compiled {
+    /// The constraint it was compiled from.
+    pub fn constraint(&self) -> &Constraint {
+        &self.constraint
+    }
+}
+
+impl std::fmt::Debug for Compiled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Compiled").field(&self.constraint).finish()
     }
 }
 

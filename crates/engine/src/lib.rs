@@ -43,7 +43,7 @@ pub use api::{
     RequestId, RequestStream, SubmitError, TokenLogprob, Usage,
 };
 pub use config::{EngineConfig, SpecMethod};
-pub use constraint::{Constraint, Grammars};
+pub use constraint::{Compiled, Constraint, Grammars};
 pub use embed::Pooling;
 pub use engine::{spawn_engine, spawn_engine_with_draft};
 pub use folio_model::LoraSet;

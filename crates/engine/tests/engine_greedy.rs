@@ -5,7 +5,7 @@
 mod common;
 use common::*;
 use folio_core::sched::{BatchPolicy, KvReservation};
-use folio_engine::{EngineConfig, FinishReason};
+use folio_engine::{EngineConfig, EngineHandle, FinishReason};
 
 const N: usize = 16;
 const MAX: usize = 24;
@@ -421,9 +421,11 @@ fn constrained_greedy_is_invariant() {
         "required": ["topic", "facts", "rating"],
         "additionalProperties": false
     });
-    let req = |p: &Vec<u32>| {
+    // Compiled once per engine, as the server compiles once per call.
+    let req = |h: &EngineHandle, p: &Vec<u32>| {
         let mut r = folio_engine::GenerateRequest::new(p.clone(), 80);
-        r.constraint = Some(Constraint::JsonSchema(schema.clone()));
+        let c = Constraint::JsonSchema(schema.clone());
+        r.constraint = Some(h.grammars.compile(&c).expect("the schema compiles"));
         r
     };
     let base = EngineConfig {
@@ -434,11 +436,11 @@ fn constrained_greedy_is_invariant() {
         let h = engine(cfg);
         let ps = prompts(&h, N);
         let outs = if together {
-            let streams: Vec<_> = ps.iter().map(|p| h.submit(req(p)).unwrap()).collect();
+            let streams: Vec<_> = ps.iter().map(|p| h.submit(req(&h, p)).unwrap()).collect();
             streams.into_iter().map(|s| collect(s).ids).collect()
         } else {
             ps.iter()
-                .map(|p| collect(h.submit(req(p)).unwrap()).ids)
+                .map(|p| collect(h.submit(req(&h, p)).unwrap()).ids)
                 .collect()
         };
         let drafted = h.metrics.spec.lock().unwrap().drafted;

@@ -12,11 +12,11 @@
 //! - llama-server `grammar` (GBNF) and `json_schema` (a schema).
 //!
 //! Two of them in one request are a 400 naming both. Whether the constraint compiles is
-//! checked by [`check`] (llguidance's message in a 400).
+//! settled by [`compile`] (llguidance's message in a 400), once per call.
 
 use crate::error::ApiError;
 use crate::fields::{show, Fields};
-use folio_engine::{Constraint, EngineHandle};
+use folio_engine::{Compiled, Constraint, EngineHandle};
 use serde_json::Value;
 
 /// Most alternatives of a choice.
@@ -79,11 +79,12 @@ pub fn parse(f: &Fields) -> Result<Option<Structured>, ApiError> {
 }
 
 /// Compiles the constraint (off the async threads: the first one builds the vocabulary's
-/// token environment); a schema or grammar llguidance refuses is a 400 with its message.
-pub async fn check(engine: &EngineHandle, s: &Structured) -> Result<(), ApiError> {
+/// token environment) into the matcher every request of this call starts from; a schema or
+/// grammar llguidance refuses is a 400 with its message.
+pub async fn compile(engine: &EngineHandle, s: &Structured) -> Result<Compiled, ApiError> {
     let grammars = engine.grammars.clone();
     let c = s.constraint.clone();
-    let r = tokio::task::spawn_blocking(move || grammars.check(&c))
+    let r = tokio::task::spawn_blocking(move || grammars.compile(&c))
         .await
         .map_err(|e| {
             ApiError::new(

@@ -84,9 +84,10 @@ pub async fn start(
             constraint: folio_engine::Constraint::JsonSchema(schema),
         });
     }
-    if let Some(c) = &p.constraint {
-        crate::constraint::check(&s.engine, c).await?;
-    }
+    let compiled = match &p.constraint {
+        Some(c) => Some(crate::constraint::compile(&s.engine, c).await?),
+        None => None,
+    };
     let mut inputs = match api {
         Api::Chat => vec![prompt::chat_prompt(prompt_field, &f)?],
         Api::Completions => prompt::completion_prompts(prompt_field, info.vocab_size)?,
@@ -162,7 +163,7 @@ pub async fn start(
             spec: p.spec,
             spec_tokens: p.spec_tokens,
             lora: lora.clone(),
-            constraint: p.constraint.as_ref().map(|c| c.constraint.clone()),
+            constraint: compiled.clone(),
             // Echo with logprobs scores the prompt; max_tokens 0 runs as score-only.
             prompt_logprobs: if (p.echo && p.logprobs.is_some()) || max == 0 {
                 Some(p.logprobs.unwrap_or(0))

@@ -12,7 +12,7 @@
 //! - `routes`: handlers; `generate`: validate → tokenize → submit n → stream or collect.
 //! - `body` + `fields`: JSON bodies read field by field; errors name field, limit and value.
 //! - `constraint`: structured-output fields (`response_format`, `structured_outputs`,
-//!   `guided_*`, `grammar`, `json_schema`) → one engine `Constraint`, compiled before submit.
+//!   `guided_*`, `grammar`, `json_schema`) → one engine `Constraint`, compiled once before submit.
 //! - `params`: sampling parameters, stop, n, logprobs, stream options → [`params::Params`].
 //! - `logit_fields`: `logit_bias`, `min_tokens`, `allowed_token_ids`, `bad_words`.
 //! - `known_fields`: the fields each endpoint reads or may ignore; any other is a 400.

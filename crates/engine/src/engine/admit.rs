@@ -32,13 +32,10 @@ impl Engine {
         if self.shutting_down {
             return finish(&tx, FinishReason::ShuttingDown);
         }
-        let guide = match &req.constraint {
-            None => None,
-            Some(c) => match self.grammars.guide(c, self.metrics.clone()) {
-                Ok(g) => Some(g),
-                Err(e) => return finish(&tx, FinishReason::Error(format!("{}: {e}", c.kind()))),
-            },
-        };
+        let guide = req
+            .constraint
+            .as_ref()
+            .map(|c| self.grammars.guide(c, self.metrics.clone()));
         let ctx = self.info.context_length;
         let prompt_len = req.prompt.len();
         // The context bounds the output too: at most ctx − prompt tokens are generated.
@@ -111,12 +108,11 @@ impl Engine {
                 .max_tokens
                 .min(ctx.saturating_sub(prompt.len()))
                 .max(1);
-            let guide = c.req.constraint.as_ref().and_then(|g| {
-                self.grammars
-                    .guide(g, self.metrics.clone())
-                    .map_err(|e| tracing::warn!("constraint of a forked sample: {e}"))
-                    .ok()
-            });
+            let guide = c
+                .req
+                .constraint
+                .as_ref()
+                .map(|g| self.grammars.guide(g, self.metrics.clone()));
             let mut live = self.new_live(c.req, &prompt, c.tx, guide);
             live.cached_tokens = cached;
             live.scores = None;
