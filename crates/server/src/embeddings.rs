@@ -45,10 +45,7 @@ async fn answer(
     arrival: Instant,
 ) -> Result<Response, ApiError> {
     let s = &st.0;
-    if st.draining() {
-        s.metrics.rejected(503);
-        return Err(ApiError::shutting_down());
-    }
+    st.refuse_if_draining()?;
     crate::known_fields::check_embeddings(&body)?;
     // The inputs leave the body (moved, not copied: they may be megabytes).
     let input = body.remove("input");

@@ -50,10 +50,7 @@ pub async fn start(
     arrival: Instant,
 ) -> Result<Started, ApiError> {
     let s = &st.0;
-    if st.draining() {
-        s.metrics.rejected(503);
-        return Err(ApiError::shutting_down());
-    }
+    st.refuse_if_draining()?;
     let info = &s.engine.info;
     let cap = st.capacity();
     crate::known_fields::check(&body, api)?;

@@ -105,6 +105,15 @@ impl AppState {
         self.0.draining.load(Ordering::Relaxed)
     }
 
+    /// A new request's first check: while draining it is refused (503, counted).
+    pub fn refuse_if_draining(&self) -> Result<(), crate::error::ApiError> {
+        if self.draining() {
+            self.0.metrics.rejected(503);
+            return Err(crate::error::ApiError::shutting_down());
+        }
+        Ok(())
+    }
+
     /// Generation requests being answered.
     pub fn active(&self) -> usize {
         self.0.active.load(Ordering::Relaxed)
