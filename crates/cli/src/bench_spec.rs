@@ -23,6 +23,10 @@ pub struct SpecRow {
     pub acceptance: f64,
     /// Share of speculating decodes the draft-length rule gave no draft.
     pub declined: f64,
+    /// Time spent proposing (planning, lookups, draft passes) as a share of the decode
+    /// window: what speculation costs outside the verifying forward, measured rather than
+    /// read off a noisy speed ratio.
+    pub propose_share: f64,
     pub speedup: f64,
 }
 
@@ -238,6 +242,7 @@ pub fn median_rows(reps: &[Vec<SpecRow>]) -> Vec<SpecRow> {
                 tokens_per_step: field(|r| r.tokens_per_step),
                 acceptance: field(|r| r.acceptance),
                 declined: field(|r| r.declined),
+                propose_share: field(|r| r.propose_share),
                 speedup: field(|r| r.speedup),
                 ..first[i].clone()
             }
@@ -310,6 +315,7 @@ mod tests {
             tokens_per_step: 1.0,
             acceptance: 0.0,
             declined: 0.0,
+            propose_share: 0.0,
             speedup,
         }
     }
@@ -444,6 +450,7 @@ fn run_workload(
                 tokens_per_step: ratio(st.emitted, st.rounds, 1.0),
                 acceptance: ratio(st.accepted, st.drafted, 0.0),
                 declined: ratio(st.rule_declined, st.rule_considered, 0.0),
+                propose_share: st.propose_s / t.secs,
                 speedup: tok_s / (off.tokens as f64 / off.secs),
             });
         }
@@ -462,7 +469,7 @@ struct Tally {
 
 pub fn print(rows: &[SpecRow], versus: &[Versus]) {
     println!(
-        "{:<10} {:<8} {:>5} {:>5} {:>8} {:>12} {:>11} {:>10} {:>9} {:>8}",
+        "{:<10} {:<8} {:>5} {:>5} {:>8} {:>12} {:>11} {:>10} {:>9} {:>8} {:>8}",
         "workload",
         "proposer",
         "k",
@@ -472,11 +479,12 @@ pub fn print(rows: &[SpecRow], versus: &[Versus]) {
         "tokens/step",
         "acceptance",
         "declined",
+        "propose",
         "speedup"
     );
     for r in rows {
         println!(
-            "{:<10} {:<8} {:>5} {:>5} {:>8} {:>12.1} {:>11.2} {:>10.2} {:>8.0}% {:>7.2}x",
+            "{:<10} {:<8} {:>5} {:>5} {:>8} {:>12.1} {:>11.2} {:>10.2} {:>8.0}% {:>7.1}% {:>7.2}x",
             r.workload,
             r.proposer,
             r.k.map_or("adapt".to_string(), |k| k.to_string()),
@@ -486,10 +494,11 @@ pub fn print(rows: &[SpecRow], versus: &[Versus]) {
             r.tokens_per_step,
             r.acceptance,
             r.declined * 100.0,
+            r.propose_share * 100.0,
             r.speedup
         );
     }
-    println!("= medians over --repeat runs; decode tok/s over the window where every request has its first token; tokens/step = emitted / verification rounds (ΣN/Σrounds); declined = speculating decodes the draft-length rule gave no draft");
+    println!("= medians over --repeat runs; decode tok/s over the window where every request has its first token; tokens/step = emitted / verification rounds (ΣN/Σrounds); declined = speculating decodes the draft-length rule gave no draft; propose = time spent planning and drafting after steps, as a share of the window");
     for v in versus {
         println!(
             "adaptive vs best fixed k: {:<10} {:<6} batch {:>3}: {:.2}x of k={} ({:.2}x of spec off)",

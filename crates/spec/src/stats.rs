@@ -21,6 +21,10 @@ pub struct SpecStats {
     pub rule_considered: u64,
     pub rule_declined: u64,
     pub rule_planned_tokens: u64,
+    /// Seconds spent proposing after steps: planning draft lengths, lookups and draft-model
+    /// passes, all that speculation adds outside the verifying forward (with the rule
+    /// declining every draft, the whole of its cost).
+    pub propose_s: f64,
 }
 
 impl SpecStats {
@@ -61,6 +65,7 @@ impl SpecStats {
             rule_considered: self.rule_considered - before.rule_considered,
             rule_declined: self.rule_declined - before.rule_declined,
             rule_planned_tokens: self.rule_planned_tokens - before.rule_planned_tokens,
+            propose_s: self.propose_s - before.propose_s,
             ..SpecStats::default()
         }
     }

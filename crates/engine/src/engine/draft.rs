@@ -15,6 +15,14 @@ impl Engine {
     /// marginal rule against the measured step curve), with a probe when the budget
     /// (`probe_budget_s`) covers one.
     pub(super) fn propose(&mut self) {
+        let t0 = Instant::now();
+        self.propose_drafts();
+        if let Ok(mut st) = self.metrics.spec.lock() {
+            st.propose_s += t0.elapsed().as_secs_f64();
+        }
+    }
+
+    fn propose_drafts(&mut self) {
         // Candidates: requests whose every token but the newest sampled one is computed.
         let mut cands: Vec<(RequestId, folio_spec::Candidate)> = Vec::new();
         let mut others = 0usize;
