@@ -28,6 +28,9 @@ pub struct SpecRow {
     /// read off a noisy speed ratio.
     pub propose_share: f64,
     pub speedup: f64,
+    /// The lowest and highest per-repeat speed-up behind the median: how far this
+    /// machine's noise moves the ratio between runs of the same configurations.
+    pub speedup_range: (f64, f64),
 }
 
 /// The extraction-style workloads: a long input and a request whose answer copies it.
@@ -244,6 +247,10 @@ pub fn median_rows(reps: &[Vec<SpecRow>]) -> Vec<SpecRow> {
                 declined: field(|r| r.declined),
                 propose_share: field(|r| r.propose_share),
                 speedup: field(|r| r.speedup),
+                speedup_range: reps.iter().map(|r| r[i].speedup).fold(
+                    (f64::INFINITY, f64::NEG_INFINITY),
+                    |(lo, hi), x| (lo.min(x), hi.max(x)),
+                ),
                 ..first[i].clone()
             }
         })
@@ -317,6 +324,7 @@ mod tests {
             declined: 0.0,
             propose_share: 0.0,
             speedup,
+            speedup_range: (speedup, speedup),
         }
     }
 
@@ -349,6 +357,7 @@ mod tests {
         // Ratios 290/300, 150/310, 280/290: the median is 280/290.
         assert!((v[0].vs_best_fixed - 280.0 / 290.0).abs() < 1e-12);
         assert_eq!(v[0].vs_off, 2.8);
+        assert_eq!(median_rows(&reps)[1].speedup_range, (1.5, 2.9));
         assert_eq!(median_rows(&reps)[2].decode_tok_s, 250.0);
     }
 }
@@ -432,6 +441,7 @@ fn run_workload(
             let t = &tallies[i][bi];
             let off = &tallies[0][bi];
             let tok_s = t.tokens as f64 / t.secs;
+            let speedup = tok_s / (off.tokens as f64 / off.secs);
             let st = &t.spec;
             let ratio = |num: u64, den: u64, none: f64| {
                 if den > 0 {
@@ -451,7 +461,8 @@ fn run_workload(
                 acceptance: ratio(st.accepted, st.drafted, 0.0),
                 declined: ratio(st.rule_declined, st.rule_considered, 0.0),
                 propose_share: st.propose_s / t.secs,
-                speedup: tok_s / (off.tokens as f64 / off.secs),
+                speedup,
+                speedup_range: (speedup, speedup),
             });
         }
     }
@@ -469,7 +480,7 @@ struct Tally {
 
 pub fn print(rows: &[SpecRow], versus: &[Versus]) {
     println!(
-        "{:<10} {:<8} {:>5} {:>5} {:>8} {:>12} {:>11} {:>10} {:>9} {:>8} {:>8}",
+        "{:<10} {:<8} {:>5} {:>5} {:>8} {:>12} {:>11} {:>10} {:>9} {:>8} {:>8} {:>11}",
         "workload",
         "proposer",
         "k",
@@ -480,11 +491,12 @@ pub fn print(rows: &[SpecRow], versus: &[Versus]) {
         "acceptance",
         "declined",
         "propose",
-        "speedup"
+        "speedup",
+        "runs"
     );
     for r in rows {
         println!(
-            "{:<10} {:<8} {:>5} {:>5} {:>8} {:>12.1} {:>11.2} {:>10.2} {:>8.0}% {:>7.1}% {:>7.2}x",
+            "{:<10} {:<8} {:>5} {:>5} {:>8} {:>12.1} {:>11.2} {:>10.2} {:>8.0}% {:>7.1}% {:>7.2}x {:>5.2}-{:<5.2}",
             r.workload,
             r.proposer,
             r.k.map_or("adapt".to_string(), |k| k.to_string()),
@@ -495,10 +507,12 @@ pub fn print(rows: &[SpecRow], versus: &[Versus]) {
             r.acceptance,
             r.declined * 100.0,
             r.propose_share * 100.0,
-            r.speedup
+            r.speedup,
+            r.speedup_range.0,
+            r.speedup_range.1
         );
     }
-    println!("= medians over --repeat runs; decode tok/s over the window where every request has its first token; tokens/step = emitted / verification rounds (ΣN/Σrounds); declined = speculating decodes the draft-length rule gave no draft; propose = time spent planning and drafting after steps, as a share of the window");
+    println!("= medians over --repeat runs; decode tok/s over the window where every request has its first token; tokens/step = emitted / verification rounds (ΣN/Σrounds); declined = speculating decodes the draft-length rule gave no draft; propose = time spent planning and drafting after steps, as a share of the window; runs = the lowest and highest per-run speed-up behind the median");
     for v in versus {
         println!(
             "adaptive vs best fixed k: {:<10} {:<6} batch {:>3}: {:.2}x of k={} ({:.2}x of spec off)",
