@@ -247,10 +247,12 @@ pub fn median_rows(reps: &[Vec<SpecRow>]) -> Vec<SpecRow> {
                 declined: field(|r| r.declined),
                 propose_share: field(|r| r.propose_share),
                 speedup: field(|r| r.speedup),
-                speedup_range: reps.iter().map(|r| r[i].speedup).fold(
-                    (f64::INFINITY, f64::NEG_INFINITY),
-                    |(lo, hi), x| (lo.min(x), hi.max(x)),
-                ),
+                speedup_range: reps
+                    .iter()
+                    .map(|r| r[i].speedup)
+                    .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), x| {
+                        (lo.min(x), hi.max(x))
+                    }),
                 ..first[i].clone()
             }
         })

@@ -70,7 +70,6 @@ impl Constraint {
             Constraint::Lark(g) => TopLevelGrammar::from_lark(g.clone()),
         })
     }
-
 }
 
 /// `schema` with folio's JSON layout unless it sets `x-guidance` itself.
