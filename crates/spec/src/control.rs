@@ -325,8 +325,8 @@ mod tests {
         // One draft pays (1/0.4 = 2.5 < 3.1); the second gains 0.16 < 1/2: no exploration.
         assert_eq!(plan(&Sparse, 0, &[poor]), vec![1]);
         // A draft model costing 2.5 ms per token: the first draft (3.5 ms for 0.85 tokens,
-        // 4.1 ms per token, vs T/N = 3.1 ms) does not pay, and would not were its row free
-        // (2.5/0.85 = 2.9 ms < 3.1 ms: it would), so it is explored; at 3 ms per token
+        // 4.1 ms per token, vs T/N = 3.1 ms) does not pay, but would were its row free
+        // (2.5/0.85 = 2.9 ms < 3.1 ms), so it is explored; at 3 ms per token
         // (3/0.85 = 3.5 ms > 3.1 ms) the draft model alone prices it out: no exploration.
         let costly = |draft_s| Candidate { draft_s, ..c };
         assert_eq!(plan(&Sparse, 0, &[costly(0.0025)]), vec![1]);

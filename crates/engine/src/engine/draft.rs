@@ -16,13 +16,16 @@ impl Engine {
     /// (`probe_budget_s`) covers one.
     pub(super) fn propose(&mut self) {
         let t0 = Instant::now();
-        self.propose_drafts();
-        if let Ok(mut st) = self.metrics.spec.lock() {
-            st.propose_s += t0.elapsed().as_secs_f64();
+        // Steps with no speculating decode cost nothing here and record nothing.
+        if self.propose_drafts() {
+            if let Ok(mut st) = self.metrics.spec.lock() {
+                st.propose_s += t0.elapsed().as_secs_f64();
+            }
         }
     }
 
-    fn propose_drafts(&mut self) {
+    /// Whether any decode was a candidate (the plan ran).
+    fn propose_drafts(&mut self) -> bool {
         // Candidates: requests whose every token but the newest sampled one is computed.
         let mut cands: Vec<(RequestId, folio_spec::Candidate)> = Vec::new();
         let mut others = 0usize;
@@ -70,7 +73,7 @@ impl Engine {
             cands.push((id, sp.control.candidate(room, draft_s, probe)));
         }
         if cands.is_empty() {
-            return;
+            return false;
         }
         // Non-speculating decodes enter the plan as candidates that never draft.
         let idle = folio_spec::Candidate {
@@ -121,6 +124,7 @@ impl Engine {
         if !self_draft.is_empty() {
             self.self_draft(&self_draft);
         }
+        true
     }
 
     /// Runs the target's first layers autoregressively for the listed requests (batched
