@@ -178,7 +178,11 @@ pub fn plan_probing(
             // the draft model's time) outweighs its gain with the row free learns nothing
             // worth its price.
             let pays_if_row_free = (dt - dt_rows) / dn < t / n;
-            let probe = reqs[i].probe && dn > 0.0 && dt <= probe_s;
+            // A probe only learns acceptance: where even a draft accepted for certain (one
+            // token for `dt`) would not pay, no estimate it could correct makes drafting
+            // pay, and the probe would be spent for nothing (a draft model in a crowd).
+            let could_pay = dt < t / n;
+            let probe = reqs[i].probe && dn > 0.0 && dt <= probe_s && could_pay;
             if explore && dn >= 0.5 && pays_if_row_free && !time.measured(rows + 1) {
                 explore = false;
             } else if explore && probe {
@@ -348,9 +352,24 @@ mod tests {
         // A budget short of the draft's 4 ms buys nothing; one that covers it buys exactly
         // one probe (one draft token, one step), and its cost is reported.
         assert_eq!(plan_probing(&cpu_line(), 0, &[c], 0.0039), (vec![0], 0.0));
-        let (m, cost) = plan_probing(&cpu_line(), 0, &[c; 2], 1.0);
-        assert_eq!(m.iter().sum::<usize>(), 1, "{m:?}");
+        let (m, cost) = plan_probing(&cpu_line(), 0, &[c], 1.0);
+        assert_eq!(m, vec![1]);
         assert!((cost - 0.004).abs() < 1e-12, "{cost}");
+        // Two requests: T/N = 6 ms / 2 = 3 ms a token, below the 4 ms even a certain draft
+        // costs, so no acceptance a probe could find would make drafting pay: no probe.
+        assert_eq!(
+            plan_probing(&cpu_line(), 0, &[c; 2], 1.0),
+            (vec![0, 0], 0.0)
+        );
+        // A cheaper draft model (1 ms a token, 2 ms with its row) could pay with good
+        // acceptance: one of the two is probed.
+        let cheap = Candidate {
+            draft_s: 0.001,
+            ..c
+        };
+        let (m, cost) = plan_probing(&cpu_line(), 0, &[cheap; 2], 1.0);
+        assert_eq!(m.iter().sum::<usize>(), 1, "{m:?}");
+        assert!((cost - 0.002).abs() < 1e-12, "{cost}");
         // Context lookup learns from its proposal check: never probed.
         let lookup = Candidate { probe: false, ..c };
         assert_eq!(plan_probing(&cpu_line(), 0, &[lookup], 1.0), (vec![0], 0.0));
