@@ -31,6 +31,10 @@ pub struct SpecRow {
     /// The lowest and highest per-repeat speed-up behind the median: how far this
     /// machine's noise moves the ratio between runs of the same configurations.
     pub speedup_range: (f64, f64),
+    /// Decode tok/s of each round (one batch of new prompts) of this run.
+    pub round_tok_s: Vec<f64>,
+    /// Each round's tok/s over spec off's in the same round (run beside it).
+    pub round_speedup: Vec<f64>,
 }
 
 /// The extraction-style workloads: a long input and a request whose answer copies it.
@@ -212,10 +216,10 @@ fn decode_window(
 /// The plan's rows, once per repeat (same rows in the same order each time).
 pub fn run(engine: &EngineArgs, plan: &Plan) -> Result<Vec<Vec<SpecRow>>> {
     let mut reps = Vec::new();
-    for _ in 0..plan.repeat.max(1) {
+    for rep in 0..plan.repeat.max(1) {
         let mut rows: Vec<SpecRow> = Vec::new();
         for &w in &plan.workloads {
-            run_workload(engine, w, plan, &mut rows)?;
+            run_workload(engine, w, plan, rep, &mut rows)?;
         }
         reps.push(rows);
     }
@@ -231,8 +235,10 @@ fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
-/// Each row's figures as the median over repeats (speed-ups are medians of each repeat's
-/// own ratio, taken against spec off measured in the same repeat).
+/// Each row's figures as the median over repeats; speed-ups are the median over every
+/// round of every repeat of that round's ratio to spec off run beside it (this machine's
+/// speed drifts over seconds, ±15% between windows of identical work, so only windows
+/// run side by side compare, and a stalled window must not decide a figure).
 pub fn median_rows(reps: &[Vec<SpecRow>]) -> Vec<SpecRow> {
     let Some(first) = reps.first() else {
         return Vec::new();
@@ -246,7 +252,7 @@ pub fn median_rows(reps: &[Vec<SpecRow>]) -> Vec<SpecRow> {
                 acceptance: field(|r| r.acceptance),
                 declined: field(|r| r.declined),
                 propose_share: field(|r| r.propose_share),
-                speedup: field(|r| r.speedup),
+                speedup: median(rounds(reps, i, |r| &r.round_speedup)),
                 speedup_range: reps
                     .iter()
                     .map(|r| r[i].speedup)
@@ -259,6 +265,11 @@ pub fn median_rows(reps: &[Vec<SpecRow>]) -> Vec<SpecRow> {
         .collect()
 }
 
+/// Row `i`'s per-round figures over every repeat, in order.
+fn rounds(reps: &[Vec<SpecRow>], i: usize, f: fn(&SpecRow) -> &Vec<f64>) -> Vec<f64> {
+    reps.iter().flat_map(|r| f(&r[i]).iter().copied()).collect()
+}
+
 /// The adaptive draft length against the best fixed one, per workload, proposer and batch.
 #[derive(Serialize)]
 pub struct Versus {
@@ -267,7 +278,7 @@ pub struct Versus {
     pub batch: usize,
     /// The fixed k with the highest median tok/s.
     pub best_k: usize,
-    /// Median over repeats of adaptive tok/s ÷ the best fixed k's tok/s.
+    /// Median over every round of adaptive tok/s ÷ the best fixed k's tok/s.
     pub vs_best_fixed: f64,
     /// Median over repeats of adaptive tok/s ÷ speculation off.
     pub vs_off: f64,
@@ -298,8 +309,10 @@ pub fn adaptive_vs_fixed(reps: &[Vec<SpecRow>]) -> Vec<Versus> {
                 batch: a.batch,
                 best_k: b.k.unwrap_or(0),
                 vs_best_fixed: median(
-                    reps.iter()
-                        .map(|r| r[ai].decode_tok_s / r[bi].decode_tok_s.max(1e-9))
+                    rounds(reps, ai, |r| &r.round_tok_s)
+                        .iter()
+                        .zip(rounds(reps, bi, |r| &r.round_tok_s))
+                        .map(|(a, b)| a / b.max(1e-9))
                         .collect(),
                 ),
                 vs_off: a.speedup,
@@ -327,6 +340,8 @@ mod tests {
             propose_share: 0.0,
             speedup,
             speedup_range: (speedup, speedup),
+            round_tok_s: vec![tok_s],
+            round_speedup: vec![speedup],
         }
     }
 
@@ -362,6 +377,43 @@ mod tests {
         assert_eq!(median_rows(&reps)[1].speedup_range, (1.5, 2.9));
         assert_eq!(median_rows(&reps)[2].decode_tok_s, 250.0);
     }
+
+    #[test]
+    fn speedups_are_medians_over_every_round_of_every_repeat() {
+        let with_rounds = |tok: Vec<f64>, off: &[f64]| {
+            let mut r = row("ngram", None, 0.0, 0.0);
+            r.round_speedup = tok.iter().zip(off).map(|(a, o)| a / o).collect();
+            r.round_tok_s = tok;
+            r
+        };
+        let fixed = |tok: Vec<f64>, off: &[f64]| {
+            let mut r = with_rounds(tok, off);
+            r.k = Some(4);
+            r
+        };
+        let off = [100.0, 100.0, 50.0];
+        // Repeat 1's rounds: 1.1, 0.9, 1.2; repeat 2's: 1.0, 3.0, 0.95. Over all six the
+        // median is (1.0 + 1.1) / 2, whatever each repeat's own median (1.1, 1.0).
+        let reps = vec![
+            vec![
+                with_rounds(vec![110.0, 90.0, 60.0], &off),
+                fixed(vec![100.0, 100.0, 50.0], &off),
+            ],
+            vec![
+                with_rounds(vec![100.0, 300.0, 47.5], &off),
+                fixed(vec![100.0, 100.0, 50.0], &off),
+            ],
+        ];
+        let med = median_rows(&reps);
+        assert!((med[0].speedup - 1.05).abs() < 1e-12, "{}", med[0].speedup);
+        let v = adaptive_vs_fixed(&reps);
+        assert_eq!(v.len(), 1);
+        assert!(
+            (v[0].vs_best_fixed - 1.05).abs() < 1e-12,
+            "{}",
+            v[0].vs_best_fixed
+        );
+    }
 }
 
 /// Every configuration's engine runs at once and they take turns, one batch of requests
@@ -371,6 +423,7 @@ fn run_workload(
     engine: &EngineArgs,
     workload: Workload,
     plan: &Plan,
+    rep: usize,
     rows: &mut Vec<SpecRow>,
 ) -> Result<()> {
     let mut runs = vec![("off", SpecMethod::Off, None)];
@@ -419,11 +472,19 @@ fn run_workload(
             before.push(h.metrics.spec.lock().map(|s| s.clone()).unwrap_or_default());
         }
         let mut window = vec![(0usize, 0f64); handles.len()];
+        // Each round's tok/s per configuration (speed-ups are taken round by round).
+        let mut per_round = vec![Vec::with_capacity(n_rounds); handles.len()];
         for round in 0..n_rounds {
-            for (h, w) in handles.iter().zip(&mut window) {
-                let (t, s) = decode_window(h, prompts(round)?, plan.max_tokens)?;
-                w.0 += t;
-                w.1 += s;
+            // The turn order rotates by round and repeat, so no configuration always runs
+            // first, or always right after the same other one (whose threads and caches
+            // it would inherit).
+            let n = handles.len();
+            for j in 0..n {
+                let i = (j + round + rep) % n;
+                let (t, s) = decode_window(&handles[i], prompts(round)?, plan.max_tokens)?;
+                window[i].0 += t;
+                window[i].1 += s;
+                per_round[i].push(t as f64 / s.max(1e-9));
             }
         }
         for (i, h) in handles.iter().enumerate() {
@@ -431,6 +492,7 @@ fn run_workload(
             tallies[i].push(Tally {
                 tokens: window[i].0,
                 secs: window[i].1.max(1e-9),
+                per_round: std::mem::take(&mut per_round[i]),
                 spec: after.since(&before[i]),
             });
         }
@@ -443,7 +505,15 @@ fn run_workload(
             let t = &tallies[i][bi];
             let off = &tallies[0][bi];
             let tok_s = t.tokens as f64 / t.secs;
-            let speedup = tok_s / (off.tokens as f64 / off.secs);
+            // Round by round, against spec off's window of the same prompts (see
+            // `median_rows`).
+            let round_speedup: Vec<f64> = t
+                .per_round
+                .iter()
+                .zip(&off.per_round)
+                .map(|(a, o)| a / o.max(1e-9))
+                .collect();
+            let speedup = median(round_speedup.clone());
             let st = &t.spec;
             let ratio = |num: u64, den: u64, none: f64| {
                 if den > 0 {
@@ -465,6 +535,8 @@ fn run_workload(
                 propose_share: st.propose_s / t.secs,
                 speedup,
                 speedup_range: (speedup, speedup),
+                round_tok_s: t.per_round.clone(),
+                round_speedup,
             });
         }
     }
@@ -476,6 +548,8 @@ fn run_workload(
 struct Tally {
     tokens: usize,
     secs: f64,
+    /// Decode tok/s of each round (one batch of prompts).
+    per_round: Vec<f64>,
     /// Speculation counters over the measured requests only.
     spec: SpecStats,
 }
@@ -514,7 +588,7 @@ pub fn print(rows: &[SpecRow], versus: &[Versus]) {
             r.speedup_range.1
         );
     }
-    println!("= medians over --repeat runs; decode tok/s over the window where every request has its first token; tokens/step = emitted / verification rounds (ΣN/Σrounds); declined = speculating decodes the draft-length rule gave no draft; propose = time spent planning and drafting after steps, as a share of the window; runs = the lowest and highest per-run speed-up behind the median");
+    println!("= medians over --repeat runs; decode tok/s over the window where every request has its first token; tokens/step = emitted / verification rounds (ΣN/Σrounds); declined = speculating decodes the draft-length rule gave no draft; propose = time spent planning and drafting after steps, as a share of the window; speedup = median over rounds (a batch of prompts each configuration runs in turn) of the ratio to spec off in the same round; runs = the lowest and highest per-run speed-up");
     for v in versus {
         println!(
             "adaptive vs best fixed k: {:<10} {:<6} batch {:>3}: {:.2}x of k={} ({:.2}x of spec off)",
