@@ -31,7 +31,8 @@ pub struct SpecRow {
     /// The lowest and highest per-repeat speed-up behind the median: how far this
     /// machine's noise moves the ratio between runs of the same configurations.
     pub speedup_range: (f64, f64),
-    /// Decode tok/s of each round (one batch of new prompts) of this run.
+    /// Decode tok/s of each round (one batch of new prompts), over every repeat in order
+    /// once medians are taken.
     pub round_tok_s: Vec<f64>,
     /// Each round's tok/s over spec off's in the same round (run beside it).
     pub round_speedup: Vec<f64>,
@@ -253,6 +254,8 @@ pub fn median_rows(reps: &[Vec<SpecRow>]) -> Vec<SpecRow> {
                 declined: field(|r| r.declined),
                 propose_share: field(|r| r.propose_share),
                 speedup: median(rounds(reps, i, |r| &r.round_speedup)),
+                round_tok_s: rounds(reps, i, |r| &r.round_tok_s),
+                round_speedup: rounds(reps, i, |r| &r.round_speedup),
                 speedup_range: reps
                     .iter()
                     .map(|r| r[i].speedup)
