@@ -247,15 +247,16 @@ pub fn median_rows(reps: &[Vec<SpecRow>]) -> Vec<SpecRow> {
     (0..first.len())
         .map(|i| {
             let field = |f: fn(&SpecRow) -> f64| median(reps.iter().map(|r| f(&r[i])).collect());
+            let round_speedup = rounds(reps, i, |r| &r.round_speedup);
             SpecRow {
                 decode_tok_s: field(|r| r.decode_tok_s),
                 tokens_per_step: field(|r| r.tokens_per_step),
                 acceptance: field(|r| r.acceptance),
                 declined: field(|r| r.declined),
                 propose_share: field(|r| r.propose_share),
-                speedup: median(rounds(reps, i, |r| &r.round_speedup)),
+                speedup: median(round_speedup.clone()),
                 round_tok_s: rounds(reps, i, |r| &r.round_tok_s),
-                round_speedup: rounds(reps, i, |r| &r.round_speedup),
+                round_speedup,
                 speedup_range: reps
                     .iter()
                     .map(|r| r[i].speedup)
@@ -283,7 +284,7 @@ pub struct Versus {
     pub best_k: usize,
     /// Median over every round of adaptive tok/s ÷ the best fixed k's tok/s.
     pub vs_best_fixed: f64,
-    /// Median over repeats of adaptive tok/s ÷ speculation off.
+    /// The adaptive row's speed-up: median over every round of its tok/s ÷ spec off's.
     pub vs_off: f64,
 }
 
