@@ -12,6 +12,7 @@
 //!   scheduled arrival, percentiles, goodput, the table and the JSON result file;
 //! - [`prom`]: reads the server's `/metrics` counters (prefix-cache hits and queries).
 //! - [`replicas`]: behind a router, each replica's requests and prefix-cache hit rate.
+//! - [`failures`]: the verdict on failed requests (a run with any fails the command).
 //!
 //! Quality study (`folio bench quality`, chapter 8.4): [`quality`] builds the fixed
 //! retrieval task set, asks each configuration (KV format × attention precision, or a
@@ -26,6 +27,7 @@
 
 pub mod arrivals;
 pub mod client;
+pub mod failures;
 pub mod plot;
 pub mod profile;
 pub mod prom;

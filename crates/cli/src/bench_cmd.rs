@@ -114,6 +114,10 @@ pub struct ServeBenchArgs {
     pub replica_metrics: Vec<String>,
     #[arg(long)]
     pub no_progress: bool,
+    /// Exit 0 and write --json even when requests failed (by default any failed request
+    /// makes the command fail, printing the first errors, and no result file is written).
+    #[arg(long)]
+    pub allow_failures: bool,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -353,6 +357,7 @@ pub fn run_serve(a: ServeBenchArgs) -> Result<()> {
         if runs.len() > 1 {
             println!("{}", sweep_table(&runs));
         }
+        folio_bench::failures::check(&runs, a.allow_failures)?;
         if let Some(path) = &a.json {
             let file = ResultFile {
                 label: a.label.clone().unwrap_or_else(|| a.base_url.clone()),
