@@ -150,6 +150,15 @@ struct ServeArgs {
     /// (over all tokens); default: the model file's pooling_type, else last.
     #[arg(long)]
     pooling: Option<String>,
+    /// Allow POST /v1/load_lora_adapter and /v1/unload_lora_adapter (off by default: a
+    /// load opens a file the client names). vLLM's VLLM_ALLOW_RUNTIME_LORA_UPDATING=true
+    /// turns it on too.
+    #[arg(long)]
+    allow_runtime_lora: bool,
+    /// Runtime adapter loads may open only files inside this directory (symlinks
+    /// followed); a relative lora_path is taken inside it. Default: any readable path.
+    #[arg(long, value_name = "DIR")]
+    lora_dir: Option<std::path::PathBuf>,
 }
 
 impl ServeArgs {
@@ -172,6 +181,10 @@ impl ServeArgs {
         o.allowed_hosts = self.allowed_hosts.clone();
         o.allow_any_content_type = self.allow_any_content_type;
         o.tool_call_parser = self.tool_call_parser.clone();
+        o.allow_runtime_lora = self.allow_runtime_lora
+            || std::env::var("VLLM_ALLOW_RUNTIME_LORA_UPDATING")
+                .is_ok_and(|v| matches!(v.to_ascii_lowercase().as_str(), "1" | "true"));
+        o.lora_dir = self.lora_dir.clone();
         o.reasoning_parser = self.reasoning_parser.clone();
         if let Some(p) = &self.pooling {
             o.pooling = Some(

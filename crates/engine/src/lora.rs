@@ -38,6 +38,21 @@ impl LoraError {
     pub fn is_busy(&self) -> bool {
         matches!(self, LoraError::Busy { .. })
     }
+
+    /// Whether the file read is no adapter at all (unreadable, not a regular file, not
+    /// GGUF, or a GGUF of another `general.type` / `adapter.type`), as opposed to an adapter
+    /// that does not fit the model. The server answers the former with one generic message:
+    /// detail about a file a client named must not tell it what other files hold.
+    pub fn is_not_an_adapter(&self) -> bool {
+        match self {
+            LoraError::Load { source, .. } => match source.as_ref() {
+                ModelError::Gguf(_) => true,
+                ModelError::Metadata { key, .. } => key == "general.type" || key == "adapter.type",
+                _ => false,
+            },
+            _ => false,
+        }
+    }
 }
 
 /// One registered adapter.

@@ -39,14 +39,37 @@ pub struct GgufFile {
     data_offset: u64,
 }
 
+/// Opens `path` for reading only if it is a regular file. The open itself never blocks: a
+/// FIFO would otherwise hang the opening thread until some writer appeared (a path given
+/// over HTTP, `POST /v1/load_lora_adapter`, must not park a server thread), so it is opened
+/// non-blocking and refused by its type, checked on the opened descriptor so a file
+/// swapped in after a path check is caught too.
+fn open_regular(path: &Path) -> std::io::Result<std::fs::File> {
+    let mut opts = std::fs::OpenOptions::new();
+    opts.read(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        opts.custom_flags(libc::O_NONBLOCK);
+    }
+    let file = opts.open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a regular file",
+        ));
+    }
+    Ok(file)
+}
+
 impl GgufFile {
-    /// Memory-maps and validates the file at `path`.
+    /// Memory-maps and validates the file at `path` (a regular file; see [`open_regular`]).
     pub fn open(path: &Path) -> Result<GgufFile> {
         let io_err = |source| GgufError::Io {
             path: path.to_owned(),
             source,
         };
-        let file = std::fs::File::open(path).map_err(io_err)?;
+        let file = open_regular(path).map_err(io_err)?;
         let len = file.metadata().map_err(io_err)?.len();
         let storage = if len == 0 {
             // NOTE: mapping an empty file fails on some platforms; parse reports BadMagic.

@@ -8,13 +8,16 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use tower_http::cors::{AllowHeaders, AllowMethods, AllowOrigin, CorsLayer};
 
-/// Whether `path` needs the key: every /v1 route, /tokenize and /detokenize; /metrics only
+/// Whether `path` needs the key: every /v1 route, /tokenize, /detokenize and the adapter
+/// list (`/lora-adapters`, llama-server's; it names the adapters' files); /metrics only
 /// with `api_key_protects_metrics`. /health never (load balancers probe it).
 pub fn protected(path: &str, metrics_too: bool) -> bool {
     path == "/v1"
         || path.starts_with("/v1/")
         || path == "/tokenize"
         || path == "/detokenize"
+        || path == "/lora-adapters"
+        || path.starts_with("/lora-adapters/")
         || (metrics_too && path == "/metrics")
 }
 
@@ -94,6 +97,7 @@ mod tests {
         assert!(protected("/v1/chat/completions", false));
         assert!(protected("/v1/embeddings", false));
         assert!(protected("/tokenize", false));
+        assert!(protected("/lora-adapters", false));
         assert!(!protected("/health", true));
         assert!(!protected("/metrics", false));
         assert!(protected("/metrics", true));

@@ -58,6 +58,7 @@ pub mod kv_events;
 mod kv_wire;
 mod logit_fields;
 mod lora;
+mod lora_path;
 pub mod metrics;
 mod openai;
 pub mod params;
@@ -138,6 +139,14 @@ pub struct ServerOptions {
     /// `--pooling` for /v1/embeddings; `None`: the model file's `pooling_type`, else
     /// last-token.
     pub pooling: Option<folio_engine::Pooling>,
+    /// `--allow-runtime-lora` (or vLLM's `VLLM_ALLOW_RUNTIME_LORA_UPDATING=true`): whether
+    /// `POST /v1/load_lora_adapter` and `/v1/unload_lora_adapter` may change the adapters.
+    /// Off by default: loading opens a file named by the client.
+    pub allow_runtime_lora: bool,
+    /// `--lora-dir`: runtime loads may open only files inside this directory (after
+    /// following symlinks); relative `lora_path`s are taken inside it. `None`: any path the
+    /// server can read (when runtime loading is allowed at all).
+    pub lora_dir: Option<std::path::PathBuf>,
 }
 
 impl Default for ServerOptions {
@@ -162,6 +171,8 @@ impl Default for ServerOptions {
             tool_call_parser: None,
             reasoning_parser: None,
             pooling: None,
+            allow_runtime_lora: false,
+            lora_dir: None,
         }
     }
 }
@@ -205,6 +216,14 @@ impl ServerOptions {
         }
         if self.api_key.as_deref() == Some("") {
             anyhow::bail!("--api-key: must not be empty");
+        }
+        if let Some(d) = &self.lora_dir {
+            if !d.is_dir() {
+                anyhow::bail!(
+                    "--lora-dir: must be an existing directory, got {}",
+                    d.display()
+                );
+            }
         }
         for (name, v) in [
             ("--max-connections", self.max_connections),

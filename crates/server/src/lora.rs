@@ -192,11 +192,20 @@ pub fn model_cards(st: &AppState) -> Vec<Value> {
 
 /// `POST /v1/load_lora_adapter {"lora_name", "lora_path"}`: 200 with vLLM's text, 400 for a
 /// bad or mismatched file (naming the tensor and shapes), 429 when every slot is busy.
+/// Off unless `--allow-runtime-lora`; the path must pass [`crate::lora_path::resolve`].
 pub async fn load(State(st): State<AppState>, JsonObject(body): JsonObject) -> Response {
+    let opts = &st.0.opts;
+    if !opts.allow_runtime_lora {
+        return crate::lora_path::disabled().into_response();
+    }
     let f = Fields::new(&body);
-    let (name, path) = match (required(&f, "lora_name"), required(&f, "lora_path")) {
-        (Ok(n), Ok(p)) => (n, std::path::PathBuf::from(p)),
+    let (name, raw) = match (required(&f, "lora_name"), required(&f, "lora_path")) {
+        (Ok(n), Ok(p)) => (n, p),
         (Err(e), _) | (_, Err(e)) => return e.into_response(),
+    };
+    let path = match crate::lora_path::resolve(&raw, opts.lora_dir.as_deref()) {
+        Ok(p) => p,
+        Err(e) => return e.into_response(),
     };
     let engine = st.0.engine.clone();
     let (n, p) = (name.clone(), path.clone());
@@ -213,7 +222,7 @@ pub async fn load(State(st): State<AppState>, JsonObject(body): JsonObject) -> R
     .await;
     let adapter = match read {
         Ok(Ok(a)) => a,
-        Ok(Err(e)) => return api_error(e, "lora_path").into_response(),
+        Ok(Err(e)) => return load_error(e).into_response(),
         Err(e) => {
             return ApiError::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
@@ -237,9 +246,24 @@ pub async fn load(State(st): State<AppState>, JsonObject(body): JsonObject) -> R
     }
 }
 
+/// A failed read as the client sees it: a file that is not an adapter at all (missing,
+/// unreadable, not GGUF, another GGUF type) gets the one generic answer, never its bytes
+/// or why (that would tell a client which files exist and what they begin with); an
+/// adapter that does not fit the model keeps its detail (the tensor and the shapes).
+fn load_error(e: LoraError) -> ApiError {
+    if e.is_not_an_adapter() {
+        return crate::lora_path::refused(crate::lora_path::NOT_LOADABLE);
+    }
+    api_error(e, "lora_path")
+}
+
 /// `POST /v1/unload_lora_adapter {"lora_name"}`: the name goes at once; requests already
-/// using the adapter finish with it, and its slot frees after them.
+/// using the adapter finish with it, and its slot frees after them. Off unless
+/// `--allow-runtime-lora`, as loading.
 pub async fn unload(State(st): State<AppState>, JsonObject(body): JsonObject) -> Response {
+    if !st.0.opts.allow_runtime_lora {
+        return crate::lora_path::disabled().into_response();
+    }
     let f = Fields::new(&body);
     let name = match required(&f, "lora_name") {
         Ok(n) => n,
@@ -260,7 +284,8 @@ pub async fn unload(State(st): State<AppState>, JsonObject(body): JsonObject) ->
 }
 
 /// `GET /lora-adapters` (llama-server): `[{"id", "path", "scale"}]`, plus folio's
-/// `name`, `resident`, `rank` and request counts.
+/// `name`, `resident`, `rank` and request counts. `path` is the file's name only: where
+/// files lie on the server is not the client's business. Behind the API key (see `auth`).
 pub async fn list(State(st): State<AppState>) -> Json<Value> {
     let list =
         st.0.engine
@@ -274,7 +299,9 @@ pub async fn list(State(st): State<AppState>) -> Json<Value> {
                 json!({
                     "id": l.index,
                     "name": l.name,
-                    "path": l.path,
+                    "path": std::path::Path::new(&l.path)
+                        .file_name()
+                        .map(|n| n.to_string_lossy().into_owned()),
                     "scale": 1.0,
                     "resident": l.resident,
                     "rank": l.rank,

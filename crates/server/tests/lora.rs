@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{get, metric, post, Server};
+use common::{get, metric, post, request_with, Server};
 use serde_json::{json, Value};
 use std::path::PathBuf;
 
@@ -25,7 +25,11 @@ fn serve() -> Option<Server> {
         },
         None,
     )?;
-    Some(common::start(e, folio_server::ServerOptions::default()))
+    let opts = folio_server::ServerOptions {
+        allow_runtime_lora: true,
+        ..Default::default()
+    };
+    Some(common::start(e, opts))
 }
 
 fn load(s: &Server, name: &str, path: &std::path::Path) -> common::Resp {
@@ -78,13 +82,18 @@ fn load_use_unload_reload_over_http() {
         r.text(),
         "Success: LoRA adapter 'sea-poet' added successfully."
     );
-    // Loading the same name twice, or a file that is not an adapter, is a 400 saying why.
+    // Loading the same name twice is a 400 saying why; a file that is not an adapter gets
+    // the one generic answer (it says nothing of what the file is).
     let r = load(&s, "sea-poet", &files[1]);
     assert_eq!(r.status, 400);
     assert!(r.text().contains("already loaded"), "{}", r.text());
     let r = load(&s, "bad", &folio_fetch::test_model().unwrap());
     assert_eq!(r.status, 400);
-    assert!(r.text().contains("general.type"), "{}", r.text());
+    assert!(
+        r.text().contains("not a loadable LoRA adapter"),
+        "{}",
+        r.text()
+    );
 
     // /v1/models lists it with its parent.
     let models = get(s.addr, "/v1/models").json();
@@ -219,4 +228,119 @@ fn fifty_mixed_adapter_streams_finish_and_leave_slots_idle() {
         list.as_array().unwrap().iter().all(|a| a["in_use"] == 0),
         "{list}"
     );
+}
+
+/// With the default options runtime loading is refused, naming the flag that allows it.
+#[test]
+fn runtime_loading_is_off_by_default_naming_the_flag() {
+    let Some(e) = common::engine_with(Default::default(), None) else {
+        return;
+    };
+    let s = common::start(e, folio_server::ServerOptions::default());
+    let files = adapters(1, "off");
+    for r in [
+        load(&s, "a", &files[0]),
+        post(
+            s.addr,
+            "/v1/unload_lora_adapter",
+            &json!({"lora_name": "a"}),
+        ),
+    ] {
+        assert_eq!(r.status, 403, "{}", r.text());
+        let m = r.json()["error"]["message"].as_str().unwrap().to_string();
+        assert!(
+            m.contains("--allow-runtime-lora") && m.contains("VLLM_ALLOW_RUNTIME_LORA_UPDATING"),
+            "{m}"
+        );
+    }
+    assert_eq!(
+        get(s.addr, "/v1/models").json()["data"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+}
+
+/// Allowed and confined to `--lora-dir`, behind an API key: paths outside the directory
+/// are refused before they are looked at; a non-adapter, a missing file and a FIFO inside
+/// it get one generic answer with none of their bytes (a FIFO without blocking); the
+/// adapter list needs the key and shows file names only.
+#[test]
+fn runtime_loading_is_confined_to_the_lora_dir_and_reveals_nothing() {
+    let Some(e) = common::engine_with(Default::default(), None) else {
+        return;
+    };
+    let files = adapters(1, "confined");
+    let dir = files[0].parent().unwrap().to_path_buf();
+    let opts = folio_server::ServerOptions {
+        allow_runtime_lora: true,
+        lora_dir: Some(dir.clone()),
+        api_key: Some("sekret".into()),
+        ..Default::default()
+    };
+    let s = common::start(e, opts);
+    let auth = [("Authorization", "Bearer sekret")];
+    let load_as = |name: &str, path: &str| {
+        let body = json!({"lora_name": name, "lora_path": path}).to_string();
+        request_with(
+            s.addr,
+            "POST",
+            "/v1/load_lora_adapter",
+            &auth,
+            body.as_bytes(),
+        )
+    };
+    let message = |r: &common::Resp| -> String {
+        assert_eq!(r.status, 400, "{}", r.text());
+        r.json()["error"]["message"].as_str().unwrap().to_string()
+    };
+
+    // Outside the directory: refused whether the file exists or not, the same way.
+    let outside_existing = folio_fetch::test_model().unwrap();
+    for p in [
+        outside_existing.to_str().unwrap(),
+        "/nonexistent/adapter.gguf",
+        "../../etc/passwd",
+    ] {
+        let m = message(&load_as("x", p));
+        assert!(m.contains("--lora-dir"), "{p}: {m}");
+    }
+
+    // Inside: a text file that looks like /etc/shadow, a missing file and a FIFO get the
+    // generic answer, no magic bytes, no reason.
+    std::fs::write(
+        dir.join("shadow"),
+        b"root:$6$salt$hash:19000:0:99999:7:::\n",
+    )
+    .unwrap();
+    let generic = "lora_path: not a loadable LoRA adapter";
+    let shadow = message(&load_as("x", "shadow"));
+    assert!(shadow.starts_with(generic), "{shadow}");
+    assert!(
+        !shadow.contains("magic") && !shadow.contains("72, 6f"),
+        "{shadow}"
+    );
+    assert_eq!(message(&load_as("x", "missing.gguf")), shadow);
+    let fifo = dir.join("fifo.gguf");
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+    if made.map(|st| st.success()).unwrap_or(false) {
+        let t0 = std::time::Instant::now();
+        assert_eq!(message(&load_as("x", "fifo.gguf")), shadow);
+        assert!(t0.elapsed() < std::time::Duration::from_secs(5));
+    }
+
+    // A real adapter inside, by a relative path: loaded.
+    let name = files[0].file_name().unwrap().to_str().unwrap();
+    let r = load_as("inside", name);
+    assert_eq!(r.status, 200, "{}", r.text());
+
+    // The list needs the key and gives file names, not server paths.
+    assert_eq!(get(s.addr, "/lora-adapters").status, 401);
+    let r = request_with(s.addr, "GET", "/lora-adapters", &auth, b"");
+    assert_eq!(r.status, 200, "{}", r.text());
+    let list = r.json();
+    assert_eq!(list[0]["name"], "inside");
+    assert_eq!(list[0]["path"], name, "{list}");
+    let _ = std::fs::remove_file(&fifo);
 }
