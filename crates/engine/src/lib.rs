@@ -19,6 +19,8 @@
 //! - `speculate`: a request's speculation state (proposer, draft control, n-gram index).
 //! - [`kv_events`]: prefix-cache events (vLLM's BlockStored / BlockRemoved /
 //!   AllBlocksCleared) drained after each iteration and sent to a publisher.
+//! - [`model_key`]: a model file's identity by content (header, size, mtime, sampled
+//!   weights), so KV kept on disk is never reused by another model at the same path.
 //! - [`tier`]: the second KV tier: evicted prefix blocks on local disk, checksummed,
 //!   bounded, reloaded after a restart.
 //! - [`step_stats`]: the per-iteration step log (tokens by kind, bytes, FLOPs, wall time).
@@ -32,6 +34,7 @@ pub mod gbnf;
 pub mod kv_events;
 pub mod logit_rules;
 pub mod lora;
+pub mod model_key;
 pub mod prompt_scoring;
 pub mod sampler;
 mod speculate;

@@ -2,17 +2,22 @@
 //! instead of recomputed when fetching is cheaper (T_f < T_r), and kept across restarts.
 //!
 //! On a GPU this tier would be host memory; on a CPU-only machine host memory *is* the
-//! first tier, so the second is disk. One file per block:
+//! first tier, so the second is disk. The tier keeps to its own subdirectory,
+//! [`SUBDIR`] inside the directory given (`--kv-disk-dir`), and only ever deletes files
+//! there that it names itself (`*.kvb`, `*.kvb.tmp`): the directory given may hold anything
+//! else of the user's. One file per block:
 //!
 //! ```text
 //! "FOLIOKV1" | salt u64 | hash u64 | has_parent u8 | parent u64 | n u32 | tokens n×u32
 //!            | payload_len u64 | fnv64(payload) u64 | payload
 //! ```
-//! Files are written to `*.tmp`, synced, then renamed, so a crash mid-write leaves either
-//! the old state or a stray `.tmp` (deleted at open), never a torn block; the checksum
-//! catches anything else (a bad file is dropped, the block is recomputed). Total size is
-//! bounded: the oldest blocks are deleted first. The salt (model file + KV format) keeps
-//! another model's blocks from ever matching.
+//! Files are written to `*.kvb.tmp`, synced, then renamed, so a crash mid-write leaves
+//! either the old state or a stray `.kvb.tmp` (deleted at open), never a torn block; a
+//! write that fails (a full disk) deletes its temp file at once. The checksum catches
+//! anything else (a bad file is dropped, the block is recomputed). Total size is bounded:
+//! the oldest blocks are deleted first. The salt (the model file's *contents*, see
+//! [`crate::model_key`], + KV format + numerics) keeps another model's blocks from ever
+//! matching, also a different file later put at the same path.
 
 use folio_core::kv::fnv1a as fnv64;
 use std::collections::{HashMap, VecDeque};
@@ -21,6 +26,12 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 const MAGIC: &[u8; 8] = b"FOLIOKV1";
+
+/// The tier's own directory inside the one configured.
+pub const SUBDIR: &str = "folio-kv";
+/// A block file's extension; its temp file adds [`TMP_SUFFIX`].
+const BLOCK_EXT: &str = "kvb";
+const TMP_SUFFIX: &str = ".tmp";
 
 struct Entry {
     parent: Option<u64>,
@@ -71,6 +82,13 @@ fn rd_u32(r: &mut impl Read) -> std::io::Result<u32> {
     Ok(u32::from_le_bytes(b))
 }
 
+/// Creates `path` with `bytes`, synced to disk.
+fn write_synced(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let mut f = std::fs::File::create(path)?;
+    f.write_all(bytes)?;
+    f.sync_data()
+}
+
 /// Header of a block file: (hash, parent, tokens, payload_len, checksum).
 type Header = (u64, Option<u64>, Vec<u32>, u64, u64);
 
@@ -102,7 +120,8 @@ fn read_header(r: &mut impl Read, salt: u64, block_size: usize) -> std::io::Resu
 }
 
 impl DiskTier {
-    /// Opens (creating) `dir`, indexing the valid blocks already there.
+    /// Opens (creating) the tier's subdirectory [`SUBDIR`] of `dir`, indexing the valid
+    /// blocks already there and deleting its own leftover temp files (nothing else).
     pub fn open(
         dir: &Path,
         cap_bytes: u64,
@@ -110,15 +129,24 @@ impl DiskTier {
         payload_bytes: usize,
         block_size: usize,
     ) -> std::io::Result<DiskTier> {
-        std::fs::create_dir_all(dir)?;
+        let dir = dir.join(SUBDIR);
+        std::fs::create_dir_all(&dir)?;
         let mut found: Vec<(std::time::SystemTime, u64, Entry)> = Vec::new();
-        for e in std::fs::read_dir(dir)? {
-            let path = e?.path();
-            match path.extension().and_then(|x| x.to_str()) {
-                Some("tmp") => {
+        for e in std::fs::read_dir(&dir)? {
+            let e = e?;
+            let path = e.path();
+            let name = e.file_name();
+            let name = name.to_str().unwrap_or("");
+            let is_file = e.file_type().is_ok_and(|t| t.is_file());
+            match name.strip_suffix(TMP_SUFFIX) {
+                Some(stem) if is_file && stem.ends_with(&format!(".{BLOCK_EXT}")) => {
                     let _ = std::fs::remove_file(&path);
+                    continue;
                 }
-                Some("kvb") => {
+                _ => {}
+            }
+            match path.extension().and_then(|x| x.to_str()) {
+                Some(BLOCK_EXT) if is_file => {
                     let ok = std::fs::File::open(&path).and_then(|f| {
                         let meta = f.metadata()?;
                         let mut r = std::io::BufReader::new(f);
@@ -147,7 +175,7 @@ impl DiskTier {
         }
         found.sort_by_key(|f| f.0);
         let mut tier = DiskTier {
-            dir: dir.to_path_buf(),
+            dir,
             cap_bytes,
             salt,
             payload_bytes,
@@ -169,18 +197,18 @@ impl DiskTier {
     /// Times one block-sized write (synced, as a spill is) and read-back in the directory,
     /// so the tier's first eviction and fetch decisions use this disk's times, not a guess.
     fn probe(&mut self) -> std::io::Result<()> {
-        let path = self.dir.join("probe.tmp");
+        let path = self.dir.join(format!(
+            "probe-{}.{BLOCK_EXT}{TMP_SUFFIX}",
+            std::process::id()
+        ));
         let buf = vec![0x5au8; self.payload_bytes];
         let t0 = Instant::now();
-        {
-            let mut f = std::fs::File::create(&path)?;
-            f.write_all(&buf)?;
-            f.sync_data()?;
-        }
+        let written = write_synced(&path, &buf);
         let t1 = Instant::now();
-        let back = std::fs::read(&path)?;
+        let back = written.and_then(|()| std::fs::read(&path));
         let t2 = Instant::now();
-        std::fs::remove_file(&path)?;
+        let _ = std::fs::remove_file(&path);
+        let back = back?;
         if back != buf {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::InvalidData,
@@ -193,7 +221,8 @@ impl DiskTier {
     }
 
     fn path(&self, hash: u64) -> PathBuf {
-        self.dir.join(format!("{:016x}-{hash:016x}.kvb", self.salt))
+        self.dir
+            .join(format!("{:016x}-{hash:016x}.{BLOCK_EXT}", self.salt))
     }
 
     /// True if the block is in the tier with exactly these tokens.
@@ -218,7 +247,9 @@ impl DiskTier {
         }
         let t0 = Instant::now();
         let path = self.path(hash);
-        let tmp = path.with_extension("tmp");
+        let mut tmp = path.clone().into_os_string();
+        tmp.push(TMP_SUFFIX);
+        let tmp = PathBuf::from(tmp);
         let mut buf = Vec::with_capacity(64 + tokens.len() * 4 + payload.len());
         buf.extend_from_slice(MAGIC);
         buf.extend_from_slice(&self.salt.to_le_bytes());
@@ -232,12 +263,11 @@ impl DiskTier {
         buf.extend_from_slice(&(payload.len() as u64).to_le_bytes());
         buf.extend_from_slice(&fnv64(payload).to_le_bytes());
         buf.extend_from_slice(payload);
-        {
-            let mut f = std::fs::File::create(&tmp)?;
-            f.write_all(&buf)?;
-            f.sync_data()?;
+        // A failed write or rename (a full disk) leaves no temp file behind.
+        if let Err(e) = write_synced(&tmp, &buf).and_then(|()| std::fs::rename(&tmp, &path)) {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(e);
         }
-        std::fs::rename(&tmp, &path)?;
         smooth(
             &mut self.stats.spill_s_per_block,
             t0.elapsed().as_secs_f64(),
@@ -334,10 +364,21 @@ mod tests {
             "tokens are compared, not just hashes"
         );
         assert_eq!(t.fetch(2), Some(payload(2)));
-        // A stray .tmp (crash mid-write) is ignored and removed; blocks survive a restart.
-        std::fs::write(d.join("junk.tmp"), b"partial").unwrap();
+        // The tier's own stray temp file (crash mid-write) is removed; the user's files,
+        // `.tmp` or not, in the directory or even in the tier's subdirectory, are not.
+        let sub = d.join(SUBDIR);
+        std::fs::write(
+            sub.join("0000000000000007-0000000000000009.kvb.tmp"),
+            b"part",
+        )
+        .unwrap();
+        std::fs::write(d.join("important.tmp"), b"mine").unwrap();
+        std::fs::write(sub.join("notes.tmp"), b"mine").unwrap();
         let mut t = DiskTier::open(&d, 10_000, 7, 100, 2).unwrap();
-        assert!(!d.join("junk.tmp").exists());
+        assert!(!sub
+            .join("0000000000000007-0000000000000009.kvb.tmp")
+            .exists());
+        assert!(d.join("important.tmp").exists() && sub.join("notes.tmp").exists());
         assert_eq!(t.stats.blocks, 2);
         assert_eq!(t.parent(2), Some(Some(1)));
         assert_eq!(t.fetch(1), Some(payload(1)));
@@ -361,6 +402,25 @@ mod tests {
         t.spill(4, Some(3), &[9, 8], &payload(4)).unwrap();
         assert_eq!(t.stats.blocks, 2);
         assert!(!t.contains(2, &[7, 8]) && t.contains(4, &[9, 8]));
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn a_failed_write_leaves_no_temp_file() {
+        let d = dir("fail");
+        let mut t = DiskTier::open(&d, 10_000, 7, 100, 2).unwrap();
+        // The block's final name is taken by a non-empty directory: the rename fails, as a
+        // write does on a full disk.
+        let blocked = t.path(5);
+        std::fs::create_dir_all(blocked.join("x")).unwrap();
+        assert!(t.spill(5, None, &[1, 2], &[3u8; 100]).is_err());
+        let left: Vec<_> = std::fs::read_dir(d.join(SUBDIR))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| n.ends_with(".tmp"))
+            .collect();
+        assert!(left.is_empty(), "stray temp files: {left:?}");
+        assert_eq!(t.stats.blocks, 0);
         let _ = std::fs::remove_dir_all(&d);
     }
 }

@@ -151,6 +151,121 @@ fn evicted_prefix_comes_back_from_disk_and_survives_restart() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// An engine on the model file at `path` (a copy of the default model).
+fn engine_at(path: &std::path::Path, cfg: EngineConfig) -> folio_engine::EngineHandle {
+    let f = folio_gguf::GgufFile::open(path).expect("open model");
+    let model = folio_model::Model::from_gguf(&f).expect("load model");
+    let tok = std::sync::Arc::new(folio_tokenizer::Tokenizer::from_gguf(&f).expect("tokenizer"));
+    folio_engine::spawn_engine(model, tok, path, cfg).expect("engine")
+}
+
+/// Spills prompt `a`'s blocks to the tier by running it, then two long prompts that evict
+/// it from memory.
+fn spill_prompt(h: &folio_engine::EngineHandle, a: &[u32]) -> Vec<u32> {
+    let first = collect(h.submit(greedy(a, 8)).unwrap()).ids;
+    for seed in [3, 4] {
+        let other = h
+            .tokenizer
+            .encode(&format!("{}\nSummarize.", text(seed, 250)), true)
+            .unwrap();
+        collect(h.submit(greedy(&other, 4)).unwrap());
+    }
+    assert!(h.metrics.tier_spills.load(Relaxed) > 0, "nothing spilled");
+    first
+}
+
+/// The model file is replaced at the same path by one with other weights (one tensor
+/// zeroed), the same size and the same modification time: the disk tier is keyed by the
+/// contents, so none of the old model's blocks is reused, and the output is the new
+/// model's own. Before, 208 blocks of the old model were served and outputs were wrong.
+#[test]
+fn a_model_replaced_at_the_same_path_never_reuses_tier_blocks() {
+    let root = std::env::temp_dir().join(format!("folio-tier-swap-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    std::fs::create_dir_all(&root).unwrap();
+    let model = root.join("model.gguf");
+    let original = folio_fetch::test_model().expect("the default model");
+    std::fs::copy(&original, &model).unwrap();
+    let mtime = std::fs::metadata(&model).unwrap().modified().unwrap();
+    let dir = root.join("kv");
+    std::fs::create_dir_all(&dir).unwrap();
+    // The user's own file in the tier directory survives every start.
+    std::fs::write(dir.join("important.tmp"), b"keep me").unwrap();
+
+    let h = engine_at(&model, tier_cfg(&dir));
+    let a = h
+        .tokenizer
+        .encode(&format!("{}\nSummarize.", text(2, 200)), true)
+        .unwrap();
+    spill_prompt(&h, &a);
+    h.shutdown();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+
+    // Control: the same file again reuses the blocks (so the check below can fail).
+    let h = engine_at(&model, tier_cfg(&dir));
+    let same = collect(h.submit(greedy(&a, 8)).unwrap());
+    assert!(
+        h.metrics.tier_fetches.load(Relaxed) > 0 && same.usage.cached_tokens > 0,
+        "the unchanged model should reuse its blocks"
+    );
+    h.shutdown();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+
+    // Replace the file: a middle tensor zeroed, written aside and renamed over the path
+    // (as a deployment does), size and mtime as before.
+    let mut bytes = std::fs::read(&model).unwrap();
+    {
+        let f = folio_gguf::GgufFile::from_bytes(bytes.clone()).unwrap();
+        let t = &f.tensors()[f.tensors().len() / 2];
+        let at = t.offset as usize;
+        bytes[at..at + t.n_bytes].fill(0);
+    }
+    let aside = root.join("model.gguf.new");
+    std::fs::write(&aside, &bytes).unwrap();
+    std::fs::rename(&aside, &model).unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&model)
+        .unwrap()
+        .set_modified(mtime)
+        .unwrap();
+    assert_eq!(
+        std::fs::metadata(&model).unwrap().modified().unwrap(),
+        mtime
+    );
+
+    let h = engine_at(&model, tier_cfg(&dir));
+    let swapped = collect(h.submit(greedy(&a, 8)).unwrap());
+    assert_eq!(
+        (
+            swapped.usage.cached_tokens,
+            h.metrics.tier_fetches.load(Relaxed)
+        ),
+        (0, 0),
+        "the replaced model reused the old model's KV blocks"
+    );
+    h.shutdown();
+    let fresh = engine_at(
+        &model,
+        EngineConfig {
+            prefix_cache: false,
+            ..EngineConfig::default()
+        },
+    );
+    let reference = collect(fresh.submit(greedy(&a, 8)).unwrap());
+    fresh.shutdown();
+    assert_eq!(
+        swapped.ids, reference.ids,
+        "the replaced model's output is not its own"
+    );
+    assert_eq!(
+        std::fs::read(dir.join("important.tmp")).unwrap(),
+        b"keep me",
+        "the tier deleted a user's file"
+    );
+    let _ = std::fs::remove_dir_all(&root);
+}
+
 /// A disk tier in `dir` under 60 blocks of 16 tokens: far less than the three long
 /// prompts of the tier test.
 fn tier_cfg(dir: &std::path::Path) -> EngineConfig {

@@ -69,19 +69,25 @@ pub fn spawn_engine_with_draft(
             cfg.block_size
         );
     }
-    // Blocks match only under the same model file, KV format and numerics (the disk tier
-    // keeps blocks across restarts: a `llama` server must not reuse a `fast` one's KV).
+    // Blocks match only under the same model contents, KV format and numerics (the disk
+    // tier keeps blocks across restarts: a file replaced at the same path, or a `llama`
+    // server after a `fast` one, must not reuse the old KV).
     let numerics = match model.weights.head().sums() {
         folio_kernels::matmul::Sums::Ggml => "llama",
         folio_kernels::matmul::Sums::Block => "fast",
     };
-    let salt = folio_core::kv::fnv1a(
-        format!(
-            "{}\0{}\0{numerics}",
+    let model_id = match crate::model_key::model_key(model_path) {
+        Some(k) => format!("content:{k:016x}"),
+        // Unreadable as a GGUF (a model built in memory): this process's blocks only.
+        None => format!(
+            "unkeyed:{}:{}:{:?}",
             model_path.to_string_lossy(),
-            cfg.kv_format.name()
-        )
-        .as_bytes(),
+            std::process::id(),
+            std::time::SystemTime::now()
+        ),
+    };
+    let salt = folio_core::kv::fnv1a(
+        format!("{model_id}\0{}\0{numerics}", cfg.kv_format.name()).as_bytes(),
     );
     let sched_cfg = SchedulerConfig {
         policy: cfg.policy,
