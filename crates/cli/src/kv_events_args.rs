@@ -9,8 +9,10 @@ pub struct KvEventArgs {
     /// Publish KV-cache events (vLLM's BlockStored / BlockRemoved / AllBlocksCleared as
     /// msgpack over a ZMQ PUB socket) here, for `vllm-router --policy kv_aware
     /// --kv-event-source URL=tcp://HOST:PORT`. As in vLLM, a wildcard host binds
-    /// (`tcp://*:5557`); any other host connects (to a subscriber that binds). Off by
-    /// default: no events are recorded.
+    /// (`tcp://*:5557`, an error at start if the port is taken); any other host connects
+    /// (to a subscriber that binds), in the background and again whenever it is gone:
+    /// events nobody receives are dropped and counted (folio_kv_events_dropped_total).
+    /// Off by default: no events are recorded.
     #[arg(long)]
     pub kv_events_endpoint: Option<String>,
     /// Topic frame of every event message (vLLM's `topic`).

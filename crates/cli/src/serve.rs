@@ -7,7 +7,7 @@ use std::net::{IpAddr, SocketAddr};
 /// The KV-event publisher's settings and the engine's event stream.
 pub type KvEvents = (
     folio_server::kv_events::KvEventsConfig,
-    tokio::sync::mpsc::UnboundedReceiver<folio_engine::KvEventBatch>,
+    folio_engine::KvEventReceiver,
 );
 
 /// Serves `handle` on `host:port` until SIGINT/SIGTERM. Builds its own multi-threaded

@@ -259,6 +259,9 @@ pub struct EngineMetrics {
     pub tier_fetches: std::sync::atomic::AtomicU64,
     /// Prompt tokens served from blocks fetched back from the second tier.
     pub tier_hit_tokens: std::sync::atomic::AtomicU64,
+    /// KV-cache events not delivered: queue full, or no subscriber connected (shared with
+    /// the publisher through [`crate::KvEventSender::dropped`]).
+    pub kv_events_dropped: std::sync::Arc<std::sync::atomic::AtomicU64>,
     pub evictions: std::sync::atomic::AtomicU64,
     /// Logical blocks whose sliding-window pages were released behind the window.
     pub kv_window_released_blocks: std::sync::atomic::AtomicU64,

@@ -3,19 +3,27 @@
 //!
 //! The KV manager records prefix-cache changes ([`folio_core::kv::KvEvent`]) when the
 //! engine enables it; once per loop iteration the engine drains them into one
-//! [`KvEventBatch`] and sends it down an unbounded channel. The receiving end (the
-//! server's ZMQ publisher) encodes and sends on its own task, so a slow subscriber never
-//! delays a step. With no channel configured, recording stays off and nothing here runs.
+//! [`KvEventBatch`] and sends it down a bounded channel. The receiving end (the server's
+//! ZMQ publisher) encodes and sends on its own task, so a slow subscriber never delays a
+//! step; when the channel is full (the publisher is behind) the batch is dropped and its
+//! events counted in [`KvEventSender::dropped`] (`folio_kv_events_dropped_total`), so
+//! telemetry never holds memory without bound or stalls serving. With no channel
+//! configured, recording stays off and nothing here runs.
 //!
 //! A namespace (a request's adapter set, see `folio_core::kv::chain_salt`) becomes vLLM's
 //! `lora_name` / `lora_id`: a router keys blocks under different adapters apart, as the
 //! prefix cache does.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
 
 use folio_core::kv::{KvEvent, KvManager};
 use folio_model::LoraSet;
-use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
+use tokio::sync::mpsc::{channel, error::TrySendError, Receiver, Sender};
+
+/// Batches that may wait for the publisher; more are dropped (and counted).
+pub const KV_EVENT_QUEUE: usize = 1024;
 
 /// One event in vLLM's terms (`vllm/distributed/kv_events.py`); the wire encoding is the
 /// publisher's.
@@ -50,12 +58,53 @@ pub struct KvEventBatch {
 }
 
 /// Where the engine sends its batches (`EngineConfig::kv_events`).
-pub type KvEventSender = UnboundedSender<KvEventBatch>;
+#[derive(Debug, Clone)]
+pub struct KvEventSender {
+    tx: Sender<KvEventBatch>,
+    /// Events dropped so far, by the engine (queue full) or the publisher (no subscriber).
+    pub dropped: Arc<AtomicU64>,
+}
+
+/// The publisher's end of [`kv_event_channel`].
+#[derive(Debug)]
+pub struct KvEventReceiver {
+    pub rx: Receiver<KvEventBatch>,
+    /// The same counter as the sender's: the publisher adds the events it cannot deliver.
+    pub dropped: Arc<AtomicU64>,
+}
+
+/// Why a batch was not queued.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the KV-event publisher is gone")]
+pub struct PublisherGone;
+
+impl KvEventSender {
+    /// Queues `batch`, or drops and counts its events when [`KV_EVENT_QUEUE`] batches
+    /// already wait. Fails only when the publisher is gone for good.
+    pub fn send(&self, batch: KvEventBatch) -> Result<(), PublisherGone> {
+        match self.tx.try_send(batch) {
+            Ok(()) => Ok(()),
+            Err(TrySendError::Full(b)) => {
+                self.dropped.fetch_add(b.events.len() as u64, Relaxed);
+                Ok(())
+            }
+            Err(TrySendError::Closed(_)) => Err(PublisherGone),
+        }
+    }
+}
 
 /// A channel for [`EngineConfig::kv_events`](crate::EngineConfig::kv_events) and its
-/// receiving end for the publisher.
-pub fn kv_event_channel() -> (KvEventSender, UnboundedReceiver<KvEventBatch>) {
-    unbounded_channel()
+/// receiving end for the publisher, holding at most [`KV_EVENT_QUEUE`] batches.
+pub fn kv_event_channel() -> (KvEventSender, KvEventReceiver) {
+    let (tx, rx) = channel(KV_EVENT_QUEUE);
+    let dropped = Arc::new(AtomicU64::new(0));
+    (
+        KvEventSender {
+            tx,
+            dropped: dropped.clone(),
+        },
+        KvEventReceiver { rx, dropped },
+    )
 }
 
 /// The engine's side: namespace names, and the drain after each iteration.

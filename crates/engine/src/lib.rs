@@ -52,7 +52,7 @@ pub use engine::{spawn_engine, spawn_engine_with_draft};
 pub use folio_model::LoraSet;
 pub use folio_spec::SpecStats;
 pub use gbnf::gbnf_to_lark;
-pub use kv_events::{kv_event_channel, KvCacheEvent, KvEventBatch, KvEventSender};
+pub use kv_events::{kv_event_channel, KvCacheEvent, KvEventBatch, KvEventReceiver, KvEventSender};
 pub use logit_rules::LogitRules;
 pub use lora::{LoraError, LoraInfo, LoraReader, LoraRegistry};
 pub use sampler::{Sampler, SamplingParams};

@@ -7,17 +7,29 @@
 //! work unchanged: an endpoint with a wildcard host (`tcp://*:5557`, `tcp://[::]:5557`,
 //! also `tcp://0.0.0.0:5557`) binds (subscribers such as `vllm-router --kv-event-source`
 //! connect to it); any other (`tcp://router-host:5557`) connects to a subscriber that
-//! binds (llm-d's centralized mode). Only TCP is offered: `inproc://` has no meaning
+//! binds (llm-d's centralized mode): that connection is made in the background, retried
+//! with backoff until the subscriber listens and remade after it leaves, so a late or
+//! departed consumer never stops or stalls the server; events nobody can receive meanwhile
+//! are dropped and counted (`folio_kv_events_dropped_total`). Only TCP is offered: `inproc://` has no meaning
 //! across processes, and `ipc://` is left out to keep the socket crate to one transport.
 //! There is no replay socket: a subscriber that missed a sequence number resynchronizes
 //! from the live stream (vllm-router purges the worker's ownership on a gap).
 
-use anyhow::{bail, Context};
+use anyhow::bail;
 use bytes::Bytes;
-use folio_engine::KvEventBatch;
-use tokio::sync::mpsc::UnboundedReceiver;
-use zeromq::{Socket, SocketSend, ZmqMessage};
+use folio_engine::{KvEventBatch, KvEventReceiver};
+use futures::StreamExt;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::Duration;
+use zeromq::{Socket, SocketEvent, SocketSend, ZmqMessage};
 
+/// One connect attempt's limit (the socket retries a refused port within it).
+const CONNECT_ATTEMPT: Duration = Duration::from_secs(2);
+/// First and longest pause between connect attempts: a subscriber that starts late is
+/// reached within about [`RETRY_MAX`] + [`CONNECT_ATTEMPT`] of listening.
+const RETRY_FIRST: Duration = Duration::from_millis(200);
+const RETRY_MAX: Duration = Duration::from_secs(2);
 /// Where and under which topic batches go.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KvEventsConfig {
@@ -51,52 +63,184 @@ pub fn attach_mode(endpoint: &str) -> anyhow::Result<(bool, String)> {
 }
 
 /// Binds or connects the PUB socket and spawns the task that publishes every batch from
-/// `rx` until the engine drops its sender. Returns the resolved endpoint (with the port
-/// the OS chose for port 0 when binding).
-pub async fn start(
-    cfg: KvEventsConfig,
-    rx: UnboundedReceiver<KvEventBatch>,
-) -> anyhow::Result<String> {
+/// `events` until the engine drops its sender. Returns the resolved endpoint (with the
+/// port the OS chose for port 0 when binding).
+///
+/// A bind address already in use is an error here, at start. A connect address is never
+/// one: the subscriber (a router) may start later or restart, and a replica must keep
+/// serving meanwhile, so the connection is made, and remade after a disconnect, in the
+/// background with backoff. Events that find no subscriber are dropped and counted
+/// (`folio_kv_events_dropped_total`); sequence numbers still advance, so a subscriber sees
+/// the gap and resynchronizes.
+pub async fn start(cfg: KvEventsConfig, events: KvEventReceiver) -> anyhow::Result<String> {
     let (bind, addr) = attach_mode(&cfg.endpoint)?;
-    let mut socket = zeromq::PubSocket::new();
+    let mut opts = zeromq::SocketOptions::default();
+    opts.connect_timeout(CONNECT_ATTEMPT);
+    let mut socket = zeromq::PubSocket::with_options(opts);
+    let monitor = socket.monitor();
+    let mut p = Publisher {
+        topic: Bytes::from(cfg.topic.clone().into_bytes()),
+        seq: 0,
+        dropped: events.dropped,
+        rx: events.rx,
+    };
     let resolved = if bind {
-        socket
-            .bind(&addr)
-            .await
-            .with_context(|| format!("--kv-events-endpoint: cannot bind {}", cfg.endpoint))?
-            .to_string()
+        let at = socket.bind(&addr).await.map_err(|e| {
+            anyhow::anyhow!(
+                "--kv-events-endpoint: cannot bind {} ({e}); is another process using the port?",
+                cfg.endpoint
+            )
+        })?;
+        tokio::spawn(async move { p.serve_bound(socket, monitor).await });
+        at.to_string()
     } else {
-        socket
-            .connect(&addr)
-            .await
-            .with_context(|| format!("--kv-events-endpoint: cannot connect to {}", cfg.endpoint))?;
+        let a = addr.clone();
+        tokio::spawn(async move { p.serve_connected(socket, monitor, &a).await });
         addr
     };
     tracing::info!(endpoint = %resolved, bind, topic = %cfg.topic, "publishing KV-cache events");
-    tokio::spawn(publish(socket, cfg.topic, rx));
     Ok(resolved)
 }
 
-/// The publishing loop: one message per batch, sequence numbers without gaps.
-async fn publish(
-    mut socket: zeromq::PubSocket,
-    topic: String,
-    mut rx: UnboundedReceiver<KvEventBatch>,
-) {
-    let topic = Bytes::from(topic.into_bytes());
-    let mut seq: u64 = 0;
-    while let Some(batch) = rx.recv().await {
+/// The publishing side: the engine's batches, the topic, the sequence counter and the
+/// shared count of dropped events.
+struct Publisher {
+    rx: tokio::sync::mpsc::Receiver<KvEventBatch>,
+    topic: Bytes,
+    seq: u64,
+    dropped: Arc<AtomicU64>,
+}
+
+type Monitor = futures::channel::mpsc::Receiver<SocketEvent>;
+
+impl Publisher {
+    /// One message per batch; a batch nobody can receive is counted as dropped. Every
+    /// batch takes a sequence number, sent or not.
+    async fn send(&mut self, socket: &mut zeromq::PubSocket, batch: KvEventBatch, live: bool) {
+        let seq = self.seq;
+        self.seq += 1;
+        if !live {
+            self.drop_batch(&batch);
+            return;
+        }
         let payload = crate::kv_wire::encode(&batch, 0);
         let frames = vec![
-            topic.clone(),
+            self.topic.clone(),
             Bytes::copy_from_slice(&seq.to_be_bytes()),
             Bytes::from(payload),
         ];
         let msg = ZmqMessage::try_from(frames).expect("three frames are a message");
         if let Err(e) = socket.send(msg).await {
             tracing::warn!(seq, "kv events: send failed: {e}");
+            self.drop_batch(&batch);
         }
-        seq += 1;
+    }
+
+    fn drop_batch(&self, batch: &KvEventBatch) {
+        self.dropped.fetch_add(batch.events.len() as u64, Relaxed);
+    }
+
+    /// Bound: subscribers come and go on their own; batches while none is connected are
+    /// dropped.
+    async fn serve_bound(&mut self, mut socket: zeromq::PubSocket, mut monitor: Monitor) {
+        let mut peers: usize = 0;
+        let mut watching = true;
+        loop {
+            tokio::select! {
+                b = self.rx.recv() => match b {
+                    // Without socket events any more, assume someone may listen (zeromq
+                    // drops messages without subscribers itself).
+                    Some(batch) => self.send(&mut socket, batch, peers > 0 || !watching).await,
+                    None => return,
+                },
+                ev = monitor.next(), if watching => match ev {
+                    Some(SocketEvent::Accepted(..)) => peers += 1,
+                    Some(SocketEvent::Disconnected(_)) => peers = peers.saturating_sub(1),
+                    Some(_) => {}
+                    None => watching = false,
+                },
+            }
+        }
+    }
+
+    /// Connecting: attempts with backoff until the subscriber listens, publishing while
+    /// connected, and again after it goes away. Batches meanwhile are dropped.
+    async fn serve_connected(
+        &mut self,
+        mut socket: zeromq::PubSocket,
+        mut monitor: Monitor,
+        addr: &str,
+    ) {
+        let mut delay = RETRY_FIRST;
+        let mut warned = false;
+        let mut watching = true;
+        loop {
+            let attempt = {
+                let connect = socket.connect(addr);
+                tokio::pin!(connect);
+                loop {
+                    tokio::select! {
+                        r = &mut connect => break r,
+                        b = self.rx.recv() => match b {
+                            Some(batch) => {
+                                self.seq += 1;
+                                self.drop_batch(&batch);
+                            }
+                            None => return,
+                        },
+                    }
+                }
+            };
+            match attempt {
+                Ok(()) => {
+                    tracing::info!(endpoint = %addr, "kv events: connected to the subscriber");
+                    delay = RETRY_FIRST;
+                    warned = false;
+                    loop {
+                        tokio::select! {
+                            b = self.rx.recv() => match b {
+                                Some(batch) => self.send(&mut socket, batch, true).await,
+                                None => return,
+                            },
+                            ev = monitor.next(), if watching => match ev {
+                                Some(SocketEvent::Disconnected(_)) => break,
+                                Some(_) => {}
+                                None => watching = false,
+                            },
+                        }
+                    }
+                    tracing::warn!(endpoint = %addr, "kv events: the subscriber went away; reconnecting in the background");
+                }
+                Err(e) => {
+                    if !warned {
+                        tracing::warn!(endpoint = %addr, "kv events: no subscriber yet ({e}); retrying in the background, events are dropped meanwhile");
+                        warned = true;
+                    }
+                    if !self.pause(delay).await {
+                        return;
+                    }
+                    delay = (delay * 2).min(RETRY_MAX);
+                }
+            }
+        }
+    }
+
+    /// Waits `d`, dropping batches meanwhile; false when the engine is gone.
+    async fn pause(&mut self, d: Duration) -> bool {
+        let sleep = tokio::time::sleep(d);
+        tokio::pin!(sleep);
+        loop {
+            tokio::select! {
+                _ = &mut sleep => return true,
+                b = self.rx.recv() => match b {
+                    Some(batch) => {
+                        self.seq += 1;
+                        self.drop_batch(&batch);
+                    }
+                    None => return false,
+                },
+            }
+        }
     }
 }
 

@@ -201,6 +201,13 @@ impl ServerMetrics {
             ld(&m.tier_spills) as f64,
         );
         one(
+            "folio_kv_events_dropped_total",
+            "counter",
+            "KV-cache events not published: no subscriber connected, or the queue was full.",
+            "",
+            ld(&m.kv_events_dropped) as f64,
+        );
+        one(
             "folio_kv_tier_fetches_total",
             "counter",
             "KV blocks fetched back from the second tier instead of recomputed.",

@@ -158,3 +158,144 @@ fn a_request_publishes_its_prompt_blocks_as_vllm_does() {
     );
     assert_eq!(r.status, 404, "{}", r.text());
 }
+
+/// A port on loopback that nothing listens on (bound by the OS, then released).
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
+fn dropped(addr: std::net::SocketAddr) -> f64 {
+    let m = common::get(addr, "/metrics").text();
+    common::metric(&m, "folio_kv_events_dropped_total").expect("the dropped-events counter")
+}
+
+/// A connect-mode endpoint (`tcp://127.0.0.1:PORT`, as vLLM allows) with no subscriber for
+/// 60 s: the publisher starts at once, the server keeps answering, and the events nobody
+/// could receive are counted in /metrics. A subscriber that binds the port later receives
+/// the new events, with a sequence number past the dropped ones. Before, the server exited
+/// after 30 s with `Connect timed out after 30s`.
+#[test]
+fn a_late_subscriber_never_stops_the_server_and_gets_new_events() {
+    let (tx, rx) = folio_engine::kv_event_channel();
+    let cfg = folio_engine::EngineConfig {
+        kv_events: Some(tx),
+        ..Default::default()
+    };
+    let Some(engine) = common::engine_with(cfg, None) else {
+        return;
+    };
+    let server = start(engine, folio_server::ServerOptions::default());
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let port = free_port();
+    let endpoint = format!("tcp://127.0.0.1:{port}");
+    let kv = folio_server::kv_events::KvEventsConfig {
+        endpoint: endpoint.clone(),
+        topic: String::new(),
+    };
+    let t0 = std::time::Instant::now();
+    let at = rt
+        .block_on(folio_server::kv_events::start(kv, rx))
+        .expect("a connect address with nobody listening is no error");
+    assert_eq!(at, endpoint);
+    assert!(
+        t0.elapsed() < Duration::from_secs(5),
+        "start waited for a subscriber"
+    );
+
+    // Distinct prompts, so each stores new blocks (and makes events).
+    let prompt = |i: usize| {
+        format!(
+            "Request number {i}: the quick brown fox jumps over the lazy dog near the river \
+             bank while the sun sets slowly behind the distant purple mountains, {i} times."
+        )
+    };
+    let mut i = 0;
+    while t0.elapsed() < Duration::from_secs(60) {
+        let r = common::post(
+            server.addr,
+            "/v1/completions",
+            &json!({"prompt": prompt(i), "max_tokens": 1}),
+        );
+        assert_eq!(
+            r.status,
+            200,
+            "request {i} at {:?}: {}",
+            t0.elapsed(),
+            r.text()
+        );
+        assert_eq!(common::get(server.addr, "/health").status, 200);
+        i += 1;
+        std::thread::sleep(Duration::from_secs(3));
+    }
+    let lost = dropped(server.addr);
+    assert!(
+        lost >= i as f64,
+        "{i} requests, {lost} events counted as dropped"
+    );
+
+    // The subscriber arrives (binding: the server connects to it).
+    let mut sub = zeromq::SubSocket::new();
+    rt.block_on(async {
+        sub.bind(&endpoint).await.expect("the subscriber binds");
+        sub.subscribe("").await.unwrap();
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let msg = loop {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no event reached the late subscriber within 30 s"
+        );
+        let r = common::post(
+            server.addr,
+            "/v1/completions",
+            &json!({"prompt": prompt(i), "max_tokens": 1}),
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+        i += 1;
+        let got =
+            rt.block_on(async { tokio::time::timeout(Duration::from_secs(1), sub.recv()).await });
+        if let Ok(m) = got {
+            break m.expect("a message");
+        }
+    };
+    let frames = msg.into_vec();
+    assert_eq!(frames.len(), 3, "[topic, seq, payload]");
+    let seq = u64::from_be_bytes(frames[1][..].try_into().unwrap());
+    assert!(seq > 0, "sequence numbers advance past dropped batches");
+    let batch = rmpv::decode::read_value(&mut &frames[2][..]).expect("msgpack");
+    let events = batch.as_array().unwrap()[1].as_array().unwrap().clone();
+    assert!(events
+        .iter()
+        .any(|e| field(e, "type").as_str() == Some("BlockStored")));
+}
+
+/// Binding an address another process holds fails at start, saying so.
+#[test]
+fn a_bind_address_in_use_is_an_error_at_start() {
+    let held = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
+    let port = held.local_addr().unwrap().port();
+    let (_tx, rx) = folio_engine::kv_event_channel();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let kv = folio_server::kv_events::KvEventsConfig {
+        endpoint: format!("tcp://*:{port}"),
+        topic: String::new(),
+    };
+    let e = rt
+        .block_on(folio_server::kv_events::start(kv, rx))
+        .expect_err("the port is taken")
+        .to_string();
+    assert!(
+        e.contains("--kv-events-endpoint")
+            && e.contains("cannot bind")
+            && e.contains(&port.to_string()),
+        "{e}"
+    );
+}

@@ -175,7 +175,14 @@ pub fn spawn_engine_with_draft(
     for (name, path) in &cfg.lora {
         lora.load(name, path)?;
     }
-    let metrics = Arc::new(EngineMetrics::default());
+    let metrics = Arc::new(EngineMetrics {
+        kv_events_dropped: cfg
+            .kv_events
+            .as_ref()
+            .map(|tx| tx.dropped.clone())
+            .unwrap_or_default(),
+        ..EngineMetrics::default()
+    });
     metrics.kv_blocks_total.store(num_blocks, Relaxed);
     let (tx, rx) = std::sync::mpsc::channel();
     let eog = tokenizer.eog_ids().to_vec();
