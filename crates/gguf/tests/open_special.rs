@@ -29,7 +29,9 @@ fn a_fifo_or_a_directory_is_refused_without_blocking() {
     let e = r.unwrap_err();
     assert!(e.contains("not a regular file"), "{e}");
     assert!(took < Duration::from_secs(1), "{took:?}");
-    let e = folio_gguf::GgufFile::open(&dir).err().expect("a directory");
+    let Err(e) = folio_gguf::GgufFile::open(&dir) else {
+        panic!("a directory opened as a GGUF");
+    };
     assert!(e.to_string().contains("not a regular file"), "{e}");
     let _ = std::fs::remove_dir_all(&dir);
 }
