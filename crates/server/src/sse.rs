@@ -50,7 +50,8 @@ pub fn event_stream<F>(task: impl FnOnce(mpsc::Sender<Bytes>) -> F) -> Response
 where
     F: std::future::Future<Output = ()> + Send + 'static,
 {
-    let (tx, rx) = mpsc::channel::<Bytes>(64);
+    // Few frames: what the client has not taken waits in the task's `Outbox`, counted.
+    let (tx, rx) = mpsc::channel::<Bytes>(16);
     tokio::spawn(task(tx));
     let body = futures::stream::unfold(rx, |mut rx| async move {
         rx.recv().await.map(|b| (Ok::<_, Infallible>(b), rx))

@@ -3,6 +3,11 @@
 //! - `TCP_NODELAY` on every accepted socket: SSE writes are small, and with Nagle's
 //!   algorithm a stream on a reused keep-alive connection delivered its first tokens in one
 //!   burst after the client's delayed ACK (~40 ms).
+//! - `TCP_NOTSENT_LOWAT` of [`UNSENT_LOWAT`] on every accepted socket: the kernel then
+//!   takes no more of a response while that much of it is unsent. Without it a client that
+//!   stopped reading let the kernel soak up to `tcp_wmem`'s maximum (4 MB) of its stream,
+//!   about 5,000 tokens during which the server could not tell it had stopped (see
+//!   `outbox`); bytes in flight are not counted, so throughput on long links is unchanged.
 //! - A connection cap: past it a connection gets a `503` and is closed at once, so the
 //!   connections already open (and /health on them) keep working.
 //! - A header timeout: a request's headers must arrive within `header_timeout` of its
@@ -37,6 +42,9 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
 use tower::ServiceExt;
+
+/// Most unsent bytes of a response the kernel takes for one connection.
+pub const UNSENT_LOWAT: u32 = 64 << 10;
 
 /// The transport settings (from `ServerOptions`).
 #[derive(Clone, Copy, Debug)]
@@ -74,6 +82,10 @@ pub async fn accept_loop(
         };
         if let Err(e) = tcp.set_nodelay(true) {
             tracing::debug!(error = %e, %peer, "cannot set TCP_NODELAY");
+        }
+        #[cfg(any(target_os = "linux", target_os = "android"))]
+        if let Err(e) = socket2::SockRef::from(&tcp).set_tcp_notsent_lowat(UNSENT_LOWAT) {
+            tracing::debug!(error = %e, %peer, "cannot set TCP_NOTSENT_LOWAT");
         }
         if open.load(Ordering::Relaxed) >= lim.max_connections {
             tracing::debug!(%peer, max = lim.max_connections, "connection refused: at the connection cap");
