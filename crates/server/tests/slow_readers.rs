@@ -56,8 +56,15 @@ impl Drop for PeakRss {
 
 const MB: u64 = 1 << 20;
 
+/// The tests measure this process's RSS: one at a time.
+fn alone() -> std::sync::MutexGuard<'static, ()> {
+    static L: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    L.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 #[test]
 fn slow_readers_are_cut_and_their_kv_and_memory_returned() {
+    let _alone = alone();
     let kv_bytes: usize = 96 << 20;
     let cfg = folio_engine::EngineConfig {
         kv_cache_bytes: kv_bytes,
@@ -174,6 +181,7 @@ fn slow_readers_are_cut_and_their_kv_and_memory_returned() {
 
 #[test]
 fn a_huge_token_id_prompt_is_refused_within_the_prompt_memory_bound() {
+    let _alone = alone();
     let Some(e) = common::engine_with(folio_engine::EngineConfig::default(), None) else {
         return;
     };
