@@ -137,6 +137,14 @@ struct ServeArgs {
     /// Idle keep-alive connections are closed after this many seconds. Default 60.
     #[arg(long)]
     keep_alive_timeout_s: Option<f64>,
+    /// A request's body must arrive within this many seconds of its headers (408 and
+    /// close after). Default 30.
+    #[arg(long)]
+    body_timeout_s: Option<f64>,
+    /// Most bytes of a stream's output held for a client that is not reading (suffixes
+    /// k, m, g); past it the stream ends with finish_reason "slow_reader". Default 256k.
+    #[arg(long)]
+    stream_buffer_bytes: Option<String>,
     /// How tool calls are read from the model's text: hermes (`<tool_call>` JSON, Qwen),
     /// llama3_json, mistral (`[TOOL_CALLS]`); default: from the chat template.
     #[arg(long)]
@@ -209,6 +217,12 @@ impl ServeArgs {
         }
         if let Some(s) = self.keep_alive_timeout_s {
             o.idle_timeout = secs("--keep-alive-timeout-s", s)?;
+        }
+        if let Some(s) = self.body_timeout_s {
+            o.body_timeout = secs("--body-timeout-s", s)?;
+        }
+        if let Some(b) = &self.stream_buffer_bytes {
+            o.stream_buffer_bytes = engine_args::parse_bytes("--stream-buffer-bytes", b)?;
         }
         o.check()?;
         Ok(o)

@@ -7,6 +7,7 @@
 //! into a 400 instead of a stack overflow.
 
 use crate::error::ApiError;
+use crate::json_budget::{self, JsonBudget};
 use crate::state::AppState;
 use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
@@ -22,7 +23,9 @@ impl FromRequest<AppState> for JsonObject {
     async fn from_request(req: Request, state: &AppState) -> Result<Self, Self::Rejection> {
         let bytes = Bytes::from_request(req, state).await.map_err(|r| {
             let status = r.status();
-            if status == StatusCode::PAYLOAD_TOO_LARGE {
+            if let Some(t) = crate::body_deadline::BodyTimeout::in_chain(&r) {
+                ApiError::new(StatusCode::REQUEST_TIMEOUT, t.to_string(), "body_timeout")
+            } else if status == StatusCode::PAYLOAD_TOO_LARGE {
                 ApiError::new(
                     status,
                     format!(
@@ -41,36 +44,34 @@ impl FromRequest<AppState> for JsonObject {
         })?;
         // A large body waits for its turn before it is parsed (see `prompt_permit`).
         let _turn = state.prompt_permit(bytes.len()).await;
-        parse_object(&bytes).map(JsonObject)
+        let info = &state.0.engine.info;
+        let budget = JsonBudget::new(
+            info.context_length,
+            info.vocab_size,
+            state.capacity().max_model_len(),
+        );
+        parse_object(&bytes, budget).map(JsonObject)
     }
 }
 
-/// Parses `bytes` as one JSON object.
-pub fn parse_object(bytes: &[u8]) -> Result<Map<String, Value>, ApiError> {
+/// Parses `bytes` as one JSON object within `budget` (see `json_budget`).
+pub fn parse_object(bytes: &[u8], budget: JsonBudget) -> Result<Map<String, Value>, ApiError> {
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Err(ApiError::bad_request(
             "request body: expected a JSON object, got an empty body",
             "invalid_json",
         ));
     }
-    let value: Value = serde_json::from_slice(bytes).map_err(|e| {
-        ApiError::bad_request(format!("request body: invalid JSON: {e}"), "invalid_json")
-    })?;
-    match value {
-        Value::Object(m) => Ok(m),
-        other => Err(ApiError::bad_request(
-            format!(
-                "request body: expected a JSON object, got {}",
-                crate::fields::type_name(&other)
-            ),
-            "invalid_json",
-        )),
-    }
+    json_budget::parse_object(bytes, budget)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn parse_object(bytes: &[u8]) -> Result<Map<String, Value>, ApiError> {
+        super::parse_object(bytes, JsonBudget::new(8192, 49152, 8192))
+    }
 
     #[test]
     fn rejects_non_objects_and_garbage() {

@@ -13,6 +13,9 @@ use std::time::Instant;
 pub const TIMEOUT: &str = "timeout";
 /// The finish reason of a choice its request's `deadline_ms` ended while it ran.
 pub const DEADLINE: &str = "deadline";
+/// The finish reason of a streamed choice whose client fell more than
+/// `--stream-buffer-bytes` behind (see `outbox`).
+pub const SLOW_READER: &str = "slow_reader";
 
 #[derive(Clone, Debug, Default)]
 pub struct ChoiceState {

@@ -51,7 +51,7 @@ impl ApiError {
     /// OpenAI's `type` string for this status.
     pub fn kind(&self) -> &'static str {
         match self.status.as_u16() {
-            400 | 401 | 405 | 413 | 415 | 422 => "invalid_request_error",
+            400 | 401 | 405 | 408 | 413 | 415 | 422 => "invalid_request_error",
             403 => "permission_error",
             404 => "not_found_error",
             501 => "not_implemented_error",

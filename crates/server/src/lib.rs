@@ -41,6 +41,7 @@
 
 mod auth;
 mod body;
+mod body_deadline;
 mod capacity;
 mod choice_state;
 mod choices;
@@ -50,9 +51,11 @@ mod echo;
 mod embeddings;
 mod error;
 mod fields;
+mod framing;
 mod generate;
 mod guard;
 mod histogram;
+mod json_budget;
 mod known_fields;
 pub mod kv_events;
 mod kv_wire;
@@ -61,6 +64,7 @@ mod lora;
 mod lora_path;
 pub mod metrics;
 mod openai;
+mod outbox;
 pub mod params;
 mod prompt;
 pub mod reasoning;
@@ -129,6 +133,11 @@ pub struct ServerOptions {
     pub header_timeout: Duration,
     /// A keep-alive connection without a request for this long is closed.
     pub idle_timeout: Duration,
+    /// A request's body must arrive within this of its headers (408 and close after).
+    pub body_timeout: Duration,
+    /// Most bytes of a stream's output held for a client that does not read them; past
+    /// it the stream is cut with finish reason `slow_reader` (see `outbox`).
+    pub stream_buffer_bytes: usize,
     /// How tool calls are read from the model's text (`hermes`, `llama3_json`, `mistral`);
     /// `None`: chosen from the chat template.
     pub tool_call_parser: Option<String>,
@@ -168,6 +177,8 @@ impl Default for ServerOptions {
             max_connections: 1000,
             header_timeout: Duration::from_secs(30),
             idle_timeout: Duration::from_secs(60),
+            body_timeout: Duration::from_secs(30),
+            stream_buffer_bytes: 256 << 10,
             tool_call_parser: None,
             reasoning_parser: None,
             pooling: None,
@@ -229,6 +240,7 @@ impl ServerOptions {
             ("--max-connections", self.max_connections),
             ("--max-queued-requests", self.max_queued),
             ("--max-request-bytes", self.max_body_bytes),
+            ("--stream-buffer-bytes", self.stream_buffer_bytes),
         ] {
             if v == 0 {
                 anyhow::bail!("{name}: must be at least 1, got 0");
@@ -237,6 +249,7 @@ impl ServerOptions {
         for (name, d) in [
             ("--header-timeout-s", Some(self.header_timeout)),
             ("--keep-alive-timeout-s", Some(self.idle_timeout)),
+            ("--body-timeout-s", Some(self.body_timeout)),
             ("--request-timeout-s", self.request_timeout),
         ] {
             if d == Some(Duration::ZERO) {
@@ -372,6 +385,8 @@ pub async fn serve_listener(
         max_connections: opts.max_connections,
         header_timeout: opts.header_timeout,
         idle_timeout: opts.idle_timeout,
+        body_timeout: opts.body_timeout,
+        max_body_bytes: opts.max_body_bytes,
     };
     let state = state::AppState::new(handle.clone(), opts, addr.ip());
     if !state.0.hosts.enabled() {

@@ -30,8 +30,15 @@ const E2E_BUCKETS: &[f64] = &[
 /// Finish reasons counted separately, in `FinishReason::as_openai` spelling.
 /// `timeout`: ended by the server's request timeout (`ServerOptions::request_timeout`);
 /// `deadline`: ended by the request's own `deadline_ms` while it ran.
-const REASONS: [&str; 7] = [
-    "stop", "length", "abort", "rejected", "error", "timeout", "deadline",
+const REASONS: [&str; 8] = [
+    "stop",
+    "length",
+    "abort",
+    "rejected",
+    "error",
+    "timeout",
+    "deadline",
+    "slow_reader",
 ];
 
 /// What the server records itself.

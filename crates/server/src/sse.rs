@@ -7,10 +7,11 @@
 //! `deadline_ms`). When the client disconnects, hyper drops the body, the
 //! channel closes, the task returns and dropping `Choices` aborts the engine requests.
 
-use crate::choice_state::{usage_sum, ChoiceState};
+use crate::choice_state::{usage_sum, ChoiceState, SLOW_READER};
 use crate::choices::Choices;
 use crate::chunk_filter::ChunkFilter;
 use crate::generate::{log_finished, refusal, until, Running};
+use crate::outbox::Outbox;
 use crate::params::Api;
 use crate::state::Slots;
 use axum::body::{Body, Bytes};
@@ -49,7 +50,8 @@ pub fn event_stream<F>(task: impl FnOnce(mpsc::Sender<Bytes>) -> F) -> Response
 where
     F: std::future::Future<Output = ()> + Send + 'static,
 {
-    let (tx, rx) = mpsc::channel::<Bytes>(64);
+    // Few frames: what the client has not taken waits in the task's `Outbox`, counted.
+    let (tx, rx) = mpsc::channel::<Bytes>(16);
     tokio::spawn(task(tx));
     let body = futures::stream::unfold(rx, |mut rx| async move {
         rx.recv().await.map(|b| (Ok::<_, Infallible>(b), rx))
@@ -151,24 +153,33 @@ async fn pump(req: Running, tx: mpsc::Sender<Bytes>, queued: Option<Slots>) {
             }
         }
     }
+    // What the client has not taken yet (see `outbox`): engine events are read as they
+    // come, whether or not the client keeps up.
+    let mut out = Outbox::new(s.opts.stream_buffer_bytes);
     loop {
         let next = tokio::select! {
             biased;
             _ = tx.closed() => return log_finished(&job, &states, "client disconnected"),
+            permit = tx.reserve(), if !out.is_empty() => match permit {
+                Ok(p) => {
+                    p.send(out.pop().unwrap_or_default());
+                    continue;
+                }
+                Err(_) => return log_finished(&job, &states, "client disconnected"),
+            },
             _ = until(deadline.map(|c| c.at)) => {
                 let reason = deadline.map_or(crate::choice_state::TIMEOUT, |c| c.reason);
                 for i in choices.abort() {
                     states[i].cut_off(reason, &s.metrics);
-                    if tx.send(frames(i, job.chunk(i, "", None, Some(reason)))).await.is_err() {
-                        return log_finished(&job, &states, "client disconnected");
-                    }
+                    out.push(frames(i, job.chunk(i, "", None, Some(reason))));
                 }
                 break;
             }
             r = tokio::time::timeout(s.opts.keep_alive, choices.next()) => r,
         };
         let bytes = match next {
-            Err(_) => keep_alive_frame(),
+            Err(_) if out.is_empty() => keep_alive_frame(),
+            Err(_) => continue,
             Ok(None) => break,
             Ok(Some((i, ev))) => match states[i].apply(i, ev, &job, tok, &s.metrics) {
                 Some(chunk) => frames(i, chunk),
@@ -178,27 +189,43 @@ async fn pump(req: Running, tx: mpsc::Sender<Bytes>, queued: Option<Slots>) {
         if bytes.is_empty() {
             continue;
         }
-        if tx.send(bytes).await.is_err() {
-            return log_finished(&job, &states, "client disconnected");
+        if !out.push(bytes) {
+            tracing::info!(
+                limit = s.opts.stream_buffer_bytes,
+                "stream cut: its client fell behind by more than --stream-buffer-bytes"
+            );
+            for i in choices.abort() {
+                states[i].cut_off(SLOW_READER, &s.metrics);
+                out.push(frames(i, job.chunk(i, "", None, Some(SLOW_READER))));
+            }
+            break;
         }
     }
     // Streams that ended without `Finished` (engine shut down) still get a finish reason.
     for i in choices.unfinished() {
-        if tx
-            .send(frames(i, job.chunk(i, "", None, Some("abort"))))
-            .await
-            .is_err()
-        {
-            break;
+        out.push(frames(i, job.chunk(i, "", None, Some("abort"))));
+    }
+    drop(choices);
+    if job.include_usage {
+        out.push(frame(&job.usage_chunk(usage_sum(&job, &states))));
+    }
+    out.push(done());
+    if !drain(&mut out, &tx, s.opts.idle_timeout).await {
+        return log_finished(&job, &states, "client stopped reading");
+    }
+    log_finished(&job, &states, "complete");
+}
+
+/// Sends what `out` holds; false when the client left, or took nothing for `stall`
+/// (the connection is then closed by the transport's idle timeout).
+pub async fn drain(out: &mut Outbox, tx: &mpsc::Sender<Bytes>, stall: std::time::Duration) -> bool {
+    while let Some(f) = out.pop() {
+        match tokio::time::timeout(stall, tx.send(f)).await {
+            Ok(Ok(())) => {}
+            _ => return false,
         }
     }
-    if job.include_usage {
-        let _ = tx
-            .send(frame(&job.usage_chunk(usage_sum(&job, &states))))
-            .await;
-    }
-    let _ = tx.send(done()).await;
-    log_finished(&job, &states, "complete");
+    true
 }
 
 #[cfg(test)]

@@ -3,12 +3,22 @@
 //! - `TCP_NODELAY` on every accepted socket: SSE writes are small, and with Nagle's
 //!   algorithm a stream on a reused keep-alive connection delivered its first tokens in one
 //!   burst after the client's delayed ACK (~40 ms).
+//! - `TCP_NOTSENT_LOWAT` of [`UNSENT_LOWAT`] on every accepted socket: the kernel then
+//!   takes no more of a response while that much of it is unsent. Without it a client that
+//!   stopped reading let the kernel soak up to `tcp_wmem`'s maximum (4 MB) of its stream,
+//!   about 5,000 tokens during which the server could not tell it had stopped (see
+//!   `outbox`); bytes in flight are not counted, so throughput on long links is unchanged.
 //! - A connection cap: past it a connection gets a `503` and is closed at once, so the
 //!   connections already open (and /health on them) keep working.
 //! - A header timeout: a request's headers must arrive within `header_timeout` of its
 //!   first byte (of the connection's start for the first request), so a client trickling
 //!   a byte a second cannot hold a connection.
 //! - An idle timeout: a keep-alive connection with no request for `idle_timeout` is closed.
+//! - A body timeout: a request's body must arrive within `body_timeout` of its headers
+//!   (see `body_deadline`); past it the request is answered 408 and the connection closed.
+//! - Head checks before routing (see `framing`): a duplicate or malformed `Host`, an
+//!   absolute-form target that disagrees with `Host` (400), a `Content-Length` above the
+//!   body limit (413, without reading the body); the connection is closed after each.
 //!
 //! Each connection is hyper's HTTP/1.1 state machine over an I/O wrapper that notes when
 //! bytes move; a service wrapper notes when a request is being answered (from its headers
@@ -17,13 +27,14 @@
 //! is never cut by these timeouts.
 
 use axum::body::{Body, Bytes};
+use axum::response::IntoResponse;
 use axum::Router;
 use hyper::body::{Frame, Incoming, SizeHint};
 use hyper_util::rt::TokioIo;
 use std::convert::Infallible;
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -32,12 +43,17 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
 use tower::ServiceExt;
 
+/// Most unsent bytes of a response the kernel takes for one connection.
+pub const UNSENT_LOWAT: u32 = 64 << 10;
+
 /// The transport settings (from `ServerOptions`).
 #[derive(Clone, Copy, Debug)]
 pub struct Limits {
     pub max_connections: usize,
     pub header_timeout: Duration,
     pub idle_timeout: Duration,
+    pub body_timeout: Duration,
+    pub max_body_bytes: usize,
 }
 
 /// Accepts until `stop` turns true, then closes the listener, asks every connection to
@@ -66,6 +82,10 @@ pub async fn accept_loop(
         };
         if let Err(e) = tcp.set_nodelay(true) {
             tracing::debug!(error = %e, %peer, "cannot set TCP_NODELAY");
+        }
+        #[cfg(any(target_os = "linux", target_os = "android"))]
+        if let Err(e) = socket2::SockRef::from(&tcp).set_tcp_notsent_lowat(UNSENT_LOWAT) {
+            tracing::debug!(error = %e, %peer, "cannot set TCP_NOTSENT_LOWAT");
         }
         if open.load(Ordering::Relaxed) >= lim.max_connections {
             tracing::debug!(%peer, max = lim.max_connections, "connection refused: at the connection cap");
@@ -103,6 +123,16 @@ fn refuse(tcp: TcpStream, max: usize) {
     let _ = tcp.try_write(resp.as_bytes());
 }
 
+/// `resp` with `Connection: close`: hyper closes the connection once it is written (the
+/// request's body was not read to its end, so the next request's start is unknown).
+fn closing(mut resp: axum::response::Response) -> axum::response::Response {
+    resp.headers_mut().insert(
+        axum::http::header::CONNECTION,
+        axum::http::HeaderValue::from_static("close"),
+    );
+    resp
+}
+
 /// One open connection, counted against the cap until dropped.
 struct Slot {
     open: Arc<AtomicUsize>,
@@ -132,7 +162,25 @@ async fn connection(
         let busy = ws.begin();
         let app = app.clone();
         async move {
-            let resp = app.oneshot(req).await?;
+            if let Err(e) =
+                crate::framing::check(req.method(), req.uri(), req.headers(), lim.max_body_bytes)
+            {
+                tracing::debug!(error = %e, "request refused before routing");
+                let resp = closing(e.into_response());
+                return Ok(resp.map(|inner| Guarded { inner, _busy: busy }));
+            }
+            let expired = Arc::new(AtomicBool::new(false));
+            let req = req.map(|b| {
+                Body::new(crate::body_deadline::TimedBody::new(
+                    b,
+                    lim.body_timeout,
+                    expired.clone(),
+                ))
+            });
+            let mut resp = app.oneshot(req).await?;
+            if expired.load(Ordering::Relaxed) {
+                resp = closing(resp);
+            }
             Ok::<_, Infallible>(resp.map(|inner| Guarded { inner, _busy: busy }))
         }
     });

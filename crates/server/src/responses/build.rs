@@ -40,6 +40,7 @@ impl End {
             "length" => End::Incomplete("max_output_tokens"),
             crate::choice_state::TIMEOUT => End::Incomplete("timeout"),
             crate::choice_state::DEADLINE => End::Incomplete("deadline"),
+            crate::choice_state::SLOW_READER => End::Incomplete("slow_reader"),
             "error" => End::Failed(error.unwrap_or_else(|| "generation failed".into())),
             _ => End::Incomplete("abort"),
         }

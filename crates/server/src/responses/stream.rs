@@ -5,9 +5,10 @@
 
 use super::build::{Build, Ev};
 use super::{end_of, feed, tokens_of};
-use crate::choice_state::ChoiceState;
+use crate::choice_state::{ChoiceState, SLOW_READER};
 use crate::generate::{log_finished, refusal, until, Running};
-use crate::sse::{event_stream, keep_alive_frame, wait_admitted, Waited};
+use crate::outbox::Outbox;
+use crate::sse::{drain, event_stream, keep_alive_frame, wait_admitted, Waited};
 use crate::state::Slots;
 use axum::body::Bytes;
 use axum::response::Response;
@@ -56,10 +57,19 @@ async fn pump(req: Running, mut b: Build, tx: mpsc::Sender<Bytes>, queued: Optio
             }
         }
     }
+    // What the client has not taken yet, bounded as in the chat stream (see `outbox`).
+    let mut out = Outbox::new(s.opts.stream_buffer_bytes);
     loop {
         let next = tokio::select! {
             biased;
             _ = tx.closed() => return gone(&c),
+            permit = tx.reserve(), if !out.is_empty() => match permit {
+                Ok(p) => {
+                    p.send(out.pop().unwrap_or_default());
+                    continue;
+                }
+                Err(_) => return gone(&c),
+            },
             _ = until(deadline.map(|d| d.at)) => {
                 choices.abort();
                 if let Some(d) = deadline {
@@ -70,16 +80,27 @@ async fn pump(req: Running, mut b: Build, tx: mpsc::Sender<Bytes>, queued: Optio
             r = tokio::time::timeout(s.opts.keep_alive, choices.next()) => r,
         };
         let bytes = match next {
-            Err(_) => keep_alive_frame(),
+            Err(_) if out.is_empty() => keep_alive_frame(),
+            Err(_) => continue,
             Ok(None) => break,
             Ok(Some((_, ev))) => frames(&feed(&mut b, &mut c, ev, &job, &st)),
         };
-        if !bytes.is_empty() && tx.send(bytes).await.is_err() {
-            return gone(&c);
+        if !bytes.is_empty() && !out.push(bytes) {
+            tracing::info!(
+                limit = s.opts.stream_buffer_bytes,
+                "stream cut: its client fell behind by more than --stream-buffer-bytes"
+            );
+            choices.abort();
+            c.cut_off(SLOW_READER, &s.metrics);
+            break;
         }
     }
-    // Timed out, or the engine went away without a finish.
+    drop(choices);
+    // Timed out, cut, or the engine went away without a finish.
     let last = b.finish(&end_of(&c), tokens_of(&job, &c));
-    let _ = tx.send(frames(&last)).await;
+    out.push(frames(&last));
+    if !drain(&mut out, &tx, s.opts.idle_timeout).await {
+        return log_finished(&job, std::slice::from_ref(&c), "client stopped reading");
+    }
     log_finished(&job, std::slice::from_ref(&c), "complete");
 }
