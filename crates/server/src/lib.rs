@@ -51,6 +51,7 @@ mod embeddings;
 mod error;
 mod fields;
 mod generate;
+pub mod grammar_compiler;
 mod guard;
 mod histogram;
 mod known_fields;
@@ -138,6 +139,12 @@ pub struct ServerOptions {
     /// `--pooling` for /v1/embeddings; `None`: the model file's `pooling_type`, else
     /// last-token.
     pub pooling: Option<folio_engine::Pooling>,
+    /// Grammar and schema compiles at once (0: a quarter of the cores, 1 to 4).
+    pub grammar_compiles: usize,
+    /// Compiles that may wait for a turn; more are refused with 503.
+    pub grammar_compile_queue: usize,
+    /// How long a request may wait for its compile and the compile take, together.
+    pub grammar_compile_budget: Duration,
 }
 
 impl Default for ServerOptions {
@@ -162,6 +169,9 @@ impl Default for ServerOptions {
             tool_call_parser: None,
             reasoning_parser: None,
             pooling: None,
+            grammar_compiles: 0,
+            grammar_compile_queue: 8,
+            grammar_compile_budget: Duration::from_secs(10),
         }
     }
 }
