@@ -186,7 +186,7 @@ mod tests {
         let l = GrammarLimits {
             max_properties: 3,
             max_refs: 1,
-            max_depth: 4,
+            max_depth: 5,
             max_bytes: 200,
             ..Default::default()
         };
@@ -197,9 +197,9 @@ mod tests {
         );
         let refs = json!({"anyOf": [{"$ref": "#/$defs/a"}, {"$ref": "#/$defs/b"}]});
         assert_eq!(l.check_schema(&refs).unwrap_err().what, "$refs");
-        let deep = json!({"items": {"items": {"items": {"items": {}}}}});
+        let deep = json!({"items": {"items": {"items": {"items": {"items": {}}}}}});
         let e = l.check_schema(&deep).unwrap_err();
-        assert_eq!((e.what, e.value), ("levels of schema nesting", 5));
+        assert_eq!((e.what, e.value), ("levels of schema nesting", 6));
         let big = json!({"enum": ["x".repeat(300)]});
         assert_eq!(l.check_schema(&big).unwrap_err().what, "schema bytes");
         assert!(l.check_schema(&json!({"properties": {"a": {}}})).is_ok());
