@@ -19,6 +19,7 @@
 //! budget on whitespace.
 
 use crate::api::EngineMetrics;
+use crate::grammar_limits::{GrammarLimits, LimitError};
 use llguidance::api::TopLevelGrammar;
 use llguidance::toktrie::{ApproximateTokEnv, SimpleVob, TokRxInfo, TokTrie};
 use llguidance::{Matcher, ParserFactory};
@@ -93,6 +94,17 @@ fn with_layout(mut schema: Value) -> Value {
     schema
 }
 
+/// Why a constraint did not compile.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CompileError {
+    /// Over one of the size limits; llguidance never saw it.
+    #[error(transparent)]
+    Limit(#[from] LimitError),
+    /// llguidance refused it (its message).
+    #[error("{0}")]
+    Invalid(String),
+}
+
 /// The model's vocabulary as llguidance's token environment, built on first use.
 pub struct Grammars {
     tokenizer: Arc<folio_tokenizer::Tokenizer>,
@@ -100,6 +112,7 @@ pub struct Grammars {
     /// tokenizer's).
     vocab: usize,
     factory: OnceLock<Result<ParserFactory, String>>,
+    limits: GrammarLimits,
 }
 
 impl Grammars {
@@ -108,6 +121,7 @@ impl Grammars {
             tokenizer,
             vocab,
             factory: OnceLock::new(),
+            limits: GrammarLimits::default(),
         }
     }
 
@@ -160,15 +174,25 @@ impl Grammars {
             .map_err(Clone::clone)
     }
 
-    /// Compiles `c` into a fresh matcher; the error is llguidance's message. Builds the
-    /// token environment on first use, which takes a while: call it off async threads.
-    pub fn compile(&self, c: &Constraint) -> Result<Compiled, String> {
-        let grammar = c.grammar()?;
-        let f = self.factory()?;
-        let parser = f.create_parser(grammar).map_err(|e| e.to_string())?;
+    /// The size limits every constraint is checked against before it is compiled.
+    pub fn limits(&self) -> &GrammarLimits {
+        &self.limits
+    }
+
+    /// Compiles `c` into a fresh matcher, after checking it against [`Grammars::limits`].
+    /// Builds the token environment on first use, which takes a while; recursion in
+    /// llguidance needs up to [`COMPILE_STACK_BYTES`](crate::grammar_limits::COMPILE_STACK_BYTES)
+    /// of stack: call it on a thread of its own with that stack, off async threads.
+    pub fn compile(&self, c: &Constraint) -> Result<Compiled, CompileError> {
+        self.limits.check(c)?;
+        let grammar = c.grammar().map_err(CompileError::Invalid)?;
+        let f = self.factory().map_err(CompileError::Invalid)?;
+        let parser = f
+            .create_parser(grammar)
+            .map_err(|e| CompileError::Invalid(e.to_string()))?;
         let matcher = Matcher::new(Ok(parser));
         match matcher.get_error() {
-            Some(e) => Err(e),
+            Some(e) => Err(CompileError::Invalid(e)),
             None => Ok(Compiled {
                 constraint: c.clone(),
                 matcher,

@@ -10,6 +10,8 @@
 //!   slots; requests carry their adapters (`GenerateRequest::lora`) into every batch.
 //! - [`constraint`]: structured output: a request's JSON schema, regex, choice or Lark
 //!   grammar compiled by llguidance; token masks, commit, draft checks and rollback.
+//! - [`grammar_limits`]: the size limits a constraint must meet before it is compiled (a
+//!   rule chain or `$ref` chain deep enough would overflow llguidance's stack).
 //! - [`gbnf`]: llama.cpp's GBNF grammars converted to Lark.
 //! - [`sampler`]: logits → token, per-request seeded RNG, penalties, logprobs helpers.
 //! - [`embed`]: embedding requests: hidden rows pooled (last token or mean) into one
@@ -31,6 +33,7 @@ pub mod constraint;
 pub mod embed;
 pub mod engine;
 pub mod gbnf;
+pub mod grammar_limits;
 pub mod kv_events;
 pub mod logit_rules;
 pub mod lora;
@@ -46,12 +49,13 @@ pub use api::{
     RequestId, RequestStream, SubmitError, TokenLogprob, Usage,
 };
 pub use config::{EngineConfig, SpecMethod};
-pub use constraint::{Compiled, Constraint, Grammars};
+pub use constraint::{CompileError, Compiled, Constraint, Grammars};
 pub use embed::Pooling;
 pub use engine::{spawn_engine, spawn_engine_with_draft};
 pub use folio_model::LoraSet;
 pub use folio_spec::SpecStats;
 pub use gbnf::gbnf_to_lark;
+pub use grammar_limits::{GrammarLimits, LimitError, COMPILE_STACK_BYTES};
 pub use kv_events::{kv_event_channel, KvCacheEvent, KvEventBatch, KvEventReceiver, KvEventSender};
 pub use logit_rules::LogitRules;
 pub use lora::{LoraError, LoraInfo, LoraReader, LoraRegistry};

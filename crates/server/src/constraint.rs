@@ -12,11 +12,12 @@
 //! - llama-server `grammar` (GBNF) and `json_schema` (a schema).
 //!
 //! Two of them in one request are a 400 naming both. Whether the constraint compiles is
-//! settled by [`compile`] (llguidance's message in a 400), once per call.
+//! settled by [`crate::grammar_compiler::GrammarCompiler::compile`] (a size limit or
+//! llguidance's message in a 400), once per call.
 
 use crate::error::ApiError;
 use crate::fields::{show, Fields};
-use folio_engine::{Compiled, Constraint, EngineHandle};
+use folio_engine::{Constraint, GrammarLimits};
 use serde_json::Value;
 
 /// Most alternatives of a choice.
@@ -76,24 +77,6 @@ pub fn parse(f: &Fields) -> Result<Option<Structured>, ApiError> {
         ));
     }
     Ok(found.pop())
-}
-
-/// Compiles the constraint (off the async threads: the first one builds the vocabulary's
-/// token environment) into the matcher every request of this call starts from; a schema or
-/// grammar llguidance refuses is a 400 with its message.
-pub async fn compile(engine: &EngineHandle, s: &Structured) -> Result<Compiled, ApiError> {
-    let grammars = engine.grammars.clone();
-    let c = s.constraint.clone();
-    let r = tokio::task::spawn_blocking(move || grammars.compile(&c))
-        .await
-        .map_err(|e| {
-            ApiError::new(
-                axum::http::StatusCode::INTERNAL_SERVER_ERROR,
-                format!("constraint compiler task failed: {e}"),
-                "internal",
-            )
-        })?;
-    r.map_err(|e| ApiError::param(&s.field, format!("cannot be compiled: {e}")))
 }
 
 fn object<'a>(name: &str, v: &'a Value) -> Result<&'a serde_json::Map<String, Value>, ApiError> {
@@ -245,6 +228,18 @@ fn choice(name: &str, v: &Value) -> Result<Constraint, ApiError> {
 fn grammar(name: &str, v: &Value, gbnf: bool) -> Result<Constraint, ApiError> {
     let g = nonempty_str(name, v)?;
     if gbnf || g.contains("::=") {
+        // Checked before the conversion, which would otherwise run on any size.
+        let max = GrammarLimits::default().max_bytes;
+        if g.len() > max {
+            return Err(ApiError::param(
+                name,
+                folio_engine::LimitError {
+                    what: "grammar bytes",
+                    limit: max,
+                    value: g.len(),
+                },
+            ));
+        }
         let lark = folio_engine::gbnf_to_lark(g)
             .map_err(|e| ApiError::param(name, format!("not a valid GBNF grammar: {e}")))?;
         Ok(Constraint::Lark(lark))

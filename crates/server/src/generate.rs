@@ -82,7 +82,7 @@ pub async fn start(
         });
     }
     let compiled = match &p.constraint {
-        Some(c) => Some(crate::constraint::compile(&s.engine, c).await?),
+        Some(c) => Some(s.compiler.compile(&s.engine.grammars, c).await?),
         None => None,
     };
     let mut inputs = match api {

@@ -53,6 +53,7 @@ mod error;
 mod fields;
 mod framing;
 mod generate;
+pub mod grammar_compiler;
 mod guard;
 mod histogram;
 mod json_budget;
@@ -156,6 +157,12 @@ pub struct ServerOptions {
     /// following symlinks); relative `lora_path`s are taken inside it. `None`: any path the
     /// server can read (when runtime loading is allowed at all).
     pub lora_dir: Option<std::path::PathBuf>,
+    /// Grammar and schema compiles at once (0: a quarter of the cores, 1 to 4).
+    pub grammar_compiles: usize,
+    /// Compiles that may wait for a turn; more are refused with 503.
+    pub grammar_compile_queue: usize,
+    /// How long a request may wait for its compile and the compile take, together.
+    pub grammar_compile_budget: Duration,
 }
 
 impl Default for ServerOptions {
@@ -184,6 +191,9 @@ impl Default for ServerOptions {
             pooling: None,
             allow_runtime_lora: false,
             lora_dir: None,
+            grammar_compiles: 0,
+            grammar_compile_queue: 8,
+            grammar_compile_budget: Duration::from_secs(10),
         }
     }
 }

@@ -32,6 +32,8 @@ pub struct Shared {
     /// Large bodies parsed and large prompts tokenized at once: one per core (see
     /// [`AppState::prompt_permit`]).
     prompt_work: Arc<tokio::sync::Semaphore>,
+    /// Where structured-output constraints are compiled (bounded, off the async threads).
+    pub compiler: crate::grammar_compiler::GrammarCompiler,
 }
 
 /// Bodies and prompt texts from this size on take a [`AppState::prompt_permit`]; smaller
@@ -76,7 +78,6 @@ impl AppState {
         AppState(Arc::new(Shared {
             engine,
             hosts,
-            opts,
             model_name,
             metrics,
             started: crate::openai::unix_now(),
@@ -84,6 +85,12 @@ impl AppState {
             queued: Arc::new(AtomicUsize::new(0)),
             active: Arc::new(AtomicUsize::new(0)),
             prompt_work: Arc::new(tokio::sync::Semaphore::new(prompt_workers())),
+            compiler: crate::grammar_compiler::GrammarCompiler::new(
+                opts.grammar_compiles,
+                opts.grammar_compile_queue,
+                opts.grammar_compile_budget,
+            ),
+            opts,
         }))
     }
 
