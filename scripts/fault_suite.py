@@ -48,6 +48,7 @@ RSS_BOUND_MB = 600
 HOST = "127.0.0.1"
 WORK = None  # temporary directory, set in main
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
+STARTED = []  # every server started, stopped at the end of its case whatever happens
 
 
 def log(msg):
@@ -66,6 +67,9 @@ class Server:
         self.proc = None
 
     def start(self, timeout=60):
+        STARTED.append(self)
+        if self.health() is not None:
+            raise RuntimeError(f"{self.name}: port {self.port} already answers (a stray server?)")
         logf = open(self.log_path, "wb" if self.proc is None else "ab")
         self.proc = subprocess.Popen(
             [BIN, "serve", "--host", HOST, "--port", str(self.port), *self.args],
@@ -962,6 +966,55 @@ def case_disk_kill(row, rng):
     for i, (g, w) in enumerate(zip(got, want)):
         if g is None or g != w:
             row.fail(f"prompt {i}: restarted {g!r} != fresh {w!r}")
+    disk_model_swap(row, prompts)
+
+
+def disk_model_swap(row, prompts):
+    """Blocks spilled for one model file must not serve another file at the same path
+    (same size, same mtime, different weights)."""
+    src = model_path()
+    with open(src, "rb") as f:
+        _, data_start = gguf_fields(f.read(8 << 20))
+    m = os.path.join(WORK, "swap-model.gguf")
+    shutil.copyfile(src, m)
+    d = os.path.join(WORK, "kvdisk-swap")
+    os.makedirs(d, exist_ok=True)
+    args = ["--model", m, "--kv-cache-bytes", "16m", "--kv-disk-dir", d, "--kv-disk-bytes", "256m"]
+    a = Server("swap-a", PORT0 + 2, args).start()
+    before = asyncio.run(greedy_all(a.port, prompts, 2))
+    before += asyncio.run(greedy_all(a.port, prompts, 2))  # evicts the first round to disk
+    spills = a.metrics().get("folio_kv_tier_spills_total", 0)
+    finish_server(row, a, expect_rc=0)
+    # Other weights, same size and mtime: swap two block-aligned 4 MB runs of the first
+    # tensor data (token embeddings: the rows of many tokens trade places).
+    st = os.stat(m)
+    half = 20 * 200_000  # a multiple of Q4_1's 20-byte block
+    with open(m, "r+b") as f:
+        f.seek(data_start)
+        x = f.read(2 * half)
+        f.seek(data_start)
+        f.write(x[half:] + x[:half])
+    os.utime(m, ns=(st.st_atime_ns, st.st_mtime_ns))
+    b = Server("swap-b", PORT0 + 2, args).start()
+    got = asyncio.run(greedy_all(b.port, prompts, 2))
+    fetches = b.metrics().get("folio_kv_tier_fetches_total", 0)
+    finish_server(row, b, expect_rc=0)
+    c = Server("swap-fresh", PORT0 + 3, ["--model", m, "--kv-cache-bytes", "16m"]).start()
+    want = asyncio.run(greedy_all(c.port, prompts, 2))
+    finish_server(row, c, expect_rc=0)
+    row.requests += 5 * len(prompts)
+    row.faults += 1
+    changed = sum(x != y for x, y in zip(before, want))
+    row.note(f"model swapped in place: {spills:.0f} spills before, {fetches:.0f} fetches after, "
+             f"{changed}/{len(prompts)} outputs changed by the swap")
+    if fetches:
+        row.fail(f"after the model file changed, {fetches:.0f} blocks spilled for the old "
+                 "contents were fetched (the tier is keyed by path, not contents)")
+    row.note(f"e.g. before {before[0]!r}, after restart {got[0]!r}, fresh {want[0]!r}")
+    bad = [i for i, (g, w) in enumerate(zip(got, want)) if g is None or g != w]
+    if bad:
+        row.fail(f"after the model file changed, {len(bad)} outputs differ from a fresh server "
+                 f"(stale disk blocks served), e.g. {got[bad[0]]!r} != {want[bad[0]]!r}")
 
 
 # --------------------------------------------------------------------------- case 5: sigterm
@@ -1086,8 +1139,59 @@ def case_slow_read(row, rng):
 # --------------------------------------------------------------------------- case 7: disconnect
 
 
+class ZmqSub:
+    """A minimal ZMTP 3.0 SUB peer (NULL mechanism) listening on loopback: folio's
+    `--kv-events-endpoint tcp://127.0.0.1:PORT` connects to it. Counts the bytes of the
+    events received; `drop()` resets the connection (folio must reconnect, never die)."""
+
+    def __init__(self, port):
+        self.port, self.bytes, self.conns, self.writers = port, 0, 0, []
+
+    async def start(self):
+        self.server = await asyncio.start_server(self.handle, HOST, self.port)
+
+    async def handle(self, reader, writer):
+        self.conns += 1
+        self.writers.append(writer)
+        greeting = (b"\xff" + b"\0" * 8 + b"\x7f" + b"\x03\x00" + b"NULL".ljust(20, b"\0")
+                    + b"\0" + b"\0" * 31)
+        props = b"\x0bSocket-Type" + struct.pack(">I", 3) + b"SUB"
+        ready = b"\x05READY" + props
+        try:
+            writer.write(greeting + b"\x04" + bytes([len(ready)]) + ready + b"\x00\x01\x01")
+            await writer.drain()
+            await reader.readexactly(64)
+            while True:
+                flags = (await reader.readexactly(1))[0]
+                size = (struct.unpack(">Q", await reader.readexactly(8))[0] if flags & 2
+                        else (await reader.readexactly(1))[0])
+                await reader.readexactly(size)
+                if not flags & 4:
+                    self.bytes += size
+        except (asyncio.IncompleteReadError, ConnectionError, OSError):
+            pass
+        finally:
+            writer.close()
+
+    def drop(self):
+        for w in self.writers:
+            sock = w.get_extra_info("socket")
+            if sock is not None:
+                try:
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                except OSError:
+                    pass
+            w.close()
+        self.writers = []
+
+    async def stop(self):
+        self.drop()
+        self.server.close()
+
+
 def case_disconnect(row, rng):
-    srv = Server("disconnect", PORT0 + 6).start()
+    # KV-cache events go to a subscriber that resets its connection midway.
+    srv = Server("disconnect", PORT0 + 6, ["--kv-events-endpoint", f"tcp://{HOST}:{PORT0 + 9}"])
     n = 200
     plans = []
     for i in range(n):
@@ -1135,9 +1239,20 @@ def case_disconnect(row, rng):
         return "ok"
 
     async def go():
-        return await asyncio.gather(*(one(*p) for p in plans))
+        sub = ZmqSub(PORT0 + 9)
+        await sub.start()
+        await asyncio.to_thread(srv.start)
+        tasks = [asyncio.create_task(one(*p)) for p in plans]
+        await asyncio.sleep(3)
+        sub.drop()
+        out = await asyncio.gather(*tasks)
+        await asyncio.sleep(0.5)
+        await sub.stop()
+        return out, sub
 
-    out = asyncio.run(go())
+    out, sub = asyncio.run(go())
+    row.note(f"KV events: {sub.bytes} bytes over {sub.conns} subscriber connection(s), "
+             "one reset midway")
     row.requests = n
     row.faults = sum(1 for p in plans if p[0] != "full")
     for o in out:
@@ -1259,6 +1374,11 @@ def main():
         except Exception as e:  # a case that cannot finish fails, the others still run
             row.error = f"{type(e).__name__}: {e}"
             row.note("ERROR " + row.error[:300])
+        for srv in STARTED:
+            if srv.alive():
+                srv.signal(signal.SIGKILL)
+                srv.proc.wait(10)
+        STARTED.clear()
         row.secs = time.monotonic() - t0
         rows.append(row)
         log(f"case {name}: {'pass' if row.passed else 'FAIL'} in {row.secs:.1f} s")
