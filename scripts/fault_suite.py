@@ -1359,6 +1359,8 @@ def main():
         else:
             BIN = a
     BIN = os.path.abspath(BIN)
+    if not os.access(BIN, os.X_OK):
+        sys.exit(f"fault_suite: no folio binary at {BIN} (cargo build --release -p folio)")
     WORK = keep or tempfile.mkdtemp(prefix="folio-faults-")
     os.makedirs(WORK, exist_ok=True)
     t_all = time.monotonic()
