@@ -871,9 +871,13 @@ def case_grammar(row, rng):
     row.requests = len(results) + 1
     row.faults = len(results)
     statuses = {}
+    ten_names = {n for n, _ in ten}
     for name, r in results:
         statuses[r["status"]] = statuses.get(r["status"], 0) + 1
-        if r["status"] not in (200, 400):
+        # Ten at once overflow the bounded compile queue (slots + 8 waiting): the ones
+        # past it are refused with 503 at once, by design.
+        allowed = (200, 400, 503) if name in ten_names else (200, 400)
+        if r["status"] not in allowed:
             row.fail(f"{name}: status {r['status']} error {r['error']}")
     row.note("bomb statuses " + ", ".join(f"{k}:{v}" for k, v in statuses.items()))
     row.note(f"bombs took {t1 - t0:.1f} s")
