@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{send_raw, Resp};
+use common::{assert_error, send_raw, Resp};
 use folio_server::ServerOptions;
 use serde_json::json;
 use std::net::SocketAddr;
@@ -44,16 +44,6 @@ fn completion() -> String {
 /// A GET under `host`.
 fn status_under(addr: SocketAddr, host: &str) -> u16 {
     send(addr, "GET", "/v1/models", Some(host), None, "").status
-}
-
-fn assert_error(r: &Resp, status: u16, code: &str, contains: &[&str]) {
-    assert_eq!(r.status, status, "{}", r.text());
-    let e = r.json()["error"].clone();
-    assert_eq!(e["code"], code, "{e}");
-    let msg = e["message"].as_str().unwrap();
-    for c in contains {
-        assert!(msg.contains(c), "{c:?} not in {msg:?}");
-    }
 }
 
 #[test]

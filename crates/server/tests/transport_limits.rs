@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{send_raw, Resp};
+use common::{assert_error, send_raw, Resp};
 use folio_server::ServerOptions;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -15,16 +15,6 @@ use std::time::{Duration, Instant};
 fn engine() -> Option<folio_engine::EngineHandle> {
     static E: OnceLock<Option<folio_engine::EngineHandle>> = OnceLock::new();
     E.get_or_init(common::engine).clone()
-}
-
-fn assert_error(r: &Resp, status: u16, code: &str, contains: &[&str]) {
-    assert_eq!(r.status, status, "{}", r.text());
-    let e = r.json()["error"].clone();
-    assert_eq!(e["code"], code, "{e}");
-    let msg = e["message"].as_str().unwrap();
-    for c in contains {
-        assert!(msg.contains(c), "{c:?} not in {msg:?}");
-    }
 }
 
 /// Sends `head` (and nothing more) and reads until the server closes, within `wait`.

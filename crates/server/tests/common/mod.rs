@@ -461,3 +461,14 @@ pub fn wait_idle(addr: SocketAddr, limit: Duration) -> String {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// Asserts an OpenAI-shaped error: the status, `error.code`, and each of `contains` in its message.
+pub fn assert_error(r: &Resp, status: u16, code: &str, contains: &[&str]) {
+    assert_eq!(r.status, status, "{}", r.text());
+    let e = r.json()["error"].clone();
+    assert_eq!(e["code"], code, "{e}");
+    let msg = e["message"].as_str().unwrap();
+    for c in contains {
+        assert!(msg.contains(c), "{c:?} not in {msg:?}");
+    }
+}
