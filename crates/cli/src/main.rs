@@ -9,6 +9,7 @@ mod bench_spec;
 mod engine_args;
 mod generate;
 mod kv_events_args;
+mod logging;
 mod plan_cmd;
 mod serve;
 
@@ -25,6 +26,9 @@ use std::path::PathBuf;
     about = "An LLM inference engine and OpenAI-compatible server"
 )]
 struct Cli {
+    /// Log lines on stderr: `text` (colour only on a terminal) or `json` (one object a line).
+    #[arg(long, global = true, value_enum, default_value_t = logging::LogFormat::Text)]
+    log_format: logging::LogFormat,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -323,14 +327,8 @@ enum BenchCmd {
 }
 
 fn main() -> Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("FOLIO_LOG")
-                .unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
     let cli = Cli::parse();
+    logging::init(cli.log_format);
     match cli.cmd {
         Cmd::Serve {
             engine,

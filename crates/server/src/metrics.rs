@@ -1,9 +1,11 @@
 //! /metrics in Prometheus text format (0.0.4).
 //!
-//! NOTE: rendered by hand rather than through the `metrics` facade: its recorder is
-//! process-global (one per process, so two servers in one test binary would share
-//! histograms), and the text here must match vLLM's names exactly (`vllm:` prefix, `_total`
-//! counters) for routers and autoscalers built for vLLM. Gauges and engine counters are
+//! NOTE: written by a small table-driven writer ([`FAMILIES`]) rather than through the
+//! `metrics` facade or a Prometheus client crate: the facade's recorder is process-global
+//! (two servers in one test binary would share histograms), the client crates own their
+//! values while folio's gauges live in [`EngineMetrics`] and are read at scrape time, and
+//! the text must match vLLM's names exactly (`vllm:` prefix, `_total` counters, the
+//! `model_name` label) for routers and autoscalers built for vLLM. Gauges and engine counters are
 //! read from [`EngineMetrics`] at scrape time; request histograms are recorded here by the
 //! server from event timestamps.
 
@@ -84,302 +86,40 @@ impl ServerMetrics {
         };
     }
 
-    /// The whole /metrics page.
+    /// The whole /metrics page: the [`FAMILIES`] table, then the labelled families
+    /// (rejections, finish reasons, cache config, histograms, per-position acceptance).
     pub fn render(&self, info: &EngineInfo, m: &EngineMetrics, model_name: &str) -> String {
-        let ld = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        let lu = |a: &std::sync::atomic::AtomicUsize| a.load(Ordering::Relaxed) as f64;
-        let (running, waiting, used, cached) = (
-            lu(&m.num_running),
-            lu(&m.num_waiting),
-            lu(&m.kv_blocks_used),
-            lu(&m.kv_blocks_cached),
-        );
-        let usage = if info.num_blocks == 0 {
-            0.0
-        } else {
-            used / info.num_blocks as f64
-        };
+        let scrape = Scrape::new(info, m);
+        let mn = format!("model_name=\"{}\"", escape(model_name));
         let mut out = String::with_capacity(16 * 1024);
-        let mut one = |name: &str, kind: &str, help: &str, labels: &str, v: f64| {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-            if labels.is_empty() {
-                let _ = writeln!(out, "{name} {}", fmt_f(v));
+        for f in FAMILIES {
+            let labels = if f.name.starts_with("vllm:") {
+                mn.as_str()
             } else {
-                let _ = writeln!(out, "{name}{{{labels}}} {}", fmt_f(v));
-            }
-        };
-        // folio's own names.
-        one(
-            "folio_requests_running",
-            "gauge",
-            "Requests being computed.",
-            "",
-            running,
-        );
-        one(
-            "folio_requests_waiting",
-            "gauge",
-            "Requests queued for admission.",
-            "",
-            waiting,
-        );
-        one(
-            "folio_kv_blocks_used",
-            "gauge",
-            "KV blocks held by requests.",
-            "",
-            used,
-        );
-        one(
-            "folio_kv_blocks_cached",
-            "gauge",
-            "KV blocks registered in the prefix cache, held or evictable.",
-            "",
-            cached,
-        );
-        one(
-            "folio_kv_layers_per_block",
-            "gauge",
-            "Layers whose K/V one KV block holds (fewer than the model's layers when sliding-window layers have their own blocks).",
-            "",
-            info.kv_layers_per_block as f64,
-        );
-        one(
-            "folio_kv_bytes_used",
-            "gauge",
-            "Bytes of the KV blocks held by requests.",
-            "",
-            used * info.kv_block_bytes as f64,
-        );
-        one(
-            "folio_kv_window_released_blocks_total",
+                ""
+            };
+            family(&mut out, f.name, f.kind, f.help, labels, (f.value)(&scrape));
+        }
+        let ld = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        header(
+            &mut out,
+            "folio_http_rejected_total",
             "counter",
-            "Sliding-window layers' KV blocks returned to the pool behind the window.",
-            "",
-            ld(&m.kv_window_released_blocks) as f64,
+            "Requests the server refused with 429 or 503.",
         );
-        one(
-            "folio_kv_blocks_total",
-            "gauge",
-            "KV blocks in the pool.",
-            "",
-            info.num_blocks as f64,
-        );
-        one(
-            "folio_kv_block_size_tokens",
-            "gauge",
-            "Tokens per KV block.",
-            "",
-            info.block_size as f64,
-        );
-        one(
-            "folio_kv_capacity_tokens",
-            "gauge",
-            "KV capacity in tokens.",
-            "",
-            info.kv_capacity_tokens as f64,
-        );
-        one(
-            "folio_kv_usage_ratio",
-            "gauge",
-            "Fraction of KV blocks in use.",
-            "",
-            usage,
-        );
-        one(
-            "folio_prefix_cache_queries_tokens_total",
-            "counter",
-            "Prompt tokens looked up in the prefix cache.",
-            "",
-            ld(&m.prefix_queries_tokens) as f64,
-        );
-        one(
-            "folio_prefix_cache_hits_tokens_total",
-            "counter",
-            "Prompt tokens found in the prefix cache.",
-            "",
-            ld(&m.prefix_hits_tokens) as f64,
-        );
-        one(
-            "folio_kv_tier_spills_total",
-            "counter",
-            "KV blocks spilled to the second (disk) tier.",
-            "",
-            ld(&m.tier_spills) as f64,
-        );
-        one(
-            "folio_kv_events_dropped_total",
-            "counter",
-            "KV-cache events not published: no subscriber connected, or the queue was full.",
-            "",
-            ld(&m.kv_events_dropped) as f64,
-        );
-        one(
-            "folio_kv_tier_fetches_total",
-            "counter",
-            "KV blocks fetched back from the second tier instead of recomputed.",
-            "",
-            ld(&m.tier_fetches) as f64,
-        );
-        one(
-            "folio_kv_tier_hits_tokens_total",
-            "counter",
-            "Prompt tokens served from blocks fetched back from the second tier.",
-            "",
-            ld(&m.tier_hit_tokens) as f64,
-        );
-        one(
-            "folio_kv_evictions_total",
-            "counter",
-            "Cached KV blocks evicted from memory.",
-            "",
-            ld(&m.evictions) as f64,
-        );
-        one(
-            "folio_constraint_mask_seconds_total",
-            "counter",
-            "Seconds spent computing and applying structured-output token masks.",
-            "",
-            ld(&m.constraint_mask_ns) as f64 / 1e9,
-        );
-        one(
-            "folio_constraint_masks_total",
-            "counter",
-            "Structured-output token masks computed (sampled, drafted and verified positions).",
-            "",
-            ld(&m.constraint_masks) as f64,
-        );
-        one(
-            "folio_constraint_commit_seconds_total",
-            "counter",
-            "Seconds spent committing tokens to structured-output grammars.",
-            "",
-            ld(&m.constraint_commit_ns) as f64 / 1e9,
-        );
-        {
-            let sp = m.spec.lock().map(|s| s.clone()).unwrap_or_default();
-            let mn0 = format!("model_name=\"{}\"", escape(model_name));
-            for (name, help, v) in [
-                (
-                    "folio_spec_rounds_total",
-                    "Verification steps with drafts.",
-                    sp.rounds as f64,
-                ),
-                (
-                    "folio_spec_draft_tokens_total",
-                    "Draft tokens proposed.",
-                    sp.drafted as f64,
-                ),
-                (
-                    "folio_spec_accepted_tokens_total",
-                    "Draft tokens accepted.",
-                    sp.accepted as f64,
-                ),
-                (
-                    "folio_spec_emitted_tokens_total",
-                    "Tokens fixed by verification steps.",
-                    sp.emitted as f64,
-                ),
-                (
-                    "folio_spec_rule_considered_total",
-                    "Speculating decodes the draft-length rule planned for.",
-                    sp.rule_considered as f64,
-                ),
-                (
-                    "folio_spec_rule_declined_total",
-                    "Of those, decodes the rule gave no draft (speculation turned down).",
-                    sp.rule_declined as f64,
-                ),
-                (
-                    "folio_spec_rule_planned_tokens_total",
-                    "Draft tokens the rule planned.",
-                    sp.rule_planned_tokens as f64,
-                ),
-                (
-                    "vllm:spec_decode_num_drafts_total",
-                    "Number of spec decoding drafts.",
-                    sp.rounds as f64,
-                ),
-                (
-                    "vllm:spec_decode_num_draft_tokens_total",
-                    "Number of draft tokens.",
-                    sp.drafted as f64,
-                ),
-                (
-                    "vllm:spec_decode_num_accepted_tokens_total",
-                    "Number of accepted tokens.",
-                    sp.accepted as f64,
-                ),
-            ] {
-                let labels = if name.starts_with("vllm:") {
-                    mn0.clone()
-                } else {
-                    String::new()
-                };
-                one(name, "counter", help, &labels, v);
-            }
-            one(
-                "folio_spec_tokens_per_step",
-                "gauge",
-                "Mean tokens fixed per verification step (sum over sum).",
-                "",
-                sp.tokens_per_round(),
+        for (status, c) in [("429", &self.rejected_429), ("503", &self.rejected_503)] {
+            let _ = writeln!(
+                out,
+                "folio_http_rejected_total{{status=\"{status}\"}} {}",
+                ld(c)
             );
         }
-        one(
-            "folio_preemptions_total",
+        header(
+            &mut out,
+            "folio_requests_finished_total",
             "counter",
-            "Requests preempted to free KV.",
-            "",
-            ld(&m.preemptions) as f64,
+            "Finished choices by finish reason.",
         );
-        one(
-            "folio_requests_rejected_total",
-            "counter",
-            "Requests rejected by the engine's admission control.",
-            "",
-            ld(&m.rejected) as f64,
-        );
-        one(
-            "folio_engine_steps_total",
-            "counter",
-            "Engine steps (model executions).",
-            "",
-            ld(&m.steps) as f64,
-        );
-        one(
-            "folio_prompt_tokens_total",
-            "counter",
-            "Prompt tokens of admitted requests, prefix-cache hits included (folio_prefix_cache_hits_tokens_total is the cached share).",
-            "",
-            ld(&m.prompt_tokens) as f64,
-        );
-        one(
-            "folio_generation_tokens_total",
-            "counter",
-            "Tokens generated.",
-            "",
-            ld(&m.generation_tokens) as f64,
-        );
-        one(
-            "folio_recomputed_tokens_total",
-            "counter",
-            "Tokens recomputed after preemption.",
-            "",
-            ld(&m.recomputed_tokens) as f64,
-        );
-        let _ = writeln!(out, "# HELP folio_http_rejected_total Requests the server refused with 429 or 503.\n# TYPE folio_http_rejected_total counter");
-        let _ = writeln!(
-            out,
-            "folio_http_rejected_total{{status=\"429\"}} {}",
-            ld(&self.rejected_429)
-        );
-        let _ = writeln!(
-            out,
-            "folio_http_rejected_total{{status=\"503\"}} {}",
-            ld(&self.rejected_503)
-        );
-        let _ = writeln!(out, "# HELP folio_requests_finished_total Finished choices by finish reason.\n# TYPE folio_requests_finished_total counter");
         for (r, c) in REASONS.iter().zip(&self.finished) {
             let _ = writeln!(
                 out,
@@ -387,93 +127,26 @@ impl ServerMetrics {
                 ld(c)
             );
         }
-
-        // vLLM-compatible names.
-        let mn = format!("model_name=\"{}\"", escape(model_name));
-        let mut one = |name: &str, kind: &str, help: &str, labels: &str, v: f64| {
-            let _ = writeln!(
-                out,
-                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name}{{{labels}}} {}",
-                fmt_f(v)
-            );
-        };
-        one(
-            "vllm:num_requests_running",
-            "gauge",
-            "Number of requests in model execution batches.",
-            &mn,
-            running,
-        );
-        one(
-            "vllm:num_requests_waiting",
-            "gauge",
-            "Number of requests waiting to be processed.",
-            &mn,
-            waiting,
-        );
-        one(
-            "vllm:kv_cache_usage_perc",
-            "gauge",
-            "KV-cache usage. 1 means 100 percent usage.",
-            &mn,
-            usage,
-        );
-        one(
-            "vllm:gpu_cache_usage_perc",
-            "gauge",
-            "KV-cache usage (older name). 1 means 100 percent usage.",
-            &mn,
-            usage,
-        );
         let cfg = format!(
             "block_size=\"{}\",cache_dtype=\"{}\",num_gpu_blocks=\"{}\"",
             info.block_size,
             escape(&info.kv_format),
             info.num_blocks
         );
-        one(
+        family(
+            &mut out,
             "vllm:cache_config_info",
             "gauge",
             "Information of the KV cache config.",
             &cfg,
             1.0,
         );
-        one(
-            "vllm:prefix_cache_queries_total",
+        header(
+            &mut out,
+            "vllm:request_success_total",
             "counter",
-            "Prefix cache queries, in terms of number of queried tokens.",
-            &mn,
-            ld(&m.prefix_queries_tokens) as f64,
+            "Count of successfully processed requests.",
         );
-        one(
-            "vllm:prefix_cache_hits_total",
-            "counter",
-            "Prefix cache hits, in terms of number of cached tokens.",
-            &mn,
-            ld(&m.prefix_hits_tokens) as f64,
-        );
-        one(
-            "vllm:num_preemptions_total",
-            "counter",
-            "Cumulative number of preemptions.",
-            &mn,
-            ld(&m.preemptions) as f64,
-        );
-        one(
-            "vllm:prompt_tokens_total",
-            "counter",
-            "Number of prefill tokens processed.",
-            &mn,
-            ld(&m.prompt_tokens) as f64,
-        );
-        one(
-            "vllm:generation_tokens_total",
-            "counter",
-            "Number of generation tokens processed.",
-            &mn,
-            ld(&m.generation_tokens) as f64,
-        );
-        let _ = writeln!(out, "# HELP vllm:request_success_total Count of successfully processed requests.\n# TYPE vllm:request_success_total counter");
         for (r, c) in REASONS.iter().zip(&self.finished).take(3) {
             let _ = writeln!(
                 out,
@@ -481,68 +154,187 @@ impl ServerMetrics {
                 ld(c)
             );
         }
+        self.render_histograms(&mut out, &mn);
+        let name = "vllm:spec_decode_num_accepted_tokens_per_pos_total";
+        if !scrape.spec.accepted_by_position.is_empty() {
+            header(
+                &mut out,
+                name,
+                "counter",
+                "Accepted draft tokens per draft position.",
+            );
+        }
+        for (i, &a) in scrape.spec.accepted_by_position.iter().enumerate() {
+            let _ = writeln!(out, "{name}{{{mn},position=\"{i}\"}} {}", fmt_f(a as f64));
+        }
+        out
+    }
 
-        // Histograms under both names.
-        for (prefix, labels) in [("folio_", ""), ("vllm:", mn.as_str())] {
-            let hists: [(&str, &Histogram, &str); 6] = [
-                (
-                    "time_to_first_token_seconds",
-                    &self.ttft,
-                    "Time from arrival at the server to the first token.",
-                ),
-                (
-                    "inter_token_latency_seconds",
-                    &self.itl,
-                    "Time between consecutive token events of a request.",
-                ),
-                (
-                    "time_per_output_token_seconds",
-                    &self.itl,
-                    "Time per output token (same samples as inter-token latency).",
-                ),
-                (
-                    "e2e_request_latency_seconds",
-                    &self.e2e,
-                    "Time from arrival at the server to the last token.",
-                ),
-                (
-                    "request_prompt_tokens",
-                    &self.prompt_tokens,
-                    "Prompt tokens per request.",
-                ),
-                (
-                    "request_generation_tokens",
-                    &self.generation_tokens,
-                    "Generated tokens per request.",
-                ),
-            ];
+    /// Each request histogram under folio's name and vLLM's (vLLM's alone has the
+    /// time-per-output-token alias).
+    fn render_histograms(&self, out: &mut String, mn: &str) {
+        let hists: [(&str, &Histogram, &str); 6] = [
+            (
+                "time_to_first_token_seconds",
+                &self.ttft,
+                "Time from arrival at the server to the first token.",
+            ),
+            (
+                "inter_token_latency_seconds",
+                &self.itl,
+                "Time between consecutive token events of a request.",
+            ),
+            (
+                "time_per_output_token_seconds",
+                &self.itl,
+                "Time per output token (same samples as inter-token latency).",
+            ),
+            (
+                "e2e_request_latency_seconds",
+                &self.e2e,
+                "Time from arrival at the server to the last token.",
+            ),
+            (
+                "request_prompt_tokens",
+                &self.prompt_tokens,
+                "Prompt tokens per request.",
+            ),
+            (
+                "request_generation_tokens",
+                &self.generation_tokens,
+                "Generated tokens per request.",
+            ),
+        ];
+        for (prefix, labels) in [("folio_", ""), ("vllm:", mn)] {
             for (name, h, help) in hists {
                 if prefix == "folio_" && name == "time_per_output_token_seconds" {
                     continue;
                 }
-                h.render(&mut out, &format!("{prefix}{name}"), help, labels);
+                h.render(out, &format!("{prefix}{name}"), help, labels);
             }
         }
-        // Accepted draft tokens by position (one family, one sample per position).
-        let sp = m.spec.lock().map(|s| s.clone()).unwrap_or_default();
-        if !sp.accepted_by_position.is_empty() {
-            let name = "vllm:spec_decode_num_accepted_tokens_per_pos_total";
-            let _ = writeln!(
-                out,
-                "# HELP {name} Accepted draft tokens per draft position.\n# TYPE {name} counter"
-            );
-            for (i, &a) in sp.accepted_by_position.iter().enumerate() {
-                let _ = writeln!(
-                    out,
-                    "{name}{{model_name=\"{}\",position=\"{i}\"}} {}",
-                    escape(model_name),
-                    fmt_f(a as f64)
-                );
-            }
-        }
-        out
     }
 }
+
+/// `# HELP` and `# TYPE` of one family.
+fn header(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+}
+
+/// A family with one sample.
+fn family(out: &mut String, name: &str, kind: &str, help: &str, labels: &str, v: f64) {
+    header(out, name, kind, help);
+    if labels.is_empty() {
+        let _ = writeln!(out, "{name} {}", fmt_f(v));
+    } else {
+        let _ = writeln!(out, "{name}{{{labels}}} {}", fmt_f(v));
+    }
+}
+
+/// What one scrape reads, taken once so every family sees the same figures.
+struct Scrape<'a> {
+    info: &'a EngineInfo,
+    m: &'a EngineMetrics,
+    spec: folio_engine::SpecStats,
+}
+
+impl<'a> Scrape<'a> {
+    fn new(info: &'a EngineInfo, m: &'a EngineMetrics) -> Scrape<'a> {
+        let spec = m.spec.lock().map(|s| s.clone()).unwrap_or_default();
+        Scrape { info, m, spec }
+    }
+    fn gauge(&self, a: &std::sync::atomic::AtomicUsize) -> f64 {
+        a.load(Ordering::Relaxed) as f64
+    }
+    fn count(&self, a: &AtomicU64) -> f64 {
+        a.load(Ordering::Relaxed) as f64
+    }
+    fn usage(&self) -> f64 {
+        if self.info.num_blocks == 0 {
+            0.0
+        } else {
+            self.gauge(&self.m.kv_blocks_used) / self.info.num_blocks as f64
+        }
+    }
+}
+
+/// One single-sample family: its name, Prometheus type, help text and how a scrape reads
+/// its value. Names starting `vllm:` carry the `model_name` label.
+struct Family {
+    name: &'static str,
+    kind: &'static str,
+    help: &'static str,
+    value: fn(&Scrape) -> f64,
+}
+
+const fn gauge(name: &'static str, help: &'static str, value: fn(&Scrape) -> f64) -> Family {
+    Family {
+        name,
+        kind: "gauge",
+        help,
+        value,
+    }
+}
+
+const fn counter(name: &'static str, help: &'static str, value: fn(&Scrape) -> f64) -> Family {
+    Family {
+        name,
+        kind: "counter",
+        help,
+        value,
+    }
+}
+
+/// The single-sample families, in page order: folio's names, then vLLM's.
+const FAMILIES: &[Family] = &[
+    gauge("folio_requests_running", "Requests being computed.", |s| s.gauge(&s.m.num_running)),
+    gauge("folio_requests_waiting", "Requests queued for admission.", |s| s.gauge(&s.m.num_waiting)),
+    gauge("folio_kv_blocks_used", "KV blocks held by requests.", |s| s.gauge(&s.m.kv_blocks_used)),
+    gauge("folio_kv_blocks_cached", "KV blocks registered in the prefix cache, held or evictable.", |s| s.gauge(&s.m.kv_blocks_cached)),
+    gauge("folio_kv_layers_per_block", "Layers whose K/V one KV block holds (fewer than the model's layers when sliding-window layers have their own blocks).", |s| s.info.kv_layers_per_block as f64),
+    gauge("folio_kv_bytes_used", "Bytes of the KV blocks held by requests.", |s| s.gauge(&s.m.kv_blocks_used) * s.info.kv_block_bytes as f64),
+    counter("folio_kv_window_released_blocks_total", "Sliding-window layers' KV blocks returned to the pool behind the window.", |s| s.count(&s.m.kv_window_released_blocks)),
+    gauge("folio_kv_blocks_total", "KV blocks in the pool.", |s| s.info.num_blocks as f64),
+    gauge("folio_kv_block_size_tokens", "Tokens per KV block.", |s| s.info.block_size as f64),
+    gauge("folio_kv_capacity_tokens", "KV capacity in tokens.", |s| s.info.kv_capacity_tokens as f64),
+    gauge("folio_kv_usage_ratio", "Fraction of KV blocks in use.", |s| s.usage()),
+    counter("folio_prefix_cache_queries_tokens_total", "Prompt tokens looked up in the prefix cache.", |s| s.count(&s.m.prefix_queries_tokens)),
+    counter("folio_prefix_cache_hits_tokens_total", "Prompt tokens found in the prefix cache.", |s| s.count(&s.m.prefix_hits_tokens)),
+    counter("folio_kv_tier_spills_total", "KV blocks spilled to the second (disk) tier.", |s| s.count(&s.m.tier_spills)),
+    counter("folio_kv_events_dropped_total", "KV-cache events not published: no subscriber connected, or the queue was full.", |s| s.count(&s.m.kv_events_dropped)),
+    counter("folio_kv_tier_fetches_total", "KV blocks fetched back from the second tier instead of recomputed.", |s| s.count(&s.m.tier_fetches)),
+    counter("folio_kv_tier_hits_tokens_total", "Prompt tokens served from blocks fetched back from the second tier.", |s| s.count(&s.m.tier_hit_tokens)),
+    counter("folio_kv_evictions_total", "Cached KV blocks evicted from memory.", |s| s.count(&s.m.evictions)),
+    counter("folio_constraint_mask_seconds_total", "Seconds spent computing and applying structured-output token masks.", |s| s.count(&s.m.constraint_mask_ns) / 1e9),
+    counter("folio_constraint_masks_total", "Structured-output token masks computed (sampled, drafted and verified positions).", |s| s.count(&s.m.constraint_masks)),
+    counter("folio_constraint_commit_seconds_total", "Seconds spent committing tokens to structured-output grammars.", |s| s.count(&s.m.constraint_commit_ns) / 1e9),
+    counter("folio_spec_rounds_total", "Verification steps with drafts.", |s| s.spec.rounds as f64),
+    counter("folio_spec_draft_tokens_total", "Draft tokens proposed.", |s| s.spec.drafted as f64),
+    counter("folio_spec_accepted_tokens_total", "Draft tokens accepted.", |s| s.spec.accepted as f64),
+    counter("folio_spec_emitted_tokens_total", "Tokens fixed by verification steps.", |s| s.spec.emitted as f64),
+    counter("folio_spec_rule_considered_total", "Speculating decodes the draft-length rule planned for.", |s| s.spec.rule_considered as f64),
+    counter("folio_spec_rule_declined_total", "Of those, decodes the rule gave no draft (speculation turned down).", |s| s.spec.rule_declined as f64),
+    counter("folio_spec_rule_planned_tokens_total", "Draft tokens the rule planned.", |s| s.spec.rule_planned_tokens as f64),
+    counter("vllm:spec_decode_num_drafts_total", "Number of spec decoding drafts.", |s| s.spec.rounds as f64),
+    counter("vllm:spec_decode_num_draft_tokens_total", "Number of draft tokens.", |s| s.spec.drafted as f64),
+    counter("vllm:spec_decode_num_accepted_tokens_total", "Number of accepted tokens.", |s| s.spec.accepted as f64),
+    gauge("folio_spec_tokens_per_step", "Mean tokens fixed per verification step (sum over sum).", |s| s.spec.tokens_per_round()),
+    counter("folio_preemptions_total", "Requests preempted to free KV.", |s| s.count(&s.m.preemptions)),
+    counter("folio_requests_rejected_total", "Requests rejected by the engine's admission control.", |s| s.count(&s.m.rejected)),
+    counter("folio_engine_steps_total", "Engine steps (model executions).", |s| s.count(&s.m.steps)),
+    counter("folio_prompt_tokens_total", "Prompt tokens of admitted requests, prefix-cache hits included (folio_prefix_cache_hits_tokens_total is the cached share).", |s| s.count(&s.m.prompt_tokens)),
+    counter("folio_generation_tokens_total", "Tokens generated.", |s| s.count(&s.m.generation_tokens)),
+    counter("folio_recomputed_tokens_total", "Tokens recomputed after preemption.", |s| s.count(&s.m.recomputed_tokens)),
+    gauge("vllm:num_requests_running", "Number of requests in model execution batches.", |s| s.gauge(&s.m.num_running)),
+    gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", |s| s.gauge(&s.m.num_waiting)),
+    gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", |s| s.usage()),
+    gauge("vllm:gpu_cache_usage_perc", "KV-cache usage (older name). 1 means 100 percent usage.", |s| s.usage()),
+    counter("vllm:prefix_cache_queries_total", "Prefix cache queries, in terms of number of queried tokens.", |s| s.count(&s.m.prefix_queries_tokens)),
+    counter("vllm:prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens.", |s| s.count(&s.m.prefix_hits_tokens)),
+    counter("vllm:num_preemptions_total", "Cumulative number of preemptions.", |s| s.count(&s.m.preemptions)),
+    counter("vllm:prompt_tokens_total", "Number of prefill tokens processed.", |s| s.count(&s.m.prompt_tokens)),
+    counter("vllm:generation_tokens_total", "Number of generation tokens processed.", |s| s.count(&s.m.generation_tokens)),
+];
 
 #[cfg(test)]
 mod tests {
