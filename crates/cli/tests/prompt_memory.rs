@@ -5,8 +5,7 @@
 
 #![cfg(target_os = "linux")]
 
-#[path = "../../server/tests/common/mod.rs"]
-mod common;
+use folio_testkit::http as common;
 
 use serde_json::json;
 use std::io::{BufRead, BufReader};

@@ -6,8 +6,8 @@
 //! layers are exercised across chunk and block boundaries.
 
 mod common;
-#[path = "../../model/tests/common/mod.rs"]
-mod tiny;
+
+use folio_testkit::tiny;
 
 use common::{collect, greedy};
 use folio_core::sched::BatchPolicy;

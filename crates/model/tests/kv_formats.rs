@@ -3,7 +3,7 @@
 //! a tiny synthetic model with quantized KV stay close to f16 KV, copy-on-write copies are
 //! exact, and capacity follows bytes per token.
 
-mod common;
+use folio_testkit::tiny as common;
 
 use common::{build, randn, rel_err, Shape};
 use folio_gguf::{GgmlType, GgufFile};

@@ -2,7 +2,7 @@
 //! pages shared by layers of different groups) gives exactly the single layout's logits,
 //! also when the window tables' entries behind the window are poisoned (released).
 
-mod common;
+use folio_testkit::tiny as common;
 
 use common::{build, prompt, Shape, GEMMA_WINDOW};
 use folio_gguf::{GgmlType, GgufFile};

@@ -3,7 +3,7 @@
 //! process on a huge allocation; NaN epsilons and zero rope dimensions used to load and
 //! emit garbage).
 
-mod common;
+use folio_testkit::tiny as common;
 
 use common::{writer, Shape};
 use folio_gguf::{GgmlType, GgufFile, GgufWriter, Value};

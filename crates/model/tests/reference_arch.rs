@@ -2,7 +2,7 @@
 //! LongRoPE, Mistral's sliding window) and of RoPE variants (Llama 3 `rope_freqs`, YaRN)
 //! against the plain f32 reference; a wrong-length `rope_freqs` is refused.
 
-mod common;
+use folio_testkit::tiny as common;
 
 use common::reference::{check, check_file, prompt, reference, CTX, HD, SHAPE, VOCAB};
 use common::{build, rel_err, writer};

@@ -1,7 +1,7 @@
 //! Batched forward of several sequences equals each sequence alone, bad batches are
 //! errors not panics, and shared-slot writes land in token order.
 
-mod common;
+use folio_testkit::tiny as common;
 
 use common::reference::{prompt, CTX, HD, KV_HEADS, LAYERS, SHAPE, VOCAB};
 use common::{build, rel_err};

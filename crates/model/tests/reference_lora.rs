@@ -1,7 +1,7 @@
 //! LoRA adapters: logits equal the plain f32 reference of the merged weights, a batch
 //! mixing adapters equals each sequence alone, and bad adapter files are named errors.
 
-mod common;
+use folio_testkit::tiny as common;
 
 use common::build;
 use common::reference::{prompt, reference, D, FFN, HD, KV_HEADS, SHAPE, VOCAB};

@@ -2,7 +2,7 @@
 //! reference, batched MoE equal to each sequence alone with each expert read once per
 //! step, and bad MoE metadata as errors naming it.
 
-mod common;
+use folio_testkit::tiny as common;
 
 use common::reference::{prompt, reference_routed, tolerance, Routing, LAYERS, SHAPE, VOCAB};
 use common::{build_moe_with, rel_err, MoeShape};

@@ -1,7 +1,7 @@
 //! The forward pass of a tiny llama against the plain f32 reference for every weight
 //! type, and of a Q4_K_M-like file whose matrices mix types.
 
-mod common;
+use folio_testkit::tiny as common;
 
 use common::build_with;
 use common::reference::{check, check_file, SHAPE};

@@ -1,6 +1,6 @@
 //! End-to-end tests of the HTTP API on the real model, over real HTTP.
 
-mod common;
+use folio_testkit::http as common;
 
 use common::{get, metric, post, request, Server};
 use serde_json::{json, Value};

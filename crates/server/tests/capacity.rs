@@ -3,7 +3,7 @@
 //! fit the pool is a 400 naming the limit (not a 429 "retry later"), and a request without
 //! `max_tokens` gets what fits.
 
-mod common;
+use folio_testkit::http as common;
 
 use common::{get, post};
 use serde_json::json;

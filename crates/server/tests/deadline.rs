@@ -7,7 +7,7 @@
 //! prefill chunk. The flood runs until the deadline requests have ended, so the test does
 //! not depend on how fast this machine is.
 
-mod common;
+use folio_testkit::http as common;
 
 use common::{get, metric, open_stream, post, wait_idle};
 use serde_json::{json, Value};

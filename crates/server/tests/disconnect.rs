@@ -1,7 +1,7 @@
 //! Cancellation and shutdown, on a server of their own (they read engine-wide gauges that
 //! other tests would disturb).
 
-mod common;
+use folio_testkit::http as common;
 
 use common::{get, metric, open_stream, post};
 use serde_json::json;

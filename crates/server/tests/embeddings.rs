@@ -3,7 +3,7 @@
 //! request, batched with the others), last-token and mean pooling differ, the input shapes
 //! of completions, base64, and 400s that name the field and the limit.
 
-mod common;
+use folio_testkit::http as common;
 
 use common::{post, post_ok, Server};
 use serde_json::{json, Value};

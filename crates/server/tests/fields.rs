@@ -1,7 +1,7 @@
 //! Request fields on the real model: logit_bias, min_tokens, allowed_token_ids, bad_words,
 //! completions echo and prompt scoring (what lm-evaluation-harness sends), unknown fields.
 
-mod common;
+use folio_testkit::http as common;
 
 use common::{post, Server};
 use serde_json::{json, Value};

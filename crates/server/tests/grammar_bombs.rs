@@ -4,7 +4,7 @@
 //! compiled constraint, or a 400/503 naming the limit), the server keeps serving, a
 //! concurrent stream stays smooth and memory stays bounded. Skips without the model.
 
-mod common;
+use folio_testkit::http as common;
 
 use common::{post, Server};
 use serde_json::{json, Value};

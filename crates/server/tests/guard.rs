@@ -1,7 +1,7 @@
 //! What another site's page can make a browser send, over real HTTP: the Host allow-list
 //! (DNS rebinding) and JSON-only POSTs (cross-site "simple requests").
 
-mod common;
+use folio_testkit::http as common;
 
 use common::{assert_error, send_raw, Resp};
 use folio_server::ServerOptions;

@@ -2,7 +2,7 @@
 //! router could use) receives vLLM's multipart message after a request, and the msgpack
 //! batch decodes to the prompt's blocks. Also the renderer routes the router scores with.
 
-mod common;
+use folio_testkit::http as common;
 
 use common::{post_ok, start};
 use rmpv::Value as Mp;

@@ -2,7 +2,7 @@
 //! unload and re-load at runtime; unknown adapters are 404s naming them; 50 mixed-adapter
 //! streams at once finish cleanly and leave the KV and adapter slots idle.
 
-mod common;
+use folio_testkit::http as common;
 
 use common::{get, metric, post, request_with, Server};
 use serde_json::{json, Value};

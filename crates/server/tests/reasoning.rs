@@ -4,7 +4,7 @@
 //! the tags arrive cut into several tokens), and the same as the raw text of a server with
 //! the parser off.
 
-mod common;
+use folio_testkit::http as common;
 
 use common::{post, post_ok, Server};
 use folio_server::ServerOptions;

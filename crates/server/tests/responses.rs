@@ -2,7 +2,7 @@
 //! the `response` object, the named stream events with their sequence numbers, and 400s
 //! that name the Responses field folio lacks.
 
-mod common;
+use folio_testkit::http as common;
 
 use common::{get, post, post_ok, Server};
 use serde_json::{json, Value};

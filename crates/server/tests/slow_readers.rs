@@ -4,7 +4,7 @@
 //! README's bound, and a token-id prompt far past the context is refused without the
 //! parse's memory blowing past the prompt-memory bound.
 
-mod common;
+use folio_testkit::http as common;
 
 use folio_server::ServerOptions;
 use serde_json::json;

@@ -2,8 +2,8 @@
 //! several), so `vllm:generation_tokens_total` is the sum of the finished requests'
 //! `completion_tokens`.
 
-mod common;
 use common::{engine_with, get, metric, post_ok, start};
+use folio_testkit::http as common;
 use serde_json::json;
 
 #[test]

@@ -2,7 +2,7 @@
 //! json_object), vLLM's `structured_outputs` and `guided_*`, llama-server's `grammar`, and
 //! the 400s for conflicting or uncompilable constraints. Skips without the model.
 
-mod common;
+use folio_testkit::http as common;
 
 use common::{metric, post, Server};
 use serde_json::{json, Value};

@@ -2,7 +2,7 @@
 //! routes, body and queue limits, chat templates, and the transport (TCP_NODELAY,
 //! connection cap, header and idle timeouts, keep-alives while queued).
 
-mod common;
+use folio_testkit::http as common;
 
 use common::{get, post, request, request_with, Conn, Resp, Server};
 use folio_server::ServerOptions;

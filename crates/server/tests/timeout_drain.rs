@@ -1,7 +1,7 @@
 //! The request timeout and the drain after a shutdown signal, on an engine of their own
 //! (they read engine-wide gauges, and the drain shuts the engine down).
 
-mod common;
+use folio_testkit::http as common;
 
 use common::{get, metric, open_stream, post, wait_idle};
 use serde_json::json;

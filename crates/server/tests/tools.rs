@@ -3,7 +3,7 @@
 //! (SmolLM2-135M, whose template knows no tools) checks the plumbing; Qwen2.5-Coder-1.5B
 //! (Hermes `<tool_call>` template), when downloaded, checks a real call.
 
-mod common;
+use folio_testkit::http as common;
 
 use common::{post, Server};
 use serde_json::{json, Value};

@@ -3,7 +3,7 @@
 //! limit is refused before the body, and RFC 9112's 400s for a duplicate `Host` and for an
 //! absolute-form target that disagrees with it.
 
-mod common;
+use folio_testkit::http as common;
 
 use common::{assert_error, send_raw, Resp};
 use folio_server::ServerOptions;

@@ -1,8 +1,6 @@
 //! Shared by the integration tests: start folio on the real model on an ephemeral port,
 //! and a tiny blocking HTTP/1.1 client (no extra dependencies; `Connection: close`).
 
-#![allow(dead_code)]
-
 use serde_json::Value;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};

@@ -1,5 +1,4 @@
-//! Shared by the model's tests: tiny synthetic GGUF models written here, and helpers.
-#![allow(dead_code)]
+//! Tiny synthetic GGUF models written in memory, and a plain reference forward pass.
 
 pub mod reference;
 

@@ -1,0 +1,10 @@
+//! Helpers shared by folio's integration tests across crates (a dev-dependency only; never
+//! published). One crate instead of source files included by path, so Cargo sees every dependency.
+//!
+//! - [`tiny`]: small synthetic GGUF models of every architecture (random weights, a
+//!   byte-level vocabulary) for exact-token tests without a download.
+//! - [`http`]: folio's server on the real test model on an ephemeral port, and a tiny
+//!   blocking HTTP/1.1 client.
+
+pub mod http;
+pub mod tiny;
