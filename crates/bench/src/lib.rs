@@ -1,4 +1,4 @@
-//! folio's measurement tools: the chapter's method is to measure before choosing.
+//! folio's measurement tools: the method is to measure before choosing.
 //!
 //! # Layout
 //!
@@ -14,7 +14,7 @@
 //! - [`replicas`]: behind a router, each replica's requests and prefix-cache hit rate.
 //! - [`failures`]: the verdict on failed requests (a run with any fails the command).
 //!
-//! Quality study (`folio bench quality`, chapter 8.4): [`quality`] builds the fixed
+//! Quality study (`folio bench quality`, DESIGN.md §compression): [`quality`] builds the fixed
 //! retrieval task set, asks each configuration (KV format × attention precision, or a
 //! server) every task at each concurrency level, and compares the right/wrong grids.
 //!

@@ -1,4 +1,4 @@
-//! One request as the client saw it, and the chapter's per-request metrics derived from it.
+//! One request as the client saw it, and the reference per-request metrics derived from it.
 //!
 //! ```text
 //!   scheduled      sent         chunk 1        chunk 2   …   chunk G      end
@@ -8,7 +8,7 @@
 //!
 //! Every time is seconds since the start of the run. Latencies are measured from the
 //! **scheduled arrival** `t_a`, not from when the request was sent: time spent waiting for a
-//! concurrency slot or behind a slow client still counts (chapter 8.6).
+//! concurrency slot or behind a slow client still counts (DESIGN.md §serving).
 
 use serde::{Deserialize, Serialize};
 

@@ -75,7 +75,7 @@ pub struct RunReport {
     /// Requests completed, not judged wrong and within the SLO (a judged request must be
     /// correct and on time).
     pub good: usize,
-    /// `good / duration_s` (chapter 8.6: R_good = Σ Q_i·D_i / T_obs).
+    /// `good / duration_s` (DESIGN.md §serving: R_good = Σ Q_i·D_i / T_obs).
     pub goodput_rps: f64,
     pub prefix_cache: Option<PrefixCacheDelta>,
     /// Per-replica requests and hit rates behind a router (`--replica-metrics`).

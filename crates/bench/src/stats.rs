@@ -21,7 +21,7 @@ pub fn percentile(sorted: &[f64], p: f64) -> Option<f64> {
     Some(sorted[lo] + (h - lo as f64) * (sorted[hi] - sorted[lo]))
 }
 
-/// Mean, extremes and the percentiles the chapter asks for (never only a mean).
+/// Mean, extremes and the percentiles DESIGN.md §requests asks for (never only a mean).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Summary {
     pub n: usize,

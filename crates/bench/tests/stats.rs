@@ -22,8 +22,8 @@ fn percentile_interpolates_linearly_between_ranks() {
 }
 
 #[test]
-fn summary_of_the_chapters_example_shows_why_means_mislead() {
-    // 9 requests at 100 ms and one at 3000 ms average 390 ms (chapter 8.1).
+fn summary_of_the_reference_example_shows_why_means_mislead() {
+    // 9 requests at 100 ms and one at 3000 ms average 390 ms (DESIGN.md §requests).
     let mut v = vec![0.1; 9];
     v.push(3.0);
     let s = Summary::of(&v).unwrap();

@@ -138,7 +138,7 @@ fn prometheus_counters_are_summed_over_labels() {
 
 #[test]
 fn round_fit_recovers_a_known_cost_model() {
-    // The chapter's fit: 26.22 ms + 30.4 µs/token + 3 ns/pair.
+    // The reference fit: 26.22 ms + 30.4 µs/token + 3 ns/pair.
     let f = |t: f64, p: f64| 26.22e-3 + 30.4e-6 * t + 3e-9 * p;
     let pts: Vec<(f64, f64, f64)> = [
         (1.0, 2049.0),

@@ -1,4 +1,4 @@
-//! `folio bench lora`: decode throughput with LoRA adapters in the batch (chapter 8.2,
+//! `folio bench lora`: decode throughput with LoRA adapters in the batch (DESIGN.md §batching,
 //! "Multi-LoRA: shared base weights, grouped low-rank compute").
 //!
 //! Every row decodes `batch` sequences of 256 tokens of context, one token each per

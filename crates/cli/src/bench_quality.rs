@@ -1,4 +1,4 @@
-//! `folio bench quality`: chapter 8.4's quality study. The fixed retrieval task set
+//! `folio bench quality`: the quality study (DESIGN.md §compression). The fixed retrieval task set
 //! ([`folio_bench::quality`]) against one in-process engine per configuration (KV storage
 //! format × attention compute precision), or against OpenAI-compatible servers; prints the
 //! right/wrong grid with the cells that differ from the first configuration marked, the

@@ -76,7 +76,7 @@ enum Cmd {
         #[arg(long)]
         ignore_eos: bool,
     },
-    /// Measure this machine: the chapter's MBU/MFU table and a machine profile JSON.
+    /// Measure this machine: the MBU/MFU table (DESIGN.md §roofline) and a machine profile JSON.
     Profile(bench_cmd::ProfileArgs),
     /// Capacity, roofline, scheduling, cache, offload, speculation and design-desk arithmetic.
     Plan(plan_cmd::PlanArgs),
@@ -287,7 +287,7 @@ enum BenchCmd {
         #[arg(long)]
         json: bool,
     },
-    /// Chapter 8.4's quality study: KV storage format and attention precision compared
+    /// The quality study (DESIGN.md §compression): KV storage format and attention precision compared
     /// task by task on fixed retrieval tasks (right/wrong grid, totals, time to correct).
     Quality(bench_quality::QualityArgs),
     /// Decode throughput with 0, 1, 4, 16 distinct LoRA adapters in a batch of 16 and 64.

@@ -1,5 +1,5 @@
-//! `folio plan`: the chapter's capacity, roofline, scheduling, cache, offload, speculation and
-//! design-desk arithmetic for the chapter's case or the user's model, hardware and workload.
+//! `folio plan`: capacity, roofline, scheduling, cache, offload, speculation and
+//! design-desk arithmetic for the reference case or the user's model, hardware and workload.
 
 use anyhow::{Context, Result};
 use folio_plan::schedule::WorkItem;
@@ -20,7 +20,7 @@ pub struct PlanArgs {
     /// JSON written by `folio profile`.
     #[arg(long, default_value = "rtx-pro-6000")]
     pub hardware: String,
-    /// Prompt tokens per request (default: the chapter's 2K/8K cases).
+    /// Prompt tokens per request (default: the reference 2K/8K cases).
     #[arg(long)]
     pub input_tokens: Option<u64>,
     /// Output tokens per request (default 256).
@@ -190,7 +190,7 @@ pub fn run(args: PlanArgs) -> Result<()> {
         }
         return Ok(());
     }
-    let mut p = PlanInput::chapter();
+    let mut p = PlanInput::reference();
     p.model = resolve_model(&args.model)?;
     p.hardware = HardwareProfile::resolve(&args.hardware)?;
     if Path::new(&args.hardware).is_file() {

@@ -1,6 +1,6 @@
 //! Scheduling simulator: the real [`Scheduler`] driven by a [`CostModel`] instead of a model.
 //!
-//! Rules (the chapter's worked example, chapter 8.2):
+//! Rules (the reference worked example, DESIGN.md §batching):
 //! - a request is visible to a round that starts at or after its arrival;
 //! - a round lasts `a + b·(new tokens) + c·(causal query–key pairs)` over everything it
 //!   computes, and every token it samples is out when the round ends;

@@ -1,4 +1,4 @@
-//! Prefix-cache namespaces (chapter 8.3: a cached prefix is reusable only under the same
+//! Prefix-cache namespaces (DESIGN.md §kv-cache: a cached prefix is reusable only under the same
 //! adapter): the same tokens under two namespaces are two entries, with exact block ids.
 
 use folio_core::kv::{KvConfig, KvManager};

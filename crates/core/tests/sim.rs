@@ -1,4 +1,4 @@
-//! The chapter's worked example (chapter 8.2) through the real scheduler.
+//! The reference worked example (DESIGN.md §batching) through the real scheduler.
 
 use folio_core::cost::CostModel;
 use folio_core::kv::KvConfig;
@@ -27,7 +27,7 @@ fn run(policy: BatchPolicy, token_budget: usize, max_chunk: usize) -> SimReport 
         },
         ..SchedulerConfig::default()
     };
-    let r = simulate(cfg, &CostModel::CHAPTER, &workload()).unwrap();
+    let r = simulate(cfg, &CostModel::REFERENCE, &workload()).unwrap();
     for m in &r.requests {
         assert_eq!(
             m.token_times_s.len(),
@@ -44,7 +44,7 @@ fn within(got: f64, want: f64, rel: f64) -> bool {
 }
 
 #[test]
-fn chapter_fixed_continuous_chunked() {
+fn reference_fixed_continuous_chunked() {
     let fixed = run(BatchPolicy::Fixed, usize::MAX, usize::MAX);
     let cont = run(BatchPolicy::Continuous, usize::MAX, usize::MAX);
     let chunked = run(BatchPolicy::Continuous, 4096, 2048);
@@ -124,7 +124,7 @@ fn the_simulator_runs_speculation() {
         ..SchedulerConfig::default()
     };
     let reqs: Vec<SimRequest> = (0..4).map(|i| SimRequest::unique(i, 0.0, 64, 40)).collect();
-    let cost = CostModel::CHAPTER;
+    let cost = CostModel::REFERENCE;
     let plain = folio_core::sim::simulate(cfg(), &cost, &reqs).unwrap();
     let all = |_: u64, _: usize| usize::MAX;
     let none = |_: u64, _: usize| 0;

@@ -26,7 +26,7 @@ impl SpecMethod {
 }
 
 /// The default target step time while requests are decoding, in milliseconds: about one
-/// token per 120 ms is reading speed (chapter 8.6), so a stream never feels slower than a
+/// token per 120 ms is reading speed (DESIGN.md §serving), so a stream never feels slower than a
 /// reader because prefill chunks of other requests rode along in its steps.
 pub const DEFAULT_MAX_ITL_MS: f64 = 120.0;
 

@@ -1,6 +1,6 @@
 //! The LoRA adapters a server knows, by name, and which of them are resident.
 //!
-//! Adapter slots are sized apart from KV memory (chapter 8.2): `max_loras` adapters are
+//! Adapter slots are sized apart from KV memory (DESIGN.md §batching): `max_loras` adapters are
 //! held in memory at once. An adapter is *registered* by name and path (`--lora`, or
 //! `POST /v1/load_lora_adapter`) and *resident* while loaded. A request takes an `Arc` of
 //! its adapters when it is submitted and holds it to its end, so nothing it reads can go

@@ -104,7 +104,7 @@ impl ForwardBatch {
         self.seqs.iter().map(|s| s.n_hidden).sum()
     }
 
-    /// Causal query–key pairs this batch computes: Σ c·h + c(c+1)/2 (chapter 8.2).
+    /// Causal query–key pairs this batch computes: Σ c·h + c(c+1)/2 (DESIGN.md §batching).
     pub fn attention_pairs(&self) -> u64 {
         self.seqs
             .iter()

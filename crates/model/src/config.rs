@@ -498,7 +498,7 @@ impl ModelConfig {
         self.window_layers.get(l).copied().unwrap_or(false)
     }
 
-    /// Bytes of K and V per token at `bytes_per_value` (chapter 8.1: k = 2 × layers × kv_heads × head_dim × bytes).
+    /// Bytes of K and V per token at `bytes_per_value` (DESIGN.md §requests: k = 2 × layers × kv_heads × head_dim × bytes).
     pub fn kv_bytes_per_token(&self, bytes_per_value: f64) -> f64 {
         2.0 * self.n_layers as f64 * self.n_kv_heads as f64 * self.head_dim as f64 * bytes_per_value
     }

@@ -1,4 +1,4 @@
-//! LoRA adapters over a loaded base model (chapter 8.2, "Multi-LoRA: shared base weights,
+//! LoRA adapters over a loaded base model (DESIGN.md §batching, "Multi-LoRA: shared base weights,
 //! grouped low-rank compute").
 //!
 //! An adapter adds `scale · B·A` to some of the base model's linear layers. folio never

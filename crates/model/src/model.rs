@@ -25,7 +25,7 @@ pub struct Model {
 }
 
 /// Compute precision of attention scores, independent of the KV storage format: the
-/// precision the queries are rounded to before they meet the cached keys (chapter 8.4
+/// precision the queries are rounded to before they meet the cached keys (DESIGN.md §compression
 /// separates the storage effect from the compute effect this way).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum AttnPrecision {

@@ -1,5 +1,5 @@
-//! Prints the whole chapter plan (what `folio plan` shows with no arguments).
+//! Prints the whole reference plan (what `folio plan` shows with no arguments).
 fn main() {
-    let outs = folio_plan::run_all(&folio_plan::PlanInput::chapter()).expect("chapter plan");
+    let outs = folio_plan::run_all(&folio_plan::PlanInput::reference()).expect("reference plan");
     print!("{}", folio_plan::render(&outs));
 }

@@ -1,4 +1,4 @@
-//! Value of keeping a cached prefix (chapter 8.3): `V_h = p_h(T_r − T_f) − T_m`, the break-even
+//! Value of keeping a cached prefix (DESIGN.md §kv-cache): `V_h = p_h(T_r − T_f) − T_m`, the break-even
 //! hit rate `T_m/(T_r − T_f)` and the expected saving per MiB used to rank prefixes.
 
 use serde::Serialize;

@@ -1,4 +1,4 @@
-//! Memory and KV arithmetic (chapter 8.1, 8.3): bytes per token, per-request KV at its final
+//! Memory and KV arithmetic (DESIGN.md §requests, §kv-cache): bytes per token, per-request KV at its final
 //! length rounded to blocks, how many requests fit (reserving the final length vs the wrong
 //! post-prefill sizing), prefix sharing, paging slot counts, branch sharing, adapters.
 
@@ -236,7 +236,7 @@ impl Capacity {
     }
 }
 
-/// Slots of KV a set of sequences occupies under three layouts (chapter 8.3, exercise 8-3).
+/// Slots of KV a set of sequences occupies under three layouts (DESIGN.md §kv-cache, the paging example).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Paging {
     pub lengths: Vec<u64>,
@@ -306,7 +306,7 @@ pub fn branches(prefix_blocks: u64, branches: u64, private_blocks: u64) -> Branc
     }
 }
 
-/// LoRA adapter memory: the chapter's rank `r` on Q and V of every layer in BF16, and
+/// LoRA adapter memory: the reference rank `r` on Q and V of every layer in BF16, and
 /// what folio holds for an adapter on every q/k/v/o and FFN projection (f32).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Lora {
@@ -322,7 +322,7 @@ pub struct Lora {
     pub all_projections_f32_bytes: u64,
 }
 
-/// Bytes of one BF16 adapter value (the chapter's figures).
+/// Bytes of one BF16 adapter value (the reference figures).
 const ADAPTER_BYTES_PER_VALUE: f64 = 2.0;
 
 pub fn lora(model: &ModelProfile, rank: u64, adapters: u64, context: u64) -> Lora {
@@ -347,7 +347,7 @@ pub fn lora(model: &ModelProfile, rank: u64, adapters: u64, context: u64) -> Lor
 /// Paging, branch and adapter tables.
 pub fn sharing_tables(pages: &[Paging], br: &Branches, lo: &Lora) -> Vec<Table> {
     let mut t = Table::new(
-        "Paging: slots occupied (exercise 8-3)",
+        "Paging: slots occupied (the paging example)",
         &[
             "p",
             "reserve max",
@@ -460,7 +460,7 @@ mod tests {
 }
 
 /// KV of one sequence at context `tokens` when sliding-window layers keep only the blocks
-/// their window can still see (chapter 8.3; vLLM's hybrid allocator): global layers hold
+/// their window can still see (DESIGN.md §kv-cache; vLLM's hybrid allocator): global layers hold
 /// every block, window layers at most `ceil(W / p) + 1` blocks (the window rarely starts on
 /// a block boundary).
 #[derive(Debug, Clone, Serialize)]

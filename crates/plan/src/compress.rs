@@ -1,4 +1,4 @@
-//! KV compression (chapter 8.4): sizes per format, capacity, `ΔT = ΔD/β − T_c`, the crossover of
+//! KV compression (DESIGN.md §compression): sizes per format, capacity, `ΔT = ΔD/β − T_c`, the crossover of
 //! two linear ITL fits, and whether a weight file fits unified memory beside a request.
 
 use serde::Serialize;

@@ -1,4 +1,4 @@
-//! The design desk (chapter 8.6): candidate configurations checked in the chapter's order —
+//! The design desk (DESIGN.md §serving): candidate configurations checked in the reference order —
 //! fits in memory, then meets the deadline, then GPU-seconds and energy per good result.
 
 use serde::Serialize;
@@ -27,7 +27,7 @@ pub struct DeskWorkload {
 
 impl DeskWorkload {
     /// 16 long requests, 8192 in (6144 shared), 256 out, 7 s, 12 GiB, 16-token blocks.
-    pub fn chapter() -> Self {
+    pub fn reference() -> Self {
         Self {
             requests: 16,
             input: 8192,
@@ -49,7 +49,7 @@ impl DeskWorkload {
     }
 }
 
-/// Measurements the desk reuses (experiment 8-1): the shared-prefix batch's prefill time
+/// Measurements the desk reuses (the reference efficiency table, DESIGN.md §roofline): the shared-prefix batch's prefill time
 /// (which fixes the prefill MFU for every variant) and its decode round.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct DeskCalibration {
@@ -60,7 +60,7 @@ pub struct DeskCalibration {
 }
 
 impl DeskCalibration {
-    pub fn chapter() -> Self {
+    pub fn reference() -> Self {
         Self {
             shared_prefill_s: Some(2.04),
             shared_round_s: Some(0.02735),
@@ -101,8 +101,8 @@ pub struct Candidate {
     pub draft: Option<Draft>,
 }
 
-/// The chapter's variants A–D and exercise 8-9's E.
-pub fn chapter_candidates() -> Vec<Candidate> {
+/// The reference variants A–D and variant E (context-lookup drafts).
+pub fn reference_candidates() -> Vec<Candidate> {
     let c = |name: &str, label: &str, shared, format, draft| Candidate {
         name: name.into(),
         label: label.into(),
@@ -122,7 +122,7 @@ pub fn chapter_candidates() -> Vec<Candidate> {
             Some(Draft {
                 source: "DFlash draft model".into(),
                 tokens_per_round: 3.0,
-                // Peak memory 17,706 → 20,894 MiB with the drafter (experiment 8-5).
+                // Peak memory 17,706 → 20,894 MiB with the drafter (the reference speculation measurement).
                 extra_bytes: 3188 << 20,
                 prefill_factor: 1.094,
                 verify_positions: 8,
@@ -244,7 +244,7 @@ pub fn desk(
         let fits = kv_bytes <= w.kv_budget_bytes;
         let pf = prefill_flops(c.shared_prefix);
         let prefill_s = pf / (mfu * hw.peak_flops) * draft.map_or(1.0, |d| d.prefill_factor);
-        // KV read per round at the prompt length, as the chapter sizes rounds.
+        // KV read per round at the prompt length, as DESIGN.md sizes rounds.
         let kv_read = if c.shared_prefix {
             (shared_tokens + n * (w.input - shared_tokens)) * k
         } else {

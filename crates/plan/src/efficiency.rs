@@ -1,5 +1,5 @@
-//! Measured efficiency: experiment 8-1's table (RTX PRO 6000, Qwen3-8B, 2K context, CUDA
-//! Graph off) and the two ways the chapter turns it into time estimates.
+//! Measured efficiency: the reference efficiency table (RTX PRO 6000, Qwen3-8B, 2K context, CUDA
+//! Graph off) and the two ways the planner turns it into time estimates.
 
 use serde::Serialize;
 
@@ -26,9 +26,9 @@ pub struct EfficiencyTable {
 }
 
 impl EfficiencyTable {
-    /// Experiment 8-1. The batch-1 prefill MFU is 0.622 (printed as 62%): the chapter's
+    /// The reference efficiency table (DESIGN.md §roofline). The batch-1 prefill MFU is 0.622 (printed as 62%): the reference
     /// 307.9 ms for a 6144-token prefix and 94.7 ms for a 2048-token one both need it.
-    pub fn chapter() -> Self {
+    pub fn reference() -> Self {
         let p = |batch, round_ms: f64, mfu| EffPoint {
             batch,
             round_s: round_ms * 1e-3,
@@ -79,7 +79,7 @@ impl EfficiencyTable {
     }
 
     /// Round time for a round reading `bytes`, interpolated (linearly in bytes, extrapolated
-    /// from the end segments) between the measured rounds: the chapter's rule for variants
+    /// from the end segments) between the measured rounds: the reference rule for variants
     /// A and C of the design desk.
     pub fn round_s_by_bytes(&self, model: &ModelProfile, bytes: f64) -> f64 {
         interp(&self.byte_points(model), bytes)
@@ -112,9 +112,9 @@ impl EfficiencyTable {
         if self.matches(model, hw) {
             self.round_s_by_bytes(model, bytes)
         } else {
-            let chapter_model = crate::model::qwen3_8b();
-            let chapter_hw = crate::hardware::rtx_pro_6000();
-            bytes / (hw.mem_bw_bytes_s * self.mbu_at_batch(&chapter_model, &chapter_hw, b))
+            let reference_model = crate::model::qwen3_8b();
+            let reference_hw = crate::hardware::rtx_pro_6000();
+            bytes / (hw.mem_bw_bytes_s * self.mbu_at_batch(&reference_model, &reference_hw, b))
         }
     }
 }

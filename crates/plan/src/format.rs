@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::{PlanError, Result};
 
 /// How one K or V value is stored. Quantized formats store groups of 32 values as codes plus
-/// a 2-byte scale, so their size is `bytes per 32 values / 32` per value (chapter 8.4).
+/// a 2-byte scale, so their size is `bytes per 32 values / 32` per value (DESIGN.md §compression).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum KvFormat {

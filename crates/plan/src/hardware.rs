@@ -24,7 +24,7 @@ pub struct HardwareProfile {
     pub unified_memory: bool,
 }
 
-/// RTX PRO 6000 Blackwell Workstation: the chapter's card (96 GB, 1792 GB/s, 503.8 TFLOP/s
+/// RTX PRO 6000 Blackwell Workstation: the reference card (96 GB, 1792 GB/s, 503.8 TFLOP/s
 /// BF16 dense, PCIe Gen5 x16 at 64 GB/s each way, 600 W).
 pub fn rtx_pro_6000() -> HardwareProfile {
     HardwareProfile {
@@ -62,7 +62,7 @@ pub fn h200() -> HardwareProfile {
     }
 }
 
-/// A100-80GB SXM: PCIe Gen4 (32 GB/s each way), the chapter's "Gen4" case.
+/// A100-80GB SXM: PCIe Gen4 (32 GB/s each way), the reference "Gen4" case.
 pub fn a100_80gb() -> HardwareProfile {
     HardwareProfile {
         name: "A100-80GB".into(),

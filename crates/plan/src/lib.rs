@@ -1,15 +1,15 @@
-//! folio-plan: the chapter's arithmetic done before running anything — does it fit, can it
+//! folio-plan: DESIGN.md's arithmetic done before running anything — does it fit, can it
 //! finish in time, what does a good result cost.
 //!
 //! Every analysis is a pure function returning a serializable struct; each struct renders to
 //! [`Table`]s with one line saying which formula produced them. [`sections`] assembles them
-//! into what `folio plan` prints, defaulting to the chapter's case (Qwen3-8B on an RTX PRO
+//! into what `folio plan` prints, defaulting to the reference case (Qwen3-8B on an RTX PRO
 //! 6000, 12 GiB of KV).
 //!
 //! # Layout
 //!
 //! - profiles: [`model`] (shapes → parameter and KV bytes), [`hardware`] (peaks, links, the
-//!   measured machine profile JSON), [`format`] (KV formats), [`efficiency`] (experiment 8-1's
+//!   measured machine profile JSON), [`format`] (KV formats), [`efficiency`] (the reference efficiency table's
 //!   measured rounds and MFU, and interpolation over them).
 //! - analyses: [`capacity`] (KV per token/request, capacity, sharing, paging, branches, LoRA),
 //!   [`roofline`] (`d(b,L)`, `b_KV`, bounds, MBU/MFU), [`schedule`] (folio-core's scheduler

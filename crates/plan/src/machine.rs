@@ -122,7 +122,7 @@ impl MachinePrediction {
         ])
         .explain(
             "roofline = max(bytes/(β·MBU), b·F/(P·MFU)) + overhead, bytes = D_w + b·L·k; predicted = the \
-             profile's measured round model a + b·tokens + c·pairs (the chapter's form) when it was fitted \
+             profile's measured round model a + b·tokens + c·pairs (the reference form) when it was fitted \
              for this model, else the roofline",
         );
         let c = Table::new(

@@ -269,7 +269,7 @@ fn dense(
     }
 }
 
-/// Qwen3-8B in BF16, the chapter's model: `D_w` = 15,136,811,008 B, 144 KiB of KV per token.
+/// Qwen3-8B in BF16, the reference model: `D_w` = 15,136,811,008 B, 144 KiB of KV per token.
 pub fn qwen3_8b() -> ModelProfile {
     ModelProfile {
         qk_norm: true,
@@ -289,7 +289,7 @@ pub fn llama2_13b() -> ModelProfile {
     }
 }
 
-/// Qwen3-235B-A22B (MoE, 128 experts, 8 active) with the chapter's two 2-bit GGUF files.
+/// Qwen3-235B-A22B (MoE, 128 experts, 8 active) with two 2-bit GGUF files (Q2_K and UD-Q2_K_XL).
 pub fn qwen3_235b_a22b() -> ModelProfile {
     ModelProfile {
         qk_norm: true,

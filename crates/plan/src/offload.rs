@@ -1,4 +1,4 @@
-//! Weight offload (chapter 8.4): memory freed with prefetch buffers, per-step copy time over each
+//! Weight offload (DESIGN.md §compression): memory freed with prefetch buffers, per-step copy time over each
 //! link, and when compressing before the transfer pays.
 
 use serde::Serialize;

@@ -1,5 +1,5 @@
 //! Bytes per output token, the batch where KV reads match weight reads, the step-time bound
-//! and MBU/MFU (chapter 8.2, 8.6).
+//! and MBU/MFU (DESIGN.md §batching, §serving).
 
 use serde::Serialize;
 

@@ -1,5 +1,5 @@
 //! The scheduling simulator section: folio's own scheduler (folio-core) driven by a cost
-//! model — the chapter's r0–r3 example as a preset, and any user workload.
+//! model — the reference r0–r3 example as a preset, and any user workload.
 
 use serde::Serialize;
 
@@ -55,9 +55,9 @@ impl WorkItem {
     }
 }
 
-/// The chapter's r0–r3: r0, r1 at 0 ms (2048 in; 8 and 2 out), r2 at 20 ms (8192 in, 2 out),
+/// The reference r0–r3: r0, r1 at 0 ms (2048 in; 8 and 2 out), r2 at 20 ms (8192 in, 2 out),
 /// r3 at 30 ms (2048 in, 4 out).
-pub fn chapter_workload() -> Vec<WorkItem> {
+pub fn reference_workload() -> Vec<WorkItem> {
     let w = |ms: f64, input, output| WorkItem {
         arrival_s: ms * 1e-3,
         input,
@@ -82,7 +82,7 @@ pub struct Mode {
 }
 
 /// Fixed, continuous, and chunked (2048-token chunks, ≤ 4096 tokens per round).
-pub fn chapter_modes() -> Vec<Mode> {
+pub fn reference_modes() -> Vec<Mode> {
     vec![
         Mode {
             name: "fixed",

@@ -1,4 +1,4 @@
-//! What `folio plan` prints: each section computed for the chapter's case by default, or for
+//! What `folio plan` prints: each section computed for the reference case by default, or for
 //! the user's model, hardware and workload when given.
 
 use serde::Serialize;
@@ -6,7 +6,7 @@ use serde::Serialize;
 use crate::cache::{prefix_value, CacheValue};
 use crate::capacity::{self, branches, lora, paging, sharing_tables, Shape};
 use crate::compress::{compression, crossover, read_saving, unified_fit};
-use crate::desk::{chapter_candidates, desk, DeskCalibration, DeskWorkload};
+use crate::desk::{desk, reference_candidates, DeskCalibration, DeskWorkload};
 use crate::efficiency::EfficiencyTable;
 use crate::error::{PlanError, Result};
 use crate::format::KvFormat;
@@ -15,7 +15,7 @@ use crate::machine::predict;
 use crate::model::{self, ModelProfile};
 use crate::offload::{compressed_transfer, offload};
 use crate::roofline::roofline;
-use crate::schedule::{chapter_modes, chapter_workload, schedule, Mode, WorkItem};
+use crate::schedule::{reference_modes, reference_workload, schedule, Mode, WorkItem};
 use crate::spec::{draft_length, draft_sources, payback, spec_row, DraftCost, Spec};
 use crate::table::Table;
 use crate::units::{GB, MIB};
@@ -86,7 +86,7 @@ impl Section {
     }
 }
 
-/// Everything a plan may be asked about. `None` means "the chapter's value for this section".
+/// Everything a plan may be asked about. `None` means "the reference value for this section".
 #[derive(Debug, Clone)]
 pub struct PlanInput {
     pub model: ModelProfile,
@@ -102,7 +102,7 @@ pub struct PlanInput {
     pub block: u64,
     pub deadline_s: Option<f64>,
     pub hit_rate: f64,
-    /// Scheduling workload; empty = the chapter's r0–r3.
+    /// Scheduling workload; empty = the reference r0–r3.
     pub requests: Vec<WorkItem>,
     pub max_running: Option<usize>,
     pub token_budget: Option<usize>,
@@ -114,13 +114,13 @@ pub struct PlanInput {
 
 impl Default for PlanInput {
     fn default() -> Self {
-        Self::chapter()
+        Self::reference()
     }
 }
 
 impl PlanInput {
-    /// Qwen3-8B on the RTX PRO 6000 with the chapter's workloads.
-    pub fn chapter() -> Self {
+    /// Qwen3-8B on the RTX PRO 6000 with the reference workloads.
+    pub fn reference() -> Self {
         Self {
             model: model::qwen3_8b(),
             hardware: crate::hardware::rtx_pro_6000(),
@@ -144,10 +144,10 @@ impl PlanInput {
     }
 
     fn table(&self) -> EfficiencyTable {
-        EfficiencyTable::chapter()
+        EfficiencyTable::reference()
     }
 
-    fn is_chapter_hw(&self) -> bool {
+    fn is_reference_hw(&self) -> bool {
         self.table().matches(&self.model, &self.hardware)
     }
 
@@ -163,8 +163,8 @@ impl PlanInput {
         self.output_tokens.unwrap_or(256)
     }
 
-    /// Plain decode round at batch 1 and `l` context: the chapter's measurement, the machine
-    /// profile's fit or prediction, or the roofline at the chapter's efficiency.
+    /// Plain decode round at batch 1 and `l` context: the reference measurement, the machine
+    /// profile's fit or prediction, or the roofline at the reference efficiency.
     fn plain_round_s(&self, l: u64) -> f64 {
         if let Some(m) = &self.machine {
             let shape = Shape {
@@ -180,11 +180,11 @@ impl PlanInput {
         t.round_s(&self.model, &self.hardware, 1, bytes)
     }
 
-    /// The simulator's round-time model: the chapter's fit, a measured fit for this model in
+    /// The simulator's round-time model: the reference fit, a measured fit for this model in
     /// the machine profile, or one derived from the roofline.
     pub fn cost_model(&self) -> folio_core::CostModel {
-        if self.is_chapter_hw() {
-            return folio_core::CostModel::CHAPTER;
+        if self.is_reference_hw() {
+            return folio_core::CostModel::REFERENCE;
         }
         if let Some(f) = self.machine.as_ref().and_then(|m| m.decode_fit.as_ref()) {
             let same = f
@@ -281,14 +281,14 @@ pub fn run_section(section: Section, p: &PlanInput) -> Result<SectionOutput> {
         }
         Section::Schedule => {
             let work = if p.requests.is_empty() {
-                chapter_workload()
+                reference_workload()
             } else {
                 p.requests.clone()
             };
             let modes = match (p.token_budget, p.max_chunk) {
-                (None, None) => chapter_modes(),
+                (None, None) => reference_modes(),
                 (b, c) => {
-                    let mut m = chapter_modes();
+                    let mut m = reference_modes();
                     m.push(Mode {
                         name: "user",
                         policy: folio_core::sched::BatchPolicy::Continuous,
@@ -344,9 +344,9 @@ pub fn run_section(section: Section, p: &PlanInput) -> Result<SectionOutput> {
                 input: p.input_tokens.unwrap_or(8192),
                 output: p.out(),
             };
-            let chapter_model = model::qwen3_8b();
-            let chapter_hw = crate::hardware::rtx_pro_6000();
-            let mbu = table.mbu_at_batch(&chapter_model, &chapter_hw, 64);
+            let reference_model = model::qwen3_8b();
+            let reference_hw = crate::hardware::rtx_pro_6000();
+            let mbu = table.mbu_at_batch(&reference_model, &reference_hw, 64);
             let saving = read_saving(
                 &p.model,
                 shape.input,
@@ -393,7 +393,7 @@ pub fn run_section(section: Section, p: &PlanInput) -> Result<SectionOutput> {
             };
             let k = p.model.kv_bytes_per_token();
             let states = (shape.input * k, capacity::final_tokens(shape, p.block) * k);
-            let links: Vec<(&str, f64)> = if p.is_chapter_hw() {
+            let links: Vec<(&str, f64)> = if p.is_reference_hw() {
                 vec![
                     ("PCIe Gen5 x16", 64.0 * GB),
                     ("NVLink-C2C (GH200)", 450.0 * GB),
@@ -436,8 +436,8 @@ pub fn run_section(section: Section, p: &PlanInput) -> Result<SectionOutput> {
                 .expect("at least one acceptance rate");
             let pb = payback(2.0, best, p.out());
             let a = accepts.last().expect("at least one acceptance rate").1;
-            // Exercise 8-7: verify 26.3 ms, 3.6 ms per sequential draft (rounded chapter data).
-            let (verify, per_draft) = if p.is_chapter_hw() {
+            // The draft-length example: verify 26.3 ms, 3.6 ms per sequential draft (rounded reference data).
+            let (verify, per_draft) = if p.is_reference_hw() {
                 (26.3e-3, 3.6e-3)
             } else {
                 (plain, plain * 3.6 / 26.3)
@@ -484,7 +484,7 @@ pub fn run_section(section: Section, p: &PlanInput) -> Result<SectionOutput> {
             (s.tables(), json(&s))
         }
         Section::Desk => {
-            let mut w = DeskWorkload::chapter();
+            let mut w = DeskWorkload::reference();
             if let Some(v) = p.batch {
                 w.requests = v;
             }
@@ -502,12 +502,15 @@ pub fn run_section(section: Section, p: &PlanInput) -> Result<SectionOutput> {
             }
             w.kv_budget_bytes = p.budget();
             w.block = p.block;
-            let chapter_w = DeskWorkload::chapter();
-            let cal = if p.is_chapter_hw()
+            let reference_w = DeskWorkload::reference();
+            let cal = if p.is_reference_hw()
                 && (w.requests, w.input, w.shared_prefix)
-                    == (chapter_w.requests, chapter_w.input, chapter_w.shared_prefix)
-            {
-                DeskCalibration::chapter()
+                    == (
+                        reference_w.requests,
+                        reference_w.input,
+                        reference_w.shared_prefix,
+                    ) {
+                DeskCalibration::reference()
             } else {
                 DeskCalibration::none()
             };
@@ -517,12 +520,12 @@ pub fn run_section(section: Section, p: &PlanInput) -> Result<SectionOutput> {
                 &table,
                 &cal,
                 &w,
-                &chapter_candidates(),
+                &reference_candidates(),
             )?;
             (d.tables(), json(&d))
         }
         Section::Serving => {
-            let s = crate::serving::chapter();
+            let s = crate::serving::reference();
             (s.tables(), json(&s))
         }
         Section::Machine => {
@@ -556,15 +559,15 @@ pub fn run_section(section: Section, p: &PlanInput) -> Result<SectionOutput> {
 
 /// A round-time model from the roofline: the weight read as the fixed part, FLOPs per token
 /// and per attention pair as the rest, at the machine profile's measured MBU/MFU when given,
-/// else the chapter's batch-1 efficiencies.
+/// else the reference batch-1 efficiencies.
 pub fn round_cost_model(p: &PlanInput) -> folio_core::CostModel {
-    let t = EfficiencyTable::chapter();
-    let chapter_mbu = t.mbu_at_batch(&model::qwen3_8b(), &crate::hardware::rtx_pro_6000(), 1);
+    let t = EfficiencyTable::reference();
+    let reference_mbu = t.mbu_at_batch(&model::qwen3_8b(), &crate::hardware::rtx_pro_6000(), 1);
     let mbu = p
         .machine
         .as_ref()
         .and_then(|m| m.mbu)
-        .unwrap_or(chapter_mbu);
+        .unwrap_or(reference_mbu);
     let mfu = p
         .machine
         .as_ref()

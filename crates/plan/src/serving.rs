@@ -1,4 +1,4 @@
-//! Serving under load (chapter 8.1, 8.6, 8.7): request latency, throughput, Little's law, goodput,
+//! Serving under load (DESIGN.md §requests, §serving): request latency, throughput, Little's law, goodput,
 //! Amdahl, GPU-seconds per request, cost per token and MBU from a token rate.
 
 use serde::Serialize;
@@ -62,7 +62,7 @@ pub struct Serving {
     pub goodput_counts: (u64, u64, u64),
 }
 
-pub fn chapter() -> Serving {
+pub fn reference() -> Serving {
     let req = request_time(0.1, 0.096, 256, 0.0265);
     let (rp, rd) = (16_059.0, 16.0 / 0.02735);
     Serving {

@@ -1,4 +1,4 @@
-//! Speculative decoding arithmetic (chapter 8.5): expected tokens per round, time per token,
+//! Speculative decoding arithmetic (DESIGN.md §speculation): expected tokens per round, time per token,
 //! break-even draft cost, setup payback, and the best draft length by the marginal rule.
 
 use serde::Serialize;

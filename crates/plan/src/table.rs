@@ -3,7 +3,7 @@
 use serde::Serialize;
 use std::fmt;
 
-/// Rows of strings already rounded the way the chapter rounds them, plus one line saying
+/// Rows of strings already rounded the way DESIGN.md rounds them, plus one line saying
 /// which formula produced the numbers (so a reader can redo the arithmetic).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Table {

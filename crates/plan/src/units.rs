@@ -1,4 +1,4 @@
-//! Byte and time units. The chapter mixes binary sizes (KiB/MiB/GiB for memory) with decimal
+//! Byte and time units. folio's figures mix binary sizes (KiB/MiB/GiB for memory) with decimal
 //! rates (GB/s, TFLOP/s); keeping both named avoids the classic 7% slip between them.
 
 pub const KIB: f64 = 1024.0;
@@ -25,12 +25,12 @@ pub fn gib(bytes: f64) -> f64 {
     bytes / GIB
 }
 
-/// Formats with `d` decimals, trimming nothing (tables keep the chapter's rounding).
+/// Formats with `d` decimals, trimming nothing (tables keep the reference rounding).
 pub fn fx(v: f64, d: usize) -> String {
     format!("{v:.d$}")
 }
 
-/// Thousands separators for integers, as the chapter writes byte counts.
+/// Thousands separators for integers, as DESIGN.md writes byte counts.
 pub fn group(n: u64) -> String {
     let s = n.to_string();
     let mut out = String::new();

@@ -54,7 +54,7 @@ fn machine_section_loads_the_file() {
     let path = dir.join("machine.json");
     std::fs::write(&path, PROFILE).unwrap();
     let path = path.to_str().unwrap();
-    let mut p = PlanInput::chapter();
+    let mut p = PlanInput::reference();
     p.model = smollm2_135m();
     p.machine = Some(MachineProfile::from_json_file(path).unwrap());
     p.hardware = HardwareProfile::resolve(path).unwrap();
@@ -63,7 +63,7 @@ fn machine_section_loads_the_file() {
     assert_eq!(out.data["capacity_blocks"], 2912);
     assert!(out.tables[0].to_string().contains("predicted round ms"));
     // Without a profile the section says what it needs.
-    let e = run_section(Section::Machine, &PlanInput::chapter())
+    let e = run_section(Section::Machine, &PlanInput::reference())
         .unwrap_err()
         .to_string();
     assert!(e.contains("folio profile"), "{e}");
@@ -92,7 +92,7 @@ fn fit_for_another_model_is_not_used() {
 
 #[test]
 fn schedule_on_a_measured_machine_uses_its_fit() {
-    let mut p = PlanInput::chapter();
+    let mut p = PlanInput::reference();
     p.model = smollm2_135m();
     let m = MachineProfile::from_json_str(PROFILE, "inline").unwrap();
     p.hardware = m.hardware();

@@ -1,6 +1,6 @@
 //! Issue 8, acceptance 2: the r0–r3 preset through folio-core's scheduler, within 2%.
 
-use folio_plan::schedule::{chapter_modes, chapter_workload, schedule, WorkItem};
+use folio_plan::schedule::{reference_modes, reference_workload, schedule, WorkItem};
 use folio_plan::{run_section, PlanInput, Section};
 
 fn within(got: f64, want: f64) -> bool {
@@ -8,12 +8,12 @@ fn within(got: f64, want: f64) -> bool {
 }
 
 #[test]
-fn chapter_preset_reproduces_the_example() {
+fn reference_preset_reproduces_the_example() {
     let s = schedule(
-        &chapter_workload(),
-        &chapter_modes(),
+        &reference_workload(),
+        &reference_modes(),
         2,
-        &folio_core::CostModel::CHAPTER,
+        &folio_core::CostModel::REFERENCE,
         4096,
         16,
     )
@@ -36,7 +36,7 @@ fn chapter_preset_reproduces_the_example() {
 
 #[test]
 fn the_section_uses_the_preset_by_default() {
-    let out = run_section(Section::Schedule, &PlanInput::chapter()).unwrap();
+    let out = run_section(Section::Schedule, &PlanInput::reference()).unwrap();
     let text = out.tables[0].to_string();
     assert!(
         text.contains("870.5") && text.contains("765.6") && text.contains("844.3"),
@@ -47,7 +47,7 @@ fn the_section_uses_the_preset_by_default() {
 
 #[test]
 fn user_workload_and_budget() {
-    let mut p = PlanInput::chapter();
+    let mut p = PlanInput::reference();
     p.requests = vec![
         WorkItem::parse("0:1024:4").unwrap(),
         WorkItem::parse("10:4096:4").unwrap(),

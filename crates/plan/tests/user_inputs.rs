@@ -7,8 +7,8 @@ use folio_plan::{
 };
 
 #[test]
-fn chapter_plan_renders_every_section_with_explanations() {
-    let outs = run_all(&PlanInput::chapter()).unwrap();
+fn reference_plan_renders_every_section_with_explanations() {
+    let outs = run_all(&PlanInput::reference()).unwrap();
     let names: Vec<&str> = outs.iter().map(|o| o.section.name()).collect();
     assert_eq!(
         names,
@@ -36,7 +36,7 @@ fn chapter_plan_renders_every_section_with_explanations() {
 
 #[test]
 fn other_model_and_hardware_run_every_section() {
-    let mut p = PlanInput::chapter();
+    let mut p = PlanInput::reference();
     p.model = ModelProfile::resolve("llama-3.1-8b").unwrap();
     p.hardware = HardwareProfile::resolve("h100").unwrap();
     let outs = run_all(&p).unwrap();
@@ -50,7 +50,7 @@ fn other_model_and_hardware_run_every_section() {
 
 #[test]
 fn desk_for_a_user_workload() {
-    let mut p = PlanInput::chapter();
+    let mut p = PlanInput::reference();
     p.output_tokens = Some(64);
     p.deadline_s = Some(30.0);
     p.kv_budget_bytes = Some(40 << 30);
@@ -64,7 +64,7 @@ fn desk_for_a_user_workload() {
 
 #[test]
 fn kv_format_flag_changes_capacity() {
-    let mut p = PlanInput::chapter();
+    let mut p = PlanInput::reference();
     p.kv_format = Some(KvFormat::Q8_0);
     let out = run_section(Section::Capacity, &p).unwrap();
     assert_eq!(out.data["capacity"]["bytes_per_token"], 78_336);
@@ -99,7 +99,7 @@ fn json_model_profile_and_errors() {
         .unwrap_err()
         .to_string()
         .contains("bogus"));
-    let mut p = PlanInput::chapter();
+    let mut p = PlanInput::reference();
     p.hit_rate = 1.5;
     let e = run_section(Section::Cache, &p).unwrap_err().to_string();
     assert!(e.contains("hit rate") && e.contains("1.5"), "{e}");

@@ -1,6 +1,6 @@
 //! Acceptance by draft position, estimated from verification rounds.
 //!
-//! Chapter 8.5 prices a draft of m tokens with one per-position acceptance a:
+//! DESIGN.md §speculation prices a draft of m tokens with one per-position acceptance a:
 //! E[N_m] = 1 + a + … + a^m. That geometric model fits a drafter whose every guess is
 //! an independent coin, but context lookup is not one: its drafts are either a span being
 //! copied (nearly every token accepted) or a stale match (the first token already wrong).
@@ -30,7 +30,7 @@ pub struct Acceptance {
 const MAX_RATE: f64 = 0.99;
 
 impl Acceptance {
-    /// The same rate at every position: chapter 8.5's geometric model.
+    /// The same rate at every position: the geometric model (DESIGN.md §speculation).
     pub fn flat(a: f64) -> Acceptance {
         Acceptance {
             rate: [a.clamp(0.0, MAX_RATE); TRACKED],
@@ -130,8 +130,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn flat_rates_are_the_chapter_geometric_model() {
-        // AAAA (a = 1/4) ≈ 1.33 tokens/round, BBBB (a = 3/4) ≈ 3.05 (chapter 8.5).
+    fn flat_rates_are_the_geometric_model() {
+        // AAAA (a = 1/4) ≈ 1.33 tokens/round, BBBB (a = 3/4) ≈ 3.05 (DESIGN.md §speculation).
         assert!((Acceptance::flat(0.25).expected_tokens(4) - 1.33).abs() < 0.005);
         assert!((Acceptance::flat(0.75).expected_tokens(4) - 3.05).abs() < 0.005);
         assert_eq!(Acceptance::flat(0.5).reach(0), 1.0);

@@ -1,4 +1,4 @@
-//! How many tokens to draft: the marginal rule of chapter 8.5, applied to the whole batch.
+//! How many tokens to draft: the marginal rule of DESIGN.md §speculation, applied to the whole batch.
 //!
 //! With acceptance a at every position, a round drafting m tokens fixes E[N_m] = 1 + a + … +
 //! a^m tokens; folio keeps a rate per position ([`Acceptance`]), so E[N_m] = Σ reach(i).

@@ -1,6 +1,6 @@
 //! Speculation accounting. Time per token is ΣT/ΣN over rounds, never the mean of
 //! per-round ratios: rounds of 1.5 ms yielding 1 and 5 tokens cost 3 ms for 6 tokens
-//! (0.5 ms/token), not (1.5 + 0.3)/2 = 0.9 ms/token (chapter 8.5).
+//! (0.5 ms/token), not (1.5 + 0.3)/2 = 0.9 ms/token (DESIGN.md §speculation).
 
 /// Counters of one engine (or one request).
 #[derive(Debug, Clone, Default, PartialEq)]

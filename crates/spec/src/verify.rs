@@ -4,7 +4,7 @@
 //! first mismatch emit the target's token; if all match emit one bonus token. Sampling:
 //! accept draft x with probability min(1, p(x)/q(x)); on rejection draw from
 //! norm([p − q]+) and stop. Either way the emitted tokens are distributed exactly as if the
-//! target had decoded alone (chapter 8.5).
+//! target had decoded alone (DESIGN.md §speculation).
 
 use rand::Rng;
 

@@ -38,7 +38,7 @@ fn chi2(counts: &[u64], probs: &[f64]) -> f64 {
 #[test]
 fn two_symbol_example_keeps_the_target_distribution() {
     // p(A) = 1/4, p(B) = 3/4; always-A drafts accept 1/4 of the time, always-B 3/4
-    // (chapter 8.5): same output distribution, different speed.
+    // (DESIGN.md §speculation): same output distribution, different speed.
     let (a, b) = (0u32, 1u32);
     let p = vec![(a, 0.25f32), (b, 0.75f32)];
     for (draft, want_accept) in [(a, 0.25), (b, 0.75)] {

@@ -1,4 +1,4 @@
-//! `folio profile`: this machine, measured (chapter 8.6, the chapter's 8.6.3 efficiency table).
+//! `folio profile`: this machine, measured (DESIGN.md §serving, the efficiency table of DESIGN.md §roofline).
 //!
 //! 1. [`probe::read_bandwidth`]: a STREAM-like read of a buffer far larger than the caches
 //!    (β); [`probe::matmul_flops`]: the Q4_1 matmul kernel at a large batch (P).

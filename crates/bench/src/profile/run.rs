@@ -210,7 +210,7 @@ pub fn machine_profile(
 }
 
 impl ProfileReport {
-    /// The chapter's efficiency table for this machine.
+    /// The reference efficiency table for this machine.
     pub fn table(&self) -> String {
         let mut t = format!(
             "Machine: {}\nmeasured read bandwidth β = {:.1} GB/s, matmul peak P = {:.1} GFLOP/s, KV {} B/token\n\n",

@@ -1,4 +1,4 @@
-//! `folio bench quality`: chapter 8.4's quality constraint, KV storage format and compute
+//! `folio bench quality`: the quality constraint (DESIGN.md §compression), KV storage format and compute
 //! precision compared task by task.
 //!
 //! A fixed task set ([`tasks`]): one seeded retrieval document per record count

@@ -1,12 +1,12 @@
 //! Step-cost models: the round-time line `a + b·tokens + c·pairs` the simulator and the
-//! planner use (the chapter's fit is its reference point), and the measured step curve the
+//! planner use (the reference fit is its reference point), and the measured step curve the
 //! live engine learns from its own steps (`curve.rs`), which feeds the same line to
 //! admission, eviction and tier decisions.
 //!
 //! One round computing chunks of `c_i` new tokens after `h_i` context tokens costs
 //! `fixed + per_token·Σc_i + per_pair·Σ(c_i·h_i + c_i(c_i+1)/2)` seconds: a constant part
 //! (weight reads, launches, host work), a linear part, and the causal attention pairs, which
-//! make a chunk deep in a long prompt dearer than the same chunk at its start (chapter 8.2).
+//! make a chunk deep in a long prompt dearer than the same chunk at its start (DESIGN.md §batching).
 
 mod curve;
 
@@ -36,9 +36,9 @@ pub struct CostModel {
 }
 
 impl CostModel {
-    /// The chapter's fit of experiment 8-1 (RTX PRO 6000, Qwen3-8B, batch 1): 26.22 ms +
+    /// The reference fit of the reference efficiency table (RTX PRO 6000, Qwen3-8B, batch 1): 26.22 ms +
     /// 30.4 µs per token + 3 ns per pair; gives 26.26 ms per 2K decode, 94.8 ms per 2K prefill.
-    pub const CHAPTER: CostModel = CostModel {
+    pub const REFERENCE: CostModel = CostModel {
         fixed_s: 26.22e-3,
         per_token_s: 30.4e-6,
         per_pair_s: 3e-9,
@@ -74,7 +74,7 @@ impl StepTime for CostModel {
 
 impl Default for CostModel {
     fn default() -> Self {
-        Self::CHAPTER
+        Self::REFERENCE
     }
 }
 
@@ -92,8 +92,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn chapter_fit_reproduces_decode_and_prefill() {
-        let m = CostModel::CHAPTER;
+    fn reference_fit_reproduces_decode_and_prefill() {
+        let m = CostModel::REFERENCE;
         let decode = m.round_s([(2048, 1)]);
         let prefill = m.round_s([(0, 2048)]);
         assert!((decode * 1e3 - 26.26).abs() < 0.01, "{decode}");

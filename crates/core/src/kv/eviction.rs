@@ -1,7 +1,7 @@
 //! Which cached block to drop first when the free list is empty.
 //!
 //! `ValuePerByte` ranks a block by the expected time it saves, `V_h = p_h (T_r − T_f) − T_m`
-//! (chapter 8.3), divided by its bytes. Every block has the same size, so ranking by `V_h` per
+//! (DESIGN.md §kv-cache), divided by its bytes. Every block has the same size, so ranking by `V_h` per
 //! block is ranking per byte; the division is left out. Lowest value goes first; ties go to
 //! the least recently used (logical clock), then to the lowest block id, so order is
 //! deterministic.
@@ -61,7 +61,7 @@ mod tests {
 
     #[test]
     fn deeper_blocks_are_worth_more() {
-        let m = CostModel::CHAPTER;
+        let m = CostModel::REFERENCE;
         let shallow = block_value(0.5, 0, 16, &m, None);
         let deep = block_value(0.5, 6144, 16, &m, None);
         assert!(deep > shallow);
@@ -70,8 +70,8 @@ mod tests {
     }
 
     #[test]
-    fn chapter_prefix_a_value() {
-        // chapter 8.3: A = 6144-token prefix, T_r 307.9 ms, T_f = T_m = 14.2 ms, p_h 50% → 132.7 ms.
+    fn reference_prefix_a_value() {
+        // DESIGN.md §kv-cache: A = 6144-token prefix, T_r 307.9 ms, T_f = T_m = 14.2 ms, p_h 50% → 132.7 ms.
         let t_r: f64 = 307.9e-3;
         let v = 0.5 * (t_r - 14.2e-3) - 14.2e-3;
         assert!((v * 1e3 - 132.65).abs() < 0.01);

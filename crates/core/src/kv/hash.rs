@@ -2,7 +2,7 @@
 //!
 //! The salt identifies everything besides the tokens that decides KV content: model,
 //! adapter, KV storage format, position rules. Two requests share a block only when the
-//! whole chain up to it is equal, which is exactly "identical prefix" (chapter 8.3).
+//! whole chain up to it is equal, which is exactly "identical prefix" (DESIGN.md §kv-cache).
 //!
 //! NOTE: the hash is FNV-1a over little-endian words followed by a splitmix64 finalizer,
 //! written out here rather than `std::hash`, because the engine's disk tier keys spilled

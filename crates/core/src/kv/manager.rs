@@ -61,7 +61,7 @@ impl Default for KvConfig {
             block_size: 16,
             prefix_cache: true,
             eviction: EvictionPolicy::ValuePerByte,
-            cost: CostModel::CHAPTER,
+            cost: CostModel::REFERENCE,
             tier: None,
             salt: 0,
             window: None,

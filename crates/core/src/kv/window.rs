@@ -1,5 +1,5 @@
 //! Sliding-window KV: the pages of a model's sliding-window layers, which a sequence needs
-//! only for its last `W` positions (chapter 8.3's hybrid attention as a capacity question).
+//! only for its last `W` positions (the hybrid attention (DESIGN.md §kv-cache) as a capacity question).
 //!
 //! NOTE: the layout is vLLM's hybrid allocator with one simplification. Layers are grouped
 //! so that one *page* holds the K/V of `g` layers for `block_size` positions, `g` being the

@@ -1,4 +1,4 @@
-//! Admission control (chapter 8.6): refuse early what cannot succeed, with a reason.
+//! Admission control (DESIGN.md §serving): refuse early what cannot succeed, with a reason.
 //!
 //! Pure functions of the request, the measured rates and `now`; the scheduler supplies its
 //! queue. Rejecting at the door is cheaper than discovering a miss half way.
@@ -135,8 +135,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn chapter_deadline_example() {
-        // chapter 8.1: 0.1 s queue + 0.096 s prefill + 255 × 26.5 ms = 6.95 s < 7 s.
+    fn reference_deadline_example() {
+        // DESIGN.md §requests: 0.1 s queue + 0.096 s prefill + 255 × 26.5 ms = 6.95 s < 7 s.
         let rates = Rates {
             prefill_tokens_per_s: 2048.0 / 0.096,
             decode_tokens_per_s: 1.0 / 0.0265,

@@ -160,7 +160,7 @@ impl Request {
     }
 
     /// KV positions the request holds when it ends with `max_tokens` outputs: the last
-    /// output is never fed back, so `prompt + max_tokens − 1` (chapter 8.1).
+    /// output is never fed back, so `prompt + max_tokens − 1` (DESIGN.md §requests).
     pub fn final_kv_tokens(&self) -> usize {
         (self.num_prompt_tokens + self.max_tokens.saturating_sub(1)).max(self.num_tokens())
     }

@@ -1,9 +1,9 @@
-//! Issue 8, acceptance 1: the chapter's figures (chapter 8.1–8.6), pinned at the chapter's rounding.
+//! Issue 8, acceptance 1: DESIGN.md's worked examples, pinned at their printed rounding.
 
 use folio_plan::cache::{prefix_value, CacheValue};
 use folio_plan::capacity::{branches, capacity, lora, paging, shared, Shape};
 use folio_plan::compress::{crossover, read_saving, unified_fit};
-use folio_plan::desk::{chapter_candidates, desk, DeskCalibration, DeskWorkload, Verdict};
+use folio_plan::desk::{desk, reference_candidates, DeskCalibration, DeskWorkload, Verdict};
 use folio_plan::efficiency::EfficiencyTable;
 use folio_plan::hardware::{m2_max, rtx_pro_6000};
 use folio_plan::model::{llama2_13b, qwen3_235b_a22b, qwen3_8b};
@@ -15,7 +15,7 @@ use folio_plan::spec::{
 use folio_plan::units::{GB, GIB, MIB};
 use folio_plan::{serving, KvFormat};
 
-/// `v` rounded to `d` decimals, as the chapter prints it.
+/// `v` rounded to `d` decimals, as DESIGN.md prints it.
 fn r(v: f64, d: usize) -> String {
     format!("{v:.d$}")
 }
@@ -74,7 +74,7 @@ fn batching_amortizes_weights_not_kv() {
 
 #[test]
 fn efficiency_table_reads_bounds_and_mbu() {
-    let (m, hw, t) = (qwen3_8b(), rtx_pro_6000(), EfficiencyTable::chapter());
+    let (m, hw, t) = (qwen3_8b(), rtx_pro_6000(), EfficiencyTable::reference());
     let gb: Vec<String> = [1, 4, 16, 64]
         .iter()
         .map(|&b| r(EfficiencyTable::bytes_read(&m, b, 2048) as f64 / GB, 2))
@@ -145,7 +145,7 @@ fn adapters_and_companion_kv() {
 #[test]
 fn cache_value_of_prefixes() {
     let (m, hw) = (qwen3_8b(), rtx_pro_6000());
-    let mfu = EfficiencyTable::chapter().prefill_mfu_at(1);
+    let mfu = EfficiencyTable::reference().prefill_mfu_at(1);
     let a = prefix_value("A", &m, &hw, 6144, 0.5, 64.0 * GB, mfu).unwrap();
     assert_eq!(r(a.bytes as f64 / GB, 3), "0.906");
     assert_eq!(r(a.flops / 1e12, 1), "96.5");
@@ -182,7 +182,7 @@ fn compression_sizes_and_speed() {
     assert_eq!(r(batch as f64 / GIB, 2), "9.86");
     assert!(batch <= KV12);
 
-    let (hw, t) = (rtx_pro_6000(), EfficiencyTable::chapter());
+    let (hw, t) = (rtx_pro_6000(), EfficiencyTable::reference());
     let eff = hw.mem_bw_bytes_s * t.mbu_at_batch(&m, &hw, 64);
     let s = read_saving(
         &m,
@@ -271,7 +271,7 @@ fn speculative_decoding() {
     assert_eq!(p.payback_tokens, 114);
     assert_eq!(r(p.plain_total_s, 2), "6.72");
 
-    // Exercise 8-7: T_m = 26.3 + 3.6m; grouped T_m = 26.3 + 3.6·4·ceil(m/4).
+    // The draft-length example: T_m = 26.3 + 3.6m; grouped T_m = 26.3 + 3.6·4·ceil(m/4).
     let seq = draft_length(
         "seq",
         0.75,
@@ -324,26 +324,26 @@ fn speculative_decoding() {
     assert_eq!(r(d.rows[0].1 * 1e3, 2), "14.28");
 }
 
-fn chapter_desk(budget: u64, output: u64) -> folio_plan::desk::Desk {
+fn reference_desk(budget: u64, output: u64) -> folio_plan::desk::Desk {
     let w = DeskWorkload {
         kv_budget_bytes: budget,
         output,
-        ..DeskWorkload::chapter()
+        ..DeskWorkload::reference()
     };
     desk(
         &qwen3_8b(),
         &rtx_pro_6000(),
-        &EfficiencyTable::chapter(),
-        &DeskCalibration::chapter(),
+        &EfficiencyTable::reference(),
+        &DeskCalibration::reference(),
         &w,
-        &chapter_candidates(),
+        &reference_candidates(),
     )
     .unwrap()
 }
 
 #[test]
 fn design_desk_a_to_e() {
-    let d = chapter_desk(KV12, 256);
+    let d = reference_desk(KV12, 256);
     let row = |n| d.row(n).unwrap();
     let (a, b, c, dd, e) = (row("A"), row("B"), row("C"), row("D"), row("E"));
 
@@ -373,7 +373,7 @@ fn design_desk_a_to_e() {
     assert_eq!(r(dd.gpu_s_per_good.unwrap(), 3), "0.285");
     assert_eq!(r(dd.energy_j_per_good.unwrap(), 0), "171");
 
-    // Exercise 8-9: host-side lookup drafts, 2 tokens/round, 128 rounds of 27.35 + 0.1 ms.
+    // Variant E: host-side lookup drafts, 2 tokens/round, 128 rounds of 27.35 + 0.1 ms.
     assert_eq!(e.kv_bytes as f64 / MIB, 6048.0);
     assert_eq!(e.rounds, 128);
     assert_eq!(r(e.round_s * 1e3, 2), "27.45");
@@ -386,9 +386,9 @@ fn design_desk_a_to_e() {
 
 #[test]
 fn desk_with_6_gib_leaves_none_of_a_to_d() {
-    let d = chapter_desk(6 << 30, 256);
-    let chapter: Vec<&str> = d.feasible().into_iter().filter(|n| *n != "E").collect();
-    assert!(chapter.is_empty(), "{chapter:?}");
+    let d = reference_desk(6 << 30, 256);
+    let reference: Vec<&str> = d.feasible().into_iter().filter(|n| *n != "E").collect();
+    assert!(reference.is_empty(), "{reference:?}");
     assert_eq!(d.row("B").unwrap().verdict, Verdict::Late);
     assert_eq!(d.row("D").unwrap().verdict, Verdict::Memory);
     // The exercise's answer: a drafter without device memory.
@@ -397,7 +397,7 @@ fn desk_with_6_gib_leaves_none_of_a_to_d() {
 
 #[test]
 fn desk_with_16_output_tokens() {
-    let d = chapter_desk(KV12, 16);
+    let d = reference_desk(KV12, 16);
     assert_eq!(r(d.row("B").unwrap().total_s, 2), "2.45");
     assert_eq!(r(d.row("D").unwrap().total_s, 2), "2.37");
     assert_eq!(d.row("D").unwrap().rounds, 5);
@@ -406,7 +406,7 @@ fn desk_with_16_output_tokens() {
 
 #[test]
 fn serving_figures() {
-    let s = serving::chapter();
+    let s = serving::reference();
     assert_eq!(s.little[0].2, 2.0);
     assert_eq!(s.little[1].2, 8.0);
     assert_eq!(r(s.request.4, 2), "6.95");

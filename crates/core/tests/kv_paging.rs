@@ -1,4 +1,4 @@
-//! Part A acceptance tests with exact block ids (chapter 8.3).
+//! Part A acceptance tests with exact block ids (DESIGN.md §kv-cache).
 
 use folio_core::cost::CostModel;
 use folio_core::kv::{CopyOp, EvictionPolicy, KvConfig, KvManager, StepId};
@@ -22,7 +22,7 @@ fn compute(m: &mut KvManager, id: u64, tokens: &[u32]) -> usize {
 }
 
 /// Sequences A, B, C, D of lengths 9, 13, 5, 15; A and B share their first 8 tokens.
-fn chapter_seqs() -> [Vec<u32>; 4] {
+fn reference_seqs() -> [Vec<u32>; 4] {
     let a: Vec<u32> = (1..=9).collect();
     let mut b: Vec<u32> = (1..=8).collect();
     b.extend(100..105);
@@ -33,7 +33,7 @@ fn chapter_seqs() -> [Vec<u32>; 4] {
 
 fn slots_used(p: usize, share: bool) -> (usize, usize) {
     let mut m = mgr(64, p, share);
-    let seqs = chapter_seqs();
+    let seqs = reference_seqs();
     for (i, s) in seqs.iter().enumerate() {
         compute(&mut m, i as u64, s);
     }
@@ -43,7 +43,7 @@ fn slots_used(p: usize, share: bool) -> (usize, usize) {
 }
 
 #[test]
-fn chapter_paging_example() {
+fn reference_paging_example() {
     // Whole-segment reservation: every sequence reserves its maximum of 16 tokens.
     let mut m = mgr(64, 16, false);
     for id in 0..4 {
@@ -64,9 +64,9 @@ fn chapter_paging_example() {
 }
 
 #[test]
-fn chapter_paging_exact_block_ids() {
+fn reference_paging_exact_block_ids() {
     let mut m = mgr(64, 4, true);
-    let seqs = chapter_seqs();
+    let seqs = reference_seqs();
     let cached: Vec<usize> = seqs
         .iter()
         .enumerate()
