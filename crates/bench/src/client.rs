@@ -6,7 +6,7 @@
 //! local servers), adds no dependency, and shows exactly when bytes arrived: the timestamps
 //! are the measurement.
 
-use anyhow::{anyhow, bail, Context, Result};
+use crate::error::{BenchError, Result};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -22,9 +22,11 @@ pub struct BaseUrl {
 
 impl BaseUrl {
     pub fn parse(url: &str) -> Result<BaseUrl> {
-        let rest = url
-            .strip_prefix("http://")
-            .ok_or_else(|| anyhow!("--base-url {url:?} must start with http:// (no TLS)"))?;
+        let rest = url.strip_prefix("http://").ok_or_else(|| {
+            BenchError::msg(format!(
+                "--base-url {url:?} must start with http:// (no TLS)"
+            ))
+        })?;
         let (hostport, path) = match rest.find('/') {
             Some(i) => (&rest[..i], &rest[i..]),
             None => (rest, ""),
@@ -32,13 +34,14 @@ impl BaseUrl {
         let (host, port) = match hostport.rsplit_once(':') {
             Some((h, p)) => (
                 h,
-                p.parse::<u16>()
-                    .map_err(|_| anyhow!("--base-url port {p:?} is not a number 0..65535"))?,
+                p.parse::<u16>().map_err(|_| {
+                    BenchError::msg(format!("--base-url port {p:?} is not a number 0..65535"))
+                })?,
             ),
             None => (hostport, 80),
         };
         if host.is_empty() {
-            bail!("--base-url {url:?} has no host");
+            return Err(BenchError::msg(format!("--base-url {url:?} has no host")));
         }
         Ok(BaseUrl {
             host: host.to_string(),
@@ -101,8 +104,16 @@ pub async fn send(
     let mut stream =
         tokio::time::timeout(timeout, TcpStream::connect((base.host.as_str(), base.port)))
             .await
-            .map_err(|_| anyhow!("connecting to {}:{} timed out", base.host, base.port))?
-            .with_context(|| format!("connecting to {}:{}", base.host, base.port))?;
+            .map_err(|_| {
+                BenchError::msg(format!(
+                    "connecting to {}:{} timed out",
+                    base.host, base.port
+                ))
+            })?
+            .map_err(BenchError::during(format!(
+                "connecting to {}:{}",
+                base.host, base.port
+            )))?;
     stream.set_nodelay(true).ok();
     let mut req = format!(
         "{method} {} HTTP/1.1\r\nHost: {}:{}\r\nContent-Type: application/json\r\nAccept: */*\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
@@ -116,21 +127,25 @@ pub async fn send(
     stream
         .write_all(&req)
         .await
-        .context("writing the request")?;
+        .map_err(BenchError::during("writing the request"))?;
     let mut buf = Vec::new();
     let split = loop {
         if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
             break i;
         }
         if buf.len() > MAX_HEAD {
-            bail!("response head exceeds {MAX_HEAD} bytes");
+            return Err(BenchError::msg(format!(
+                "response head exceeds {MAX_HEAD} bytes"
+            )));
         }
         let mut tmp = [0u8; 8192];
         let n = tokio::time::timeout(timeout, stream.read(&mut tmp))
             .await
-            .map_err(|_| anyhow!("no response head within {timeout:?}"))??;
+            .map_err(|_| BenchError::msg(format!("no response head within {timeout:?}")))??;
         if n == 0 {
-            bail!("connection closed before the response head");
+            return Err(BenchError::msg(format!(
+                "connection closed before the response head"
+            )));
         }
         buf.extend_from_slice(&tmp[..n]);
     };
@@ -140,7 +155,7 @@ pub async fn send(
         .next()
         .and_then(|l| l.split(' ').nth(1))
         .and_then(|s| s.parse::<u16>().ok())
-        .ok_or_else(|| anyhow!("bad status line in {head_text:?}"))?;
+        .ok_or_else(|| BenchError::msg(format!("bad status line in {head_text:?}")))?;
     let headers: Vec<(String, String)> = lines
         .filter_map(|l| l.split_once(':'))
         .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
@@ -170,7 +185,7 @@ impl Response {
         let mut tmp = [0u8; 16384];
         let n = tokio::time::timeout(timeout, self.stream.read(&mut tmp))
             .await
-            .map_err(|_| anyhow!("no bytes from the server for {timeout:?}"))??;
+            .map_err(|_| BenchError::msg(format!("no bytes from the server for {timeout:?}")))??;
         self.buf.extend_from_slice(&tmp[..n]);
         Ok(n > 0)
     }
@@ -194,7 +209,9 @@ impl Response {
                         return Ok(Some((out, Instant::now())));
                     }
                     if !self.fill(timeout).await? {
-                        bail!("connection closed with {left} body bytes missing");
+                        return Err(BenchError::msg(format!(
+                            "connection closed with {left} body bytes missing"
+                        )));
                     }
                 }
                 BodyMode::UntilClose => {
@@ -210,8 +227,9 @@ impl Response {
                     if let Some(i) = self.buf.windows(2).position(|w| w == b"\r\n") {
                         let line = String::from_utf8_lossy(&self.buf[..i]).into_owned();
                         let size_hex = line.split(';').next().unwrap_or("").trim();
-                        let size = usize::from_str_radix(size_hex, 16)
-                            .map_err(|_| anyhow!("bad chunk size line {line:?}"))?;
+                        let size = usize::from_str_radix(size_hex, 16).map_err(|_| {
+                            BenchError::msg(format!("bad chunk size line {line:?}"))
+                        })?;
                         if size == 0 {
                             self.done = true;
                             return Ok(None);
@@ -223,7 +241,9 @@ impl Response {
                         }
                     }
                     if !self.fill(timeout).await? {
-                        bail!("connection closed inside a chunked body");
+                        return Err(BenchError::msg(format!(
+                            "connection closed inside a chunked body"
+                        )));
                     }
                 }
             }

@@ -27,6 +27,7 @@
 
 pub mod arrivals;
 pub mod client;
+mod error;
 pub mod failures;
 pub mod plot;
 pub mod profile;
@@ -40,6 +41,7 @@ pub mod slo;
 pub mod stats;
 pub mod workload;
 
+pub use error::{BenchError, Result};
 pub use record::RequestRecord;
 pub use report::{ResultFile, RunReport};
 pub use slo::Slo;

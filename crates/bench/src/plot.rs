@@ -2,7 +2,7 @@
 //! two servers can be compared on one chart. Written by hand: a chart is a few dozen SVG
 //! elements and needs no plotting crate.
 
-use anyhow::{Context, Result};
+use crate::error::{BenchError, Result};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -332,13 +332,14 @@ fn read_all(paths: &[PathBuf]) -> Result<Vec<ResultFile>> {
     paths
         .iter()
         .map(|p| {
-            let text =
-                std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+            let text = std::fs::read_to_string(p)
+                .map_err(BenchError::during(format!("reading {}", p.display())))?;
             if let Ok(f) = serde_json::from_str::<ResultFile>(&text) {
                 return Ok(f);
             }
-            let run: RunReport = serde_json::from_str(&text)
-                .with_context(|| format!("{} is not a folio bench result file", p.display()))?;
+            let run: RunReport = serde_json::from_str(&text).map_err(BenchError::during(
+                format!("{} is not a folio bench result file", p.display()),
+            ))?;
             Ok(ResultFile {
                 label: p
                     .file_stem()
@@ -364,11 +365,12 @@ pub fn write_paths(paths: &[PathBuf], dir: &Path, png: bool) -> Result<Vec<PathB
     let mut quality = Vec::new();
     let mut serve = Vec::new();
     for p in paths {
-        let text =
-            std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+        let text = std::fs::read_to_string(p)
+            .map_err(BenchError::during(format!("reading {}", p.display())))?;
         if is_quality(&text) {
-            let mut f: crate::quality::QualityFile = serde_json::from_str(&text)
-                .with_context(|| format!("{} is not a quality result file", p.display()))?;
+            let mut f: crate::quality::QualityFile = serde_json::from_str(&text).map_err(
+                BenchError::during(format!("{} is not a quality result file", p.display())),
+            )?;
             f.finish();
             quality.push((p, f));
         } else {
@@ -377,7 +379,8 @@ pub fn write_paths(paths: &[PathBuf], dir: &Path, png: bool) -> Result<Vec<PathB
     }
     let mut written = Vec::new();
     if !quality.is_empty() {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        std::fs::create_dir_all(dir)
+            .map_err(BenchError::during(format!("creating {}", dir.display())))?;
     }
     let several = quality.len() > 1;
     for (p, f) in &quality {
@@ -402,7 +405,8 @@ pub fn write_paths(paths: &[PathBuf], dir: &Path, png: bool) -> Result<Vec<PathB
 /// and `resvg`, `rsvg-convert` or ImageMagick's `convert` is installed, a PNG is written
 /// beside each SVG (best effort).
 pub fn write_all(files: &[ResultFile], dir: &Path, png: bool) -> Result<Vec<PathBuf>> {
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    std::fs::create_dir_all(dir)
+        .map_err(BenchError::during(format!("creating {}", dir.display())))?;
     let mut written = Vec::new();
     for (name, chart) in charts(files) {
         write_chart(&dir.join(&name), &chart.svg(), png, &mut written)?;
@@ -413,7 +417,7 @@ pub fn write_all(files: &[ResultFile], dir: &Path, png: bool) -> Result<Vec<Path
 /// Writes one SVG (and a PNG beside it when `png` and a rasterizer is installed), adding
 /// the paths written to `written`.
 fn write_chart(path: &Path, svg: &str, png: bool, written: &mut Vec<PathBuf>) -> Result<()> {
-    std::fs::write(path, svg).with_context(|| format!("writing {}", path.display()))?;
+    std::fs::write(path, svg).map_err(BenchError::during(format!("writing {}", path.display())))?;
     written.push(path.to_path_buf());
     if png {
         let out = path.with_extension("png");

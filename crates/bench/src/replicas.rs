@@ -32,12 +32,16 @@ pub fn counters(text: &str) -> Option<ReplicaCounters> {
 }
 
 /// Reads the counters of the replica at `base` (named `url` in messages), or says why not.
-pub async fn read(url: &str, base: &BaseUrl) -> Result<ReplicaCounters, String> {
+pub async fn read(url: &str, base: &BaseUrl) -> Result<ReplicaCounters, crate::BenchError> {
+    use crate::BenchError;
     match client::get(base, "/metrics", std::time::Duration::from_secs(10)).await {
-        Ok((200, text)) => counters(&text)
-            .ok_or_else(|| format!("{url}: /metrics has no vllm:request_success_total")),
-        Ok((status, _)) => Err(format!("{url}: /metrics answered {status}")),
-        Err(e) => Err(format!("{url}: /metrics: {e:#}")),
+        Ok((200, text)) => counters(&text).ok_or_else(|| {
+            BenchError::msg(format!("{url}: /metrics has no vllm:request_success_total"))
+        }),
+        Ok((status, _)) => Err(BenchError::msg(format!(
+            "{url}: /metrics answered {status}"
+        ))),
+        Err(e) => Err(BenchError::msg(format!("{url}: /metrics: {e}"))),
     }
 }
 

@@ -8,7 +8,7 @@
 //! tasks woken together reach the semaphore in whatever order the runtime polls them, and
 //! a workload whose order matters (rounds of distinct prefixes) would be sent shuffled.
 
-use anyhow::Result;
+use crate::error::Result;
 use indicatif::{ProgressBar, ProgressStyle};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
@@ -139,10 +139,10 @@ async fn stream_into(
     if resp.head.status != 200 {
         let status = resp.head.status;
         let text = resp.text(cfg.timeout).await.unwrap_or_default();
-        anyhow::bail!(
+        return Err(crate::BenchError::msg(format!(
             "HTTP {status}: {}",
             text.chars().take(300).collect::<String>()
-        );
+        )));
     }
     let mut sse = SseParser::default();
     let mut done = false;
@@ -153,9 +153,12 @@ async fn stream_into(
                 continue;
             }
             let v: Value = serde_json::from_str(&data)
-                .map_err(|e| anyhow::anyhow!("bad SSE data {data:?}: {e}"))?;
+                .map_err(|e| crate::BenchError::msg(format!("bad SSE data {data:?}: {e}")))?;
             if !v["error"].is_null() {
-                anyhow::bail!("server error in stream: {}", v["error"]);
+                return Err(crate::BenchError::msg(format!(
+                    "server error in stream: {}",
+                    v["error"]
+                )));
             }
             let choice = &v["choices"][0];
             let text = choice["text"]
@@ -175,7 +178,9 @@ async fn stream_into(
         }
     }
     if !done {
-        anyhow::bail!("stream ended without data: [DONE]");
+        return Err(crate::BenchError::msg(format!(
+            "stream ended without data: [DONE]"
+        )));
     }
     Ok(())
 }

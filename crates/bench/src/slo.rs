@@ -12,7 +12,11 @@ pub struct Slo {
 
 impl Slo {
     /// Parses `ttft=500,tpot=100,e2e=7000` (milliseconds, any subset, any order).
-    pub fn parse(s: &str) -> Result<Slo, String> {
+    pub fn parse(s: &str) -> Result<Slo, crate::BenchError> {
+        Self::parse_items(s).map_err(crate::BenchError::Failed)
+    }
+
+    fn parse_items(s: &str) -> Result<Slo, String> {
         let mut slo = Slo::default();
         for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             let (k, v) = part

@@ -39,7 +39,7 @@ pub enum WorkloadKind {
 }
 
 impl WorkloadKind {
-    pub fn parse(s: &str) -> Result<Self, String> {
+    pub fn parse(s: &str) -> Result<Self, crate::BenchError> {
         match s {
             "random" => Ok(Self::Random),
             "shared-prefix" => Ok(Self::SharedPrefix),
@@ -47,9 +47,9 @@ impl WorkloadKind {
             "multi-turn" => Ok(Self::MultiTurn),
             "retrieval" => Ok(Self::Retrieval),
             "json" => Ok(Self::Json),
-            other => Err(format!(
+            other => Err(crate::BenchError::msg(format!(
                 "--workload {other:?} is unknown (expected random, shared-prefix, shared-prefix-shuffled, multi-turn, retrieval or json)"
-            )),
+            ))),
         }
     }
 

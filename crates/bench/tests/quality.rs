@@ -103,7 +103,7 @@ impl Fake {
 }
 
 impl Answerer for Fake {
-    fn answer(&self, ask: &Ask) -> anyhow::Result<Answer> {
+    fn answer(&self, ask: &Ask) -> folio_bench::Result<Answer> {
         let task = self
             .tasks
             .iter()

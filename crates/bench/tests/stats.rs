@@ -104,9 +104,9 @@ fn slo_parses_and_judges() {
     assert!(!slo.met(0.1, Some(0.2), 1.0));
     // No TPOT (one-token output) cannot miss the TPOT limit.
     assert!(slo.met(0.1, None, 1.0));
-    let e = Slo::parse("ttft=abc").unwrap_err();
+    let e = Slo::parse("ttft=abc").unwrap_err().to_string();
     assert!(e.contains("ttft") && e.contains("abc"), "{e}");
-    let e = Slo::parse("latency=5").unwrap_err();
+    let e = Slo::parse("latency=5").unwrap_err().to_string();
     assert!(e.contains("latency"), "{e}");
     assert!(Slo::parse("ttft=-1").is_err());
 }

@@ -301,7 +301,7 @@ fn json_workload_grades_by_schema_validation() {
         assert!(!workload::grade_json("{}", schema));
     }
     assert!(distinct.len() > 6, "schemas vary by request");
-    assert_eq!(WorkloadKind::parse("json"), Ok(WorkloadKind::Json));
+    assert_eq!(WorkloadKind::parse("json").ok(), Some(WorkloadKind::Json));
 }
 
 #[test]

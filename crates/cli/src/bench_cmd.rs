@@ -235,9 +235,9 @@ fn sweep_table(runs: &[RunReport]) -> String {
 /// `folio bench serve`.
 pub fn run_serve(a: ServeBenchArgs) -> Result<()> {
     let base = BaseUrl::parse(&a.base_url)?;
-    let kind = WorkloadKind::parse(&a.workload).map_err(anyhow::Error::msg)?;
+    let kind = WorkloadKind::parse(&a.workload)?;
     let slo = match &a.slo {
-        Some(s) => Slo::parse(s).map_err(anyhow::Error::msg)?,
+        Some(s) => Slo::parse(s)?,
         None => Slo::default(),
     };
     if !(a.burstiness.is_finite() && a.burstiness > 0.0) {

@@ -96,7 +96,14 @@ pub struct EngineAnswerer {
 }
 
 impl Answerer for EngineAnswerer {
-    fn answer(&self, ask: &Ask) -> Result<Answer> {
+    fn answer(&self, ask: &Ask) -> folio_bench::Result<Answer> {
+        self.ask(ask)
+            .map_err(|e| folio_bench::BenchError::Failed(format!("{e:#}")))
+    }
+}
+
+impl EngineAnswerer {
+    fn ask(&self, ask: &Ask) -> Result<Answer> {
         let tok = &self.h.tokenizer;
         let ids = if self.chat {
             let text = tok.apply_chat_template(&[ChatMessage::new("user", ask.prompt)], true)?;
@@ -202,7 +209,14 @@ impl HttpAnswerer {
 }
 
 impl Answerer for HttpAnswerer {
-    fn answer(&self, ask: &Ask) -> Result<Answer> {
+    fn answer(&self, ask: &Ask) -> folio_bench::Result<Answer> {
+        self.ask(ask)
+            .map_err(|e| folio_bench::BenchError::Failed(format!("{e:#}")))
+    }
+}
+
+impl HttpAnswerer {
+    fn ask(&self, ask: &Ask) -> Result<Answer> {
         tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -388,30 +402,8 @@ mod tests {
         let h = default_engine_args()
             .start()
             .expect("engine on the default model");
-        let std_listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-        let addr = std_listener.local_addr().expect("address");
-        std_listener.set_nonblocking(true).expect("nonblocking");
-        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let server_handle = h.clone();
-        let server = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .enable_all()
-                .build()
-                .expect("runtime");
-            rt.block_on(async move {
-                let listener = tokio::net::TcpListener::from_std(std_listener).expect("listener");
-                folio_server::serve_listener(
-                    server_handle,
-                    folio_server::ServerOptions::default(),
-                    listener,
-                    async move {
-                        let _ = stop_rx.await;
-                    },
-                )
-                .await
-            })
-        });
+        let server = folio_testkit::http::start(h.clone(), folio_server::ServerOptions::default());
+        let addr = server.addr;
         let tasks = quality::tasks(&[40], 4, 9);
         let plan = StudyPlan {
             concurrency: vec![2],
@@ -434,8 +426,16 @@ mod tests {
             chat: false,
         };
         let in_process = quality::run_config(&local, &tasks, &plan, &|_| {}).expect("run");
-        let _ = stop_tx.send(());
-        server.join().expect("server thread").expect("server");
+        if let Some(stop) = server.stop.lock().expect("stop").take() {
+            let _ = stop.send(());
+        }
+        server
+            .stopped
+            .lock()
+            .expect("stopped")
+            .recv()
+            .expect("server thread")
+            .expect("server");
         h.shutdown();
         assert_eq!(over_http.cells.len(), 4);
         for (a, b) in over_http.cells.iter().zip(&in_process.cells) {

@@ -198,7 +198,7 @@ fn parse_lora(s: &str) -> Result<(String, PathBuf), String> {
 /// `--model PATH|NAME|list`: an existing file, else a catalogue model (fetched on first
 /// use), else the default model; `list` prints the catalogue and exits.
 pub fn resolve_model(arg: Option<&Path>) -> Result<PathBuf> {
-    folio_fetch::resolve_model_or_list(arg)
+    Ok(folio_fetch::resolve_model_or_list(arg)?)
 }
 
 /// "512m" → 536870912.
@@ -323,7 +323,13 @@ pub fn start_with(args: &EngineArgs, cfg: EngineConfig) -> Result<EngineHandle> 
         tok.set_chat_template(&source)
             .with_context(|| format!("--chat-template {}", file.display()))?;
     }
-    folio_engine::spawn_engine_with_draft(model, draft, Arc::new(tok), &path, cfg)
+    Ok(folio_engine::spawn_engine_with_draft(
+        model,
+        draft,
+        Arc::new(tok),
+        &path,
+        cfg,
+    )?)
 }
 
 /// Opens and loads one GGUF model (`what` names it in errors: "" or "draft model ") with

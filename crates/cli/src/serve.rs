@@ -37,6 +37,7 @@ pub fn run(
             let at = folio_server::kv_events::start(cfg, rx).await?;
             println!("folio: KV-cache events on {at}");
         }
-        folio_server::serve(handle, opts, addr).await
+        folio_server::serve(handle, opts, addr).await?;
+        Ok(())
     })
 }

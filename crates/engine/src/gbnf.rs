@@ -6,8 +6,24 @@
 //! (Lark rule names are lower case), literals become JSON-quoted strings, classes and `.`
 //! become regexes with each character written `\x{…}`, and `start: g_root` is added.
 
+/// A GBNF grammar folio could not read: the message names the line and what was wrong.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct GbnfError(pub String);
+
+impl GbnfError {
+    /// Whether the message contains `s` (tests and callers that match on a phrase).
+    pub fn contains(&self, s: &str) -> bool {
+        self.0.contains(s)
+    }
+}
+
 /// Converts a GBNF grammar; the error names the line and what was wrong.
-pub fn gbnf_to_lark(src: &str) -> Result<String, String> {
+pub fn gbnf_to_lark(src: &str) -> Result<String, GbnfError> {
+    convert(src).map_err(GbnfError)
+}
+
+fn convert(src: &str) -> Result<String, String> {
     let toks = lex(src)?;
     let mut rules: Vec<(String, Vec<String>)> = Vec::new();
     let mut i = 0;

@@ -51,10 +51,10 @@ pub use api::{
 pub use config::{EngineConfig, SpecMethod};
 pub use constraint::{CompileError, Compiled, Constraint, Grammars};
 pub use embed::Pooling;
-pub use engine::{spawn_engine, spawn_engine_with_draft};
+pub use engine::{spawn_engine, spawn_engine_with_draft, SpawnError};
 pub use folio_model::LoraSet;
 pub use folio_spec::SpecStats;
-pub use gbnf::gbnf_to_lark;
+pub use gbnf::{gbnf_to_lark, GbnfError};
 pub use grammar_limits::{GrammarLimits, LimitError, COMPILE_STACK_BYTES};
 pub use kv_events::{kv_event_channel, KvCacheEvent, KvEventBatch, KvEventReceiver, KvEventSender};
 pub use logit_rules::LogitRules;

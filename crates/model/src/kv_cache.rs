@@ -225,15 +225,15 @@ impl KvCache {
     }
 
     /// Writes a payload produced by [`KvCache::export_block`] into block `block`.
-    pub fn import_block(&mut self, block: usize, payload: &[u8]) -> Result<(), String> {
+    pub fn import_block(&mut self, block: usize, payload: &[u8]) -> Result<(), ImportError> {
         let bb = self.block_bytes();
         if block >= self.num_blocks || payload.len() != self.block_payload_bytes() {
-            return Err(format!(
-                "import_block: block {block} (num_blocks {}), payload {} bytes (expected {})",
-                self.num_blocks,
-                payload.len(),
-                self.block_payload_bytes()
-            ));
+            return Err(ImportError {
+                block,
+                num_blocks: self.num_blocks,
+                len: payload.len(),
+                expected: self.block_payload_bytes(),
+            });
         }
         for l in 0..self.k.len() {
             let o = 2 * l * bb;
@@ -242,6 +242,17 @@ impl KvCache {
         }
         Ok(())
     }
+}
+
+/// A payload that does not fit the cache: a block id out of range or a payload of another
+/// layout's size (a disk-tier file from another model or format).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("import_block: block {block} (num_blocks {num_blocks}), payload {len} bytes (expected {expected})")]
+pub struct ImportError {
+    pub block: usize,
+    pub num_blocks: usize,
+    pub len: usize,
+    pub expected: usize,
 }
 
 /// A zeroed buffer, backed by transparent huge pages where the OS offers them: attention

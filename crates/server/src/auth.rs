@@ -63,15 +63,16 @@ pub async fn require_key(State(st): State<AppState>, req: Request, next: Next) -
 /// The CORS layer for `origins` (`*` = any origin), or why an origin is not a valid header.
 /// Preflights (OPTIONS) are answered by the layer itself, before the key is checked, as
 /// browsers send them without credentials.
-pub fn cors(origins: &[String]) -> Result<CorsLayer, String> {
+pub fn cors(origins: &[String]) -> Result<CorsLayer, crate::InvalidOption> {
     let allow = if origins.iter().any(|o| o == "*") {
         AllowOrigin::any()
     } else {
         let list = origins
             .iter()
             .map(|o| {
-                HeaderValue::from_str(o.trim())
-                    .map_err(|_| format!("--allowed-origins: not a valid origin: {o:?}"))
+                HeaderValue::from_str(o.trim()).map_err(|_| {
+                    crate::InvalidOption(format!("--allowed-origins: not a valid origin: {o:?}"))
+                })
             })
             .collect::<Result<Vec<_>, _>>()?;
         AllowOrigin::list(list)
@@ -110,6 +111,7 @@ mod tests {
         assert!(cors(&["*".into()]).is_ok());
         assert!(cors(&["bad\norigin".into()])
             .unwrap_err()
+            .0
             .contains("--allowed-origins"));
     }
 }

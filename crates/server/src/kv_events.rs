@@ -15,7 +15,7 @@
 //! There is no replay socket: a subscriber that missed a sequence number resynchronizes
 //! from the live stream (vllm-router purges the worker's ownership on a gap).
 
-use anyhow::bail;
+use crate::serve_error::KvEventsError;
 use bytes::Bytes;
 use folio_engine::{KvEventBatch, KvEventReceiver};
 use futures::StreamExt;
@@ -41,18 +41,26 @@ pub struct KvEventsConfig {
 }
 
 /// How the socket attaches to `endpoint`: `(bind, address for zeromq)`.
-pub fn attach_mode(endpoint: &str) -> anyhow::Result<(bool, String)> {
+pub fn attach_mode(endpoint: &str) -> Result<(bool, String), KvEventsError> {
     if endpoint.starts_with("inproc://") {
-        bail!("--kv-events-endpoint: inproc:// reaches only the same process; use tcp://HOST:PORT, got {endpoint:?}");
+        return Err(KvEventsError::Endpoint(format!(
+            "inproc:// reaches only the same process; use tcp://HOST:PORT, got {endpoint:?}"
+        )));
     }
     let Some(rest) = endpoint.strip_prefix("tcp://") else {
-        bail!("--kv-events-endpoint: must be tcp://HOST:PORT (ipc:// is not offered), got {endpoint:?}");
+        return Err(KvEventsError::Endpoint(format!(
+            "must be tcp://HOST:PORT (ipc:// is not offered), got {endpoint:?}"
+        )));
     };
     let Some((host, port)) = rest.rsplit_once(':') else {
-        bail!("--kv-events-endpoint: expected tcp://HOST:PORT, got {endpoint:?}");
+        return Err(KvEventsError::Endpoint(format!(
+            "expected tcp://HOST:PORT, got {endpoint:?}"
+        )));
     };
     if port.parse::<u16>().is_err() {
-        bail!("--kv-events-endpoint: port must be a number in 0..=65535, got {port:?} in {endpoint:?}");
+        return Err(KvEventsError::Endpoint(format!(
+            "port must be a number in 0..=65535, got {port:?} in {endpoint:?}"
+        )));
     }
     // vLLM's heuristic: "*" or "::" in the endpoint binds, anything else connects.
     match host {
@@ -72,7 +80,7 @@ pub fn attach_mode(endpoint: &str) -> anyhow::Result<(bool, String)> {
 /// background with backoff. Events that find no subscriber are dropped and counted
 /// (`folio_kv_events_dropped_total`); sequence numbers still advance, so a subscriber sees
 /// the gap and resynchronizes.
-pub async fn start(cfg: KvEventsConfig, events: KvEventReceiver) -> anyhow::Result<String> {
+pub async fn start(cfg: KvEventsConfig, events: KvEventReceiver) -> Result<String, KvEventsError> {
     let (bind, addr) = attach_mode(&cfg.endpoint)?;
     let mut opts = zeromq::SocketOptions::default();
     opts.connect_timeout(CONNECT_ATTEMPT);
@@ -85,11 +93,9 @@ pub async fn start(cfg: KvEventsConfig, events: KvEventReceiver) -> anyhow::Resu
         rx: events.rx,
     };
     let resolved = if bind {
-        let at = socket.bind(&addr).await.map_err(|e| {
-            anyhow::anyhow!(
-                "--kv-events-endpoint: cannot bind {} ({e}); is another process using the port?",
-                cfg.endpoint
-            )
+        let at = socket.bind(&addr).await.map_err(|e| KvEventsError::Bind {
+            endpoint: cfg.endpoint.clone(),
+            reason: e.to_string(),
         })?;
         tokio::spawn(async move { p.serve_bound(socket, monitor).await });
         at.to_string()

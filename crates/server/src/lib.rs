@@ -72,6 +72,7 @@ pub mod reasoning;
 mod render;
 mod responses;
 mod routes;
+mod serve_error;
 mod sse;
 mod state;
 mod tool_parse;
@@ -79,8 +80,8 @@ mod tools;
 mod transport;
 
 pub use error::ApiError;
+pub use serve_error::{InvalidOption, KvEventsError, ServeError};
 
-use anyhow::Context;
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{any, get, post};
 use axum::Router;
@@ -207,23 +208,23 @@ impl ServerOptions {
     }
 
     /// Rejects settings the server cannot run with.
-    pub fn check(&self) -> anyhow::Result<()> {
+    pub fn check(&self) -> Result<(), InvalidOption> {
         if !self.allowed_origins.is_empty() {
-            let _layer = auth::cors(&self.allowed_origins).map_err(anyhow::Error::msg)?;
+            let _layer = auth::cors(&self.allowed_origins)?;
         }
         if let Some(p) = &self.tool_call_parser {
             if tool_parse::Parser::from_name(p).is_none() {
-                anyhow::bail!(
+                return Err(InvalidOption(format!(
                     "--tool-call-parser: must be one of hermes, llama3_json, mistral; got {p:?}"
-                );
+                )));
             }
         }
         if let Some(p) = &self.reasoning_parser {
             if reasoning::Parser::from_name(p).is_none() {
-                anyhow::bail!(
+                return Err(InvalidOption(format!(
                     "--reasoning-parser: must be one of {}; got {p:?}",
                     reasoning::NAMES
-                );
+                )));
             }
         }
         if let Some(h) = self
@@ -231,19 +232,19 @@ impl ServerOptions {
             .iter()
             .find(|h| h.trim().is_empty() || h.contains(['/', ' ', '\t', ',']))
         {
-            anyhow::bail!(
+            return Err(InvalidOption(format!(
                 "--allowed-hosts: each entry must be a host name (optionally with :port, or .domain for its subdomains) or *, got {h:?}"
-            );
+            )));
         }
         if self.api_key.as_deref() == Some("") {
-            anyhow::bail!("--api-key: must not be empty");
+            return Err(InvalidOption("--api-key: must not be empty".into()));
         }
         if let Some(d) = &self.lora_dir {
             if !d.is_dir() {
-                anyhow::bail!(
+                return Err(InvalidOption(format!(
                     "--lora-dir: must be an existing directory, got {}",
                     d.display()
-                );
+                )));
             }
         }
         for (name, v) in [
@@ -253,7 +254,7 @@ impl ServerOptions {
             ("--stream-buffer-bytes", self.stream_buffer_bytes),
         ] {
             if v == 0 {
-                anyhow::bail!("{name}: must be at least 1, got 0");
+                return Err(InvalidOption(format!("{name}: must be at least 1, got 0")));
             }
         }
         for (name, d) in [
@@ -263,7 +264,7 @@ impl ServerOptions {
             ("--request-timeout-s", self.request_timeout),
         ] {
             if d == Some(Duration::ZERO) {
-                anyhow::bail!("{name}: must be positive, got 0");
+                return Err(InvalidOption(format!("{name}: must be positive, got 0")));
             }
         }
         Ok(())
@@ -349,10 +350,13 @@ pub async fn serve(
     handle: EngineHandle,
     opts: ServerOptions,
     addr: SocketAddr,
-) -> anyhow::Result<()> {
+) -> Result<(), ServeError> {
     let listener = TcpListener::bind(addr)
         .await
-        .with_context(|| format!("cannot listen on {addr}"))?;
+        .map_err(|source| ServeError::Listen {
+            addr: addr.to_string(),
+            source,
+        })?;
     serve_listener(handle, opts, listener, shutdown_signal()).await
 }
 
@@ -365,11 +369,9 @@ pub async fn serve_listener(
     opts: ServerOptions,
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
-) -> anyhow::Result<()> {
+) -> Result<(), ServeError> {
     opts.check()?;
-    let addr = listener
-        .local_addr()
-        .context("listener has no local address")?;
+    let addr = listener.local_addr().map_err(ServeError::LocalAddr)?;
     let info = handle.info.clone();
     let name = info.model_name.clone();
     let cap = capacity::Capacity::of(&info);
@@ -430,7 +432,7 @@ pub async fn serve_listener(
         handle.shutdown();
     }
     let _ = stop_tx.send(true);
-    server.await.context("server task failed")?;
+    server.await?;
     handle.shutdown();
     tracing::info!("server stopped");
     Ok(())

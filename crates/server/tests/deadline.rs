@@ -53,7 +53,10 @@ fn a_request_past_its_deadline_ends_with_finish_reason_deadline_and_frees_its_kv
     );
     let per_token = start.elapsed() / WANT as u32;
     // Three times what the request needs alone: admission lets it in.
+    // Whole milliseconds, as `deadline_ms` carries it (a sub-millisecond remainder would
+    // put the server's cutoff before this test's bound).
     let deadline = (per_token * 3 * WANT as u32).max(Duration::from_millis(1500));
+    let deadline = Duration::from_millis(deadline.as_millis() as u64);
     let body = json!({"prompt": "Tell me a long story.", "max_tokens": WANT, "ignore_eos": true,
                       "temperature": 0, "deadline_ms": deadline.as_millis() as u64});
 

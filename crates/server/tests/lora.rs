@@ -4,7 +4,7 @@
 
 use folio_testkit::http as common;
 
-use common::{get, metric, post, request_with, Server};
+use common::{get, metric, post, request_with, wait_idle, Server};
 use serde_json::{json, Value};
 use std::path::PathBuf;
 
@@ -198,7 +198,9 @@ fn fifty_mixed_adapter_streams_finish_and_leave_slots_idle() {
     for t in threads {
         t.join().expect("stream thread");
     }
-    let m = get(addr, "/metrics").text();
+    // The engine publishes its gauges at the end of the step that sent the last tokens,
+    // which may come just after a client read [DONE].
+    let m = wait_idle(addr, std::time::Duration::from_secs(10));
     let mn = format!("{{model_name=\"{base_name}\"}}");
     assert_eq!(
         metric(&m, &format!("vllm:num_requests_running{mn}")),

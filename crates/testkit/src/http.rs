@@ -14,7 +14,7 @@ pub struct Server {
     /// Fires the server's shutdown future.
     pub stop: std::sync::Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
     /// Signals when `serve_listener` returned.
-    pub stopped: std::sync::Mutex<std::sync::mpsc::Receiver<anyhow::Result<()>>>,
+    pub stopped: std::sync::Mutex<std::sync::mpsc::Receiver<Result<(), folio_server::ServeError>>>,
 }
 
 /// Loads the real model, or prints why the test is skipped.

@@ -6,7 +6,7 @@
 //! cached tokens per sequence: the same bytes and FLOPs as after a prefill, without the
 //! minutes a 64 × 2048-token prefill would take on a CPU. Values do not matter for timing.
 
-use anyhow::Result;
+use crate::error::Result;
 use folio_kernels::pool::ThreadPool;
 use folio_model::{ForwardBatch, KvFormat, Model};
 use serde::{Deserialize, Serialize};

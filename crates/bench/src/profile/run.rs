@@ -1,6 +1,6 @@
 //! The profile run and its table.
 
-use anyhow::Result;
+use crate::error::Result;
 use folio_kernels::pool::ThreadPool;
 use folio_model::{KvFormat, Model};
 use folio_plan::{MachineProfile, RoundFit};

@@ -22,7 +22,7 @@
 pub mod grid;
 pub mod svg;
 
-use anyhow::Result;
+use crate::error::Result;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};

@@ -7,10 +7,19 @@ use super::hash::BlockHash;
 use super::manager::KvManager;
 use super::window::RELEASED;
 
+/// The first structural invariant [`KvManager::check_invariants`] found broken, described.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct InvariantViolation(pub String);
+
 impl KvManager {
     /// Checks every structural invariant; `Err` names the first one broken. For tests and
     /// debug assertions; `O(blocks + table entries)`.
-    pub fn check_invariants(&self) -> Result<(), String> {
+    pub fn check_invariants(&self) -> Result<(), InvariantViolation> {
+        self.find_violation().map_err(InvariantViolation)
+    }
+
+    fn find_violation(&self) -> Result<(), String> {
         let n = self.cfg.num_blocks;
         let mut table_refs = vec![0u32; n];
         for (id, s) in &self.seqs {

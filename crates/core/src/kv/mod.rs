@@ -7,6 +7,7 @@ pub mod events;
 pub mod eviction;
 pub mod hash;
 mod invariants;
+pub use invariants::InvariantViolation;
 pub mod manager;
 pub mod prefix_cache;
 mod seq_growth;

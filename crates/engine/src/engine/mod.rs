@@ -23,7 +23,7 @@ mod runner;
 mod spawn;
 mod tier_io;
 
-pub use spawn::{spawn_engine, spawn_engine_with_draft};
+pub use spawn::{spawn_engine, spawn_engine_with_draft, SpawnError};
 
 use crate::api::{Command, EngineInfo, EngineMetrics, Event, FinishReason, Usage};
 use crate::constraint::Grammars;

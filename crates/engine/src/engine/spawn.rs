@@ -18,13 +18,40 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Instant;
 
+/// Why an engine could not be built; the message names the setting and the value.
+#[derive(Debug, thiserror::Error)]
+pub enum SpawnError {
+    #[error("draft model: vocab_size {draft} differs from the target's {target} (the draft must share the target's vocabulary)")]
+    DraftVocab { draft: usize, target: usize },
+    #[error("kv_cache_bytes: {bytes} bytes hold {blocks} blocks of {block_size} tokens ({block_bytes} bytes each); at least 2 are needed")]
+    KvTooSmall {
+        bytes: u64,
+        blocks: usize,
+        block_size: usize,
+        block_bytes: f64,
+    },
+    #[error("scheduler config: {0}")]
+    Scheduler(#[from] folio_core::sched::SchedulerError),
+    #[error("kv_disk_dir {dir}: {source}")]
+    DiskTier {
+        dir: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    #[error("--lora: {given} adapters given, --max-loras is {max}")]
+    TooManyLoras { given: usize, max: usize },
+    #[error(transparent)]
+    Lora(#[from] crate::lora::LoraError),
+    #[error("starting the engine thread: {0}")]
+    Thread(#[from] std::io::Error),
+}
+
 /// Builds the engine and starts its thread.
 pub fn spawn_engine(
     model: Model,
     tokenizer: Arc<Tokenizer>,
     model_path: &std::path::Path,
     cfg: EngineConfig,
-) -> anyhow::Result<EngineHandle> {
+) -> Result<EngineHandle, SpawnError> {
     spawn_engine_with_draft(model, None, tokenizer, model_path, cfg)
 }
 
@@ -37,14 +64,14 @@ pub fn spawn_engine_with_draft(
     tokenizer: Arc<Tokenizer>,
     model_path: &std::path::Path,
     cfg: EngineConfig,
-) -> anyhow::Result<EngineHandle> {
+) -> Result<EngineHandle, SpawnError> {
     if let Some(d) = &draft {
-        anyhow::ensure!(
-            d.config.vocab_size == model.config.vocab_size,
-            "draft model: vocab_size {} differs from the target's {} (the draft must share the target's vocabulary)",
-            d.config.vocab_size,
-            model.config.vocab_size
-        );
+        if d.config.vocab_size != model.config.vocab_size {
+            return Err(SpawnError::DraftVocab {
+                draft: d.config.vocab_size,
+                target: model.config.vocab_size,
+            });
+        }
     }
     let c = &model.config;
     // Sliding-window layers get their own page groups, released behind the window
@@ -63,11 +90,12 @@ pub fn spawn_engine_with_draft(
         bytes_per_token * cfg.block_size as f64 * layout.slots() as f64 / c.n_layers as f64;
     let num_blocks = (cfg.kv_cache_bytes as f64 / block_bytes).floor() as usize;
     if num_blocks < 2 {
-        anyhow::bail!(
-            "kv_cache_bytes: {} bytes hold {num_blocks} blocks of {} tokens ({block_bytes} bytes each); at least 2 are needed",
-            cfg.kv_cache_bytes,
-            cfg.block_size
-        );
+        return Err(SpawnError::KvTooSmall {
+            bytes: cfg.kv_cache_bytes as u64,
+            blocks: num_blocks,
+            block_size: cfg.block_size,
+            block_bytes,
+        });
     }
     // Blocks match only under the same model contents, KV format and numerics (the disk
     // tier keeps blocks across restarts: a file replaced at the same path, or a `llama`
@@ -113,8 +141,7 @@ pub fn spawn_engine_with_draft(
             ..KvConfig::default()
         },
     };
-    let mut sched =
-        Scheduler::new(sched_cfg).map_err(|e| anyhow::anyhow!("scheduler config: {e}"))?;
+    let mut sched = Scheduler::new(sched_cfg)?;
     sched.kv_mut().enable_events(cfg.kv_events.is_some());
     let kv = model.new_kv_cache_with(layout, cfg.block_size, num_blocks, cfg.kv_format);
     let draft = draft.map(|d| {
@@ -130,7 +157,10 @@ pub fn spawn_engine_with_draft(
                 kv.block_payload_bytes(),
                 cfg.block_size,
             )
-            .map_err(|e| anyhow::anyhow!("kv_disk_dir {}: {e}", dir.display()))?,
+            .map_err(|source| SpawnError::DiskTier {
+                dir: dir.clone(),
+                source,
+            })?,
         ),
         None => None,
     };
@@ -166,12 +196,12 @@ pub fn spawn_engine_with_draft(
         cfg.max_loras,
         cfg.max_lora_rank,
     );
-    anyhow::ensure!(
-        cfg.lora.len() <= cfg.max_loras,
-        "--lora: {} adapters given, --max-loras is {}",
-        cfg.lora.len(),
-        cfg.max_loras
-    );
+    if cfg.lora.len() > cfg.max_loras {
+        return Err(SpawnError::TooManyLoras {
+            given: cfg.lora.len(),
+            max: cfg.max_loras,
+        });
+    }
     for (name, path) in &cfg.lora {
         lora.load(name, path)?;
     }
