@@ -11,7 +11,7 @@ use crate::body::JsonObject;
 use crate::choices::Choices;
 use crate::error::ApiError;
 use crate::fields::Fields;
-use crate::generate::{refusal, until, Cutoff};
+use crate::cutoff::{until, Cutoff};
 use crate::prompt::{self, PromptInput};
 use crate::state::AppState;
 use axum::extract::State;
@@ -170,7 +170,7 @@ async fn answer(
             Event::Finished { reason, .. } => match reason {
                 FinishReason::Stop => {}
                 r @ (FinishReason::Rejected(_) | FinishReason::Error(_)) => {
-                    let e = refusal(r);
+                    let e = ApiError::refusal(r);
                     s.metrics.rejected(e.status.as_u16());
                     return Err(e);
                 }

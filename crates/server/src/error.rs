@@ -3,7 +3,7 @@
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use folio_engine::{InvalidKind, SubmitError};
+use folio_engine::{FinishReason, InvalidKind, SubmitError};
 use serde_json::json;
 
 /// An error answer. Messages name the field, the limit and the value received.
@@ -126,6 +126,35 @@ impl ApiError {
                 format!("The model `{model}` does not exist; this server serves `{served}`."),
                 "model_not_found",
             )
+        }
+    }
+}
+
+impl ApiError {
+    /// 500 for a choice the engine ended with an error.
+    pub fn generation_failed(m: &str) -> ApiError {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("generation failed: {m}"),
+            "generation_failed",
+        )
+    }
+
+    /// The HTTP answer to a request the engine refused before its first token.
+    pub fn refusal(reason: FinishReason) -> ApiError {
+        match reason {
+            FinishReason::Rejected(m) => ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                format!("request rejected: {m}"),
+                "overloaded",
+            ),
+            FinishReason::ShuttingDown => ApiError::shutting_down(),
+            FinishReason::Error(m) => ApiError::generation_failed(&m),
+            other => ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("unexpected end: {}", other.as_openai()),
+                "internal",
+            ),
         }
     }
 }
