@@ -137,14 +137,7 @@ async fn answer(
         req.lora = lora.clone();
         match s.engine.submit(req) {
             Ok(rs) => streams.push(rs),
-            Err(e) => {
-                for rs in &streams {
-                    s.engine.abort(rs.id);
-                }
-                let e = ApiError::from(e);
-                s.metrics.rejected(e.status.as_u16());
-                return Err(e);
-            }
+            Err(e) => return Err(st.submit_failed(&streams, e)),
         }
     }
     // Dropping `choices` (client gone, error) aborts the unfinished requests.
@@ -170,9 +163,7 @@ async fn answer(
             Event::Finished { reason, .. } => match reason {
                 FinishReason::Stop => {}
                 r @ (FinishReason::Rejected(_) | FinishReason::Error(_)) => {
-                    let e = ApiError::refusal(r);
-                    s.metrics.rejected(e.status.as_u16());
-                    return Err(e);
+                    return Err(st.refused(r));
                 }
                 other => {
                     return Err(ApiError::new(

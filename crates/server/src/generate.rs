@@ -163,14 +163,7 @@ pub async fn start(
         let params: Vec<_> = (0..p.n).map(|j| p.sampling_for(j)).collect();
         match s.engine.submit_n(req, params) {
             Ok(rs) => streams.extend(rs),
-            Err(e) => {
-                for rs in &streams {
-                    s.engine.abort(rs.id);
-                }
-                let e = ApiError::from(e);
-                s.metrics.rejected(e.status.as_u16());
-                return Err(e);
-            }
+            Err(e) => return Err(st.submit_failed(&streams, e)),
         }
     }
     let job = Job {
@@ -196,14 +189,9 @@ pub async fn start(
     // Streams wait for admission only briefly: a request queued behind others gets its
     // headers (and keep-alive comments) instead of silence until its first token.
     let wait = p.stream.then_some(s.opts.admission_wait);
-    let admitted = match admit(&mut choices, wait, deadline.map(|c| c.at)).await {
-        Ok(a) => a,
-        Err(reason) => {
-            let e = ApiError::refusal(reason);
-            s.metrics.rejected(e.status.as_u16());
-            return Err(e);
-        }
-    };
+    let admitted = admit(&mut choices, wait, deadline.map(|c| c.at))
+        .await
+        .map_err(|reason| st.refused(reason))?;
     Ok(Running {
         st: st.clone(),
         job,

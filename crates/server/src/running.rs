@@ -117,8 +117,7 @@ impl Running {
                     Waited::Disconnected => return Some(DISCONNECTED),
                     Waited::Refused(reason) => {
                         // The headers are out: the refusal is the stream's end.
-                        let e = ApiError::refusal(reason);
-                        s.metrics.rejected(e.status.as_u16());
+                        let e = st.refused(reason);
                         let _ = send(tx, sink.refused(&e)).await;
                         return Some("refused");
                     }

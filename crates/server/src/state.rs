@@ -112,6 +112,28 @@ impl AppState {
         self.0.draining.load(Ordering::Relaxed)
     }
 
+    /// A request the engine refused (before its first token): counted, and its answer.
+    pub fn refused(&self, reason: folio_engine::FinishReason) -> crate::error::ApiError {
+        let e = crate::error::ApiError::refusal(reason);
+        self.0.metrics.rejected(e.status.as_u16());
+        e
+    }
+
+    /// A submit the engine refused after `submitted` (earlier prompts of the same
+    /// request) went in: those are aborted, the refusal counted.
+    pub fn submit_failed(
+        &self,
+        submitted: &[folio_engine::RequestStream],
+        e: folio_engine::SubmitError,
+    ) -> crate::error::ApiError {
+        for rs in submitted {
+            self.0.engine.abort(rs.id);
+        }
+        let e = crate::error::ApiError::from(e);
+        self.0.metrics.rejected(e.status.as_u16());
+        e
+    }
+
     /// A new request's first check: while draining it is refused (503, counted).
     pub fn refuse_if_draining(&self) -> Result<(), crate::error::ApiError> {
         if self.draining() {
