@@ -5,7 +5,7 @@ use crate::choice_state::{usage_sum, ChoiceState};
 use crate::chunk_filter::ChunkFilter;
 use crate::error::ApiError;
 use crate::openai::Job;
-use crate::params::Api;
+use crate::api::Api;
 use crate::sink::{Sink, Update};
 use crate::sse::{done, frame};
 use axum::body::Bytes;

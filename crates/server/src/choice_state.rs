@@ -3,7 +3,7 @@
 
 use crate::metrics::ServerMetrics;
 use crate::openai::{chat_logprobs, completion_logprobs, Job};
-use crate::params::Api;
+use crate::api::Api;
 use folio_engine::{Event, FinishReason, TokenLogprob, Usage};
 use folio_tokenizer::Tokenizer;
 use serde_json::Value;

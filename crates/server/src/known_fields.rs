@@ -7,7 +7,7 @@
 
 use crate::error::ApiError;
 use crate::fields::show;
-use crate::params::Api;
+use crate::api::Api;
 use serde_json::{Map, Value};
 
 /// Fields both generation endpoints read.

@@ -39,6 +39,7 @@
 //!   msgpack `KVEventBatch` it sends.
 //! - [`ApiError`]: the one error type, rendered as OpenAI's error JSON.
 
+mod api;
 mod auth;
 mod body;
 mod body_deadline;

@@ -17,7 +17,8 @@
 use crate::body::JsonObject;
 use crate::error::ApiError;
 use crate::fields::Fields;
-use crate::prompt::{self, PromptInput};
+use crate::api::PromptInput;
+use crate::prompt;
 use crate::state::AppState;
 use axum::extract::State;
 use axum::Json;

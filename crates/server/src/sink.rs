@@ -1,5 +1,5 @@
 //! What one API makes of a running request: the frames its stream sends and the body of
-//! its non-streamed answer. [`crate::running::Running::drive`] owns the loop (admission,
+//! its non-streamed answer. `running::Running::drive` owns the loop (admission,
 //! cutoffs, slow readers, disconnects, keep-alives); a sink only formats, so a new API
 //! (Anthropic Messages, Ollama) is one new sink over the same loop.
 

@@ -80,7 +80,7 @@ impl AppState {
             hosts,
             model_name,
             metrics,
-            started: crate::openai::unix_now(),
+            started: crate::api::unix_now(),
             draining: AtomicBool::new(false),
             queued: Arc::new(AtomicUsize::new(0)),
             active: Arc::new(AtomicUsize::new(0)),

@@ -9,7 +9,7 @@
 //! the other kind starts. An answer without text still gets an empty message item.
 
 use super::request::Asked;
-use crate::openai::random_id;
+use crate::api::random_id;
 use crate::reasoning::{Parser, Split};
 use serde_json::{json, Value};
 
@@ -87,7 +87,7 @@ impl Build {
     pub fn new(model: String, asked: Asked, parser: Option<Parser>) -> Build {
         Build {
             id: random_id("resp_"),
-            created_at: crate::openai::unix_now(),
+            created_at: crate::api::unix_now(),
             model,
             asked,
             split: parser.map(Split::new),

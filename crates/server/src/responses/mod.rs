@@ -15,7 +15,7 @@ mod sink;
 
 use crate::body::JsonObject;
 use crate::error::ApiError;
-use crate::params::Api;
+use crate::api::Api;
 use crate::state::AppState;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
