@@ -1,11 +1,11 @@
 //! The chat and completions output: `data: {chunk}` frames ending in `data: [DONE]`, or
 //! one `chat.completion` / `text_completion` object.
 
+use crate::api::Api;
 use crate::choice_state::{usage_sum, ChoiceState};
 use crate::chunk_filter::ChunkFilter;
 use crate::error::ApiError;
 use crate::openai::Job;
-use crate::api::Api;
 use crate::sink::{Sink, Update};
 use crate::sse::{done, frame};
 use axum::body::Bytes;

@@ -1,9 +1,9 @@
 //! One choice's progress: text and logprobs so far (non-streaming), timing for the
 //! histograms, and how it ended.
 
+use crate::api::Api;
 use crate::metrics::ServerMetrics;
 use crate::openai::{chat_logprobs, completion_logprobs, Job};
-use crate::api::Api;
 use folio_engine::{Event, FinishReason, TokenLogprob, Usage};
 use folio_tokenizer::Tokenizer;
 use serde_json::Value;

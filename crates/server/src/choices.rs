@@ -181,8 +181,14 @@ mod tests {
         let (tx0, rx0) = mpsc::unbounded_channel();
         let (tx1, rx1) = mpsc::unbounded_channel();
         let streams = vec![
-            RequestStream { id: ids[0], rx: rx0 },
-            RequestStream { id: ids[1], rx: rx1 },
+            RequestStream {
+                id: ids[0],
+                rx: rx0,
+            },
+            RequestStream {
+                id: ids[1],
+                rx: rx1,
+            },
         ];
         (Choices::new(streams, None), tx0, tx1)
     }

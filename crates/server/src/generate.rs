@@ -1,17 +1,17 @@
 //! The generation endpoints: validate → tokenize → submit n requests per prompt → stream
 //! SSE or collect one response.
 
+use crate::api::Api;
+use crate::api::EchoPrompt;
+use crate::api::PromptInput;
+use crate::api::{new_id, unix_now};
 use crate::chat_sink::ChatSink;
 use crate::choices::Choices;
 use crate::cutoff::{until, Cutoff};
-use crate::api::EchoPrompt;
 use crate::error::ApiError;
 use crate::fields::Fields;
-use crate::api::{new_id, unix_now};
 use crate::openai::Job;
-use crate::api::Api;
 use crate::params;
-use crate::api::PromptInput;
 use crate::prompt;
 use crate::running::Running;
 use crate::state::AppState;

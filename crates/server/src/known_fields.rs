@@ -5,9 +5,9 @@
 //!
 //! The README's "Request fields" table lists the same sets; keep them in step.
 
+use crate::api::Api;
 use crate::error::ApiError;
 use crate::fields::show;
-use crate::api::Api;
 use serde_json::{Map, Value};
 
 /// Fields both generation endpoints read.

@@ -54,7 +54,10 @@ impl Running {
     async fn stream<S: Sink>(mut self, mut sink: S, tx: mpsc::Sender<Bytes>) {
         let mut states = vec![ChoiceState::default(); self.choices.count()];
         let mut out = Outbox::new(self.st.0.opts.stream_buffer_bytes);
-        if let Some(early) = self.relay(&mut sink, &mut states, Some(&tx), &mut out).await {
+        if let Some(early) = self
+            .relay(&mut sink, &mut states, Some(&tx), &mut out)
+            .await
+        {
             return log_finished(&self.job, &states, early);
         }
         // Streams that ended without `Finished` (engine shut down) still get an end.

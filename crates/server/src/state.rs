@@ -164,11 +164,7 @@ impl AppState {
         if before + n > max {
             drop(slots);
             s.metrics.rejected(429);
-            return Err(crate::ApiError::new(
-                axum::http::StatusCode::TOO_MANY_REQUESTS,
-                format!("server overloaded: {before} requests queued, {n} more would exceed the limit of {max} (--max-queued-requests); retry later"),
-                "overloaded",
-            ));
+            return Err(crate::error::Error::Overloaded(format!("server overloaded: {before} requests queued, {n} more would exceed the limit of {max} (--max-queued-requests); retry later")).into());
         }
         Ok(slots)
     }

@@ -1,8 +1,8 @@
 //! Chat `tools`, `tool_choice` and `parallel_tool_calls`, read and checked.
 
+use crate::api::PromptInput;
 use crate::error::ApiError;
 use crate::fields::{show, Fields};
-use crate::api::PromptInput;
 use crate::tool_parse::{self, ParsedCall, Parser};
 use serde_json::{json, Value};
 

@@ -413,7 +413,11 @@ mod tests {
             "response.content_part.done",
             "response.output_item.done",
         ];
-        let want = [&reasoning[..], &MESSAGE_OF_TWO_DELTAS, &["response.incomplete"]];
+        let want = [
+            &reasoning[..],
+            &MESSAGE_OF_TWO_DELTAS,
+            &["response.incomplete"],
+        ];
         assert_eq!(types(&evs)[2..], want.concat());
         let r = b.response(&End::Incomplete("max_output_tokens"), t);
         assert_eq!(r["status"], "incomplete");

@@ -13,9 +13,9 @@ mod build;
 mod request;
 mod sink;
 
+use crate::api::Api;
 use crate::body::JsonObject;
 use crate::error::ApiError;
-use crate::api::Api;
 use crate::state::AppState;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
