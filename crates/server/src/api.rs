@@ -4,6 +4,7 @@
 //! (`params`, `prompt`, `tools`) and those that write answers (`openai`, `echo`) meet
 //! here instead of importing one another.
 
+use folio_engine::FinishReason;
 use folio_tokenizer::ChatMessage;
 use serde_json::{Map, Value};
 use std::hash::{BuildHasher, Hasher};
@@ -34,6 +35,12 @@ pub struct EchoPrompt {
     /// The prompt as sent (token-id prompts: decoded).
     pub text: String,
     pub ids: Vec<u32>,
+}
+
+/// The OpenAI `finish_reason` of an engine finish: the one place the server spells it
+/// (chunks, responses, metrics and error messages all read it here).
+pub fn finish_reason(r: &FinishReason) -> &'static str {
+    r.as_openai()
 }
 
 /// A fresh random request id with the endpoint's prefix.

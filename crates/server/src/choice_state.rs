@@ -107,7 +107,7 @@ impl ChoiceState {
             // Only embedding requests get one; they are not read through here.
             Event::Embedding { .. } => None,
             Event::Finished { reason, usage, at } => {
-                let reason_str = reason.as_openai();
+                let reason_str = crate::api::finish_reason(&reason);
                 metrics.finished(reason_str);
                 if matches!(reason, FinishReason::Stop | FinishReason::Length) {
                     metrics
@@ -154,7 +154,7 @@ impl ChoiceState {
         }
         self.finish
             .as_ref()
-            .map_or("abort", FinishReason::as_openai)
+            .map_or("abort", crate::api::finish_reason)
     }
 }
 

@@ -164,7 +164,7 @@ async fn answer(
                 other => {
                     return Err(crate::error::Error::Internal(format!(
                         "embedding ended early: {}",
-                        other.as_openai()
+                        crate::api::finish_reason(&other)
                     ))
                     .into())
                 }

@@ -134,7 +134,10 @@ impl Error {
             FinishReason::Rejected(m) => Error::Rejected(m),
             FinishReason::ShuttingDown => Error::ShuttingDown,
             FinishReason::Error(m) => Error::GenerationFailed(m),
-            other => Error::Internal(format!("unexpected end: {}", other.as_openai())),
+            other => Error::Internal(format!(
+                "unexpected end: {}",
+                crate::api::finish_reason(&other)
+            )),
         }
     }
 }
