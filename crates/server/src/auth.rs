@@ -3,7 +3,7 @@
 use crate::error::ApiError;
 use crate::state::AppState;
 use axum::extract::{Request, State};
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{header, HeaderValue};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use tower_http::cors::{AllowHeaders, AllowMethods, AllowOrigin, CorsLayer};
@@ -54,7 +54,7 @@ pub async fn require_key(State(st): State<AppState>, req: Request, next: Next) -
         Some(_) => "invalid API key",
         None => "missing API key: send the header `Authorization: Bearer <key>`",
     };
-    let mut r = ApiError::new(StatusCode::UNAUTHORIZED, message, "invalid_api_key").into_response();
+    let mut r = ApiError::from(crate::error::Error::Unauthorized(message)).into_response();
     r.headers_mut()
         .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
     r

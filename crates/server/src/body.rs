@@ -24,22 +24,17 @@ impl FromRequest<AppState> for JsonObject {
         let bytes = Bytes::from_request(req, state).await.map_err(|r| {
             let status = r.status();
             if let Some(t) = crate::body_deadline::BodyTimeout::in_chain(&r) {
-                ApiError::new(StatusCode::REQUEST_TIMEOUT, t.to_string(), "body_timeout")
+                ApiError::from(crate::error::Error::BodyTimeout(t.to_string()))
             } else if status == StatusCode::PAYLOAD_TOO_LARGE {
-                ApiError::new(
-                    status,
-                    format!(
-                        "request body: larger than the limit of {} bytes (--max-request-bytes)",
-                        state.0.opts.max_body_bytes
-                    ),
-                    "body_too_large",
-                )
+                ApiError::from(crate::error::Error::BodyTooLarge(format!(
+                    "request body: larger than the limit of {} bytes (--max-request-bytes)",
+                    state.0.opts.max_body_bytes
+                )))
             } else {
-                ApiError::new(
+                ApiError::from(crate::error::Error::Body {
                     status,
-                    format!("request body: {}", r.body_text()),
-                    "invalid_body",
-                )
+                    message: r.body_text(),
+                })
             }
         })?;
         // A large body waits for its turn before it is parsed (see `prompt_permit`).

@@ -1,9 +1,9 @@
 //! One choice's progress: text and logprobs so far (non-streaming), timing for the
 //! histograms, and how it ended.
 
+use crate::api::Api;
 use crate::metrics::ServerMetrics;
 use crate::openai::{chat_logprobs, completion_logprobs, Job};
-use crate::params::Api;
 use folio_engine::{Event, FinishReason, TokenLogprob, Usage};
 use folio_tokenizer::Tokenizer;
 use serde_json::Value;
@@ -107,7 +107,7 @@ impl ChoiceState {
             // Only embedding requests get one; they are not read through here.
             Event::Embedding { .. } => None,
             Event::Finished { reason, usage, at } => {
-                let reason_str = reason.as_openai();
+                let reason_str = crate::api::finish_reason(&reason);
                 metrics.finished(reason_str);
                 if matches!(reason, FinishReason::Stop | FinishReason::Length) {
                     metrics
@@ -154,7 +154,7 @@ impl ChoiceState {
         }
         self.finish
             .as_ref()
-            .map_or("abort", FinishReason::as_openai)
+            .map_or("abort", crate::api::finish_reason)
     }
 }
 

@@ -174,17 +174,28 @@ mod tests {
         }
     }
 
-    #[tokio::test]
-    async fn merges_streams_and_tracks_finished() {
+    type Tx = mpsc::UnboundedSender<Event>;
+
+    /// Two choices with engine ids `ids`, fed through the returned senders.
+    fn two(ids: [RequestId; 2]) -> (Choices, Tx, Tx) {
         let (tx0, rx0) = mpsc::unbounded_channel();
         let (tx1, rx1) = mpsc::unbounded_channel();
-        let mut c = Choices::new(
-            vec![
-                RequestStream { id: 10, rx: rx0 },
-                RequestStream { id: 11, rx: rx1 },
-            ],
-            None,
-        );
+        let streams = vec![
+            RequestStream {
+                id: ids[0],
+                rx: rx0,
+            },
+            RequestStream {
+                id: ids[1],
+                rx: rx1,
+            },
+        ];
+        (Choices::new(streams, None), tx0, tx1)
+    }
+
+    #[tokio::test]
+    async fn merges_streams_and_tracks_finished() {
+        let (mut c, tx0, tx1) = two([10, 11]);
         tx1.send(tokens("b")).unwrap();
         tx1.send(finished()).unwrap();
         drop(tx1);
@@ -204,15 +215,7 @@ mod tests {
 
     #[tokio::test]
     async fn admitted_replays_first_events_or_reports_refusal() {
-        let (tx0, rx0) = mpsc::unbounded_channel();
-        let (tx1, rx1) = mpsc::unbounded_channel();
-        let mut c = Choices::new(
-            vec![
-                RequestStream { id: 1, rx: rx0 },
-                RequestStream { id: 2, rx: rx1 },
-            ],
-            None,
-        );
+        let (mut c, tx0, tx1) = two([1, 2]);
         tx0.send(tokens("a")).unwrap();
         tx0.send(tokens("b")).unwrap();
         tx1.send(tokens("c")).unwrap();
@@ -233,15 +236,7 @@ mod tests {
             ]
         );
 
-        let (tx0, rx0) = mpsc::unbounded_channel();
-        let (tx1, rx1) = mpsc::unbounded_channel();
-        let mut c = Choices::new(
-            vec![
-                RequestStream { id: 1, rx: rx0 },
-                RequestStream { id: 2, rx: rx1 },
-            ],
-            None,
-        );
+        let (mut c, tx0, tx1) = two([1, 2]);
         tx0.send(tokens("a")).unwrap();
         let rejected = FinishReason::Rejected("KV full".into());
         tx1.send(Event::Finished {

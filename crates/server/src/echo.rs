@@ -5,18 +5,11 @@
 //! `local-completions` model reads for loglikelihood tasks (`echo`, `logprobs: 1`,
 //! `max_tokens` 0 or 1).
 
+use crate::api::EchoPrompt;
 use crate::openai::completion_logprobs;
 use folio_engine::TokenLogprob;
 use folio_tokenizer::Tokenizer;
 use serde_json::{json, Value};
-
-/// One prompt as echoed.
-#[derive(Clone, Debug, PartialEq)]
-pub struct EchoPrompt {
-    /// The prompt as sent (token-id prompts: decoded).
-    pub text: String,
-    pub ids: Vec<u32>,
-}
 
 /// The echoed text of a choice.
 pub fn text(p: &EchoPrompt, completion: &str) -> String {

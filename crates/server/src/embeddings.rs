@@ -7,15 +7,15 @@
 //! token ids); pooling is `--pooling` (default: the model file's `pooling_type`, else
 //! last-token, as vLLM pools decoder models) or the request's `pooling` extension.
 
+use crate::api::PromptInput;
 use crate::body::JsonObject;
 use crate::choices::Choices;
+use crate::cutoff::{until, Cutoff};
 use crate::error::ApiError;
 use crate::fields::Fields;
-use crate::generate::{refusal, until, Cutoff};
-use crate::prompt::{self, PromptInput};
+use crate::prompt;
 use crate::state::AppState;
 use axum::extract::State;
-use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
 use folio_engine::{Event, FinishReason, GenerateRequest, Pooling};
@@ -137,14 +137,7 @@ async fn answer(
         req.lora = lora.clone();
         match s.engine.submit(req) {
             Ok(rs) => streams.push(rs),
-            Err(e) => {
-                for rs in &streams {
-                    s.engine.abort(rs.id);
-                }
-                let e = ApiError::from(e);
-                s.metrics.rejected(e.status.as_u16());
-                return Err(e);
-            }
+            Err(e) => return Err(st.submit_failed(&streams, e)),
         }
     }
     // Dropping `choices` (client gone, error) aborts the unfinished requests.
@@ -156,11 +149,7 @@ async fn answer(
             biased;
             _ = until(deadline) => {
                 choices.abort();
-                return Err(ApiError::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "embeddings: not done within --request-timeout-s",
-                    "timeout",
-                ));
+                return Err(crate::error::Error::EmbeddingsTimeout.into());
             }
             next = choices.next() => next,
         };
@@ -170,16 +159,14 @@ async fn answer(
             Event::Finished { reason, .. } => match reason {
                 FinishReason::Stop => {}
                 r @ (FinishReason::Rejected(_) | FinishReason::Error(_)) => {
-                    let e = refusal(r);
-                    s.metrics.rejected(e.status.as_u16());
-                    return Err(e);
+                    return Err(st.refused(r));
                 }
                 other => {
-                    return Err(ApiError::new(
-                        StatusCode::INTERNAL_SERVER_ERROR,
-                        format!("embedding ended early: {}", other.as_openai()),
-                        "internal",
+                    return Err(crate::error::Error::Internal(format!(
+                        "embedding ended early: {}",
+                        crate::api::finish_reason(&other)
                     ))
+                    .into())
                 }
             },
             Event::Tokens { .. } => {}
@@ -188,11 +175,10 @@ async fn answer(
     let mut data = Vec::with_capacity(n);
     for (index, v) in vectors.into_iter().enumerate() {
         let v = v.ok_or_else(|| {
-            ApiError::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                format!("{}: the engine ended without a vector", fields[index]),
-                "internal",
-            )
+            ApiError::from(crate::error::Error::Internal(format!(
+                "{}: the engine ended without a vector",
+                fields[index]
+            )))
         })?;
         data.push(
             json!({"object": "embedding", "index": index, "embedding": encode(&v, encoding)}),

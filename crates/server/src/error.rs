@@ -1,12 +1,160 @@
-//! The one error type of the HTTP layer, rendered in OpenAI's JSON shape:
-//! `{"error": {"message", "type", "param", "code"}}` with the matching status.
+//! The errors of the HTTP layer: [`Error`] says what went wrong (typed, with the values its
+//! message names), and [`Error::http`] is the one place that decides each one's status and
+//! OpenAI `code`; [`ApiError`] is that answer, rendered in OpenAI's JSON shape
+//! `{"error": {"message", "type", "param", "code"}}`.
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use folio_engine::{InvalidKind, SubmitError};
+use folio_engine::{FinishReason, InvalidKind, LoraError, SubmitError};
 use serde_json::json;
 
-/// An error answer. Messages name the field, the limit and the value received.
+/// What went wrong with a request. Messages name the field, the limit and the value.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A bad field.
+    #[error("{param}: {detail}")]
+    Param { param: String, detail: String },
+    /// A bad request without a single field to blame (malformed JSON, …).
+    #[error("{message}")]
+    BadRequest { message: String, code: &'static str },
+    /// The engine refused the request at submit time.
+    #[error(transparent)]
+    Submit(SubmitError),
+    #[error("{0}")]
+    Unauthorized(&'static str),
+    #[error("Host header: {host:?} is not an allowed host (folio listens on {bound}; allowed are localhost, IP addresses and the names given with --allowed-hosts; `--allowed-hosts '*'` turns this DNS-rebinding check off)")]
+    HostNotAllowed { host: String, bound: String },
+    #[error("Content-Type header: must be application/json, got {0} (browsers send other types, and none, cross-site without a CORS preflight; send `Content-Type: application/json`, or start folio with --allow-any-content-type)")]
+    NotJson(String),
+    #[error("runtime LoRA adapter loading and unloading is off: start the server with --allow-runtime-lora (or VLLM_ALLOW_RUNTIME_LORA_UPDATING=true)")]
+    RuntimeLoraDisabled,
+    /// A `lora_path` that cannot be loaded.
+    #[error("lora_path: {0}")]
+    LoraPath(String),
+    /// An adapter operation failed; `field` is the request field that named it.
+    #[error("{err}")]
+    Lora { err: LoraError, field: String },
+    #[error("The model `{model}` does not exist; this server serves `{served}`.")]
+    ModelNotFound { model: String, served: String },
+    #[error("no route for {0}")]
+    NoRoute(String),
+    #[error("{0} is not implemented by folio (it serves /v1/completions, /v1/chat/completions, /v1/responses, /v1/embeddings and /v1/models)")]
+    NotImplemented(String),
+    #[error("method {method} is not allowed on {path}")]
+    MethodNotAllowed { method: String, path: String },
+    /// The body did not arrive in time.
+    #[error("{0}")]
+    BodyTimeout(String),
+    #[error("{0}")]
+    BodyTooLarge(String),
+    /// The body could not be read (`status` as the reader said).
+    #[error("request body: {message}")]
+    Body { status: StatusCode, message: String },
+    /// The queue is full.
+    #[error("{0}")]
+    Overloaded(String),
+    /// The engine refused the request before its first token.
+    #[error("request rejected: {0}")]
+    Rejected(String),
+    #[error("server is shutting down")]
+    ShuttingDown,
+    #[error("server is draining after a shutdown signal")]
+    Draining,
+    #[error("{0}")]
+    GrammarCompilerBusy(String),
+    #[error("embeddings: not done within --request-timeout-s")]
+    EmbeddingsTimeout,
+    /// The engine ended a choice with an error.
+    #[error("generation failed: {0}")]
+    GenerationFailed(String),
+    /// A server fault (a task that died, an end that cannot happen).
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl Error {
+    /// The one mapping from an error to its HTTP status, OpenAI `code` and the field at
+    /// fault.
+    pub fn http(&self) -> (StatusCode, &'static str, Option<String>) {
+        use StatusCode as S;
+        match self {
+            Error::Param { param, .. } => {
+                (S::BAD_REQUEST, "invalid_parameter", Some(param.clone()))
+            }
+            Error::BadRequest { code, .. } => (S::BAD_REQUEST, code, None),
+            Error::Submit(SubmitError::Invalid { field, kind, .. }) => (
+                S::BAD_REQUEST,
+                match kind {
+                    InvalidKind::ContextLength => "context_length_exceeded",
+                    InvalidKind::Parameter => "invalid_parameter",
+                },
+                Some(field.to_string()),
+            ),
+            Error::Submit(SubmitError::ShuttingDown) | Error::ShuttingDown => {
+                (S::SERVICE_UNAVAILABLE, "shutting_down", None)
+            }
+            Error::Unauthorized(_) => (S::UNAUTHORIZED, "invalid_api_key", None),
+            Error::HostNotAllowed { .. } => (S::FORBIDDEN, "host_not_allowed", None),
+            Error::NotJson(_) => (S::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type", None),
+            Error::RuntimeLoraDisabled => (S::FORBIDDEN, "runtime_lora_disabled", None),
+            Error::LoraPath(_) => (
+                S::BAD_REQUEST,
+                "invalid_lora_adapter",
+                Some("lora_path".into()),
+            ),
+            Error::Lora { err, field } => {
+                let (status, code) = match err {
+                    LoraError::Unknown(_) => (S::NOT_FOUND, "model_not_found"),
+                    LoraError::Busy { .. } => (S::TOO_MANY_REQUESTS, "lora_slots_busy"),
+                    _ => (S::BAD_REQUEST, "invalid_lora_adapter"),
+                };
+                (status, code, Some(field.clone()))
+            }
+            Error::ModelNotFound { .. } => (S::NOT_FOUND, "model_not_found", Some("model".into())),
+            Error::NoRoute(_) => (S::NOT_FOUND, "not_found", None),
+            Error::NotImplemented(_) => (S::NOT_IMPLEMENTED, "not_implemented", None),
+            Error::MethodNotAllowed { .. } => (S::METHOD_NOT_ALLOWED, "method_not_allowed", None),
+            Error::BodyTimeout(_) => (S::REQUEST_TIMEOUT, "body_timeout", None),
+            Error::BodyTooLarge(_) => (S::PAYLOAD_TOO_LARGE, "body_too_large", None),
+            Error::Body { status, .. } => (*status, "invalid_body", None),
+            Error::Overloaded(_) | Error::Rejected(_) => (S::TOO_MANY_REQUESTS, "overloaded", None),
+            Error::Draining => (S::SERVICE_UNAVAILABLE, "shutting_down", None),
+            Error::GrammarCompilerBusy(_) => {
+                (S::SERVICE_UNAVAILABLE, "grammar_compiler_busy", None)
+            }
+            Error::EmbeddingsTimeout => (S::SERVICE_UNAVAILABLE, "timeout", None),
+            Error::GenerationFailed(_) => (S::INTERNAL_SERVER_ERROR, "generation_failed", None),
+            Error::Internal(_) => (S::INTERNAL_SERVER_ERROR, "internal", None),
+        }
+    }
+
+    /// The HTTP answer to a request the engine refused before its first token.
+    pub fn refusal(reason: FinishReason) -> Error {
+        match reason {
+            FinishReason::Rejected(m) => Error::Rejected(m),
+            FinishReason::ShuttingDown => Error::ShuttingDown,
+            FinishReason::Error(m) => Error::GenerationFailed(m),
+            other => Error::Internal(format!(
+                "unexpected end: {}",
+                crate::api::finish_reason(&other)
+            )),
+        }
+    }
+}
+
+impl From<Error> for ApiError {
+    fn from(e: Error) -> ApiError {
+        let (status, code, param) = e.http();
+        ApiError {
+            status,
+            message: e.to_string(),
+            param,
+            code,
+        }
+    }
+}
+
+/// An error answer: what [`Error::http`] made of an [`Error`].
 #[derive(Clone, Debug, PartialEq)]
 pub struct ApiError {
     pub status: StatusCode,
@@ -20,32 +168,20 @@ pub struct ApiError {
 impl ApiError {
     /// 400 for a bad field: `"{param}: {detail}"`.
     pub fn param(param: impl Into<String>, detail: impl std::fmt::Display) -> ApiError {
-        let param = param.into();
-        ApiError {
-            status: StatusCode::BAD_REQUEST,
-            message: format!("{param}: {detail}"),
-            param: Some(param),
-            code: "invalid_parameter",
+        Error::Param {
+            param: param.into(),
+            detail: detail.to_string(),
         }
+        .into()
     }
 
     /// 400 without a single field to blame (malformed JSON, …).
     pub fn bad_request(message: impl Into<String>, code: &'static str) -> ApiError {
-        ApiError {
-            status: StatusCode::BAD_REQUEST,
+        Error::BadRequest {
             message: message.into(),
-            param: None,
             code,
         }
-    }
-
-    pub fn new(status: StatusCode, message: impl Into<String>, code: &'static str) -> ApiError {
-        ApiError {
-            status,
-            message: message.into(),
-            param: None,
-            code,
-        }
+        .into()
     }
 
     /// OpenAI's `type` string for this status.
@@ -101,32 +237,31 @@ pub const RETRY_AFTER_S: &str = "1";
 impl ApiError {
     /// 500 for a tokenizer task (run off the async threads) that panicked or was cancelled.
     pub fn tokenizer_task(e: tokio::task::JoinError) -> ApiError {
-        ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("tokenizer task failed: {e}"),
-            "internal",
-        )
+        Error::Internal(format!("tokenizer task failed: {e}")).into()
     }
 
     /// 503 while the server drains after a shutdown signal.
     pub fn shutting_down() -> ApiError {
-        ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "server is shutting down",
-            "shutting_down",
-        )
+        Error::ShuttingDown.into()
     }
 
     /// 404 for a `model` other than the served one.
     pub fn model_not_found(model: &str, served: &str) -> ApiError {
-        ApiError {
-            param: Some("model".into()),
-            ..ApiError::new(
-                StatusCode::NOT_FOUND,
-                format!("The model `{model}` does not exist; this server serves `{served}`."),
-                "model_not_found",
-            )
+        Error::ModelNotFound {
+            model: model.into(),
+            served: served.into(),
         }
+        .into()
+    }
+
+    /// 500 for a choice the engine ended with an error.
+    pub fn generation_failed(m: &str) -> ApiError {
+        Error::GenerationFailed(m.into()).into()
+    }
+
+    /// The HTTP answer to a request the engine refused before its first token.
+    pub fn refusal(reason: FinishReason) -> ApiError {
+        Error::refusal(reason).into()
     }
 }
 
@@ -134,21 +269,10 @@ impl From<SubmitError> for ApiError {
     /// NOTE: bad input is 400 naming the field; shutdown is 503 (go elsewhere).
     fn from(e: SubmitError) -> ApiError {
         match e {
-            SubmitError::Invalid {
-                field,
-                message,
-                kind,
-            } => ApiError {
-                status: StatusCode::BAD_REQUEST,
-                message,
-                param: Some(field.into()),
-                code: match kind {
-                    InvalidKind::ContextLength => "context_length_exceeded",
-                    InvalidKind::Parameter => "invalid_parameter",
-                },
-            },
-            SubmitError::ShuttingDown => ApiError::shutting_down(),
+            SubmitError::ShuttingDown => Error::ShuttingDown,
+            e => Error::Submit(e),
         }
+        .into()
     }
 }
 

@@ -17,7 +17,7 @@
 //! be trusted to be at the next request.
 
 use crate::error::ApiError;
-use axum::http::{header, HeaderMap, Method, StatusCode, Uri};
+use axum::http::{header, HeaderMap, Method, Uri};
 
 /// What is wrong with a request's head, if anything.
 pub fn check(
@@ -68,13 +68,9 @@ pub fn check(
         // An unparsable value is hyper's to refuse; it never gets here.
         if let Some(n) = v.to_str().ok().and_then(|s| s.trim().parse::<u64>().ok()) {
             if n > max_body as u64 {
-                return Err(ApiError::new(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    format!(
+                return Err(crate::error::Error::BodyTooLarge(format!(
                         "request body: Content-Length {n} is larger than the limit of {max_body} bytes (--max-request-bytes)"
-                    ),
-                    "body_too_large",
-                ));
+                    )).into());
             }
         }
     }
@@ -90,7 +86,7 @@ fn valid_host(h: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use axum::http::HeaderValue;
+    use axum::http::{HeaderValue, StatusCode};
 
     fn head(hosts: &[&str], len: Option<&str>) -> HeaderMap {
         let mut h = HeaderMap::new();

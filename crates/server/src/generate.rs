@@ -1,18 +1,21 @@
 //! The generation endpoints: validate → tokenize → submit n requests per prompt → stream
 //! SSE or collect one response.
 
-use crate::choice_state::{usage_sum, ChoiceState};
+use crate::api::Api;
+use crate::api::EchoPrompt;
+use crate::api::PromptInput;
+use crate::api::{new_id, unix_now};
+use crate::chat_sink::ChatSink;
 use crate::choices::Choices;
-use crate::echo::EchoPrompt;
+use crate::cutoff::{until, Cutoff};
 use crate::error::ApiError;
 use crate::fields::Fields;
-use crate::openai::{new_id, unix_now, Job};
-use crate::params::{self, Api};
-use crate::prompt::{self, PromptInput};
-use crate::sse;
-use crate::state::{AppState, Slots};
-use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
+use crate::openai::Job;
+use crate::params;
+use crate::prompt;
+use crate::running::Running;
+use crate::state::AppState;
+use axum::response::Response;
 use folio_engine::{FinishReason, GenerateRequest, RequestStream};
 use serde_json::{Map, Value};
 use std::time::{Duration, Instant};
@@ -24,20 +27,9 @@ pub async fn generate(
     body: Map<String, Value>,
     arrival: Instant,
 ) -> Result<Response, ApiError> {
-    let started = start(st, api, body, arrival).await?;
-    if started.req.job.stream {
-        Ok(sse::respond(started.req, started.queued))
-    } else {
-        drop(started.queued);
-        collect(started.req).await
-    }
-}
-
-/// A request the engine took: who answers it, and (a stream not yet admitted) its queue
-/// places, held until its first event.
-pub struct Started {
-    pub req: Running,
-    pub queued: Option<Slots>,
+    let req = start(st, api, body, arrival).await?;
+    let sink = ChatSink::new(&req.job, req.choices.count());
+    req.drive(sink).await
 }
 
 /// Everything up to the answer: validate, tokenize, submit `n` engine requests per
@@ -48,7 +40,7 @@ pub async fn start(
     api: Api,
     mut body: Map<String, Value>,
     arrival: Instant,
-) -> Result<Started, ApiError> {
+) -> Result<Running, ApiError> {
     let s = &st.0;
     st.refuse_if_draining()?;
     let info = &s.engine.info;
@@ -174,14 +166,7 @@ pub async fn start(
         let params: Vec<_> = (0..p.n).map(|j| p.sampling_for(j)).collect();
         match s.engine.submit_n(req, params) {
             Ok(rs) => streams.extend(rs),
-            Err(e) => {
-                for rs in &streams {
-                    s.engine.abort(rs.id);
-                }
-                let e = ApiError::from(e);
-                s.metrics.rejected(e.status.as_u16());
-                return Err(e);
-            }
+            Err(e) => return Err(st.submit_failed(&streams, e)),
         }
     }
     let job = Job {
@@ -207,68 +192,17 @@ pub async fn start(
     // Streams wait for admission only briefly: a request queued behind others gets its
     // headers (and keep-alive comments) instead of silence until its first token.
     let wait = p.stream.then_some(s.opts.admission_wait);
-    let admitted = match admit(&mut choices, wait, deadline.map(|c| c.at)).await {
-        Ok(a) => a,
-        Err(reason) => {
-            let e = refusal(reason);
-            s.metrics.rejected(e.status.as_u16());
-            return Err(e);
-        }
-    };
-    let queued = (!admitted).then_some(queued);
-    let req = Running {
+    let admitted = admit(&mut choices, wait, deadline.map(|c| c.at))
+        .await
+        .map_err(|reason| st.refused(reason))?;
+    Ok(Running {
         st: st.clone(),
         job,
         choices,
         deadline,
+        queued: (!admitted).then_some(queued),
         _active: active,
-    };
-    Ok(Started { req, queued })
-}
-
-/// One generation request after submission, owned by whoever answers it.
-pub struct Running {
-    pub st: AppState,
-    pub job: Job,
-    pub choices: Choices,
-    /// When the server ends it (request timeout or `deadline_ms`), and with which reason.
-    pub deadline: Option<Cutoff>,
-    /// Counts the request as in flight (the drain waits for it).
-    pub _active: Slots,
-}
-
-/// When the server ends a request that is still running, and the finish reason its
-/// unfinished choices then get. The request timeout and `deadline_ms` are one mechanism:
-/// at the earlier of the two, `Choices::abort` aborts the engine requests (freeing their
-/// KV) and the text so far is kept.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Cutoff {
-    pub at: Instant,
-    /// `timeout` or `deadline`.
-    pub reason: &'static str,
-}
-
-impl Cutoff {
-    /// The earlier of the server's request timeout and the request's `deadline_ms`, both
-    /// counted from `arrival` (on a tie, the request's own deadline names it).
-    pub fn earliest(
-        timeout: Option<Duration>,
-        deadline_ms: Option<u64>,
-        arrival: Instant,
-    ) -> Option<Cutoff> {
-        let timeout = timeout.map(|t| Cutoff {
-            at: arrival + t,
-            reason: crate::choice_state::TIMEOUT,
-        });
-        let deadline = deadline_ms.map(|ms| Cutoff {
-            at: arrival + Duration::from_millis(ms),
-            reason: crate::choice_state::DEADLINE,
-        });
-        match (timeout, deadline) {
-            (Some(t), Some(d)) => Some(if t.at < d.at { t } else { d }),
-            (t, d) => d.or(t),
-        }
-    }
+    })
 }
 
 /// Waits until the engine admitted every choice (its first event), at most `wait` and
@@ -288,36 +222,6 @@ pub async fn admit(
         r = choices.admitted() => r.map(|()| true),
         _ = limit => Ok(false),
         _ = until(deadline) => Ok(false),
-    }
-}
-
-/// Resolves at `deadline`; never without one.
-pub async fn until(deadline: Option<Instant>) {
-    match deadline {
-        Some(d) => tokio::time::sleep_until(d.into()).await,
-        None => std::future::pending().await,
-    }
-}
-
-/// The HTTP answer to a request the engine refused before its first token.
-pub fn refusal(reason: FinishReason) -> ApiError {
-    match reason {
-        FinishReason::Rejected(m) => ApiError::new(
-            StatusCode::TOO_MANY_REQUESTS,
-            format!("request rejected: {m}"),
-            "overloaded",
-        ),
-        FinishReason::ShuttingDown => ApiError::shutting_down(),
-        FinishReason::Error(m) => ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("generation failed: {m}"),
-            "generation_failed",
-        ),
-        other => ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("unexpected end: {}", other.as_openai()),
-            "internal",
-        ),
     }
 }
 
@@ -358,122 +262,4 @@ async fn tokenize_all(
     })
     .await
     .map_err(ApiError::tokenizer_task)?
-}
-
-/// Waits for every choice and answers with one JSON response. If the client goes away,
-/// this future is dropped and with it `choices`, which aborts the requests.
-async fn collect(req: Running) -> Result<Response, ApiError> {
-    let Running {
-        st,
-        job,
-        mut choices,
-        deadline,
-        ..
-    } = req;
-    let s = &st.0;
-    let tok = &s.engine.tokenizer;
-    let mut states = vec![ChoiceState::default(); choices.count()];
-    loop {
-        let next = tokio::select! {
-            biased;
-            _ = until(deadline.map(|c| c.at)) => {
-                let reason = deadline.map_or(crate::choice_state::TIMEOUT, |c| c.reason);
-                for i in choices.abort() {
-                    states[i].cut_off(reason, &s.metrics);
-                }
-                break;
-            }
-            next = choices.next() => next,
-        };
-        let Some((i, ev)) = next else { break };
-        states[i].apply(i, ev, &job, tok, &s.metrics);
-    }
-    log_finished(&job, &states, "complete");
-    if let Some(FinishReason::Error(m)) = states.iter().find_map(|c| {
-        c.finish
-            .clone()
-            .filter(|f| matches!(f, FinishReason::Error(_)))
-    }) {
-        return Err(ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("generation failed: {m}"),
-            "generation_failed",
-        ));
-    }
-    let usage = usage_sum(&job, &states);
-    let out = states
-        .iter_mut()
-        .enumerate()
-        .map(|(i, c)| match job.echo.get(i / job.n) {
-            Some(e) => {
-                let lp = job
-                    .logprobs
-                    .map(|_| crate::echo::logprobs(tok, e, &c.prompt_logprobs, &c.logprobs));
-                (crate::echo::text(e, &c.text), lp, c.finish_reason())
-            }
-            None => {
-                let lp = c.final_logprobs(&job, tok);
-                (std::mem::take(&mut c.text), lp, c.finish_reason())
-            }
-        })
-        .collect();
-    let mut v = job.response(out, usage);
-    if let Some(p) = job.reasoning {
-        crate::reasoning::split_response(&mut v, p);
-    }
-    if let Some(tc) = job.tools {
-        crate::tools::rewrite_response(&mut v, tc);
-    }
-    Ok(axum::Json(v).into_response())
-}
-
-/// The one structured log line per request.
-pub fn log_finished(job: &Job, states: &[ChoiceState], outcome: &str) {
-    let u = usage_sum(job, states);
-    let ttft_ms = states
-        .iter()
-        .filter_map(|c| c.first_at)
-        .min()
-        .map(|t| t.saturating_duration_since(job.arrival).as_secs_f64() * 1e3);
-    let reasons: Vec<&str> = states.iter().map(ChoiceState::finish_reason).collect();
-    tracing::info!(
-        id = %job.id,
-        stream = job.stream,
-        choices = states.len(),
-        prompt_tokens = u.prompt_tokens,
-        completion_tokens = u.completion_tokens,
-        cached_tokens = u.cached_tokens,
-        ttft_ms = ttft_ms.unwrap_or(f64::NAN),
-        e2e_ms = job.arrival.elapsed().as_secs_f64() * 1e3,
-        finish_reason = %reasons.join(","),
-        outcome,
-        "request finished"
-    );
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_earlier_cutoff_names_the_finish_reason() {
-        let t0 = Instant::now();
-        let s = Duration::from_secs;
-        assert_eq!(Cutoff::earliest(None, None, t0), None);
-        let c = Cutoff::earliest(Some(s(10)), None, t0).unwrap();
-        assert_eq!((c.at, c.reason), (t0 + s(10), "timeout"));
-        let c = Cutoff::earliest(None, Some(500), t0).unwrap();
-        assert_eq!(
-            (c.at, c.reason),
-            (t0 + Duration::from_millis(500), "deadline")
-        );
-        let c = Cutoff::earliest(Some(s(10)), Some(500), t0).unwrap();
-        assert_eq!(c.reason, "deadline");
-        let c = Cutoff::earliest(Some(s(1)), Some(5000), t0).unwrap();
-        assert_eq!((c.at, c.reason), (t0 + s(1), "timeout"));
-        assert_eq!(
-            Cutoff::earliest(Some(s(1)), Some(1000), t0).unwrap().reason,
-            "deadline"
-        );
-    }
 }

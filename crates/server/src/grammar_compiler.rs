@@ -19,7 +19,6 @@
 
 use crate::constraint::Structured;
 use crate::error::ApiError;
-use axum::http::StatusCode;
 use folio_engine::{CompileError, Compiled, Grammars, COMPILE_STACK_BYTES};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -133,11 +132,9 @@ impl GrammarCompiler {
                 &s.field,
                 format!("cannot be compiled: {e}"),
             )),
-            Ok(Err(_)) => Err(ApiError::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "the grammar compile thread ended without an answer",
-                "internal",
-            )),
+            Ok(Err(_)) => Err(ApiError::from(crate::error::Error::Internal(
+                "the grammar compile thread ended without an answer".into(),
+            ))),
             Err(_) => Err(ApiError::param(
                 &s.field,
                 format!(
@@ -151,9 +148,5 @@ impl GrammarCompiler {
 }
 
 fn busy(message: String) -> ApiError {
-    ApiError::new(
-        StatusCode::SERVICE_UNAVAILABLE,
-        message,
-        "grammar_compiler_busy",
-    )
+    crate::error::Error::GrammarCompilerBusy(message).into()
 }

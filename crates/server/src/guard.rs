@@ -29,7 +29,7 @@
 use crate::error::ApiError;
 use crate::state::AppState;
 use axum::extract::{Request, State};
-use axum::http::{header, Method, StatusCode};
+use axum::http::{header, Method};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use std::net::IpAddr;
@@ -88,14 +88,11 @@ impl HostPolicy {
     }
 
     fn refusal(&self, host: &str) -> ApiError {
-        ApiError::new(
-            StatusCode::FORBIDDEN,
-            format!(
-                "Host header: {host:?} is not an allowed host (folio listens on {}; allowed are localhost, IP addresses and the names given with --allowed-hosts; `--allowed-hosts '*'` turns this DNS-rebinding check off)",
-                self.bound
-            ),
-            "host_not_allowed",
-        )
+        crate::error::Error::HostNotAllowed {
+            host: host.into(),
+            bound: self.bound.to_string(),
+        }
+        .into()
     }
 }
 
@@ -161,14 +158,7 @@ pub async fn require_json(State(st): State<AppState>, req: Request, next: Next) 
         }
         None => "none".to_string(),
     };
-    ApiError::new(
-        StatusCode::UNSUPPORTED_MEDIA_TYPE,
-        format!(
-            "Content-Type header: must be application/json, got {got} (browsers send other types, and none, cross-site without a CORS preflight; send `Content-Type: application/json`, or start folio with --allow-any-content-type)"
-        ),
-        "unsupported_media_type",
-    )
-    .into_response()
+    ApiError::from(crate::error::Error::NotJson(got)).into_response()
 }
 
 #[cfg(test)]

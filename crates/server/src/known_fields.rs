@@ -5,9 +5,9 @@
 //!
 //! The README's "Request fields" table lists the same sets; keep them in step.
 
+use crate::api::Api;
 use crate::error::ApiError;
 use crate::fields::show;
-use crate::params::Api;
 use serde_json::{Map, Value};
 
 /// Fields both generation endpoints read.
@@ -155,28 +155,21 @@ pub fn check(body: &Map<String, Value>, api: Api) -> Result<(), ApiError> {
             Api::Completions => "/v1/completions",
             Api::Chat => "/v1/chat/completions",
         };
-        return Err(ApiError::param(
-            name.as_str(),
-            format!(
-                "unknown field for {path}: folio does not implement it, got {}",
-                show(v)
-            ),
-        ));
+        return Err(unknown(path, name, v));
     }
     Ok(())
 }
 
-/// Fields /v1/responses reads. It runs as a chat request: the sampling extensions after
-/// `user` go through to the chat path unchanged (as vLLM's Responses endpoint takes them).
-pub const RESPONSES: &[&str] = &[
+/// Fields only /v1/responses reads (the request's own; see `responses::request`).
+const RESPONSES_OWN: &[&str] = &["input", "instructions", "max_output_tokens", "text"];
+
+/// /v1/responses fields that keep their name and meaning on the chat path: the sampling
+/// extensions after `user` go through unchanged (as vLLM's Responses endpoint takes them).
+pub const RESPONSES_PASS: &[&str] = &[
     "model",
-    "input",
-    "instructions",
-    "max_output_tokens",
+    "stream",
     "temperature",
     "top_p",
-    "stream",
-    "text",
     "user",
     "seed",
     "top_k",
@@ -194,6 +187,7 @@ pub const RESPONSES: &[&str] = &[
     "speculative",
     "num_speculative_tokens",
     "deadline_ms",
+    // vLLM's structured-output field (OpenAI's is text.format).
     "structured_outputs",
 ];
 
@@ -280,16 +274,18 @@ fn responses_neutral(name: &str, v: &Value) -> bool {
     }
 }
 
+/// The /v1/responses fields.
+const RESPONSES_TABLE: Table = Table {
+    path: "/v1/responses",
+    reads: &[RESPONSES_OWN, RESPONSES_PASS],
+    ignored: RESPONSES_IGNORED,
+    unsupported: RESPONSES_UNSUPPORTED,
+    neutral: responses_neutral,
+};
+
 /// Rejects the first field of a /v1/responses body folio neither reads nor may ignore.
 pub fn check_responses(body: &Map<String, Value>) -> Result<(), ApiError> {
-    check_table(
-        body,
-        "/v1/responses",
-        RESPONSES,
-        RESPONSES_IGNORED,
-        RESPONSES_UNSUPPORTED,
-        responses_neutral,
-    )
+    RESPONSES_TABLE.check(body)
 }
 
 /// Fields /v1/embeddings reads (`pooling`: a folio extension, `last` or `mean`; `lora`:
@@ -332,50 +328,61 @@ fn embeddings_neutral(name: &str, v: &Value) -> bool {
     matches!(name, "add_special_tokens" | "normalize") && v == &Value::Bool(true)
 }
 
+/// The /v1/embeddings fields.
+const EMBEDDINGS_TABLE: Table = Table {
+    path: "/v1/embeddings",
+    reads: &[EMBEDDINGS],
+    ignored: EMBEDDINGS_IGNORED,
+    unsupported: EMBEDDINGS_UNSUPPORTED,
+    neutral: embeddings_neutral,
+};
+
 /// Rejects the first field of a /v1/embeddings body folio neither reads nor may ignore.
 pub fn check_embeddings(body: &Map<String, Value>) -> Result<(), ApiError> {
-    check_table(
-        body,
-        "/v1/embeddings",
-        EMBEDDINGS,
-        EMBEDDINGS_IGNORED,
-        EMBEDDINGS_UNSUPPORTED,
-        embeddings_neutral,
-    )
+    EMBEDDINGS_TABLE.check(body)
 }
 
-/// The check of one endpoint's tables: read, ignored, and (name, neutral value, why)
-/// accepted only where `neutral` says so.
-fn check_table(
-    body: &Map<String, Value>,
-    path: &str,
-    reads: &[&str],
-    ignored: &[(&str, &str)],
-    unsupported: &[(&str, &str, &str)],
+/// One endpoint's fields: read, ignored, and (name, neutral value, why) accepted only
+/// where `neutral` says so.
+struct Table {
+    path: &'static str,
+    reads: &'static [&'static [&'static str]],
+    ignored: &'static [(&'static str, &'static str)],
+    unsupported: &'static [(&'static str, &'static str, &'static str)],
     neutral: fn(&str, &Value) -> bool,
-) -> Result<(), ApiError> {
-    for (name, v) in body {
-        if v.is_null() || reads.contains(&name.as_str()) || ignored.iter().any(|(n, _)| n == name) {
-            continue;
-        }
-        if let Some((_, want, why)) = unsupported.iter().find(|(n, ..)| n == name) {
-            if neutral(name, v) {
+}
+
+impl Table {
+    fn check(&self, body: &Map<String, Value>) -> Result<(), ApiError> {
+        for (name, v) in body {
+            let read = self.reads.iter().any(|r| r.contains(&name.as_str()));
+            if v.is_null() || read || self.ignored.iter().any(|(n, _)| n == name) {
                 continue;
             }
-            return Err(ApiError::param(
-                name.as_str(),
-                format!("{why} (only {want} is accepted), got {}", show(v)),
-            ));
+            if let Some((_, want, why)) = self.unsupported.iter().find(|(n, ..)| n == name) {
+                if (self.neutral)(name, v) {
+                    continue;
+                }
+                return Err(ApiError::param(
+                    name.as_str(),
+                    format!("{why} (only {want} is accepted), got {}", show(v)),
+                ));
+            }
+            return Err(unknown(self.path, name, v));
         }
-        return Err(ApiError::param(
-            name.as_str(),
-            format!(
-                "unknown field for {path}: folio does not implement it, got {}",
-                show(v)
-            ),
-        ));
+        Ok(())
     }
-    Ok(())
+}
+
+/// The 400 for a field no table names.
+fn unknown(path: &str, name: &str, v: &Value) -> ApiError {
+    ApiError::param(
+        name,
+        format!(
+            "unknown field for {path}: folio does not implement it, got {}",
+            show(v)
+        ),
+    )
 }
 
 #[cfg(test)]

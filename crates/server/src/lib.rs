@@ -39,14 +39,17 @@
 //!   msgpack `KVEventBatch` it sends.
 //! - [`ApiError`]: the one error type, rendered as OpenAI's error JSON.
 
+mod api;
 mod auth;
 mod body;
 mod body_deadline;
 mod capacity;
+mod chat_sink;
 mod choice_state;
 mod choices;
 mod chunk_filter;
 pub mod constraint;
+mod cutoff;
 mod echo;
 mod embeddings;
 mod error;
@@ -72,7 +75,9 @@ pub mod reasoning;
 mod render;
 mod responses;
 mod routes;
+mod running;
 mod serve_error;
+mod sink;
 mod sse;
 mod state;
 mod tool_parse;

@@ -21,20 +21,11 @@ use serde_json::{json, Value};
 const MAX_PER_REQUEST: usize = 8;
 
 fn api_error(e: LoraError, field: &str) -> ApiError {
-    let status = match &e {
-        LoraError::Unknown(_) => StatusCode::NOT_FOUND,
-        LoraError::Busy { .. } => StatusCode::TOO_MANY_REQUESTS,
-        _ => StatusCode::BAD_REQUEST,
-    };
-    let code = match &e {
-        LoraError::Unknown(_) => "model_not_found",
-        LoraError::Busy { .. } => "lora_slots_busy",
-        _ => "invalid_lora_adapter",
-    };
-    ApiError {
-        param: Some(field.into()),
-        ..ApiError::new(status, e.to_string(), code)
+    crate::error::Error::Lora {
+        err: e,
+        field: field.into(),
     }
+    .into()
 }
 
 /// The adapters of one request and the model name its response reports: `model` naming an
@@ -224,11 +215,9 @@ pub async fn load(State(st): State<AppState>, JsonObject(body): JsonObject) -> R
         Ok(Ok(a)) => a,
         Ok(Err(e)) => return load_error(e).into_response(),
         Err(e) => {
-            return ApiError::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                format!("adapter load task failed: {e}"),
-                "internal",
-            )
+            return ApiError::from(crate::error::Error::Internal(format!(
+                "adapter load task failed: {e}"
+            )))
             .into_response()
         }
     };

@@ -8,7 +8,6 @@
 //! adapter gets the same answer, without any of its bytes.
 
 use crate::error::ApiError;
-use axum::http::StatusCode;
 use std::path::{Component, Path, PathBuf};
 
 /// The one answer for every file that cannot be an adapter, whatever the reason.
@@ -16,23 +15,12 @@ pub const NOT_LOADABLE: &str = "not a loadable LoRA adapter (a regular, readable
 
 /// 403 while runtime loading is off, naming how to turn it on.
 pub fn disabled() -> ApiError {
-    ApiError::new(
-        StatusCode::FORBIDDEN,
-        "runtime LoRA adapter loading and unloading is off: start the server with --allow-runtime-lora (or VLLM_ALLOW_RUNTIME_LORA_UPDATING=true)",
-        "runtime_lora_disabled",
-    )
+    crate::error::Error::RuntimeLoraDisabled.into()
 }
 
 /// 400 on `lora_path` with `message`.
 pub fn refused(message: impl Into<String>) -> ApiError {
-    ApiError {
-        param: Some("lora_path".into()),
-        ..ApiError::new(
-            StatusCode::BAD_REQUEST,
-            format!("lora_path: {}", message.into()),
-            "invalid_lora_adapter",
-        )
-    }
+    crate::error::Error::LoraPath(message.into()).into()
 }
 
 /// `..` and `.` resolved without touching the file system, so a path is judged against the

@@ -2,11 +2,10 @@
 //! /v1/completions (`text_completion`) and /v1/chat/completions (`chat.completion`,
 //! `chat.completion.chunk`).
 
-use crate::params::Api;
+use crate::api::Api;
 use folio_engine::TokenLogprob;
 use folio_tokenizer::Tokenizer;
 use serde_json::{json, Map, Value};
-use std::hash::{BuildHasher, Hasher};
 use std::time::Instant;
 
 /// The identity and shape of one HTTP generation request.
@@ -27,36 +26,11 @@ pub struct Job {
     /// When the request reached the server (TTFT and e2e latency start here).
     pub arrival: Instant,
     /// Completions `echo`: one entry per prompt (empty without echo).
-    pub echo: Vec<crate::echo::EchoPrompt>,
+    pub echo: Vec<crate::api::EchoPrompt>,
     /// Chat with tools offered: how calls are read from the text.
     pub tools: Option<crate::tools::ToolCalling>,
     /// Chat with `--reasoning-parser`: `<think>` text goes to `reasoning_content`.
     pub reasoning: Option<crate::reasoning::Parser>,
-}
-
-/// A fresh random request id with the endpoint's prefix.
-pub fn new_id(api: Api) -> String {
-    let prefix = match api {
-        Api::Completions => "cmpl-",
-        Api::Chat => "chatcmpl-",
-    };
-    random_id(prefix)
-}
-
-/// `prefix` and 16 random hex digits.
-pub fn random_id(prefix: &str) -> String {
-    // RandomState is seeded per instance from the OS: enough for unique ids, no extra crate.
-    let r = std::collections::hash_map::RandomState::new()
-        .build_hasher()
-        .finish();
-    format!("{prefix}{r:016x}")
-}
-
-/// Seconds since the Unix epoch.
-pub fn unix_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }
 
 /// Token counts summed over a request's choices.
@@ -290,12 +264,5 @@ mod tests {
             json!({"role": "assistant", "content": "ok"})
         );
         assert_eq!(r["choices"][0]["logprobs"], json!({"content": []}));
-    }
-
-    #[test]
-    fn ids_have_prefixes_and_differ() {
-        let (a, b) = (new_id(Api::Chat), new_id(Api::Chat));
-        assert!(a.starts_with("chatcmpl-") && new_id(Api::Completions).starts_with("cmpl-"));
-        assert_ne!(a, b);
     }
 }

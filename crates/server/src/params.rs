@@ -1,18 +1,12 @@
 //! Generation parameters shared by /v1/completions and /v1/chat/completions, validated
 //! once into [`Params`] (OpenAI and vLLM names, OpenAI ranges).
 
+use crate::api::Api;
 use crate::error::ApiError;
 use crate::fields::{show, Fields};
 use crate::logit_fields::{self, LogitFields};
 use folio_engine::SamplingParams;
 use serde_json::Value;
-
-/// Which endpoint a request came through; decides field names and response shapes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Api {
-    Completions,
-    Chat,
-}
 
 /// Bounds that depend on the served model and the server's options.
 #[derive(Clone, Copy, Debug)]

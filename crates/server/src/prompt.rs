@@ -1,6 +1,7 @@
 //! Prompts: the shapes clients send (`prompt` as text, token ids or a batch of either;
 //! chat `messages`) and their tokenization.
 
+use crate::api::PromptInput;
 use crate::capacity::Capacity;
 use crate::error::ApiError;
 use crate::fields::{show, Fields};
@@ -11,19 +12,6 @@ use serde_json::{Map, Value};
 pub const MAX_PROMPTS: usize = 32;
 /// Most chat messages in one request.
 pub const MAX_MESSAGES: usize = 1024;
-
-/// One prompt before tokenization.
-#[derive(Clone, Debug, PartialEq)]
-pub enum PromptInput {
-    Text(String),
-    Tokens(Vec<u32>),
-    Chat {
-        messages: Vec<ChatMessage>,
-        add_generation_prompt: bool,
-        /// `chat_template_kwargs`: extra variables for the chat template.
-        kwargs: Map<String, Value>,
-    },
-}
 
 /// The `prompt` field of /v1/completions: a string, an array of strings, an array of token
 /// ids, or an array of arrays of token ids. Takes the value out of the body, so that a

@@ -14,10 +14,11 @@
 //! that follows checks them. The answers are vLLM's shapes: a list of `GenerateRequest`s
 //! for completions (one per prompt), one for chat.
 
+use crate::api::PromptInput;
 use crate::body::JsonObject;
 use crate::error::ApiError;
 use crate::fields::Fields;
-use crate::prompt::{self, PromptInput};
+use crate::prompt;
 use crate::state::AppState;
 use axum::extract::State;
 use axum::Json;

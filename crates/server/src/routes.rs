@@ -1,14 +1,15 @@
 //! Handlers: the generation endpoints delegate to `generate`; the rest are small.
 
+use crate::api::Api;
+use crate::api::PromptInput;
 use crate::body::JsonObject;
 use crate::error::ApiError;
 use crate::fields::{show, Fields};
 use crate::generate::generate;
-use crate::params::Api;
-use crate::prompt::{self, PromptInput};
+use crate::prompt;
 use crate::state::AppState;
 use axum::extract::{Path, State};
-use axum::http::{header, StatusCode, Uri};
+use axum::http::{header, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
@@ -154,12 +155,7 @@ pub async fn detokenize(
 /// sending while in-flight requests finish).
 pub async fn health(State(st): State<AppState>) -> Response {
     if st.draining() {
-        ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "server is draining after a shutdown signal",
-            "shutting_down",
-        )
-        .into_response()
+        ApiError::from(crate::error::Error::Draining).into_response()
     } else {
         Json(json!({})).into_response()
     }
@@ -182,30 +178,19 @@ pub async fn metrics(State(st): State<AppState>) -> Response {
 }
 
 pub async fn not_found(uri: Uri) -> ApiError {
-    ApiError::new(
-        StatusCode::NOT_FOUND,
-        format!("no route for {}", uri.path()),
-        "not_found",
-    )
+    crate::error::Error::NoRoute(uri.path().into()).into()
 }
 
 /// OpenAI routes folio does not serve: 501, not 404, so that routers (litellm) do not
 /// take the deployment for a wrong URL and put it in cooldown.
 pub async fn not_implemented(uri: Uri) -> ApiError {
-    ApiError::new(
-        StatusCode::NOT_IMPLEMENTED,
-        format!(
-            "{} is not implemented by folio (it serves /v1/completions, /v1/chat/completions, /v1/responses, /v1/embeddings and /v1/models)",
-            uri.path()
-        ),
-        "not_implemented",
-    )
+    crate::error::Error::NotImplemented(uri.path().into()).into()
 }
 
 pub async fn method_not_allowed(method: axum::http::Method, uri: Uri) -> ApiError {
-    ApiError::new(
-        StatusCode::METHOD_NOT_ALLOWED,
-        format!("method {method} is not allowed on {}", uri.path()),
-        "method_not_allowed",
-    )
+    crate::error::Error::MethodNotAllowed {
+        method: method.to_string(),
+        path: uri.path().into(),
+    }
+    .into()
 }

@@ -80,7 +80,7 @@ impl AppState {
             hosts,
             model_name,
             metrics,
-            started: crate::openai::unix_now(),
+            started: crate::api::unix_now(),
             draining: AtomicBool::new(false),
             queued: Arc::new(AtomicUsize::new(0)),
             active: Arc::new(AtomicUsize::new(0)),
@@ -110,6 +110,28 @@ impl AppState {
 
     pub fn draining(&self) -> bool {
         self.0.draining.load(Ordering::Relaxed)
+    }
+
+    /// A request the engine refused (before its first token): counted, and its answer.
+    pub fn refused(&self, reason: folio_engine::FinishReason) -> crate::error::ApiError {
+        let e = crate::error::ApiError::refusal(reason);
+        self.0.metrics.rejected(e.status.as_u16());
+        e
+    }
+
+    /// A submit the engine refused after `submitted` (earlier prompts of the same
+    /// request) went in: those are aborted, the refusal counted.
+    pub fn submit_failed(
+        &self,
+        submitted: &[folio_engine::RequestStream],
+        e: folio_engine::SubmitError,
+    ) -> crate::error::ApiError {
+        for rs in submitted {
+            self.0.engine.abort(rs.id);
+        }
+        let e = crate::error::ApiError::from(e);
+        self.0.metrics.rejected(e.status.as_u16());
+        e
     }
 
     /// A new request's first check: while draining it is refused (503, counted).
@@ -142,11 +164,7 @@ impl AppState {
         if before + n > max {
             drop(slots);
             s.metrics.rejected(429);
-            return Err(crate::ApiError::new(
-                axum::http::StatusCode::TOO_MANY_REQUESTS,
-                format!("server overloaded: {before} requests queued, {n} more would exceed the limit of {max} (--max-queued-requests); retry later"),
-                "overloaded",
-            ));
+            return Err(crate::error::Error::Overloaded(format!("server overloaded: {before} requests queued, {n} more would exceed the limit of {max} (--max-queued-requests); retry later")).into());
         }
         Ok(slots)
     }

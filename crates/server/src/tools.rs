@@ -1,8 +1,8 @@
 //! Chat `tools`, `tool_choice` and `parallel_tool_calls`, read and checked.
 
+use crate::api::PromptInput;
 use crate::error::ApiError;
 use crate::fields::{show, Fields};
-use crate::prompt::PromptInput;
 use crate::tool_parse::{self, ParsedCall, Parser};
 use serde_json::{json, Value};
 
@@ -305,7 +305,7 @@ pub fn render_into(input: &mut PromptInput, t: &Tools, template: Option<&str>) {
 
 /// `call_…`: a fresh tool-call id.
 fn call_id() -> String {
-    let id = crate::openai::new_id(crate::params::Api::Completions);
+    let id = crate::api::new_id(crate::api::Api::Completions);
     format!("call_{}", id.trim_start_matches("cmpl-"))
 }
 

@@ -9,7 +9,7 @@
 //! the other kind starts. An answer without text still gets an empty message item.
 
 use super::request::Asked;
-use crate::openai::random_id;
+use crate::api::random_id;
 use crate::reasoning::{Parser, Split};
 use serde_json::{json, Value};
 
@@ -87,7 +87,7 @@ impl Build {
     pub fn new(model: String, asked: Asked, parser: Option<Parser>) -> Build {
         Build {
             id: random_id("resp_"),
-            created_at: crate::openai::unix_now(),
+            created_at: crate::api::unix_now(),
             model,
             asked,
             split: parser.map(Split::new),
@@ -340,6 +340,17 @@ fn item_json(it: &Item, status: &str) -> Value {
 mod tests {
     use super::*;
 
+    /// The events of a message item that got two pieces of text.
+    const MESSAGE_OF_TWO_DELTAS: [&str; 7] = [
+        "response.output_item.added",
+        "response.content_part.added",
+        "response.output_text.delta",
+        "response.output_text.delta",
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+    ];
+
     fn types(evs: &[Ev]) -> Vec<&'static str> {
         evs.iter().map(|(t, _)| *t).collect()
     }
@@ -357,21 +368,12 @@ mod tests {
             output: 3,
         };
         evs.extend(b.finish(&End::Completed, t));
-        assert_eq!(
-            types(&evs),
-            [
-                "response.created",
-                "response.in_progress",
-                "response.output_item.added",
-                "response.content_part.added",
-                "response.output_text.delta",
-                "response.output_text.delta",
-                "response.output_text.done",
-                "response.content_part.done",
-                "response.output_item.done",
-                "response.completed",
-            ]
-        );
+        let want = [
+            &["response.created", "response.in_progress"][..],
+            &MESSAGE_OF_TWO_DELTAS,
+            &["response.completed"],
+        ];
+        assert_eq!(types(&evs), want.concat());
         for (i, (t, e)) in evs.iter().enumerate() {
             assert_eq!(e["sequence_number"], i as u64);
             assert_eq!(e["type"], *t);
@@ -403,25 +405,20 @@ mod tests {
             output: 4,
         };
         evs.extend(b.finish(&End::Incomplete("max_output_tokens"), t));
-        assert_eq!(
-            types(&evs)[2..],
-            [
-                "response.output_item.added",
-                "response.content_part.added",
-                "response.reasoning_text.delta",
-                "response.reasoning_text.done",
-                "response.content_part.done",
-                "response.output_item.done",
-                "response.output_item.added",
-                "response.content_part.added",
-                "response.output_text.delta",
-                "response.output_text.delta",
-                "response.output_text.done",
-                "response.content_part.done",
-                "response.output_item.done",
-                "response.incomplete",
-            ]
-        );
+        let reasoning = [
+            "response.output_item.added",
+            "response.content_part.added",
+            "response.reasoning_text.delta",
+            "response.reasoning_text.done",
+            "response.content_part.done",
+            "response.output_item.done",
+        ];
+        let want = [
+            &reasoning[..],
+            &MESSAGE_OF_TWO_DELTAS,
+            &["response.incomplete"],
+        ];
+        assert_eq!(types(&evs)[2..], want.concat());
         let r = b.response(&End::Incomplete("max_output_tokens"), t);
         assert_eq!(r["status"], "incomplete");
         assert_eq!(r["incomplete_details"]["reason"], "max_output_tokens");

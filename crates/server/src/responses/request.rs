@@ -5,6 +5,7 @@
 
 use crate::error::ApiError;
 use crate::fields::{show, Fields};
+use crate::known_fields::RESPONSES_PASS;
 use crate::prompt::MAX_MESSAGES;
 use serde_json::{json, Map, Value};
 
@@ -21,38 +22,11 @@ pub struct Asked {
     pub format: Value,
 }
 
-/// Fields that keep their name and meaning on the chat path.
-const PASS: &[&str] = &[
-    "model",
-    "stream",
-    "temperature",
-    "top_p",
-    "user",
-    "seed",
-    "top_k",
-    "min_p",
-    "stop",
-    "presence_penalty",
-    "frequency_penalty",
-    "repetition_penalty",
-    "logit_bias",
-    "min_tokens",
-    "allowed_token_ids",
-    "bad_words",
-    "ignore_eos",
-    "lora",
-    "speculative",
-    "num_speculative_tokens",
-    "deadline_ms",
-    // vLLM's structured-output field (OpenAI's is text.format).
-    "structured_outputs",
-];
-
 /// The chat body of a (field-checked) Responses body, and what to echo back.
 pub fn to_chat(body: &Map<String, Value>) -> Result<(Map<String, Value>, Asked), ApiError> {
     let f = Fields::new(body);
     let mut chat = Map::new();
-    for name in PASS {
+    for name in RESPONSES_PASS {
         if let Some(v) = f.get(name) {
             chat.insert(name.to_string(), v.clone());
         }
