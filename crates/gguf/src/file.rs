@@ -110,7 +110,10 @@ impl GgufFile {
 
     /// The value of `key`, if present.
     pub fn get(&self, key: &str) -> Option<&Value> {
-        self.header.key_index.get(key).map(|&i| &self.header.metadata[i].1)
+        self.header
+            .key_index
+            .get(key)
+            .map(|&i| &self.header.metadata[i].1)
     }
 
     fn require(&self, key: &str) -> Result<&Value> {
@@ -192,7 +195,10 @@ impl GgufFile {
 
     /// The tensor called `name`, if present.
     pub fn tensor(&self, name: &str) -> Option<&TensorInfo> {
-        self.header.tensor_index.get(name).map(|&i| &self.header.tensors[i])
+        self.header
+            .tensor_index
+            .get(name)
+            .map(|&i| &self.header.tensors[i])
     }
 
     /// The raw bytes of a tensor of this file (bounds were validated at open). An `info`

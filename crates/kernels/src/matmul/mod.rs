@@ -25,6 +25,7 @@ mod packed;
 mod sb_format;
 mod sb_kernel;
 mod sb_lanes;
+mod tile;
 
 pub use kernel::Sums;
 
@@ -445,10 +446,39 @@ impl QMatrix {
         };
         match &self.data {
             Storage::Packed(p) => {
-                with_acts(&|acts| self.packed_matmul(p, qisa, x, n, outp, ostride, pool, acts))
+                // Group sums feed only the offset term of symmetric layouts in ggml's lane
+                // order.
+                let extra = ExtraSums {
+                    groups: self.sums == Sums::Ggml && !p.layout.stored_min(),
+                    halves: false,
+                };
+                let (rows, sums) = (self.rows, self.sums);
+                let tiles = |acts: &QuantizedActs, p0, p1| {
+                    // SAFETY: as in `over_panels`.
+                    unsafe {
+                        kernel::run_panels(qisa, sums, p, p0, p1, acts, rows, ostride, outp.get())
+                    }
+                };
+                with_acts(&|acts| {
+                    self.quant_matmul(p.panels, extra, qisa, x, n, pool, acts, &tiles)
+                })
             }
             Storage::Super(p) => {
-                with_acts(&|acts| self.super_matmul(p, qisa, x, n, outp, ostride, pool, acts))
+                let extra = ExtraSums {
+                    groups: false,
+                    halves: p.ty.desc().sub16,
+                };
+                let rows = self.rows;
+                let tiles = |acts: &QuantizedActs, p0, p1| {
+                    // SAFETY: as in `over_panels`; the 16-sums were computed for the types
+                    // that read them.
+                    unsafe {
+                        sb_kernel::run_panels(qisa, p, p0, p1, acts, rows, ostride, outp.get())
+                    }
+                };
+                with_acts(&|acts| {
+                    self.quant_matmul(p.panels, extra, qisa, x, n, pool, acts, &tiles)
+                })
             }
             Storage::F32(w) => self.dense_matmul(w, isa, x, n, outp, ostride, pool),
             Storage::F16(w) => self.dense_matmul(w, isa, x, n, outp, ostride, pool),
@@ -462,56 +492,23 @@ impl QMatrix {
         }
     }
 
+    /// Quantizes `x` into `acts` with the `extra` sums the kernel reads, then runs
+    /// `tiles(acts, p0, p1)` over the `panels` spread across the pool.
     #[allow(clippy::too_many_arguments)]
-    fn super_matmul(
+    fn quant_matmul(
         &self,
-        p: &SbPacked,
+        panels: usize,
+        extra: ExtraSums,
         isa: Isa,
         x: &[f32],
         n: usize,
-        out: SendPtr<f32>,
-        ostride: usize,
         pool: &ThreadPool,
         acts: &mut QuantizedActs,
+        tiles: &(dyn Fn(&QuantizedActs, usize, usize) + Sync),
     ) {
-        let extra = ExtraSums {
-            groups: false,
-            halves: p.ty.desc().sub16,
-        };
         acts.quantize(isa, x, n, self.cols, extra, pool);
         let acts = &*acts;
-        let rows = self.rows;
-        over_panels(p.panels, n, pool, &|p0, p1| {
-            // SAFETY: as in `over_panels`; the 16-sums were computed for the types that read them.
-            unsafe { sb_kernel::run_panels(isa, p, p0, p1, acts, rows, ostride, out.get()) };
-        });
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn packed_matmul(
-        &self,
-        p: &Packed,
-        isa: Isa,
-        x: &[f32],
-        n: usize,
-        out: SendPtr<f32>,
-        ostride: usize,
-        pool: &ThreadPool,
-        acts: &mut QuantizedActs,
-    ) {
-        // Group sums feed only the offset term of symmetric layouts in ggml's lane order.
-        let groups = self.sums == Sums::Ggml && !p.layout.stored_min();
-        let extra = ExtraSums {
-            groups,
-            halves: false,
-        };
-        acts.quantize(isa, x, n, self.cols, extra, pool);
-        let acts = &*acts;
-        let (rows, sums) = (self.rows, self.sums);
-        over_panels(p.panels, n, pool, &|p0, p1| {
-            // SAFETY: as in `over_panels`.
-            unsafe { kernel::run_panels(isa, sums, p, p0, p1, acts, rows, ostride, out.get()) };
-        });
+        over_panels(panels, n, pool, &|p0, p1| tiles(acts, p0, p1));
     }
 
     #[allow(clippy::too_many_arguments)]

@@ -14,29 +14,11 @@
 //! so the only roundings are one product and one FMA per block. Every ISA performs the same
 //! f32 operations in the same order, so SIMD results equal the scalar reference bit for bit.
 
-use super::sb_format::{code, MinKind, SbPacked, SbType, PANEL};
+use super::sb_format::{code, MinKind, SbPacked, SbType};
 use super::sb_lanes::{header, scales, One};
+use super::tile::{for_each_tile, Tile};
 use crate::cpu::Isa;
 use crate::quant_act::QuantizedActs;
-
-/// Pointers describing one tile; all derived from checked slices by `run_panels`.
-#[derive(Clone, Copy)]
-pub(crate) struct Tile {
-    /// First superblock of the panel.
-    w: *const u8,
-    /// 32-blocks per row.
-    nb: usize,
-    /// Codes / scales / `isum` / 16-sums of the tile's first activation row.
-    xq: *const i8,
-    xd: *const f32,
-    xi: *const i32,
-    xh: *const i32,
-    /// Output of activation row 0, panel row 0; activation row j is `ostride` further.
-    out: *mut f32,
-    ostride: usize,
-    /// Valid panel rows (the last panel may be partial).
-    valid: usize,
-}
 
 /// Activation rows per pass over a panel (the codes are unpacked once per pass).
 fn tile_rows(isa: Isa) -> usize {
@@ -45,9 +27,6 @@ fn tile_rows(isa: Isa) -> usize {
         _ => 8,
     }
 }
-
-/// Activation rows whose codes stay cache-resident while a task walks its panels.
-const ACT_CHUNK: usize = 32;
 
 /// Computes output rows of panels `p0..p1` for every activation row.
 ///
@@ -66,40 +45,22 @@ pub(crate) unsafe fn run_panels(
     ostride: usize,
     out: *mut f32,
 ) {
-    let (nb, ty) = (packed.nb, packed.ty);
+    let ty = packed.ty;
     let desc = ty.desc();
-    let cols = nb * 32;
-    debug_assert_eq!(acts.cols(), cols);
-    let n = acts.n();
-    let panel_bytes = nb / desc.subs() * desc.sb_bytes();
+    debug_assert_eq!(acts.cols(), packed.nb * 32);
+    let panel_bytes = packed.nb / desc.subs() * desc.sb_bytes();
     let w = packed.bytes().as_ptr();
-    let tr = tile_rows(isa);
-    let (xq, xd, xi) = (acts.codes(), acts.scales(), acts.isums());
-    let xh = if desc.sub16 {
-        acts.half_sums().as_ptr()
-    } else {
-        std::ptr::null()
-    };
-    for a0 in (0..n).step_by(ACT_CHUNK) {
-        let a1 = (a0 + ACT_CHUNK).min(n);
-        for p in p0..p1 {
-            let valid = PANEL.min(rows - p * PANEL);
-            for j0 in (a0..a1).step_by(tr) {
-                let t = Tile {
-                    w: w.add(p * panel_bytes),
-                    nb,
-                    xq: xq.as_ptr().add(j0 * cols),
-                    xd: xd.as_ptr().add(j0 * nb),
-                    xi: xi.as_ptr().add(j0 * nb),
-                    xh: xh.wrapping_add(j0 * nb * 2),
-                    out: out.add(j0 * ostride + p * PANEL),
-                    ostride,
-                    valid,
-                };
-                run_tile(isa, ty, &t, tr.min(a1 - j0));
-            }
-        }
-    }
+    let place = (rows, ostride, out);
+    for_each_tile(
+        w,
+        panel_bytes,
+        (p0, p1),
+        acts,
+        desc.sub16,
+        place,
+        tile_rows(isa),
+        |t, nr| run_tile(isa, ty, t, nr),
+    );
 }
 
 unsafe fn run_tile(isa: Isa, ty: SbType, t: &Tile, nr: usize) {
@@ -185,20 +146,12 @@ unsafe fn tile_scalar(ty: SbType, t: &Tile, nr: usize) {
 mod avx512 {
     use super::super::sb_format::{Desc, MinKind, SbType, IQ4_VALUES};
     use super::super::sb_lanes::{header, scales, Z};
+    use super::super::tile::{mask16, unroll_rows};
     use super::Tile;
     use std::arch::x86_64::*;
 
     pub(super) unsafe fn tile<const T: u8>(t: &Tile, nr: usize) {
-        match nr {
-            1 => tile_n::<T, 1>(t),
-            2 => tile_n::<T, 2>(t),
-            3 => tile_n::<T, 3>(t),
-            4 => tile_n::<T, 4>(t),
-            5 => tile_n::<T, 5>(t),
-            6 => tile_n::<T, 6>(t),
-            7 => tile_n::<T, 7>(t),
-            _ => tile_n::<T, 8>(t),
-        }
+        unroll_rows!(nr, tile_n(T)(t), [1, 2, 3, 4, 5, 6, 7], 8)
     }
 
     #[inline(always)]
@@ -358,11 +311,7 @@ mod avx512 {
                 }
             }
         }
-        let mask: __mmask16 = if t.valid >= 16 {
-            0xffff
-        } else {
-            (1u16 << t.valid) - 1
-        };
+        let mask: __mmask16 = mask16(t.valid);
         for (j, a) in acc.iter().enumerate() {
             _mm512_mask_storeu_ps(t.out.add(j * t.ostride), mask, *a);
         }
@@ -373,16 +322,12 @@ mod avx512 {
 mod avx2 {
     use super::super::sb_format::{MinKind, SbType, IQ4_VALUES};
     use super::super::sb_lanes::{header, scales, Y};
+    use super::super::tile::{store8, unroll_rows};
     use super::Tile;
     use std::arch::x86_64::*;
 
     pub(super) unsafe fn tile<const T: u8>(t: &Tile, nr: usize) {
-        match nr {
-            1 => tile_n::<T, 1>(t),
-            2 => tile_n::<T, 2>(t),
-            3 => tile_n::<T, 3>(t),
-            _ => tile_n::<T, 4>(t),
-        }
+        unroll_rows!(nr, tile_n(T)(t), [1, 2, 3], 4)
     }
 
     #[inline(always)]
@@ -554,14 +499,7 @@ mod avx2 {
             }
             let n = (t.valid - lo).min(8);
             for (j, a) in acch.iter().enumerate() {
-                let dst = t.out.add(j * t.ostride + lo);
-                if n == 8 {
-                    _mm256_storeu_ps(dst, *a);
-                } else {
-                    let mut tmp = [0f32; 8];
-                    _mm256_storeu_ps(tmp.as_mut_ptr(), *a);
-                    std::ptr::copy_nonoverlapping(tmp.as_ptr(), dst, n);
-                }
+                store8(t.out.add(j * t.ostride + lo), *a, n);
             }
         }
     }
