@@ -25,6 +25,7 @@ mod packed;
 mod sb_format;
 mod sb_kernel;
 mod sb_lanes;
+mod sb_planes;
 mod tile;
 
 pub use kernel::Sums;

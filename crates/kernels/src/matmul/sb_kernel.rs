@@ -146,6 +146,7 @@ unsafe fn tile_scalar(ty: SbType, t: &Tile, nr: usize) {
 mod avx512 {
     use super::super::sb_format::{Desc, MinKind, SbType, IQ4_VALUES};
     use super::super::sb_lanes::{header, scales, Z};
+    use super::super::sb_planes::planes;
     use super::super::tile::{mask16, unroll_rows};
     use super::Tile;
     use std::arch::x86_64::*;
@@ -154,46 +155,10 @@ mod avx512 {
         unroll_rows!(nr, tile_n(T)(t), [1, 2, 3, 4, 5, 6, 7], 8)
     }
 
-    #[inline(always)]
-    unsafe fn srl16(v: __m512i, n: u32) -> __m512i {
-        _mm512_srl_epi16(v, _mm_cvtsi32_si128(n as i32))
-    }
-
-    #[inline(always)]
-    unsafe fn sll16(v: __m512i, n: u32) -> __m512i {
-        _mm512_sll_epi16(v, _mm_cvtsi32_si128(n as i32))
-    }
-
     /// The 8 `vpdpbusd` operands (16 rows x 4 k each) of one 32-block's code planes.
     #[inline(always)]
     pub(super) unsafe fn unpack(desc: &Desc, p: *const u8, lut: __m512i) -> [__m512i; 8] {
-        let mut u = [_mm512_setzero_si512(); 8];
-        let per = 8 / desc.lo as usize;
-        let lmask = _mm512_set1_epi8(((1u32 << desc.lo) - 1) as i8);
-        for i in 0..desc.lo as usize {
-            let v = _mm512_loadu_si512(p.add(64 * i) as *const _);
-            for t in 0..per {
-                u[i * per + t] = _mm512_and_si512(srl16(v, t as u32 * desc.lo), lmask);
-            }
-        }
-        if desc.hi > 0 {
-            let hp = p.add(64 * desc.lo as usize);
-            let hper = 8 / desc.hi as usize;
-            let hmask = _mm512_set1_epi8((((1u32 << desc.hi) - 1) << desc.lo) as i8);
-            for i in 0..desc.hi as usize {
-                let v = _mm512_loadu_si512(hp.add(64 * i) as *const _);
-                for t in 0..hper {
-                    let shift = t as u32 * desc.hi;
-                    let moved = if shift >= desc.lo {
-                        srl16(v, shift - desc.lo)
-                    } else {
-                        sll16(v, desc.lo - shift)
-                    };
-                    let g = i * hper + t;
-                    u[g] = _mm512_or_si512(u[g], _mm512_and_si512(moved, hmask));
-                }
-            }
-        }
+        let mut u = planes::<__m512i>(desc, p);
         if desc.lut {
             for ug in u.iter_mut() {
                 *ug = _mm512_shuffle_epi8(lut, *ug);
@@ -322,22 +287,13 @@ mod avx512 {
 mod avx2 {
     use super::super::sb_format::{MinKind, SbType, IQ4_VALUES};
     use super::super::sb_lanes::{header, scales, Y};
+    use super::super::sb_planes::planes;
     use super::super::tile::{store8, unroll_rows};
     use super::Tile;
     use std::arch::x86_64::*;
 
     pub(super) unsafe fn tile<const T: u8>(t: &Tile, nr: usize) {
         unroll_rows!(nr, tile_n(T)(t), [1, 2, 3], 4)
-    }
-
-    #[inline(always)]
-    unsafe fn srl16(v: __m256i, n: u32) -> __m256i {
-        _mm256_srl_epi16(v, _mm_cvtsi32_si128(n as i32))
-    }
-
-    #[inline(always)]
-    unsafe fn sll16(v: __m256i, n: u32) -> __m256i {
-        _mm256_sll_epi16(v, _mm_cvtsi32_si128(n as i32))
     }
 
     /// Without VNNI: `vpmaddubsw` (u8 x i8 -> i16 pairs, exact for codes below 64:
@@ -385,34 +341,7 @@ mod avx2 {
                 let h = header::<Y>(ty, sbp, 8 * hf);
                 for sub in 0..subs {
                     let p = sbp.add(hb + sub * cb + 32 * hf);
-                    let mut u = [_mm256_setzero_si256(); 8];
-                    let per = 8 / desc.lo as usize;
-                    let lmask = _mm256_set1_epi8(((1u32 << desc.lo) - 1) as i8);
-                    for i in 0..desc.lo as usize {
-                        let v = _mm256_loadu_si256(p.add(64 * i) as *const _);
-                        for tt in 0..per {
-                            u[i * per + tt] =
-                                _mm256_and_si256(srl16(v, tt as u32 * desc.lo), lmask);
-                        }
-                    }
-                    if desc.hi > 0 {
-                        let hp = p.add(64 * desc.lo as usize);
-                        let hper = 8 / desc.hi as usize;
-                        let hmask = _mm256_set1_epi8((((1u32 << desc.hi) - 1) << desc.lo) as i8);
-                        for i in 0..desc.hi as usize {
-                            let v = _mm256_loadu_si256(hp.add(64 * i) as *const _);
-                            for tt in 0..hper {
-                                let shift = tt as u32 * desc.hi;
-                                let moved = if shift >= desc.lo {
-                                    srl16(v, shift - desc.lo)
-                                } else {
-                                    sll16(v, desc.lo - shift)
-                                };
-                                let g = i * hper + tt;
-                                u[g] = _mm256_or_si256(u[g], _mm256_and_si256(moved, hmask));
-                            }
-                        }
-                    }
+                    let mut u = planes::<__m256i>(&desc, p);
                     let mut a = [_mm256_setzero_si256(); 8];
                     if desc.lut {
                         for (ug, ag) in u.iter_mut().zip(a.iter_mut()) {
