@@ -22,9 +22,9 @@
 //! of the chosen form in this order, so SIMD results equal the scalar reference bit for bit.
 
 use super::packed::{code, scales, Geometry, Layout, Packed, PANEL};
-use super::tile::{for_each_tile, Tile};
+use super::tile::{for_each_tile, Span, Tile};
 use crate::cpu::Isa;
-use crate::quant_act::{QuantizedActs, GROUP};
+use crate::quant_act::GROUP;
 
 /// How a row's dot product accumulates its blocks (see the module doc).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -57,38 +57,17 @@ fn hsum8(a: &[f32; 8], summs: f32) -> f32 {
     ((r[0] + r[2]) + (r[1] + r[3])) + summs
 }
 
-/// Computes output rows of panels `p0..p1` for every activation row.
+/// Computes the output rows of the span's panels for every activation row.
 ///
 /// # Safety
-/// `out` must point to `(acts.n() - 1) * ostride + rows` floats, and no other thread may write the
-/// entries of these panels concurrently. `isa` must be supported (VNNI for `Avx512`).
-#[allow(clippy::too_many_arguments)]
-pub(crate) unsafe fn run_panels(
-    isa: Isa,
-    sums: Sums,
-    packed: &Packed,
-    p0: usize,
-    p1: usize,
-    acts: &QuantizedActs,
-    rows: usize,
-    ostride: usize,
-    out: *mut f32,
-) {
+/// As [`for_each_tile`]; `isa` must be supported (VNNI for `Avx512`).
+pub(crate) unsafe fn run_panels(isa: Isa, sums: Sums, packed: &Packed, span: &Span) {
     let l = packed.layout;
-    debug_assert_eq!(acts.cols(), packed.nb * 32);
-    let panel_bytes = packed.nb * l.block_bytes();
-    let w = packed.bytes().as_ptr();
-    let place = (rows, ostride, out);
-    for_each_tile(
-        w,
-        panel_bytes,
-        (p0, p1),
-        acts,
-        false,
-        place,
-        tile_rows(isa, sums),
-        |t, nr| run_tile(isa, sums, l, t, nr),
-    );
+    debug_assert_eq!(span.acts.cols(), packed.nb * 32);
+    let panels = (packed.bytes().as_ptr(), packed.nb * l.block_bytes());
+    for_each_tile(panels, span, false, tile_rows(isa, sums), |t, nr| {
+        run_tile(isa, sums, l, t, nr)
+    });
 }
 
 unsafe fn run_tile(isa: Isa, sums: Sums, l: Layout, t: &Tile, nr: usize) {

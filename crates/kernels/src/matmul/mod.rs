@@ -38,6 +38,7 @@ use half::{bf16, f16};
 use packed::{Layout, Packed, PANEL};
 use sb_format::{SbPacked, SbType};
 use std::cell::RefCell;
+use tile::Span;
 
 /// ggml tensor types folio can multiply with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -438,13 +439,6 @@ impl QMatrix {
         } else {
             isa
         };
-        let with_acts = |f: &dyn Fn(&mut QuantizedActs)| {
-            ACTS.with(|cell| match cell.try_borrow_mut() {
-                Ok(mut acts) => f(&mut acts),
-                // Re-entered on this thread (a matmul inside a pool task): a fresh buffer.
-                Err(_) => f(&mut QuantizedActs::new()),
-            })
-        };
         match &self.data {
             Storage::Packed(p) => {
                 // Group sums feed only the offset term of symmetric layouts in ggml's lane
@@ -453,33 +447,20 @@ impl QMatrix {
                     groups: self.sums == Sums::Ggml && !p.layout.stored_min(),
                     halves: false,
                 };
-                let (rows, sums) = (self.rows, self.sums);
-                let tiles = |acts: &QuantizedActs, p0, p1| {
-                    // SAFETY: as in `over_panels`.
-                    unsafe {
-                        kernel::run_panels(qisa, sums, p, p0, p1, acts, rows, ostride, outp.get())
-                    }
-                };
-                with_acts(&|acts| {
-                    self.quant_matmul(p.panels, extra, qisa, x, n, pool, acts, &tiles)
-                })
+                let sums = self.sums;
+                // SAFETY: as in `over_panels`.
+                let tiles = |span: &Span| unsafe { kernel::run_panels(qisa, sums, p, span) };
+                self.quant_matmul(p.panels, extra, &tiles, qisa, x, n, (outp, ostride), pool)
             }
             Storage::Super(p) => {
                 let extra = ExtraSums {
                     groups: false,
                     halves: p.ty.desc().sub16,
                 };
-                let rows = self.rows;
-                let tiles = |acts: &QuantizedActs, p0, p1| {
-                    // SAFETY: as in `over_panels`; the 16-sums were computed for the types
-                    // that read them.
-                    unsafe {
-                        sb_kernel::run_panels(qisa, p, p0, p1, acts, rows, ostride, outp.get())
-                    }
-                };
-                with_acts(&|acts| {
-                    self.quant_matmul(p.panels, extra, qisa, x, n, pool, acts, &tiles)
-                })
+                // SAFETY: as in `over_panels`; the 16-sums were computed for the types that
+                // read them.
+                let tiles = |span: &Span| unsafe { sb_kernel::run_panels(qisa, p, span) };
+                self.quant_matmul(p.panels, extra, &tiles, qisa, x, n, (outp, ostride), pool)
             }
             Storage::F32(w) => self.dense_matmul(w, isa, x, n, outp, ostride, pool),
             Storage::F16(w) => self.dense_matmul(w, isa, x, n, outp, ostride, pool),
@@ -493,23 +474,40 @@ impl QMatrix {
         }
     }
 
-    /// Quantizes `x` into `acts` with the `extra` sums the kernel reads, then runs
-    /// `tiles(acts, p0, p1)` over the `panels` spread across the pool.
+    /// Quantizes `x` (into this thread's buffer) with the `extra` sums the kernel reads,
+    /// then runs `tiles` over the `panels` spread across the pool, writing activation row b
+    /// of the output `b * ostride` floats after `out`.
     #[allow(clippy::too_many_arguments)]
     fn quant_matmul(
         &self,
         panels: usize,
         extra: ExtraSums,
+        tiles: &(dyn Fn(&Span) + Sync),
         isa: Isa,
         x: &[f32],
         n: usize,
+        (out, ostride): (SendPtr<f32>, usize),
         pool: &ThreadPool,
-        acts: &mut QuantizedActs,
-        tiles: &(dyn Fn(&QuantizedActs, usize, usize) + Sync),
     ) {
-        acts.quantize(isa, x, n, self.cols, extra, pool);
-        let acts = &*acts;
-        over_panels(panels, n, pool, &|p0, p1| tiles(acts, p0, p1));
+        let run = |acts: &mut QuantizedActs| {
+            acts.quantize(isa, x, n, self.cols, extra, pool);
+            let acts = &*acts;
+            let rows = self.rows;
+            over_panels(panels, n, pool, &|p0, p1| {
+                tiles(&Span {
+                    panels: (p0, p1),
+                    acts,
+                    rows,
+                    out: out.get(),
+                    ostride,
+                })
+            });
+        };
+        ACTS.with(|cell| match cell.try_borrow_mut() {
+            Ok(mut acts) => run(&mut acts),
+            // Re-entered on this thread (a matmul inside a pool task): a fresh buffer.
+            Err(_) => run(&mut QuantizedActs::new()),
+        })
     }
 
     #[allow(clippy::too_many_arguments)]

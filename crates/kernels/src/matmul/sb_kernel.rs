@@ -16,9 +16,8 @@
 
 use super::sb_format::{code, MinKind, SbPacked, SbType};
 use super::sb_lanes::{header, scales, One};
-use super::tile::{for_each_tile, Tile};
+use super::tile::{for_each_tile, Span, Tile};
 use crate::cpu::Isa;
-use crate::quant_act::QuantizedActs;
 
 /// Activation rows per pass over a panel (the codes are unpacked once per pass).
 fn tile_rows(isa: Isa) -> usize {
@@ -28,39 +27,22 @@ fn tile_rows(isa: Isa) -> usize {
     }
 }
 
-/// Computes output rows of panels `p0..p1` for every activation row.
+/// Computes the output rows of the span's panels for every activation row.
 ///
 /// # Safety
-/// `out` must point to `(acts.n() - 1) * ostride + rows` floats, and no other thread may write the
-/// entries of these panels concurrently. `isa` must be supported (VNNI for `Avx512`).
-/// `acts` must hold the 16-sums when the type's scales cover 16 values.
-#[allow(clippy::too_many_arguments)]
-pub(crate) unsafe fn run_panels(
-    isa: Isa,
-    packed: &SbPacked,
-    p0: usize,
-    p1: usize,
-    acts: &QuantizedActs,
-    rows: usize,
-    ostride: usize,
-    out: *mut f32,
-) {
+/// As [`for_each_tile`]; `isa` must be supported (VNNI for `Avx512`). The span's
+/// activations must hold the 16-sums when the type's scales cover 16 values.
+pub(crate) unsafe fn run_panels(isa: Isa, packed: &SbPacked, span: &Span) {
     let ty = packed.ty;
     let desc = ty.desc();
-    debug_assert_eq!(acts.cols(), packed.nb * 32);
-    let panel_bytes = packed.nb / desc.subs() * desc.sb_bytes();
-    let w = packed.bytes().as_ptr();
-    let place = (rows, ostride, out);
-    for_each_tile(
-        w,
-        panel_bytes,
-        (p0, p1),
-        acts,
-        desc.sub16,
-        place,
-        tile_rows(isa),
-        |t, nr| run_tile(isa, ty, t, nr),
+    debug_assert_eq!(span.acts.cols(), packed.nb * 32);
+    let panels = (
+        packed.bytes().as_ptr(),
+        packed.nb / desc.subs() * desc.sb_bytes(),
     );
+    for_each_tile(panels, span, desc.sub16, tile_rows(isa), |t, nr| {
+        run_tile(isa, ty, t, nr)
+    });
 }
 
 unsafe fn run_tile(isa: Isa, ty: SbType, t: &Tile, nr: usize) {
@@ -91,12 +73,7 @@ unsafe fn run_tile(isa: Isa, ty: SbType, t: &Tile, nr: usize) {
 /// The reference kernel: the arithmetic of the module doc, one row at a time.
 unsafe fn tile_scalar(ty: SbType, t: &Tile, nr: usize) {
     let desc = ty.desc();
-    let (subs, sbb, hb, cb) = (
-        desc.subs(),
-        desc.sb_bytes(),
-        desc.header_bytes(),
-        desc.code_bytes(),
-    );
+    let (subs, sbb, hb, cb) = desc.strides();
     let nsb = t.nb / subs;
     let cols = t.nb * 32;
     for j in 0..nr {
@@ -181,12 +158,7 @@ mod avx512 {
     unsafe fn tile_n<const T: u8, const NR: usize>(t: &Tile) {
         let ty = const { SbType::from_id(T) };
         let desc = const { SbType::from_id(T).desc() };
-        let (subs, sbb, hb, cb) = (
-            desc.subs(),
-            desc.sb_bytes(),
-            desc.header_bytes(),
-            desc.code_bytes(),
-        );
+        let (subs, sbb, hb, cb) = desc.strides();
         let nsb = t.nb / subs;
         let cols = t.nb * 32;
         let lut = if desc.lut {
@@ -304,12 +276,7 @@ mod avx2 {
     unsafe fn tile_n<const T: u8, const NR: usize>(t: &Tile) {
         let ty = const { SbType::from_id(T) };
         let desc = const { SbType::from_id(T).desc() };
-        let (subs, sbb, hb, cb) = (
-            desc.subs(),
-            desc.sb_bytes(),
-            desc.header_bytes(),
-            desc.code_bytes(),
-        );
+        let (subs, sbb, hb, cb) = desc.strides();
         let nsb = t.nb / subs;
         let cols = t.nb * 32;
         let offset = if desc.lut { 0 } else { desc.offset };

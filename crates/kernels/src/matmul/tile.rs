@@ -37,25 +37,39 @@ pub(crate) struct Tile {
 /// Activation rows whose codes stay cache-resident while a task walks its panels.
 const ACT_CHUNK: usize = 32;
 
-/// Calls `run(tile, rows)` for panels `p0..p1` (each `panel_bytes` long from `w`) times
+/// One task's share of a quantized matmul: panels `p0..p1` for every activation row.
+pub(crate) struct Span<'a> {
+    pub panels: (usize, usize),
+    pub acts: &'a QuantizedActs,
+    /// Output rows of the matrix (the last panel may be partial).
+    pub rows: usize,
+    /// Output of activation row 0; activation row j is `ostride` floats further.
+    pub out: *mut f32,
+    pub ostride: usize,
+}
+
+/// Calls `run(tile, rows)` for the span's panels (each `panel_bytes` long from `w`) times
 /// every group of at most `tr` activation rows.
 ///
 /// # Safety
-/// `w` must hold the panels; `out` must point to `(acts.n() - 1) * ostride + rows` floats,
-/// and no other thread may write the entries of these panels concurrently. `halves`
-/// requires that `acts` holds the 16-sums.
-#[allow(clippy::too_many_arguments)]
+/// `w` must hold the panels; `span.out` must point to `(acts.n() - 1) * ostride + rows`
+/// floats, and no other thread may write the entries of these panels concurrently.
+/// `halves` requires that `acts` holds the 16-sums.
 #[inline(always)]
 pub(crate) unsafe fn for_each_tile(
-    w: *const u8,
-    panel_bytes: usize,
-    (p0, p1): (usize, usize),
-    acts: &QuantizedActs,
+    (w, panel_bytes): (*const u8, usize),
+    span: &Span,
     halves: bool,
-    (rows, ostride, out): (usize, usize, *mut f32),
     tr: usize,
     run: impl Fn(&Tile, usize),
 ) {
+    let Span {
+        panels: (p0, p1),
+        acts,
+        rows,
+        out,
+        ostride,
+    } = *span;
     let cols = acts.cols();
     let nb = cols / 32;
     let n = acts.n();
