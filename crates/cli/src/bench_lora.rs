@@ -10,7 +10,7 @@
 //! and noisy).
 
 use anyhow::{Context, Result};
-use folio_bench::profile::rounds::decode_round_with;
+use folio_bench::profile::rounds::decode_round;
 use folio_kernels::pool::ThreadPool;
 use folio_model::{LoraAdapter, LoraSet, Model};
 use serde::Serialize;
@@ -92,7 +92,7 @@ pub fn run(a: &LoraBenchArgs) -> Result<Vec<Row>> {
     for _ in 0..a.rounds.max(1) {
         for (b, n, times) in cells.iter_mut() {
             let n = *n;
-            let p = decode_round_with(
+            let p = decode_round(
                 &model,
                 pool,
                 *b,

@@ -148,6 +148,7 @@ pub fn run(
             256,
             steps,
             format,
+            &|_| None,
         )?;
         rows.push(row(
             "decode",

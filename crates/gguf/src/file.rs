@@ -1,6 +1,5 @@
 //! [`GgufFile`]: an opened, validated GGUF file.
 
-use std::collections::HashMap;
 use std::path::Path;
 
 use crate::parse::{parse, Parsed};
@@ -26,17 +25,8 @@ impl Storage {
 /// data range lies inside the file, is aligned, and has a size consistent with its type.
 pub struct GgufFile {
     storage: Storage,
-    version: u32,
-    alignment: usize,
-    /// Key/value pairs in file order (order matters to humans reading dumps).
-    metadata: Vec<(String, Value)>,
-    /// Key -> position in `metadata`.
-    key_index: HashMap<String, usize>,
-    tensors: Vec<TensorInfo>,
-    /// Tensor name -> position in `tensors`.
-    tensor_index: HashMap<String, usize>,
-    /// Absolute byte offset where the data section starts.
-    data_offset: u64,
+    /// The validated header; its field docs say what each part holds.
+    header: Parsed,
 }
 
 /// Opens `path` for reading only if it is a regular file. The open itself never blocks: a
@@ -89,40 +79,23 @@ impl GgufFile {
     }
 
     fn from_storage(storage: Storage) -> Result<GgufFile> {
-        let Parsed {
-            version,
-            alignment,
-            metadata,
-            key_index,
-            tensors,
-            tensor_index,
-            data_offset,
-        } = parse(storage.bytes())?;
-        Ok(GgufFile {
-            storage,
-            version,
-            alignment,
-            metadata,
-            key_index,
-            tensors,
-            tensor_index,
-            data_offset,
-        })
+        let header = parse(storage.bytes())?;
+        Ok(GgufFile { storage, header })
     }
 
     /// GGUF version: 2 or 3.
     pub fn version(&self) -> u32 {
-        self.version
+        self.header.version
     }
 
     /// `general.alignment`, or 32 when absent.
     pub fn alignment(&self) -> usize {
-        self.alignment
+        self.header.alignment
     }
 
     /// Absolute byte offset of the data section.
     pub fn data_offset(&self) -> u64 {
-        self.data_offset
+        self.header.data_offset
     }
 
     /// The whole file.
@@ -132,12 +105,15 @@ impl GgufFile {
 
     /// All metadata, in file order.
     pub fn metadata(&self) -> &[(String, Value)] {
-        &self.metadata
+        &self.header.metadata
     }
 
     /// The value of `key`, if present.
     pub fn get(&self, key: &str) -> Option<&Value> {
-        self.key_index.get(key).map(|&i| &self.metadata[i].1)
+        self.header
+            .key_index
+            .get(key)
+            .map(|&i| &self.header.metadata[i].1)
     }
 
     fn require(&self, key: &str) -> Result<&Value> {
@@ -214,12 +190,15 @@ impl GgufFile {
 
     /// All tensors, in file order.
     pub fn tensors(&self) -> &[TensorInfo] {
-        &self.tensors
+        &self.header.tensors
     }
 
     /// The tensor called `name`, if present.
     pub fn tensor(&self, name: &str) -> Option<&TensorInfo> {
-        self.tensor_index.get(name).map(|&i| &self.tensors[i])
+        self.header
+            .tensor_index
+            .get(name)
+            .map(|&i| &self.header.tensors[i])
     }
 
     /// The raw bytes of a tensor of this file (bounds were validated at open). An `info`
@@ -252,11 +231,11 @@ impl GgufFile {
 impl std::fmt::Debug for GgufFile {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("GgufFile")
-            .field("version", &self.version)
-            .field("alignment", &self.alignment)
+            .field("version", &self.header.version)
+            .field("alignment", &self.header.alignment)
             .field("n_bytes", &self.bytes().len())
-            .field("n_metadata", &self.metadata.len())
-            .field("n_tensors", &self.tensors.len())
+            .field("n_metadata", &self.header.metadata.len())
+            .field("n_tensors", &self.header.tensors.len())
             .finish()
     }
 }

@@ -24,10 +24,14 @@ use crate::{GgmlType, GgufError, Result, TensorInfo, Value};
 pub(crate) struct Parsed {
     pub version: u32,
     pub alignment: usize,
+    /// Key/value pairs in file order (order matters to humans reading dumps).
     pub metadata: Vec<(String, Value)>,
+    /// Key -> position in `metadata`.
     pub key_index: HashMap<String, usize>,
     pub tensors: Vec<TensorInfo>,
+    /// Tensor name -> position in `tensors`.
     pub tensor_index: HashMap<String, usize>,
+    /// Absolute byte offset where the data section starts.
     pub data_offset: u64,
 }
 

@@ -13,6 +13,7 @@ fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(2.87);
     let (hd, bs) = (64, 16);
+    let isa = folio_kernels::cpu::isa();
     for format in [KvFormat::F16, KvFormat::Q8_0] {
         let rb = format.row_bytes(hd);
         let blocks = ctx.div_ceil(bs);
@@ -41,11 +42,11 @@ fn main() {
             };
             let reps = 20000;
             for _ in 0..reps / 10 {
-                attn::attend(&kv, &table, ctx, &qs, &mut scores, &mut out);
+                attn::attend_with(isa, &kv, &table, ctx, &qs, &mut scores, &mut out);
             }
             let t = Instant::now();
             for _ in 0..reps {
-                attn::attend(&kv, &table, ctx, &qs, &mut scores, &mut out);
+                attn::attend_with(isa, &kv, &table, ctx, &qs, &mut scores, &mut out);
             }
             let s = t.elapsed().as_secs_f64() / reps as f64;
             println!(

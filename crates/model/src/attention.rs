@@ -4,7 +4,7 @@
 //! storage format: nothing is gathered into a contiguous copy. One kernel call covers one
 //! (token, KV head) pair and all the query heads that share that KV head, so each cached
 //! key/value row is loaded and decoded once per group (GQA); the kernel itself is
-//! [`folio_kernels::attn::attend`].
+//! [`folio_kernels::attn::attend_with`].
 
 use crate::{ForwardBatch, KvCache};
 use folio_kernels::attn;
@@ -77,6 +77,7 @@ pub fn attention(
     let group = n_heads / n_kv_heads;
     let n_tokens = batch.n_tokens();
     let out_ptr = SyncPtr(out.as_mut_ptr());
+    let isa = folio_kernels::cpu::isa();
     let views: Vec<attn::PagedKv> = (0..n_kv_heads).map(|h| kv.head_view(layer, h)).collect();
     let page_group = kv.layout.group(layer);
     let task = |t: usize, h: usize| {
@@ -108,7 +109,7 @@ pub fn attention(
                 first: window.map_or(0, |w| (pos + 1).saturating_sub(w)),
                 softcap,
             };
-            attn::attend(&views[h], table, pos + 1, &qs, scores, o);
+            attn::attend_with(isa, &views[h], table, pos + 1, &qs, scores, o);
         });
     };
     // One task per token when there are enough tokens to keep every thread busy: it walks

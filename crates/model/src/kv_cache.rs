@@ -36,21 +36,9 @@ pub struct KvCache {
 }
 
 impl KvCache {
-    /// A cache in the single layout (one page = one block of every layer).
+    /// A cache of `num_blocks` pages laid out as `layout` says ([`KvLayout::single`]: one
+    /// page = one block of every layer).
     pub fn new(
-        n_layers: usize,
-        n_kv_heads: usize,
-        head_dim: usize,
-        block_size: usize,
-        num_blocks: usize,
-        format: KvFormat,
-    ) -> KvCache {
-        let layout = KvLayout::single(n_layers);
-        Self::with_layout(layout, n_kv_heads, head_dim, block_size, num_blocks, format)
-    }
-
-    /// A cache of `num_blocks` pages laid out as `layout` says.
-    pub fn with_layout(
         layout: KvLayout,
         n_kv_heads: usize,
         head_dim: usize,

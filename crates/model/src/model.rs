@@ -162,7 +162,7 @@ impl Model {
         format: KvFormat,
     ) -> KvCache {
         let c = &self.config;
-        KvCache::with_layout(
+        KvCache::new(
             layout,
             c.n_kv_heads,
             c.head_dim,

@@ -8,7 +8,7 @@ use folio_testkit::tiny as common;
 use common::{build, randn, rel_err, Shape};
 use folio_gguf::{GgmlType, GgufFile};
 use folio_kernels::pool::ThreadPool;
-use folio_model::{AttnPrecision, ForwardBatch, KvCache, KvFormat, Model};
+use folio_model::{AttnPrecision, ForwardBatch, KvCache, KvFormat, KvLayout, Model};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 
@@ -145,7 +145,7 @@ fn rows_are_stored_as_ggml_encodes_them() {
         (KvFormat::Q8_0, GgmlType::Q8_0),
         (KvFormat::Q4_0, GgmlType::Q4_0),
     ] {
-        let mut kv = KvCache::new(2, 3, HD, 4, 5, format);
+        let mut kv = KvCache::new(KvLayout::single(2), 3, HD, 4, 5, format);
         let k = randn(&mut rng, HD, 3.0);
         let v = randn(&mut rng, HD, 0.5);
         kv.write_row(1, 3, 2, 1, &k, &v);
@@ -199,7 +199,7 @@ fn copy_block_is_exact_in_every_format() {
 #[test]
 fn bytes_per_token_and_capacity_follow_the_format() {
     // SmolLM2-135M shapes: 30 layers, 3 KV heads, head_dim 64.
-    let bpt = |f| KvCache::new(30, 3, 64, 16, 1, f).bytes_per_token();
+    let bpt = |f| KvCache::new(KvLayout::single(30), 3, 64, 16, 1, f).bytes_per_token();
     let (f16, bf16, q8, q4) = (
         bpt(KvFormat::F16),
         bpt(KvFormat::Bf16),

@@ -205,15 +205,20 @@ pub fn plan_probing(
 mod tests {
     use super::*;
 
-    /// `c`'s draft length in a step where `batch - 1` other decodes draft nothing.
-    fn alone_in(c: &DraftControl, cost: &CostModel, batch: usize, draft_s: f64) -> usize {
-        let idle = Candidate {
-            acceptance: Acceptance::flat(0.0),
-            max: 0,
+    /// A request whose drafts cost nothing to make, up to `max` accepted at rate `a` each.
+    fn free(a: f64, max: usize) -> Candidate {
+        Candidate {
+            acceptance: Acceptance::flat(a),
+            max,
             fixed: None,
             draft_s: 0.0,
             probe: false,
-        };
+        }
+    }
+
+    /// `c`'s draft length in a step where `batch - 1` other decodes draft nothing.
+    fn alone_in(c: &DraftControl, cost: &CostModel, batch: usize, draft_s: f64) -> usize {
+        let idle = free(0.0, 0);
         let mut reqs = vec![idle; batch];
         reqs[0] = c.candidate(c.max_tokens, draft_s, false);
         plan(cost, 0, &reqs)[0]
@@ -262,13 +267,7 @@ mod tests {
 
     #[test]
     fn plan_follows_the_measured_step_curve() {
-        let c = Candidate {
-            acceptance: Acceptance::flat(0.85),
-            max: 8,
-            fixed: None,
-            draft_s: 0.0,
-            probe: false,
-        };
+        let c = free(0.85, 8);
         // Alone: rows 2..4 are nearly free, and at a = 0.85 later rows still pay:
         // T = 3.4 ms for N = 1 + .85 + .72 + .61 = 3.18 → T/N ≈ 1.07 ms; the 5th row costs
         // 1 ms for 0.52 tokens, so it stops at 3 drafts.
@@ -310,13 +309,7 @@ mod tests {
 
     #[test]
     fn plan_explores_one_unmeasured_row_count() {
-        let c = Candidate {
-            acceptance: Acceptance::flat(0.85),
-            max: 8,
-            fixed: None,
-            draft_s: 0.0,
-            probe: false,
-        };
+        let c = free(0.85, 8);
         // By the guess one draft (1 ms for 0.85 tokens vs T/N = 3.1 ms) pays, the second
         // (1 ms for 0.72 tokens vs 4.1/1.85 = 2.2 ms) too, the third (1/0.61 = 1.63 vs
         // 5.1/2.57 = 1.98) too, the fourth (1/0.522 = 1.916 vs 6.1/3.187 = 1.914) does not,
@@ -342,11 +335,9 @@ mod tests {
         // A draft model at 3 ms per token with a 0.4 estimate: the rule refuses it (4 ms
         // for 0.4 tokens against T/N = 5 ms per token alone, 3 ms for two).
         let c = Candidate {
-            acceptance: Acceptance::flat(0.4),
-            max: 8,
-            fixed: None,
             draft_s: 0.003,
             probe: true,
+            ..free(0.4, 8)
         };
         assert_eq!(plan_probing(&cpu_line(), 0, &[c], 0.0), (vec![0], 0.0));
         // A budget short of the draft's 4 ms buys nothing; one that covers it buys exactly

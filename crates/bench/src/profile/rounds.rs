@@ -72,19 +72,9 @@ pub fn tokens(n: usize, seed: u64, vocab: usize) -> Vec<u32> {
 /// NOTE: the median, not the best, drives MBU: on a shared machine the best round catches
 /// rare quiet moments and jumps between runs (×1.5 seen here), while the median matched
 /// `folio bench model`'s mean within a few percent from run to run.
+///
+/// Sequence `s` runs under the LoRA adapters `lora(s)`; `&|_| None` times the base model.
 pub fn decode_round(
-    model: &Model,
-    pool: &ThreadPool,
-    batch: usize,
-    context: usize,
-    steps: usize,
-    format: KvFormat,
-) -> Result<DecodePoint> {
-    decode_round_with(model, pool, batch, context, steps, format, &|_| None)
-}
-
-/// [`decode_round`] with sequence `s` running under the LoRA adapters `lora(s)`.
-pub fn decode_round_with(
     model: &Model,
     pool: &ThreadPool,
     batch: usize,

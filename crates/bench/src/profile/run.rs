@@ -126,6 +126,7 @@ pub fn run(
                 c,
                 steps_for(b, c, opts.quick),
                 KvFormat::F16,
+                &|_| None,
             )?;
             log(&format!(
                 "decode b={b} L={c}: {:.2} ms/round",

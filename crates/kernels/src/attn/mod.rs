@@ -7,11 +7,11 @@
 //! one row:       format.row_bytes(head_dim) bytes
 //! ```
 //!
-//! [`attend`] takes the G query heads that share the KV head (GQA) and makes three passes:
-//! scores for all G heads per key row (each row loaded and decoded once), a softmax per
-//! head, then the weighted sum of value rows. The arithmetic is llama.cpp's on a 512-bit
-//! CPU with an f16 cache (tinyBLAS matmuls, `ggml_vec_soft_max_f32`), so that folio's
-//! greedy outputs are llama.cpp's:
+//! [`attend_with`] takes the G query heads that share the KV head (GQA) and makes three
+//! passes: scores for all G heads per key row (each row loaded and decoded once), a
+//! softmax per head, then the weighted sum of value rows. The arithmetic is llama.cpp's on
+//! a 512-bit CPU with an f16 cache (tinyBLAS matmuls, `ggml_vec_soft_max_f32`), so that
+//! folio's greedy outputs are llama.cpp's:
 //! - Q is rounded to f16 by the caller; a score is a dot product in [`SumOrder`], times
 //!   `scale`;
 //! - the softmax is [`softmax_lanes`] (llama.cpp's exp approximation, chunk sums in f64);
@@ -145,18 +145,8 @@ pub(crate) fn softcap_scores(scores: &mut [f32], cap: Option<f32>) {
 /// Causal attention of the query heads `qs` over the first `n_ctx` positions of `kv`
 /// reached through `table`. Writes `out`: `[qs.n][head_dim]`. `scores` is scratch (reused
 /// across calls to avoid allocation).
-pub fn attend(
-    kv: &PagedKv,
-    table: &[u32],
-    n_ctx: usize,
-    qs: &Queries,
-    scores: &mut Vec<f32>,
-    out: &mut [f32],
-) {
-    attend_with(isa(), kv, table, n_ctx, qs, scores, out)
-}
-
-/// [`attend`] with an explicit ISA.
+///
+/// `isa` picks the kernel ([`crate::cpu::isa`] for the best one); the tests run each.
 pub fn attend_with(
     isa: Isa,
     kv: &PagedKv,
@@ -211,7 +201,7 @@ pub fn attend_with(
 }
 
 /// Rounds every value to the nearest f16 (ties to even) and back: the query rounding
-/// [`attend`] expects (llama.cpp converts Q to f16 against an f16 cache).
+/// [`attend_with`] expects (llama.cpp converts Q to f16 against an f16 cache).
 pub fn round_to_f16(x: &mut [f32]) {
     round_to_f16_with(isa(), x)
 }

@@ -22,8 +22,9 @@
 //! of the chosen form in this order, so SIMD results equal the scalar reference bit for bit.
 
 use super::packed::{code, scales, Geometry, Layout, Packed, PANEL};
+use super::tile::{for_each_tile, Span, Tile};
 use crate::cpu::Isa;
-use crate::quant_act::{QuantizedActs, GROUP};
+use crate::quant_act::GROUP;
 
 /// How a row's dot product accumulates its blocks (see the module doc).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -34,28 +35,6 @@ pub enum Sums {
     /// One int32 sum and one FMA per block: fastest.
     #[default]
     Block,
-}
-
-/// Pointers describing one tile; all derived from checked slices by `run_panels`.
-#[derive(Clone, Copy)]
-pub(crate) struct Tile {
-    /// First block of the panel.
-    w: *const u8,
-    /// 32-blocks per row.
-    nb: usize,
-    /// Codes / scales / `d*isum` / `isum` of the tile's first activation row.
-    xq: *const i8,
-    xd: *const f32,
-    xs: *const f32,
-    /// Group sums (`GROUP` values each) of the tile's first activation row.
-    xg: *const i32,
-    /// Block sums of the tile's first activation row.
-    xi: *const i32,
-    /// Output of activation row 0, panel row 0; activation row j is `ostride` further.
-    out: *mut f32,
-    ostride: usize,
-    /// Valid panel rows (the last panel may be partial).
-    valid: usize,
 }
 
 /// Activation rows processed per pass over a panel's blocks (weights are unpacked once
@@ -78,56 +57,17 @@ fn hsum8(a: &[f32; 8], summs: f32) -> f32 {
     ((r[0] + r[2]) + (r[1] + r[3])) + summs
 }
 
-/// Activation rows whose codes stay cache-resident while a task walks its panels.
-const ACT_CHUNK: usize = 32;
-
-/// Computes output rows of panels `p0..p1` for every activation row.
+/// Computes the output rows of the span's panels for every activation row.
 ///
 /// # Safety
-/// `out` must point to `(acts.n() - 1) * ostride + rows` floats, and no other thread may write the
-/// entries of these panels concurrently. `isa` must be supported (VNNI for `Avx512`).
-#[allow(clippy::too_many_arguments)]
-pub(crate) unsafe fn run_panels(
-    isa: Isa,
-    sums: Sums,
-    packed: &Packed,
-    p0: usize,
-    p1: usize,
-    acts: &QuantizedActs,
-    rows: usize,
-    ostride: usize,
-    out: *mut f32,
-) {
-    let (nb, l) = (packed.nb, packed.layout);
-    let cols = nb * 32;
-    debug_assert_eq!(acts.cols(), cols);
-    let n = acts.n();
-    let bb = l.block_bytes();
-    let w = packed.bytes().as_ptr();
-    let tr = tile_rows(isa, sums);
-    let (xq, xd, xs, xg) = (acts.codes(), acts.scales(), acts.sums(), acts.group_sums());
-    let xi = acts.isums();
-    for a0 in (0..n).step_by(ACT_CHUNK) {
-        let a1 = (a0 + ACT_CHUNK).min(n);
-        for p in p0..p1 {
-            let valid = PANEL.min(rows - p * PANEL);
-            for j0 in (a0..a1).step_by(tr) {
-                let t = Tile {
-                    w: w.add(p * nb * bb),
-                    nb,
-                    xq: xq.as_ptr().add(j0 * cols),
-                    xd: xd.as_ptr().add(j0 * nb),
-                    xs: xs.as_ptr().add(j0 * nb),
-                    xg: xg.as_ptr().add(j0 * cols / GROUP),
-                    xi: xi.as_ptr().add(j0 * nb),
-                    out: out.add(j0 * ostride + p * PANEL),
-                    ostride,
-                    valid,
-                };
-                run_tile(isa, sums, l, &t, tr.min(a1 - j0));
-            }
-        }
-    }
+/// As [`for_each_tile`]; `isa` must be supported (VNNI for `Avx512`).
+pub(crate) unsafe fn run_panels(isa: Isa, sums: Sums, packed: &Packed, span: &Span) {
+    let l = packed.layout;
+    debug_assert_eq!(span.acts.cols(), packed.nb * 32);
+    let panels = (packed.bytes().as_ptr(), packed.nb * l.block_bytes());
+    for_each_tile(panels, span, false, tile_rows(isa, sums), |t, nr| {
+        run_tile(isa, sums, l, t, nr)
+    });
 }
 
 unsafe fn run_tile(isa: Isa, sums: Sums, l: Layout, t: &Tile, nr: usize) {
@@ -207,6 +147,7 @@ unsafe fn tile_scalar(sums: Sums, l: Layout, t: &Tile, nr: usize) {
 
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
+    use super::super::tile::{mask16, unroll_rows};
     use super::{Geometry, Tile};
     use std::arch::x86_64::*;
 
@@ -215,16 +156,7 @@ mod avx512 {
         t: &Tile,
         nr: usize,
     ) {
-        match nr {
-            1 => tile_n::<C4, MIN, LANES, 1>(t),
-            2 => tile_n::<C4, MIN, LANES, 2>(t),
-            3 => tile_n::<C4, MIN, LANES, 3>(t),
-            4 => tile_n::<C4, MIN, LANES, 4>(t),
-            5 => tile_n::<C4, MIN, LANES, 5>(t),
-            6 => tile_n::<C4, MIN, LANES, 6>(t),
-            7 => tile_n::<C4, MIN, LANES, 7>(t),
-            _ => tile_n::<C4, MIN, LANES, 8>(t),
-        }
+        unroll_rows!(nr, tile_n(C4, MIN, LANES)(t), [1, 2, 3, 4, 5, 6, 7], 8)
     }
 
     #[inline(always)]
@@ -328,11 +260,7 @@ mod avx512 {
                 }
             }
         }
-        let mask: __mmask16 = if t.valid >= 16 {
-            0xffff
-        } else {
-            (1u16 << t.valid) - 1
-        };
+        let mask: __mmask16 = mask16(t.valid);
         for j in 0..NB {
             let a = &acc[j];
             let v = if LANES {
@@ -352,6 +280,7 @@ mod avx512 {
 
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
+    use super::super::tile::{store8, unroll_rows};
     use super::{Geometry, Tile};
     use std::arch::x86_64::*;
 
@@ -359,12 +288,7 @@ mod avx2 {
         t: &Tile,
         nr: usize,
     ) {
-        match nr {
-            1 => tile_n::<C4, MIN, LANES, 1>(t),
-            2 => tile_n::<C4, MIN, LANES, 2>(t),
-            3 => tile_n::<C4, MIN, LANES, 3>(t),
-            _ => tile_n::<C4, MIN, LANES, 4>(t),
-        }
+        unroll_rows!(nr, tile_n(C4, MIN, LANES)(t), [1, 2, 3], 4)
     }
 
     #[inline(always)]
@@ -496,14 +420,7 @@ mod avx2 {
                 } else {
                     a[0]
                 };
-                let dst = t.out.add(j * t.ostride + lo);
-                if n == 8 {
-                    _mm256_storeu_ps(dst, v);
-                } else {
-                    let mut tmp = [0f32; 8];
-                    _mm256_storeu_ps(tmp.as_mut_ptr(), v);
-                    std::ptr::copy_nonoverlapping(tmp.as_ptr(), dst, n);
-                }
+                store8(t.out.add(j * t.ostride + lo), v, n);
             }
         }
     }

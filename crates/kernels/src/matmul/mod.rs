@@ -25,6 +25,8 @@ mod packed;
 mod sb_format;
 mod sb_kernel;
 mod sb_lanes;
+mod sb_planes;
+mod tile;
 
 pub use kernel::Sums;
 
@@ -36,6 +38,7 @@ use half::{bf16, f16};
 use packed::{Layout, Packed, PANEL};
 use sb_format::{SbPacked, SbType};
 use std::cell::RefCell;
+use tile::Span;
 
 /// ggml tensor types folio can multiply with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -436,19 +439,28 @@ impl QMatrix {
         } else {
             isa
         };
-        let with_acts = |f: &dyn Fn(&mut QuantizedActs)| {
-            ACTS.with(|cell| match cell.try_borrow_mut() {
-                Ok(mut acts) => f(&mut acts),
-                // Re-entered on this thread (a matmul inside a pool task): a fresh buffer.
-                Err(_) => f(&mut QuantizedActs::new()),
-            })
-        };
         match &self.data {
             Storage::Packed(p) => {
-                with_acts(&|acts| self.packed_matmul(p, qisa, x, n, outp, ostride, pool, acts))
+                // Group sums feed only the offset term of symmetric layouts in ggml's lane
+                // order.
+                let extra = ExtraSums {
+                    groups: self.sums == Sums::Ggml && !p.layout.stored_min(),
+                    halves: false,
+                };
+                let sums = self.sums;
+                // SAFETY: as in `over_panels`.
+                let tiles = |span: &Span| unsafe { kernel::run_panels(qisa, sums, p, span) };
+                self.quant_matmul(p.panels, extra, &tiles, qisa, x, n, (outp, ostride), pool)
             }
             Storage::Super(p) => {
-                with_acts(&|acts| self.super_matmul(p, qisa, x, n, outp, ostride, pool, acts))
+                let extra = ExtraSums {
+                    groups: false,
+                    halves: p.ty.desc().sub16,
+                };
+                // SAFETY: as in `over_panels`; the 16-sums were computed for the types that
+                // read them.
+                let tiles = |span: &Span| unsafe { sb_kernel::run_panels(qisa, p, span) };
+                self.quant_matmul(p.panels, extra, &tiles, qisa, x, n, (outp, ostride), pool)
             }
             Storage::F32(w) => self.dense_matmul(w, isa, x, n, outp, ostride, pool),
             Storage::F16(w) => self.dense_matmul(w, isa, x, n, outp, ostride, pool),
@@ -462,56 +474,40 @@ impl QMatrix {
         }
     }
 
+    /// Quantizes `x` (into this thread's buffer) with the `extra` sums the kernel reads,
+    /// then runs `tiles` over the `panels` spread across the pool, writing activation row b
+    /// of the output `b * ostride` floats after `out`.
     #[allow(clippy::too_many_arguments)]
-    fn super_matmul(
+    fn quant_matmul(
         &self,
-        p: &SbPacked,
+        panels: usize,
+        extra: ExtraSums,
+        tiles: &(dyn Fn(&Span) + Sync),
         isa: Isa,
         x: &[f32],
         n: usize,
-        out: SendPtr<f32>,
-        ostride: usize,
+        (out, ostride): (SendPtr<f32>, usize),
         pool: &ThreadPool,
-        acts: &mut QuantizedActs,
     ) {
-        let extra = ExtraSums {
-            groups: false,
-            halves: p.ty.desc().sub16,
+        let run = |acts: &mut QuantizedActs| {
+            acts.quantize(isa, x, n, self.cols, extra, pool);
+            let acts = &*acts;
+            let rows = self.rows;
+            over_panels(panels, n, pool, &|p0, p1| {
+                tiles(&Span {
+                    panels: (p0, p1),
+                    acts,
+                    rows,
+                    out: out.get(),
+                    ostride,
+                })
+            });
         };
-        acts.quantize(isa, x, n, self.cols, extra, pool);
-        let acts = &*acts;
-        let rows = self.rows;
-        over_panels(p.panels, n, pool, &|p0, p1| {
-            // SAFETY: as in `over_panels`; the 16-sums were computed for the types that read them.
-            unsafe { sb_kernel::run_panels(isa, p, p0, p1, acts, rows, ostride, out.get()) };
-        });
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn packed_matmul(
-        &self,
-        p: &Packed,
-        isa: Isa,
-        x: &[f32],
-        n: usize,
-        out: SendPtr<f32>,
-        ostride: usize,
-        pool: &ThreadPool,
-        acts: &mut QuantizedActs,
-    ) {
-        // Group sums feed only the offset term of symmetric layouts in ggml's lane order.
-        let groups = self.sums == Sums::Ggml && !p.layout.stored_min();
-        let extra = ExtraSums {
-            groups,
-            halves: false,
-        };
-        acts.quantize(isa, x, n, self.cols, extra, pool);
-        let acts = &*acts;
-        let (rows, sums) = (self.rows, self.sums);
-        over_panels(p.panels, n, pool, &|p0, p1| {
-            // SAFETY: as in `over_panels`.
-            unsafe { kernel::run_panels(isa, sums, p, p0, p1, acts, rows, ostride, out.get()) };
-        });
+        ACTS.with(|cell| match cell.try_borrow_mut() {
+            Ok(mut acts) => run(&mut acts),
+            // Re-entered on this thread (a matmul inside a pool task): a fresh buffer.
+            Err(_) => run(&mut QuantizedActs::new()),
+        })
     }
 
     #[allow(clippy::too_many_arguments)]

@@ -115,6 +115,15 @@ impl Desc {
     pub const fn sb_bytes(&self) -> usize {
         self.header_bytes() + self.subs() * self.code_bytes()
     }
+    /// `(subs, sb_bytes, header_bytes, code_bytes)`: the strides every tile walks a panel by.
+    pub const fn strides(&self) -> (usize, usize, usize, usize) {
+        (
+            self.subs(),
+            self.sb_bytes(),
+            self.header_bytes(),
+            self.code_bytes(),
+        )
+    }
 }
 
 impl SbType {

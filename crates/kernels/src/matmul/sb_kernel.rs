@@ -14,29 +14,10 @@
 //! so the only roundings are one product and one FMA per block. Every ISA performs the same
 //! f32 operations in the same order, so SIMD results equal the scalar reference bit for bit.
 
-use super::sb_format::{code, MinKind, SbPacked, SbType, PANEL};
+use super::sb_format::{code, MinKind, SbPacked, SbType};
 use super::sb_lanes::{header, scales, One};
+use super::tile::{for_each_tile, Span, Tile};
 use crate::cpu::Isa;
-use crate::quant_act::QuantizedActs;
-
-/// Pointers describing one tile; all derived from checked slices by `run_panels`.
-#[derive(Clone, Copy)]
-pub(crate) struct Tile {
-    /// First superblock of the panel.
-    w: *const u8,
-    /// 32-blocks per row.
-    nb: usize,
-    /// Codes / scales / `isum` / 16-sums of the tile's first activation row.
-    xq: *const i8,
-    xd: *const f32,
-    xi: *const i32,
-    xh: *const i32,
-    /// Output of activation row 0, panel row 0; activation row j is `ostride` further.
-    out: *mut f32,
-    ostride: usize,
-    /// Valid panel rows (the last panel may be partial).
-    valid: usize,
-}
 
 /// Activation rows per pass over a panel (the codes are unpacked once per pass).
 fn tile_rows(isa: Isa) -> usize {
@@ -46,60 +27,22 @@ fn tile_rows(isa: Isa) -> usize {
     }
 }
 
-/// Activation rows whose codes stay cache-resident while a task walks its panels.
-const ACT_CHUNK: usize = 32;
-
-/// Computes output rows of panels `p0..p1` for every activation row.
+/// Computes the output rows of the span's panels for every activation row.
 ///
 /// # Safety
-/// `out` must point to `(acts.n() - 1) * ostride + rows` floats, and no other thread may write the
-/// entries of these panels concurrently. `isa` must be supported (VNNI for `Avx512`).
-/// `acts` must hold the 16-sums when the type's scales cover 16 values.
-#[allow(clippy::too_many_arguments)]
-pub(crate) unsafe fn run_panels(
-    isa: Isa,
-    packed: &SbPacked,
-    p0: usize,
-    p1: usize,
-    acts: &QuantizedActs,
-    rows: usize,
-    ostride: usize,
-    out: *mut f32,
-) {
-    let (nb, ty) = (packed.nb, packed.ty);
+/// As [`for_each_tile`]; `isa` must be supported (VNNI for `Avx512`). The span's
+/// activations must hold the 16-sums when the type's scales cover 16 values.
+pub(crate) unsafe fn run_panels(isa: Isa, packed: &SbPacked, span: &Span) {
+    let ty = packed.ty;
     let desc = ty.desc();
-    let cols = nb * 32;
-    debug_assert_eq!(acts.cols(), cols);
-    let n = acts.n();
-    let panel_bytes = nb / desc.subs() * desc.sb_bytes();
-    let w = packed.bytes().as_ptr();
-    let tr = tile_rows(isa);
-    let (xq, xd, xi) = (acts.codes(), acts.scales(), acts.isums());
-    let xh = if desc.sub16 {
-        acts.half_sums().as_ptr()
-    } else {
-        std::ptr::null()
-    };
-    for a0 in (0..n).step_by(ACT_CHUNK) {
-        let a1 = (a0 + ACT_CHUNK).min(n);
-        for p in p0..p1 {
-            let valid = PANEL.min(rows - p * PANEL);
-            for j0 in (a0..a1).step_by(tr) {
-                let t = Tile {
-                    w: w.add(p * panel_bytes),
-                    nb,
-                    xq: xq.as_ptr().add(j0 * cols),
-                    xd: xd.as_ptr().add(j0 * nb),
-                    xi: xi.as_ptr().add(j0 * nb),
-                    xh: xh.wrapping_add(j0 * nb * 2),
-                    out: out.add(j0 * ostride + p * PANEL),
-                    ostride,
-                    valid,
-                };
-                run_tile(isa, ty, &t, tr.min(a1 - j0));
-            }
-        }
-    }
+    debug_assert_eq!(span.acts.cols(), packed.nb * 32);
+    let panels = (
+        packed.bytes().as_ptr(),
+        packed.nb / desc.subs() * desc.sb_bytes(),
+    );
+    for_each_tile(panels, span, desc.sub16, tile_rows(isa), |t, nr| {
+        run_tile(isa, ty, t, nr)
+    });
 }
 
 unsafe fn run_tile(isa: Isa, ty: SbType, t: &Tile, nr: usize) {
@@ -130,12 +73,7 @@ unsafe fn run_tile(isa: Isa, ty: SbType, t: &Tile, nr: usize) {
 /// The reference kernel: the arithmetic of the module doc, one row at a time.
 unsafe fn tile_scalar(ty: SbType, t: &Tile, nr: usize) {
     let desc = ty.desc();
-    let (subs, sbb, hb, cb) = (
-        desc.subs(),
-        desc.sb_bytes(),
-        desc.header_bytes(),
-        desc.code_bytes(),
-    );
+    let (subs, sbb, hb, cb) = desc.strides();
     let nsb = t.nb / subs;
     let cols = t.nb * 32;
     for j in 0..nr {
@@ -185,62 +123,19 @@ unsafe fn tile_scalar(ty: SbType, t: &Tile, nr: usize) {
 mod avx512 {
     use super::super::sb_format::{Desc, MinKind, SbType, IQ4_VALUES};
     use super::super::sb_lanes::{header, scales, Z};
+    use super::super::sb_planes::planes;
+    use super::super::tile::{mask16, unroll_rows};
     use super::Tile;
     use std::arch::x86_64::*;
 
     pub(super) unsafe fn tile<const T: u8>(t: &Tile, nr: usize) {
-        match nr {
-            1 => tile_n::<T, 1>(t),
-            2 => tile_n::<T, 2>(t),
-            3 => tile_n::<T, 3>(t),
-            4 => tile_n::<T, 4>(t),
-            5 => tile_n::<T, 5>(t),
-            6 => tile_n::<T, 6>(t),
-            7 => tile_n::<T, 7>(t),
-            _ => tile_n::<T, 8>(t),
-        }
-    }
-
-    #[inline(always)]
-    unsafe fn srl16(v: __m512i, n: u32) -> __m512i {
-        _mm512_srl_epi16(v, _mm_cvtsi32_si128(n as i32))
-    }
-
-    #[inline(always)]
-    unsafe fn sll16(v: __m512i, n: u32) -> __m512i {
-        _mm512_sll_epi16(v, _mm_cvtsi32_si128(n as i32))
+        unroll_rows!(nr, tile_n(T)(t), [1, 2, 3, 4, 5, 6, 7], 8)
     }
 
     /// The 8 `vpdpbusd` operands (16 rows x 4 k each) of one 32-block's code planes.
     #[inline(always)]
     pub(super) unsafe fn unpack(desc: &Desc, p: *const u8, lut: __m512i) -> [__m512i; 8] {
-        let mut u = [_mm512_setzero_si512(); 8];
-        let per = 8 / desc.lo as usize;
-        let lmask = _mm512_set1_epi8(((1u32 << desc.lo) - 1) as i8);
-        for i in 0..desc.lo as usize {
-            let v = _mm512_loadu_si512(p.add(64 * i) as *const _);
-            for t in 0..per {
-                u[i * per + t] = _mm512_and_si512(srl16(v, t as u32 * desc.lo), lmask);
-            }
-        }
-        if desc.hi > 0 {
-            let hp = p.add(64 * desc.lo as usize);
-            let hper = 8 / desc.hi as usize;
-            let hmask = _mm512_set1_epi8((((1u32 << desc.hi) - 1) << desc.lo) as i8);
-            for i in 0..desc.hi as usize {
-                let v = _mm512_loadu_si512(hp.add(64 * i) as *const _);
-                for t in 0..hper {
-                    let shift = t as u32 * desc.hi;
-                    let moved = if shift >= desc.lo {
-                        srl16(v, shift - desc.lo)
-                    } else {
-                        sll16(v, desc.lo - shift)
-                    };
-                    let g = i * hper + t;
-                    u[g] = _mm512_or_si512(u[g], _mm512_and_si512(moved, hmask));
-                }
-            }
-        }
+        let mut u = planes::<__m512i>(desc, p);
         if desc.lut {
             for ug in u.iter_mut() {
                 *ug = _mm512_shuffle_epi8(lut, *ug);
@@ -263,12 +158,7 @@ mod avx512 {
     unsafe fn tile_n<const T: u8, const NR: usize>(t: &Tile) {
         let ty = const { SbType::from_id(T) };
         let desc = const { SbType::from_id(T).desc() };
-        let (subs, sbb, hb, cb) = (
-            desc.subs(),
-            desc.sb_bytes(),
-            desc.header_bytes(),
-            desc.code_bytes(),
-        );
+        let (subs, sbb, hb, cb) = desc.strides();
         let nsb = t.nb / subs;
         let cols = t.nb * 32;
         let lut = if desc.lut {
@@ -358,11 +248,7 @@ mod avx512 {
                 }
             }
         }
-        let mask: __mmask16 = if t.valid >= 16 {
-            0xffff
-        } else {
-            (1u16 << t.valid) - 1
-        };
+        let mask: __mmask16 = mask16(t.valid);
         for (j, a) in acc.iter().enumerate() {
             _mm512_mask_storeu_ps(t.out.add(j * t.ostride), mask, *a);
         }
@@ -373,26 +259,13 @@ mod avx512 {
 mod avx2 {
     use super::super::sb_format::{MinKind, SbType, IQ4_VALUES};
     use super::super::sb_lanes::{header, scales, Y};
+    use super::super::sb_planes::planes;
+    use super::super::tile::{store8, unroll_rows};
     use super::Tile;
     use std::arch::x86_64::*;
 
     pub(super) unsafe fn tile<const T: u8>(t: &Tile, nr: usize) {
-        match nr {
-            1 => tile_n::<T, 1>(t),
-            2 => tile_n::<T, 2>(t),
-            3 => tile_n::<T, 3>(t),
-            _ => tile_n::<T, 4>(t),
-        }
-    }
-
-    #[inline(always)]
-    unsafe fn srl16(v: __m256i, n: u32) -> __m256i {
-        _mm256_srl_epi16(v, _mm_cvtsi32_si128(n as i32))
-    }
-
-    #[inline(always)]
-    unsafe fn sll16(v: __m256i, n: u32) -> __m256i {
-        _mm256_sll_epi16(v, _mm_cvtsi32_si128(n as i32))
+        unroll_rows!(nr, tile_n(T)(t), [1, 2, 3], 4)
     }
 
     /// Without VNNI: `vpmaddubsw` (u8 x i8 -> i16 pairs, exact for codes below 64:
@@ -403,12 +276,7 @@ mod avx2 {
     unsafe fn tile_n<const T: u8, const NR: usize>(t: &Tile) {
         let ty = const { SbType::from_id(T) };
         let desc = const { SbType::from_id(T).desc() };
-        let (subs, sbb, hb, cb) = (
-            desc.subs(),
-            desc.sb_bytes(),
-            desc.header_bytes(),
-            desc.code_bytes(),
-        );
+        let (subs, sbb, hb, cb) = desc.strides();
         let nsb = t.nb / subs;
         let cols = t.nb * 32;
         let offset = if desc.lut { 0 } else { desc.offset };
@@ -440,34 +308,7 @@ mod avx2 {
                 let h = header::<Y>(ty, sbp, 8 * hf);
                 for sub in 0..subs {
                     let p = sbp.add(hb + sub * cb + 32 * hf);
-                    let mut u = [_mm256_setzero_si256(); 8];
-                    let per = 8 / desc.lo as usize;
-                    let lmask = _mm256_set1_epi8(((1u32 << desc.lo) - 1) as i8);
-                    for i in 0..desc.lo as usize {
-                        let v = _mm256_loadu_si256(p.add(64 * i) as *const _);
-                        for tt in 0..per {
-                            u[i * per + tt] =
-                                _mm256_and_si256(srl16(v, tt as u32 * desc.lo), lmask);
-                        }
-                    }
-                    if desc.hi > 0 {
-                        let hp = p.add(64 * desc.lo as usize);
-                        let hper = 8 / desc.hi as usize;
-                        let hmask = _mm256_set1_epi8((((1u32 << desc.hi) - 1) << desc.lo) as i8);
-                        for i in 0..desc.hi as usize {
-                            let v = _mm256_loadu_si256(hp.add(64 * i) as *const _);
-                            for tt in 0..hper {
-                                let shift = tt as u32 * desc.hi;
-                                let moved = if shift >= desc.lo {
-                                    srl16(v, shift - desc.lo)
-                                } else {
-                                    sll16(v, desc.lo - shift)
-                                };
-                                let g = i * hper + tt;
-                                u[g] = _mm256_or_si256(u[g], _mm256_and_si256(moved, hmask));
-                            }
-                        }
-                    }
+                    let mut u = planes::<__m256i>(&desc, p);
                     let mut a = [_mm256_setzero_si256(); 8];
                     if desc.lut {
                         for (ug, ag) in u.iter_mut().zip(a.iter_mut()) {
@@ -554,14 +395,7 @@ mod avx2 {
             }
             let n = (t.valid - lo).min(8);
             for (j, a) in acch.iter().enumerate() {
-                let dst = t.out.add(j * t.ostride + lo);
-                if n == 8 {
-                    _mm256_storeu_ps(dst, *a);
-                } else {
-                    let mut tmp = [0f32; 8];
-                    _mm256_storeu_ps(tmp.as_mut_ptr(), *a);
-                    std::ptr::copy_nonoverlapping(tmp.as_ptr(), dst, n);
-                }
+                store8(t.out.add(j * t.ostride + lo), *a, n);
             }
         }
     }

@@ -1,0 +1,149 @@
+//! The tile both quantized kernel families (`kernel` on the panel layout, `sb_kernel` on
+//! the superblock layout) work on, the walk that cuts a panel range into tiles, and the
+//! pieces of their SIMD tiles that do not depend on the layout: the unrolling of the
+//! activation-row count and the masked output stores. The per-layout arithmetic stays in
+//! each family's own AVX-512, AVX2 and scalar tiles.
+
+use super::packed::PANEL;
+use crate::quant_act::{QuantizedActs, GROUP};
+
+// Both layouts cut the rows into panels of the same height.
+const _: () = assert!(super::sb_format::PANEL == PANEL);
+
+/// Pointers describing one tile (one panel times a few activation rows); all derived from
+/// checked slices by [`for_each_tile`].
+#[derive(Clone, Copy)]
+pub(crate) struct Tile {
+    /// First weight byte of the panel.
+    pub w: *const u8,
+    /// 32-blocks per row.
+    pub nb: usize,
+    /// Codes / scales / `d*isum` / `isum` of the tile's first activation row.
+    pub xq: *const i8,
+    pub xd: *const f32,
+    pub xs: *const f32,
+    pub xi: *const i32,
+    /// Group sums (`GROUP` values each) of the tile's first activation row.
+    pub xg: *const i32,
+    /// 16-sums of the tile's first activation row (null unless asked for).
+    pub xh: *const i32,
+    /// Output of activation row 0, panel row 0; activation row j is `ostride` further.
+    pub out: *mut f32,
+    pub ostride: usize,
+    /// Valid panel rows (the last panel may be partial).
+    pub valid: usize,
+}
+
+/// Activation rows whose codes stay cache-resident while a task walks its panels.
+const ACT_CHUNK: usize = 32;
+
+/// One task's share of a quantized matmul: panels `p0..p1` for every activation row.
+pub(crate) struct Span<'a> {
+    pub panels: (usize, usize),
+    pub acts: &'a QuantizedActs,
+    /// Output rows of the matrix (the last panel may be partial).
+    pub rows: usize,
+    /// Output of activation row 0; activation row j is `ostride` floats further.
+    pub out: *mut f32,
+    pub ostride: usize,
+}
+
+/// Calls `run(tile, rows)` for the span's panels (each `panel_bytes` long from `w`) times
+/// every group of at most `tr` activation rows.
+///
+/// # Safety
+/// `w` must hold the panels; `span.out` must point to `(acts.n() - 1) * ostride + rows`
+/// floats, and no other thread may write the entries of these panels concurrently.
+/// `halves` requires that `acts` holds the 16-sums.
+#[inline(always)]
+pub(crate) unsafe fn for_each_tile(
+    (w, panel_bytes): (*const u8, usize),
+    span: &Span,
+    halves: bool,
+    tr: usize,
+    run: impl Fn(&Tile, usize),
+) {
+    let Span {
+        panels: (p0, p1),
+        acts,
+        rows,
+        out,
+        ostride,
+    } = *span;
+    let cols = acts.cols();
+    let nb = cols / 32;
+    let n = acts.n();
+    let (xq, xd, xs, xi) = (acts.codes(), acts.scales(), acts.sums(), acts.isums());
+    let xg = acts.group_sums().as_ptr();
+    let xh = if halves {
+        acts.half_sums().as_ptr()
+    } else {
+        std::ptr::null()
+    };
+    for a0 in (0..n).step_by(ACT_CHUNK) {
+        let a1 = (a0 + ACT_CHUNK).min(n);
+        for p in p0..p1 {
+            let valid = PANEL.min(rows - p * PANEL);
+            for j0 in (a0..a1).step_by(tr) {
+                let t = Tile {
+                    w: w.add(p * panel_bytes),
+                    nb,
+                    xq: xq.as_ptr().add(j0 * cols),
+                    xd: xd.as_ptr().add(j0 * nb),
+                    xs: xs.as_ptr().add(j0 * nb),
+                    xi: xi.as_ptr().add(j0 * nb),
+                    xg: xg.wrapping_add(j0 * cols / GROUP),
+                    xh: xh.wrapping_add(j0 * nb * 2),
+                    out: out.add(j0 * ostride + p * PANEL),
+                    ostride,
+                    valid,
+                };
+                run(&t, tr.min(a1 - j0));
+            }
+        }
+    }
+}
+
+/// `unroll_rows!(nr, f(G..)(t), [1, ..], LAST)` is `match nr { 1 => f::<G.., 1>(t), ..,
+/// _ => f::<G.., LAST>(t) }`: one fully unrolled instance per activation-row count, the
+/// last one catching the rest.
+macro_rules! unroll_rows {
+    (@one $f:ident ($($g:ident),*) $t:expr, $n:literal) => {
+        $f::<$($g,)* $n>($t)
+    };
+    ($nr:expr, $f:ident $gs:tt ($t:expr), [$($n:literal),*], $last:literal) => {
+        match $nr {
+            $($n => unroll_rows!(@one $f $gs $t, $n),)*
+            _ => unroll_rows!(@one $f $gs $t, $last),
+        }
+    };
+}
+pub(crate) use unroll_rows;
+
+/// The AVX-512 store mask of a tile's valid panel rows.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(crate) fn mask16(valid: usize) -> u16 {
+    if valid >= 16 {
+        0xffff
+    } else {
+        (1u16 << valid) - 1
+    }
+}
+
+/// Stores the first `n` (at most 8) lanes of `v` at `dst`.
+///
+/// # Safety
+/// `dst` must hold `n` floats; the caller must run with AVX enabled.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(crate) unsafe fn store8(dst: *mut f32, v: std::arch::x86_64::__m256, n: usize) {
+    use std::arch::x86_64::_mm256_storeu_ps;
+    if n == 8 {
+        _mm256_storeu_ps(dst, v);
+    } else {
+        let mut tmp = [0f32; 8];
+        _mm256_storeu_ps(tmp.as_mut_ptr(), v);
+        std::ptr::copy_nonoverlapping(tmp.as_ptr(), dst, n);
+    }
+}
