@@ -5,7 +5,7 @@
 use serde::Serialize;
 
 use crate::error::{at_least_one, Result};
-use crate::format::KvFormat;
+use folio_gguf::KvFormat;
 use crate::model::ModelProfile;
 use crate::table::Table;
 use crate::units::{fx, gib, group, mib, round_up, GIB};

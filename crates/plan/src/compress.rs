@@ -4,7 +4,7 @@
 use serde::Serialize;
 
 use crate::capacity::{final_tokens, Shape};
-use crate::format::KvFormat;
+use folio_gguf::KvFormat;
 use crate::model::ModelProfile;
 use crate::table::Table;
 use crate::units::{fx, gib, mib, GB};

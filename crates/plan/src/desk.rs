@@ -6,7 +6,7 @@ use serde::Serialize;
 use crate::capacity::{final_tokens, Shape};
 use crate::efficiency::EfficiencyTable;
 use crate::error::{at_least_one, positive, Result};
-use crate::format::KvFormat;
+use folio_gguf::KvFormat;
 use crate::hardware::HardwareProfile;
 use crate::model::ModelProfile;
 use crate::table::Table;

@@ -9,7 +9,7 @@ use crate::compress::{compression, crossover, read_saving, unified_fit};
 use crate::desk::{chapter_candidates, desk, DeskCalibration, DeskWorkload};
 use crate::efficiency::EfficiencyTable;
 use crate::error::{PlanError, Result};
-use crate::format::KvFormat;
+use folio_gguf::KvFormat;
 use crate::hardware::{HardwareProfile, MachineProfile};
 use crate::machine::predict;
 use crate::model::{self, ModelProfile};

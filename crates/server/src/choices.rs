@@ -243,7 +243,7 @@ mod tests {
             None,
         );
         tx0.send(tokens("a")).unwrap();
-        let rejected = FinishReason::Rejected("KV full".into());
+        let rejected = FinishReason::Rejected(folio_engine::RejectReason::GroupRefused);
         tx1.send(Event::Finished {
             reason: rejected.clone(),
             usage: Usage::default(),

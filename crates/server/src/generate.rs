@@ -302,11 +302,23 @@ pub async fn until(deadline: Option<Instant>) {
 /// The HTTP answer to a request the engine refused before its first token.
 pub fn refusal(reason: FinishReason) -> ApiError {
     match reason {
-        FinishReason::Rejected(m) => ApiError::new(
-            StatusCode::TOO_MANY_REQUESTS,
-            format!("request rejected: {m}"),
-            "overloaded",
-        ),
+        FinishReason::Rejected(r) => {
+            use folio_engine::RejectReason as R;
+            let (status, code) = match r {
+                // Load-dependent: a later retry may be admitted.
+                R::DeadlineUnreachable { .. } | R::GroupRefused => {
+                    (StatusCode::TOO_MANY_REQUESTS, "overloaded")
+                }
+                // No retry can fix these: the request itself is too big or empty.
+                R::KvNeverFits { .. } => (StatusCode::BAD_REQUEST, "context_length_exceeded"),
+                R::EmptyPrompt | R::ZeroMaxTokens => (StatusCode::BAD_REQUEST, "invalid_request"),
+                // The server chose ids and rates itself: a bug, not the client's fault.
+                R::DuplicateId(_) | R::NotForkable { .. } | R::BadRate { .. } => {
+                    (StatusCode::INTERNAL_SERVER_ERROR, "internal")
+                }
+            };
+            ApiError::new(status, format!("request rejected: {r}"), code)
+        }
         FinishReason::ShuttingDown => ApiError::shutting_down(),
         FinishReason::Error(m) => ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,

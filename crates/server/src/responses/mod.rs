@@ -74,7 +74,8 @@ fn feed(b: &mut Build, c: &mut ChoiceState, ev: Event, job: &Job, st: &AppState)
 /// How the choice ended, in Responses terms.
 fn end_of(c: &ChoiceState) -> End {
     let error = match &c.finish {
-        Some(FinishReason::Error(m)) | Some(FinishReason::Rejected(m)) => Some(m.clone()),
+        Some(FinishReason::Error(m)) => Some(m.clone()),
+        Some(FinishReason::Rejected(r)) => Some(r.to_string()),
         _ => None,
     };
     End::of(c.finish_reason(), error)
