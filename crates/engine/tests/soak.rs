@@ -73,7 +73,7 @@ fn two_thousand_requests_end_without_leaks() {
     assert!(finished > 1000, "most requests should finish: {finished}");
     assert!(
         cancelled > 50,
-        "aborted requests report Cancelled: {cancelled}"
+        "aborted requests report Aborted: {cancelled}"
     );
     let t = Instant::now();
     while (h.metrics.num_running.load(Relaxed) > 0 || h.metrics.num_waiting.load(Relaxed) > 0)
