@@ -5,7 +5,7 @@
 //! totals and the time to a correct answer; `--json` writes the result file that
 //! `folio bench plot` draws as a grid.
 
-use crate::engine_args::{AttnPrecisionArg, EngineArgs, KvFormatArg, NumericsArg};
+use crate::engine_args::{AttnPrecisionArg, EngineArgs, NumericsArg};
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, ValueEnum};
 use folio_bench::client::{self, BaseUrl};
@@ -25,11 +25,11 @@ pub struct QualityArgs {
     /// KV storage formats, one engine each (a comma list).
     #[arg(
         long,
-        value_enum,
+        value_parser = crate::engine_args::kv_format_parser(),
         value_delimiter = ',',
         default_value = "f16,bf16,q8_0,q4_0"
     )]
-    pub kv_format: Vec<KvFormatArg>,
+    pub kv_format: Vec<folio_model::KvFormat>,
     /// Attention compute precisions crossed with the formats: kv (queries at the storage
     /// format's precision), f32 (f32 queries), f16 (f16 queries, the serving default).
     #[arg(long, value_enum, value_delimiter = ',', default_value = "kv")]
@@ -132,8 +132,10 @@ impl EngineAnswerer {
                 // Generation streams carry no embedding.
                 Event::Embedding { .. } => {}
                 Event::Finished { reason, usage, at } => {
-                    if let FinishReason::Error(m) | FinishReason::Rejected(m) = reason {
-                        bail!("engine: {m}");
+                    match reason {
+                        FinishReason::Error(m) => bail!("engine: {m}"),
+                        FinishReason::Rejected(r) => bail!("engine: {r}"),
+                        _ => {}
                     }
                     return Ok(Answer {
                         text,
@@ -296,7 +298,7 @@ pub fn run(a: QualityArgs) -> Result<()> {
     if let Some(path) = &path {
         for kv in &a.kv_format {
             for p in &a.attn_precision {
-                let label = format!("{}/{}", value_name(kv), value_name(p));
+                let label = format!("{}/{}", kv.name(), value_name(p));
                 let mut e = default_engine_args();
                 e.model = Some(path.clone());
                 e.kv_format = *kv;
@@ -316,7 +318,7 @@ pub fn run(a: QualityArgs) -> Result<()> {
                 });
                 h.shutdown();
                 let mut cfg = QualityConfig::new(label.clone(), run?, start_s);
-                cfg.kv_format = Some(value_name(kv));
+                cfg.kv_format = Some(kv.name().to_string());
                 cfg.attn_precision = Some(value_name(p));
                 save(&mut file, cfg)?;
             }

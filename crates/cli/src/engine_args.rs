@@ -48,29 +48,12 @@ pub enum SpecArg {
 
 pub use crate::bench_cmd::NumericsArg;
 
-#[derive(Copy, Clone, Debug, ValueEnum)]
-pub enum KvFormatArg {
-    /// IEEE half precision (what llama.cpp stores).
-    F16,
-    /// bfloat16.
-    Bf16,
-    /// 32 values + f16 scale = 34 bytes (8.5 bits/value).
-    #[value(name = "q8_0")]
-    Q8_0,
-    /// 16 bytes + f16 scale = 18 bytes per 32 values (4.5 bits/value).
-    #[value(name = "q4_0")]
-    Q4_0,
-}
-
-impl KvFormatArg {
-    pub fn format(self) -> KvFormat {
-        match self {
-            KvFormatArg::F16 => KvFormat::F16,
-            KvFormatArg::Bf16 => KvFormat::Bf16,
-            KvFormatArg::Q8_0 => KvFormat::Q8_0,
-            KvFormatArg::Q4_0 => KvFormat::Q4_0,
-        }
-    }
+/// The clap parser of `--kv-format`: [`KvFormat`]'s own names, listed in `--help`. The type
+/// is folio-gguf's, so the CLI parses it here instead of keeping an enum of its own.
+pub fn kv_format_parser() -> impl clap::builder::TypedValueParser<Value = KvFormat> {
+    use clap::builder::TypedValueParser;
+    clap::builder::PossibleValuesParser::new(KvFormat::ALL.map(KvFormat::name))
+        .map(|s| KvFormat::parse(&s).expect("a listed KvFormat name"))
 }
 
 /// `--attn-precision`: what the queries are rounded to before attention.
@@ -137,8 +120,9 @@ pub struct EngineArgs {
     /// KV cache memory as a fraction of this machine's RAM (overrides --kv-cache-bytes).
     #[arg(long)]
     pub kv_cache_fraction: Option<f64>,
-    #[arg(long, value_enum, default_value = "f16")]
-    pub kv_format: KvFormatArg,
+    /// KV cache storage format: f16, bf16, q8_0 (8.5 bits/value), q4_0 (4.5 bits/value).
+    #[arg(long, value_parser = kv_format_parser(), default_value = "f16")]
+    pub kv_format: KvFormat,
     /// Compute precision of attention, apart from the storage format: the queries are
     /// rounded to f16 (default), kept f32, or rounded to the KV format's precision (kv).
     #[arg(long, value_enum, default_value = "f16")]
@@ -257,7 +241,7 @@ impl EngineArgs {
                 Some(f) => fraction_of_ram(f)?,
                 None => parse_bytes("--kv-cache-bytes", &self.kv_cache_bytes)?,
             },
-            kv_format: self.kv_format.format(),
+            kv_format: self.kv_format,
             prefix_cache: !self.no_prefix_cache,
             eviction: match self.eviction {
                 EvictionArg::Value => EvictionPolicy::ValuePerByte,

@@ -47,8 +47,10 @@ pub fn run(h: &EngineHandle, args: &GenerateArgs) -> Result<()> {
             Event::Embedding { .. } => {}
             Event::Finished { reason, usage, .. } => {
                 writeln!(out)?;
-                if let FinishReason::Error(e) | FinishReason::Rejected(e) = &reason {
-                    bail!("generation failed: {e}");
+                match &reason {
+                    FinishReason::Error(e) => bail!("generation failed: {e}"),
+                    FinishReason::Rejected(r) => bail!("generation failed: {r}"),
+                    _ => {}
                 }
                 let first = first.unwrap_or(last);
                 let prefill_s = (first - t0).as_secs_f64();

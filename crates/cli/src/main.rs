@@ -264,8 +264,8 @@ enum BenchCmd {
         #[arg(long, value_enum, default_value = "fast")]
         numerics: engine_args::NumericsArg,
         /// KV cache storage format of every row (`folio serve --kv-format`).
-        #[arg(long, value_enum, default_value = "f16")]
-        kv_format: engine_args::KvFormatArg,
+        #[arg(long, value_parser = engine_args::kv_format_parser(), default_value = "f16")]
+        kv_format: folio_model::KvFormat,
         /// Compute threads (default: every core), as `--threads` on `serve`.
         #[arg(long)]
         threads: Option<usize>,
@@ -490,7 +490,7 @@ fn main() -> Result<()> {
             let mut m = folio_model::Model::from_gguf(&gguf)
                 .with_context(|| format!("loading {}", path.display()))?;
             m.set_sums(numerics.sums());
-            let rows = bench_model::run(&m, quick, &batch, decode_only, kv_format.format())?;
+            let rows = bench_model::run(&m, quick, &batch, decode_only, kv_format)?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&rows)?);
             } else {

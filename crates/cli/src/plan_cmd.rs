@@ -201,7 +201,11 @@ pub fn run(args: PlanArgs) -> Result<()> {
     p.batch = args.batch;
     p.shared_prefix = args.shared_prefix;
     p.kv_budget_bytes = args.kv_bytes.as_deref().map(parse_bytes).transpose()?;
-    p.kv_format = args.kv_format.as_deref().map(KvFormat::parse).transpose()?;
+    p.kv_format = args
+        .kv_format
+        .as_deref()
+        .map(str::parse::<KvFormat>)
+        .transpose()?;
     p.block = args.block;
     p.deadline_s = args.deadline_s;
     p.hit_rate = args.hit_rate;

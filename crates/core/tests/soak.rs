@@ -101,7 +101,7 @@ fn soak(seed: u64, reservation: KvReservation, n: u64) {
             })
             .collect();
         for r in s.update(&out, &results) {
-            let f = match r.status {
+            let f = match r.status.clone() {
                 RequestStatus::Finished(f @ (FinishReason::Stop | FinishReason::Length)) => f,
                 other => panic!("update returned a request with status {other:?}"),
             };

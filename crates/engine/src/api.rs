@@ -11,8 +11,10 @@ use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::mpsc;
 
-/// Engine-wide request id.
-pub type RequestId = u64;
+/// Engine-wide request id and why a request ended: folio-core's, so the scheduler's
+/// verdict reaches callers untranslated.
+pub use folio_core::sched::RejectReason;
+pub use folio_core::{FinishReason, RequestId};
 
 /// A generation request, already tokenized.
 #[derive(Clone, Debug)]
@@ -80,38 +82,6 @@ impl GenerateRequest {
         GenerateRequest {
             embed: Some(pooling),
             ..GenerateRequest::new(prompt, 1)
-        }
-    }
-}
-
-/// Why a request ended.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum FinishReason {
-    /// An end-of-generation token, a stop token id or a stop string.
-    Stop,
-    /// max_tokens or the context length.
-    Length,
-    /// Aborted by the caller.
-    Cancelled,
-    /// Refused by admission control (no KV space, or the deadline cannot be met); the
-    /// message says which limit and value. Servers answer 429.
-    Rejected(String),
-    /// The engine is shutting down: the request was refused, or its stream was cut.
-    ShuttingDown,
-    /// Rejected or failed; the message says why.
-    Error(String),
-}
-
-impl FinishReason {
-    /// The OpenAI `finish_reason` string.
-    pub fn as_openai(&self) -> &'static str {
-        match self {
-            FinishReason::Stop => "stop",
-            FinishReason::Length => "length",
-            FinishReason::Cancelled => "abort",
-            FinishReason::Rejected(_) => "rejected",
-            FinishReason::ShuttingDown => "abort",
-            FinishReason::Error(_) => "error",
         }
     }
 }

@@ -46,21 +46,25 @@ pub enum Constraint {
 
 impl Constraint {
     /// The llguidance grammar of this constraint.
-    fn grammar(&self) -> Result<TopLevelGrammar, String> {
+    fn grammar(&self) -> Result<TopLevelGrammar, CompileError> {
         Ok(match self {
             Constraint::JsonObject => TopLevelGrammar::from_json_schema(with_layout(
                 serde_json::json!({"type": "object"}),
             )),
             Constraint::JsonSchema(s) => {
                 if !s.is_object() && !s.is_boolean() {
-                    return Err("a JSON schema must be an object or a boolean".into());
+                    return Err(CompileError::Invalid(
+                        "a JSON schema must be an object or a boolean".into(),
+                    ));
                 }
                 TopLevelGrammar::from_json_schema(with_layout(s.clone()))
             }
             Constraint::Regex(r) => TopLevelGrammar::from_regex(r),
             Constraint::Choice(c) => {
                 if c.is_empty() {
-                    return Err("a choice needs at least one string".into());
+                    return Err(CompileError::Invalid(
+                        "a choice needs at least one string".into(),
+                    ));
                 }
                 let alts: Vec<String> = c
                     .iter()
@@ -111,7 +115,7 @@ pub struct Grammars {
     /// Logit rows are this long (the model's vocabulary, maybe padded past the
     /// tokenizer's).
     vocab: usize,
-    factory: OnceLock<Result<ParserFactory, String>>,
+    factory: OnceLock<Result<ParserFactory, CompileError>>,
     limits: GrammarLimits,
 }
 
@@ -127,7 +131,7 @@ impl Grammars {
 
     /// The parser factory: every token id's bytes (special tokens behind llguidance's
     /// 0xFF marker, ids past the tokenizer empty), the end-of-generation ids as EOS.
-    fn factory(&self) -> Result<&ParserFactory, String> {
+    fn factory(&self) -> Result<&ParserFactory, CompileError> {
         self.factory
             .get_or_init(|| {
                 let t0 = Instant::now();
@@ -156,12 +160,15 @@ impl Grammars {
                     eos.insert(0, e);
                 }
                 if eos.is_empty() {
-                    return Err("the model has no end-of-generation token".to_string());
+                    return Err(CompileError::Invalid(
+                        "the model has no end-of-generation token".to_string(),
+                    ));
                 }
                 let info = TokRxInfo::new(self.vocab as u32, eos[0]);
                 let trie = TokTrie::from(&info, &words).with_eos_tokens(&eos);
                 let env: llguidance::toktrie::TokEnv = Arc::new(ApproximateTokEnv::new(trie));
-                let mut f = ParserFactory::new_simple(&env).map_err(|e| e.to_string())?;
+                let mut f = ParserFactory::new_simple(&env)
+                    .map_err(|e| CompileError::Invalid(e.to_string()))?;
                 f.quiet();
                 tracing::info!(
                     "constraint: token environment of {} tokens built in {:.0} ms",
@@ -185,8 +192,8 @@ impl Grammars {
     /// of stack: call it on a thread of its own with that stack, off async threads.
     pub fn compile(&self, c: &Constraint) -> Result<Compiled, CompileError> {
         self.limits.check(c)?;
-        let grammar = c.grammar().map_err(CompileError::Invalid)?;
-        let f = self.factory().map_err(CompileError::Invalid)?;
+        let grammar = c.grammar()?;
+        let f = self.factory()?;
         let parser = f
             .create_parser(grammar)
             .map_err(|e| CompileError::Invalid(e.to_string()))?;

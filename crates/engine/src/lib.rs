@@ -46,7 +46,7 @@ pub mod tier;
 
 pub use api::{
     EngineHandle, EngineInfo, EngineMetrics, Event, FinishReason, GenerateRequest, InvalidKind,
-    RequestId, RequestStream, SubmitError, TokenLogprob, Usage,
+    RejectReason, RequestId, RequestStream, SubmitError, TokenLogprob, Usage,
 };
 pub use config::{EngineConfig, SpecMethod};
 pub use constraint::{CompileError, Compiled, Constraint, Grammars};

@@ -117,10 +117,7 @@ impl GgufWriter {
         for (key, value) in &self.metadata {
             write_str(&mut out, key);
             out.extend_from_slice(&value.type_id().to_le_bytes());
-            write_value(&mut out, value).map_err(|reason| GgufError::InvalidWrite {
-                what: format!("metadata key {key:?}"),
-                reason,
-            })?;
+            write_value(&mut out, key, value)?;
         }
         let mut rel = 0u64;
         let mut offsets = Vec::with_capacity(self.tensors.len());
@@ -195,8 +192,8 @@ fn write_str(out: &mut Vec<u8>, s: &str) {
     out.extend_from_slice(s.as_bytes());
 }
 
-/// Writes a value's payload (its type number is written by the caller).
-fn write_value(out: &mut Vec<u8>, value: &Value) -> std::result::Result<(), String> {
+/// Writes the payload of metadata `key`'s value (its type number is written by the caller).
+fn write_value(out: &mut Vec<u8>, key: &str, value: &Value) -> Result<()> {
     match value {
         Value::U8(v) => out.push(*v),
         Value::I8(v) => out.push(*v as u8),
@@ -214,16 +211,19 @@ fn write_value(out: &mut Vec<u8>, value: &Value) -> std::result::Result<(), Stri
             // NOTE: an empty array gets element type u8; readers see an empty array either way.
             let elem_ty = items.first().map_or(type_id::U8, Value::type_id);
             if let Some(bad) = items.iter().position(|v| v.type_id() != elem_ty) {
-                return Err(format!(
-                    "array element {bad} is {}, but element 0 is {}",
-                    items[bad].describe(),
-                    items[0].describe()
-                ));
+                return Err(GgufError::InvalidWrite {
+                    what: format!("metadata key {key:?}"),
+                    reason: format!(
+                        "array element {bad} is {}, but element 0 is {}",
+                        items[bad].describe(),
+                        items[0].describe()
+                    ),
+                });
             }
             out.extend_from_slice(&elem_ty.to_le_bytes());
             out.extend_from_slice(&(items.len() as u64).to_le_bytes());
             for item in items {
-                write_value(out, item)?;
+                write_value(out, key, item)?;
             }
         }
     }

@@ -5,10 +5,10 @@
 use serde::Serialize;
 
 use crate::error::{at_least_one, Result};
-use crate::format::KvFormat;
 use crate::model::ModelProfile;
 use crate::table::Table;
 use crate::units::{fx, gib, group, mib, round_up, GIB};
+use folio_gguf::KvFormat;
 
 /// A request's shape: prompt tokens and output tokens.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -57,9 +57,10 @@ pub struct SharedRow {
     pub capacity: u64,
 }
 
-/// The capacity analysis for one model, KV format and budget.
+/// The capacity analysis for one model, KV format and budget (a report; the server's
+/// `Capacity` is one request's token limit).
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Capacity {
+pub struct CapacityReport {
     pub model: String,
     pub format: KvFormat,
     pub block: u64,
@@ -126,14 +127,14 @@ pub fn capacity(
     block: u64,
     budget: u64,
     sharing: Option<(Shape, u64, u64)>,
-) -> Result<Capacity> {
+) -> Result<CapacityReport> {
     at_least_one("block size", block)?;
     for (_, s) in shapes {
         at_least_one("input tokens", s.input)?;
         at_least_one("output tokens", s.output)?;
     }
     let k = model.kv_bytes_per_token_in(format);
-    Ok(Capacity {
+    Ok(CapacityReport {
         model: model.name.clone(),
         format,
         block,
@@ -147,7 +148,7 @@ pub fn capacity(
     })
 }
 
-impl Capacity {
+impl CapacityReport {
     pub fn tables(&self) -> Vec<Table> {
         let mut t = Table::new(
             format!(

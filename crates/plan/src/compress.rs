@@ -4,10 +4,10 @@
 use serde::Serialize;
 
 use crate::capacity::{final_tokens, Shape};
-use crate::format::KvFormat;
 use crate::model::ModelProfile;
 use crate::table::Table;
 use crate::units::{fx, gib, mib, GB};
+use folio_gguf::KvFormat;
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct FormatRow {

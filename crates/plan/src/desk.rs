@@ -6,11 +6,11 @@ use serde::Serialize;
 use crate::capacity::{final_tokens, Shape};
 use crate::efficiency::EfficiencyTable;
 use crate::error::{at_least_one, positive, Result};
-use crate::format::KvFormat;
 use crate::hardware::HardwareProfile;
 use crate::model::ModelProfile;
 use crate::table::Table;
 use crate::units::{fx, gib, mib, round_up, TFLOP};
+use folio_gguf::KvFormat;
 
 /// A batch of requests arriving together, all sharing the first `shared_prefix` tokens.
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -9,7 +9,7 @@
 //! # Layout
 //!
 //! - profiles: [`model`] (shapes → parameter and KV bytes), [`hardware`] (peaks, links, the
-//!   measured machine profile JSON), [`format`] (KV formats), [`efficiency`] (the reference efficiency table's
+//!   measured machine profile JSON), [`KvFormat`] (KV formats, from folio-gguf), [`efficiency`] (the reference efficiency table's
 //!   measured rounds and MFU, and interpolation over them).
 //! - analyses: [`capacity`] (KV per token/request, capacity, sharing, paging, branches, LoRA),
 //!   [`roofline`] (`d(b,L)`, `b_KV`, bounds, MBU/MFU), [`schedule`] (folio-core's scheduler
@@ -23,7 +23,6 @@ pub mod compress;
 pub mod desk;
 pub mod efficiency;
 pub mod error;
-pub mod format;
 pub mod hardware;
 pub mod machine;
 pub mod model;
@@ -37,7 +36,8 @@ pub mod table;
 pub mod units;
 
 pub use error::{PlanError, Result};
-pub use format::KvFormat;
+/// The KV storage format, shared with the kernels (its sizes are ggml's block sizes).
+pub use folio_gguf::KvFormat;
 pub use hardware::{HardwareProfile, MachineProfile, RoundFit};
 pub use model::ModelProfile;
 pub use sections::{render, render_json, run_all, run_section, PlanInput, Section, SectionOutput};

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::error::{PlanError, Result};
-use crate::format::KvFormat;
+use folio_gguf::KvFormat;
 
 /// A weight file of the model in some format (used by the unified-memory fit check).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -9,7 +9,6 @@ use crate::compress::{compression, crossover, read_saving, unified_fit};
 use crate::desk::{desk, reference_candidates, DeskCalibration, DeskWorkload};
 use crate::efficiency::EfficiencyTable;
 use crate::error::{PlanError, Result};
-use crate::format::KvFormat;
 use crate::hardware::{HardwareProfile, MachineProfile};
 use crate::machine::predict;
 use crate::model::{self, ModelProfile};
@@ -19,6 +18,7 @@ use crate::schedule::{reference_modes, reference_workload, schedule, Mode, WorkI
 use crate::spec::{draft_length, draft_sources, payback, spec_row, DraftCost, Spec};
 use crate::table::Table;
 use crate::units::{GB, MIB};
+use folio_gguf::KvFormat;
 
 /// A section of the plan.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -238,7 +238,7 @@ mod tests {
 
         let (mut c, tx0, tx1) = two([1, 2]);
         tx0.send(tokens("a")).unwrap();
-        let rejected = FinishReason::Rejected("KV full".into());
+        let rejected = FinishReason::Rejected(folio_engine::RejectReason::GroupRefused);
         tx1.send(Event::Finished {
             reason: rejected.clone(),
             usage: Usage::default(),

@@ -55,7 +55,7 @@ pub enum Error {
     Overloaded(String),
     /// The engine refused the request before its first token.
     #[error("request rejected: {0}")]
-    Rejected(String),
+    Rejected(folio_engine::RejectReason),
     #[error("server is shutting down")]
     ShuttingDown,
     #[error("server is draining after a shutdown signal")]
@@ -117,7 +117,24 @@ impl Error {
             Error::BodyTimeout(_) => (S::REQUEST_TIMEOUT, "body_timeout", None),
             Error::BodyTooLarge(_) => (S::PAYLOAD_TOO_LARGE, "body_too_large", None),
             Error::Body { status, .. } => (*status, "invalid_body", None),
-            Error::Overloaded(_) | Error::Rejected(_) => (S::TOO_MANY_REQUESTS, "overloaded", None),
+            Error::Overloaded(_) => (S::TOO_MANY_REQUESTS, "overloaded", None),
+            Error::Rejected(r) => {
+                use folio_engine::RejectReason as R;
+                let (status, code) = match r {
+                    // Load-dependent: a later retry may be admitted.
+                    R::DeadlineUnreachable { .. } | R::GroupRefused => {
+                        (S::TOO_MANY_REQUESTS, "overloaded")
+                    }
+                    // No retry can fix these: the request itself is too big or empty.
+                    R::KvNeverFits { .. } => (S::BAD_REQUEST, "context_length_exceeded"),
+                    R::EmptyPrompt | R::ZeroMaxTokens => (S::BAD_REQUEST, "invalid_request"),
+                    // The server chose ids and rates itself: a bug, not the client's fault.
+                    R::DuplicateId(_) | R::NotForkable { .. } | R::BadRate { .. } => {
+                        (S::INTERNAL_SERVER_ERROR, "internal")
+                    }
+                };
+                (status, code, None)
+            }
             Error::Draining => (S::SERVICE_UNAVAILABLE, "shutting_down", None),
             Error::GrammarCompilerBusy(_) => {
                 (S::SERVICE_UNAVAILABLE, "grammar_compiler_busy", None)

@@ -398,7 +398,7 @@ pub async fn serve_listener(
     }
     tracing::info!(%addr, model = %name, kv_capacity_tokens = info.kv_capacity_tokens, auth = opts.api_key.is_some(), "listening");
     let grace = opts.shutdown_grace;
-    let lim = transport::Limits {
+    let lim = transport::TransportLimits {
         max_connections: opts.max_connections,
         header_timeout: opts.header_timeout,
         idle_timeout: opts.idle_timeout,

@@ -46,9 +46,10 @@ use tower::ServiceExt;
 /// Most unsent bytes of a response the kernel takes for one connection.
 pub const UNSENT_LOWAT: u32 = 64 << 10;
 
-/// The transport settings (from `ServerOptions`).
+/// The transport settings (from `ServerOptions`): connections, timeouts, body size. Not
+/// `params::Limits`, which bounds one request's sampling parameters.
 #[derive(Clone, Copy, Debug)]
-pub struct Limits {
+pub struct TransportLimits {
     pub max_connections: usize,
     pub header_timeout: Duration,
     pub idle_timeout: Duration,
@@ -61,7 +62,7 @@ pub struct Limits {
 pub async fn accept_loop(
     listener: TcpListener,
     app: Router,
-    lim: Limits,
+    lim: TransportLimits,
     mut stop: watch::Receiver<bool>,
 ) {
     let open = Arc::new(AtomicUsize::new(0));
@@ -148,7 +149,7 @@ impl Drop for Slot {
 async fn connection(
     tcp: TcpStream,
     app: Router,
-    lim: Limits,
+    lim: TransportLimits,
     mut stop: watch::Receiver<bool>,
     _slot: Slot,
 ) {
@@ -271,7 +272,7 @@ impl ConnWatch {
     }
 
     /// Resolves when the connection should be closed, saying why.
-    async fn expired(&self, lim: Limits) -> &'static str {
+    async fn expired(&self, lim: TransportLimits) -> &'static str {
         let header = lim.header_timeout.as_millis() as u64;
         let idle = lim.idle_timeout.as_millis() as u64;
         loop {

@@ -66,7 +66,7 @@ pub(crate) struct ChatTemplate {
     source: String,
     /// The compiled template, or why it failed to compile. A broken template must not
     /// stop the model from loading: only chat requests fail, with this message.
-    env: std::result::Result<Environment<'static>, String>,
+    env: Result<Environment<'static>>,
     bos_token: String,
     eos_token: String,
 }
@@ -84,7 +84,7 @@ impl ChatTemplate {
         let env = env
             .add_template_owned(TEMPLATE_NAME, source.to_owned())
             .map(|()| env)
-            .map_err(|e| describe(&e));
+            .map_err(|e| TokenizerError::Template(describe(&e)));
         ChatTemplate {
             source: source.to_owned(),
             env,
@@ -98,8 +98,17 @@ impl ChatTemplate {
     }
 
     /// Whether the source compiled; the message says why not.
-    pub(crate) fn compiled(&self) -> std::result::Result<(), String> {
-        self.env.as_ref().map(|_| ()).map_err(Clone::clone)
+    pub(crate) fn compiled(&self) -> Result<()> {
+        self.env().map(|_| ())
+    }
+
+    /// The compiled template, or (a copy of) why it failed to compile.
+    fn env(&self) -> Result<&Environment<'static>> {
+        match &self.env {
+            Ok(env) => Ok(env),
+            Err(TokenizerError::Template(m)) => Err(TokenizerError::Template(m.clone())),
+            Err(e) => Err(TokenizerError::Template(e.to_string())),
+        }
     }
 
     pub(crate) fn bos_eos(&self) -> (String, String) {
@@ -114,10 +123,7 @@ impl ChatTemplate {
         add_generation_prompt: bool,
         extra: Value,
     ) -> Result<String> {
-        let env = self
-            .env
-            .as_ref()
-            .map_err(|e| TokenizerError::Template(e.clone()))?;
+        let env = self.env()?;
         let tmpl = env
             .get_template(TEMPLATE_NAME)
             .map_err(|e| TokenizerError::Template(describe(&e)))?;

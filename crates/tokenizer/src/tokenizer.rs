@@ -467,7 +467,7 @@ impl Tokenizer {
             }
         };
         let t = ChatTemplate::new(source, bos, eos);
-        t.compiled().map_err(TokenizerError::Template)?;
+        t.compiled()?;
         self.template = Some(t);
         Ok(())
     }

@@ -40,6 +40,10 @@ pub enum RejectReason {
     },
     #[error("measured rate {field} = {value} tokens/s is not positive")]
     BadRate { field: &'static str, value: f64 },
+    /// A later sample of an `n`-sample group, refused because the group's first request
+    /// was (its own stream carries the reason).
+    #[error("the group's first request was refused; see its stream")]
+    GroupRefused,
 }
 
 /// Measured throughput used to estimate completion time.

@@ -2,6 +2,7 @@
 
 pub mod admission;
 pub mod config;
+pub mod finish;
 pub mod output;
 pub mod request;
 pub mod scheduler;

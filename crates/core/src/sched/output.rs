@@ -81,7 +81,7 @@ pub struct Lookahead {
 }
 
 /// The executor's result for one scheduled request.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct RequestResult {
     pub id: RequestId,
     /// Sampled tokens: none when the step did not sample, one normally, `1 + accepted`

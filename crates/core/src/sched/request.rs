@@ -12,19 +12,10 @@
 /// Identity of a request, chosen by the caller; also the KV sequence id.
 pub type RequestId = u64;
 
-/// Why a request ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum FinishReason {
-    /// End-of-sequence token or stop string (decided by the engine).
-    Stop,
-    /// `max_tokens` outputs produced (enforced by the scheduler too).
-    Length,
-    /// Cancelled by the caller.
-    Aborted,
-}
+pub use super::finish::FinishReason;
 
 /// Where a request is in its life cycle.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum RequestStatus {
     /// In the waiting queue, never admitted.
     Waiting,

@@ -409,7 +409,7 @@ impl Scheduler {
                     .commit(sr.id, r.tokens(), r.num_computed_tokens)
                     .expect("running request has KV");
             }
-            let reason = res.and_then(|x| x.finish).or_else(|| {
+            let reason = res.and_then(|x| x.finish.clone()).or_else(|| {
                 (r.num_output_tokens() >= r.max_tokens).then_some(FinishReason::Length)
             });
             if let Some(reason) = reason {

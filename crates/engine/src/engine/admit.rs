@@ -66,14 +66,14 @@ impl Engine {
             };
             if let Err(reason) = self.sched.check_admission(&r, now, &rates) {
                 self.metrics.rejected.fetch_add(1, Relaxed);
-                return finish(&tx, FinishReason::Rejected(reason.to_string()));
+                return finish(&tx, FinishReason::Rejected(reason));
             }
         }
         self.restore_prefix(r.prompt(), ns);
         let live = self.new_live(req, r.prompt(), tx, guide);
         if let Err(reason) = self.sched.add_request(r) {
             self.metrics.rejected.fetch_add(1, Relaxed);
-            return finish(&live.tx, FinishReason::Rejected(reason.to_string()));
+            return finish(&live.tx, FinishReason::Rejected(reason));
         }
         self.live.insert(id, live);
         self.metrics

@@ -29,7 +29,8 @@ use crate::api::{Command, EngineInfo, EngineMetrics, Event, FinishReason, Usage}
 use crate::constraint::Grammars;
 use crate::{RequestId, SpecMethod};
 use folio_core::cost::{step_budget, StepCurve};
-use folio_core::{FinishReason as CoreFinish, Scheduler, SchedulerOutput};
+use folio_core::sched::RejectReason;
+use folio_core::{Scheduler, SchedulerOutput};
 use folio_tokenizer::Tokenizer;
 use live::{Live, PendingChild};
 use runner::Runner;
@@ -157,17 +158,15 @@ impl Engine {
                     self.forks.insert(pid, children);
                 } else {
                     for c in children {
-                        let why =
-                            "the group's first request was refused; see its stream".to_string();
                         let _ = c.tx.send(Event::Finished {
-                            reason: FinishReason::Rejected(why),
+                            reason: FinishReason::Rejected(RejectReason::GroupRefused),
                             usage: Usage::default(),
                             at: Instant::now(),
                         });
                     }
                 }
             }
-            Command::Abort(id) => self.abort(id, FinishReason::Cancelled),
+            Command::Abort(id) => self.abort(id, FinishReason::Aborted),
             Command::Shutdown => {
                 self.shutting_down = true;
                 let ids: Vec<RequestId> = self.live.keys().copied().collect();
@@ -209,7 +208,7 @@ impl Engine {
             return;
         }
         for id in closed {
-            self.abort(id, FinishReason::Cancelled);
+            self.abort(id, FinishReason::Aborted);
         }
         self.publish();
     }
@@ -255,12 +254,8 @@ impl Engine {
         let finished = self.sched.update(&out, &results);
         for r in finished {
             if let Some(l) = self.live.remove(&r.id) {
-                let reason = match r.status {
-                    folio_core::RequestStatus::Finished(CoreFinish::Stop) => FinishReason::Stop,
-                    folio_core::RequestStatus::Finished(CoreFinish::Aborted) => {
-                        FinishReason::Cancelled
-                    }
-                    _ => FinishReason::Length,
+                let folio_core::RequestStatus::Finished(reason) = r.status else {
+                    unreachable!("Scheduler::update returns finished requests only")
                 };
                 l.finish(reason, now);
             }

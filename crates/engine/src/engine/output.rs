@@ -9,7 +9,7 @@ use crate::api::{Event, TokenLogprob};
 use crate::constraint::Guide;
 use crate::prompt_scoring::{token_logprob, PromptScores};
 use crate::{RequestId, SpecMethod};
-use folio_core::{FinishReason as CoreFinish, RequestResult, SchedulerOutput};
+use folio_core::{FinishReason, RequestResult, SchedulerOutput};
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Instant;
 
@@ -213,7 +213,7 @@ impl Engine {
                 }
                 None => tracing::error!(id = sr.id, "embedding rows missing"),
             }
-            CoreFinish::Stop
+            FinishReason::Stop
         });
         if let Some(r) = self.sched.request(sr.id) {
             live.cached_tokens = r.num_cached_tokens;
@@ -369,7 +369,7 @@ pub(super) fn emit(
     mut logprobs: Vec<TokenLogprob>,
     eog: &[u32],
     now: Instant,
-) -> (Vec<u32>, Option<CoreFinish>, Event) {
+) -> (Vec<u32>, Option<FinishReason>, Event) {
     let mut kept = Vec::with_capacity(toks.len());
     let mut text = String::new();
     let mut finish = None;
@@ -382,20 +382,20 @@ pub(super) fn emit(
             }
         }
         if (!live.ignore_eos && eog.contains(&tok)) || live.stop_ids.contains(&tok) {
-            finish = Some(CoreFinish::Stop);
+            finish = Some(FinishReason::Stop);
             break;
         }
         let piece = live.decoder.push(tok);
         let so = live.stop.push(&piece);
         text.push_str(&so.text_to_emit);
         if so.stopped {
-            finish = Some(CoreFinish::Stop);
+            finish = Some(FinishReason::Stop);
             break;
         }
     }
     if finish.is_none() && live.guide.as_ref().is_some_and(Guide::is_done) {
         // The grammar is complete: the request stops here, with all its text.
-        finish = Some(CoreFinish::Stop);
+        finish = Some(FinishReason::Stop);
         live.decoder.discard_incomplete();
         let tail = live.stop.push(&live.decoder.flush()).text_to_emit + &live.stop.flush();
         text.push_str(&tail);

@@ -35,7 +35,7 @@ impl Engine {
         let (mut running, mut waiting) = (Vec::new(), Vec::new());
         for (id, live) in &self.live {
             let Some(set) = &live.lora else { continue };
-            let into = match self.sched.request(*id).map(|r| r.status) {
+            let into = match self.sched.request(*id).map(|r| r.status.clone()) {
                 Some(folio_core::sched::RequestStatus::Running) => &mut running,
                 _ => &mut waiting,
             };

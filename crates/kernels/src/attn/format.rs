@@ -11,80 +11,15 @@
 //! A `head_dim` that is not a multiple of 32 gets a zero-padded last group, so every head
 //! size works (the SIMD kernel takes the multiple-of-32 case, the generic path the rest).
 //! The scalar encode/decode are folio-gguf's reference block (de)quantizers: the cache holds
-//! ggml's own blocks.
+//! ggml's own blocks. [`KvFormat`] itself (names and sizes) lives in folio-gguf, where the
+//! planner shares it.
 
+pub use folio_gguf::KvFormat;
 use folio_gguf::{dequant, quant, quant::f32_to_bf16};
 use half::{bf16, f16};
 
 /// Values per quantization group of the quantized formats (ggml's `QK8_0` / `QK4_0`).
 pub const GROUP: usize = 32;
-
-/// How cached K/V values are stored.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum KvFormat {
-    /// IEEE half precision, the default (what llama.cpp stores).
-    F16,
-    /// bfloat16: f32's exponent range with 8 bits of mantissa.
-    Bf16,
-    /// 8-bit integers per 32-value group with an f16 scale (34 bytes per 32 values).
-    Q8_0,
-    /// 4-bit integers per 32-value group with an f16 scale (18 bytes per 32 values).
-    Q4_0,
-}
-
-impl KvFormat {
-    /// Every format, in the order `folio` lists them.
-    pub const ALL: [KvFormat; 4] = [
-        KvFormat::F16,
-        KvFormat::Bf16,
-        KvFormat::Q8_0,
-        KvFormat::Q4_0,
-    ];
-
-    /// Parses the names [`KvFormat::name`] prints (case-insensitive).
-    pub fn parse(s: &str) -> Option<KvFormat> {
-        let s = s.trim();
-        KvFormat::ALL
-            .into_iter()
-            .find(|f| f.name().eq_ignore_ascii_case(s))
-    }
-
-    /// The llama.cpp spelling: `f16`, `bf16`, `q8_0`, `q4_0`.
-    pub fn name(&self) -> &'static str {
-        match self {
-            KvFormat::F16 => "f16",
-            KvFormat::Bf16 => "bf16",
-            KvFormat::Q8_0 => "q8_0",
-            KvFormat::Q4_0 => "q4_0",
-        }
-    }
-
-    /// Bytes per stored value, averaged over a quantization group: 2, 2, 34/32, 18/32.
-    pub fn bytes_per_value(&self) -> f64 {
-        match self {
-            KvFormat::F16 | KvFormat::Bf16 => 2.0,
-            KvFormat::Q8_0 => 34.0 / 32.0,
-            KvFormat::Q4_0 => 18.0 / 32.0,
-        }
-    }
-
-    /// Bytes of one quantization group, `None` for the per-value formats.
-    pub fn group_bytes(&self) -> Option<usize> {
-        match self {
-            KvFormat::F16 | KvFormat::Bf16 => None,
-            KvFormat::Q8_0 => Some(2 + GROUP),
-            KvFormat::Q4_0 => Some(2 + GROUP / 2),
-        }
-    }
-
-    /// Bytes of one row of `dim` values (a partial last group is padded to 32).
-    pub fn row_bytes(&self, dim: usize) -> usize {
-        match self.group_bytes() {
-            None => 2 * dim,
-            Some(g) => dim.div_ceil(GROUP) * g,
-        }
-    }
-}
 
 /// Encodes `src` into `dst` (`format.row_bytes(src.len())` bytes) with ggml's reference
 /// rounding: f16 and bf16 round to nearest even, q8_0/q4_0 as `quantize_row_q*_0_ref`.

@@ -30,7 +30,8 @@ fn frames(evs: &[Ev]) -> Bytes {
 /// How the choice ended, in Responses terms.
 fn end_of(c: &ChoiceState) -> End {
     let error = match &c.finish {
-        Some(FinishReason::Error(m)) | Some(FinishReason::Rejected(m)) => Some(m.clone()),
+        Some(FinishReason::Error(m)) => Some(m.clone()),
+        Some(FinishReason::Rejected(r)) => Some(r.to_string()),
         _ => None,
     };
     End::of(c.finish_reason(), error)
