@@ -223,12 +223,10 @@ impl Scheduler {
         if k == 0 {
             return None;
         }
-        let table = self.kv.table(id).expect("running request has KV");
         Some(Lookahead {
             start_pos: pos,
             num_slots: k,
-            block_table: table.blocks.clone(),
-            window_tables: self.kv.window_tables(id),
+            tables: self.kv.tables(id),
             copies: self.kv.take_copy_ops(),
         })
     }
@@ -620,7 +618,6 @@ impl Scheduler {
         planned: Vec<Planned>,
         preempted: Vec<RequestId>,
     ) -> SchedulerOutput {
-        let p = self.kv.block_size();
         let mut out = SchedulerOutput {
             step,
             preempted,
@@ -646,18 +643,11 @@ impl Scheduler {
             self.stats.recomputed_tokens += recomputed as u64;
             r.num_computed_tokens = end_known + pl.num_draft;
             r.max_computed_tokens = r.max_computed_tokens.max(end_known);
-            let table = self.kv.table(pl.id).expect("planned request has KV");
-            let block_table = table.blocks.clone();
-            let slot_mapping = (pl.start..end_known + pl.num_draft)
-                .map(|pos| block_table[pos / p] as usize * p + pos % p)
-                .collect();
             out.requests.push(ScheduledRequest {
                 id: pl.id,
                 token_ids,
                 start_pos: pl.start,
-                block_table,
-                window_tables: self.kv.window_tables(pl.id),
-                slot_mapping,
+                tables: self.kv.tables(pl.id),
                 sample: end_known == r.num_tokens(),
                 num_draft_tokens: pl.num_draft,
             });

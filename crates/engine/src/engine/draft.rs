@@ -6,7 +6,7 @@ use super::output::{greedy_pick, processed};
 use super::Engine;
 use crate::{RequestId, SpecMethod};
 use folio_core::cost::StepTime;
-use folio_model::ForwardBatch;
+use folio_model::{ForwardBatch, SeqSpan};
 use std::time::Instant;
 
 impl Engine {
@@ -144,13 +144,10 @@ impl Engine {
             self.runner.copy_blocks(&la.copies);
             let r = self.sched.request(id).expect("running");
             let last = *r.tokens().last().expect("has tokens");
-            // A separate draft model keeps a single-layout cache, indexed by group 0's pages.
-            let mut tables = vec![la.block_table];
-            if self.runner.draft.is_none() {
-                tables.extend(la.window_tables);
-            }
+            // A separate draft model keeps a single-layout cache: it reads group 0's pages
+            // and ignores the rest.
             st.push(DraftRun {
-                tables,
+                tables: la.tables,
                 pos: la.start_pos,
                 last,
                 drafts: Vec::new(),
@@ -171,16 +168,25 @@ impl Engine {
             let mut who = Vec::new();
             for (i, &(id, k)) in reqs.iter().enumerate() {
                 if step < k && !st[i].done {
-                    let r = &st[i];
-                    batch.push(&[r.last], r.pos, r.tables[0].clone(), 1);
-                    if let Some(span) = batch.seqs.last_mut() {
-                        span.window_tables = r.tables[1..].to_vec();
-                        // The target's first layers draft under the request's adapters
-                        // (their KV is the target's); a separate draft model has none.
-                        if self.runner.draft.is_none() {
-                            span.lora = self.live.get(&id).and_then(|l| l.lora.clone());
-                        }
-                    }
+                    let r = &mut st[i];
+                    // The target's first layers draft under the request's adapters (their KV
+                    // is the target's); a separate draft model has none.
+                    let lora = match self.runner.draft {
+                        None => self.live.get(&id).and_then(|l| l.lora.clone()),
+                        Some(_) => None,
+                    };
+                    // The tables move into the step's batch and back after it.
+                    batch.push_seq(
+                        &[r.last],
+                        SeqSpan {
+                            pos: r.pos,
+                            tables: std::mem::take(&mut r.tables),
+                            n_logits: 1,
+                            decode_from: r.pos,
+                            lora,
+                            ..SeqSpan::default()
+                        },
+                    );
                     who.push(i);
                 }
             }
@@ -193,6 +199,10 @@ impl Engine {
                     self.draft_layers,
                 ),
             };
+            for (span, &i) in batch.seqs.iter_mut().zip(&who) {
+                st[i].tables = std::mem::take(&mut span.tables);
+            }
+            drop(batch);
             let logits = match result {
                 Ok(l) => l,
                 Err(e) => {

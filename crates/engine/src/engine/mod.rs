@@ -216,13 +216,13 @@ impl Engine {
 
     /// One iteration: spill what the step's allocations evicted, run the copy orders and
     /// the forward, choose and emit tokens, and hand the results back to the scheduler.
-    fn step(&mut self, out: SchedulerOutput) {
+    fn step(&mut self, mut out: SchedulerOutput) {
         let t0 = Instant::now();
         // Evicted blocks still hold their data: spill before this step overwrites them.
         self.spill(&out.evicted);
         self.runner.copy_blocks(&out.copies);
-        let (batch, rows_of, hidden_of) = self.build_batch(&out);
-        let (fwd, fstats) = match self.runner.forward(&batch) {
+        let (batch, rows_of, hidden_of) = self.build_batch(&mut out);
+        let (fwd, fstats) = match self.runner.forward(batch) {
             Ok(r) => r,
             Err(e) => {
                 // A batch the model refuses is a bug upstream; fail its requests, keep serving.
@@ -237,9 +237,6 @@ impl Engine {
                 return;
             }
         };
-        // The batch's adapter references go before any request can finish (the registry
-        // frees an unloaded adapter's slot when its last request does).
-        drop(batch);
         let now = Instant::now();
         let forward_s = t0.elapsed().as_secs_f64();
         let rows = output::Rows {
