@@ -45,7 +45,7 @@ impl Engine {
             if r.num_computed_tokens + 1 != r.num_tokens() || r.num_output_tokens() == 0 {
                 continue;
             }
-            let room = r.max_tokens.saturating_sub(r.num_output_tokens() + 1);
+            let room = r.draft_room();
             let live = self.live.get(&id).expect("listed above");
             let Some(sp) = live.spec.as_ref() else {
                 // Decodes without speculation still take a row of the step.

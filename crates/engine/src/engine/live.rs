@@ -31,8 +31,6 @@ pub(super) struct Live {
     pub guide: Option<Guide>,
     /// `prompt_logprobs`: the prompt's scores, collected chunk by chunk.
     pub scores: Option<PromptScores>,
-    /// `max_tokens` 0 (score only): the one token the scheduler runs for is not output.
-    pub score_only: bool,
     /// An embedding request: its pooled hidden rows (nothing is sampled, see `embed`).
     pub embed: Option<crate::embed::Pooled>,
 }
@@ -126,7 +124,6 @@ impl Engine {
             lora: req.lora,
             guide,
             scores: req.prompt_logprobs.map(|k| PromptScores::new(prompt, k)),
-            score_only: req.max_tokens == 0,
             embed: req.embed.map(|p| {
                 crate::embed::Pooled::new(p, prompt.len(), self.runner.model.hidden_size())
             }),

@@ -78,11 +78,9 @@ impl Engine {
                 continue;
             }
             let l = &all[(n_rows - rows) * vocab..];
-            let cached = self
-                .sched
-                .request(sr.id)
-                .map(|r| r.num_cached_tokens)
-                .unwrap_or(0);
+            let sched_req = self.sched.request(sr.id);
+            let cached = sched_req.map_or(0, |r| r.num_cached_tokens);
+            let score_only = sched_req.is_some_and(|r| r.max_tokens.is_score_only());
             let Some(live) = self.live.get_mut(&sr.id) else {
                 results.push(RequestResult {
                     id: sr.id,
@@ -101,7 +99,7 @@ impl Engine {
                 .as_mut()
                 .map(PromptScores::take_ready)
                 .unwrap_or_default();
-            if live.score_only {
+            if score_only {
                 // Scored, nothing to generate: the scheduler runs a request for one token,
                 // which ends it here (max_tokens) without being output.
                 let _ = live.tx.send(score_event(prompt_lps, now));
