@@ -55,13 +55,13 @@ impl Engine {
             let draft_s = if sp.method == SpecMethod::SelfDraft {
                 // Before the first measurement: the draft's share of a 1-row step (its
                 // weight bytes against the target's, or the layer fraction).
-                self.draft_cost_s.unwrap_or_else(|| {
+                self.drafter.cost_s.unwrap_or_else(|| {
                     let share = match &self.runner.draft {
                         Some(d) => {
                             d.model.weights.bytes_per_step() as f64
                                 / self.runner.model.weights.bytes_per_step().max(1) as f64
                         }
-                        None => self.draft_layers as f64 / self.runner.model.config.n_layers as f64,
+                        None => self.drafter.layers as f64 / self.runner.model.config.n_layers as f64,
                     };
                     self.step_curve.step_s(1) * share
                 })
@@ -90,9 +90,9 @@ impl Engine {
             &self.step_curve,
             prefill.min(budget),
             &all,
-            self.probe_budget_s,
+            self.drafter.probe_budget_s,
         );
-        self.probe_budget_s -= probe_s;
+        self.drafter.probe_budget_s -= probe_s;
         if let Ok(mut st) = self.metrics.spec.lock() {
             st.record_plan(&plan[..cands.len()]);
         }
@@ -196,7 +196,7 @@ impl Engine {
                     &batch,
                     &mut self.runner.kv,
                     self.runner.pool,
-                    self.draft_layers,
+                    self.drafter.layers,
                 ),
             };
             for (span, &i) in batch.seqs.iter_mut().zip(&who) {
@@ -250,10 +250,7 @@ impl Engine {
             self.sched.set_draft(id, d);
         }
         let per_token = t0.elapsed().as_secs_f64() / n.max(1) as f64 * reqs.len() as f64;
-        self.draft_cost_s = match self.draft_cost_s {
-            None => Some(per_token),
-            Some(c) => Some(0.8 * c + 0.2 * per_token),
-        };
+        self.drafter.observe_cost(per_token);
     }
 
     /// Rolls the grammars of drafting requests back to their output (the drafts they

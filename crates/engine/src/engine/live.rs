@@ -93,17 +93,17 @@ impl Engine {
         tx: UnboundedSender<Event>,
         guide: Option<Guide>,
     ) -> Live {
-        let method = req.spec.unwrap_or(self.spec.0);
+        let method = req.spec.unwrap_or(self.drafter.method);
         // An embedding decodes nothing, so it has nothing to draft.
         let spec = (method != SpecMethod::Off && req.embed.is_none()).then(|| {
-            let fixed = req.spec_tokens.or(self.spec.1);
+            let fixed = req.spec_tokens.or(self.drafter.fixed_tokens);
             // Start from what this proposer achieved on earlier requests, not a guess: a
             // new request then drafts long at once where copying pays, and not at all
             // where its drafts were being rejected.
-            let prior = self.spec_prior[super::output::prior_slot(method)].acceptance();
+            let prior = self.drafter.prior(method).acceptance();
             SpecState::new(
                 method,
-                self.spec.2.max(fixed.unwrap_or(0)),
+                self.drafter.max_tokens.max(fixed.unwrap_or(0)),
                 fixed,
                 prompt,
                 prior,

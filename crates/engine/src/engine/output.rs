@@ -13,14 +13,6 @@ use folio_core::{FinishReason as CoreFinish, RequestResult, SchedulerOutput};
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Instant;
 
-/// Index of a proposer's engine-wide acceptance estimate in `Engine::spec_prior`.
-pub(super) fn prior_slot(method: SpecMethod) -> usize {
-    match method {
-        SpecMethod::SelfDraft => 1,
-        SpecMethod::Ngram | SpecMethod::Off => 0,
-    }
-}
-
 /// A group's first request whose prompt is computed: its samples fork from this row.
 pub(super) type ForkJob = (RequestId, Vec<f32>, usize);
 
@@ -119,7 +111,7 @@ impl Engine {
                     if sp.method != SpecMethod::Ngram {
                         sp.control.observe(drafts.len(), accepted);
                         // The engine-wide estimate new requests of this proposer start from.
-                        self.spec_prior[prior_slot(sp.method)].observe(drafts.len(), accepted);
+                        self.drafter.prior_mut(sp.method).observe(drafts.len(), accepted);
                     }
                 }
                 if let Ok(mut st) = self.metrics.spec.lock() {
@@ -135,7 +127,7 @@ impl Engine {
                 for &t in &kept {
                     if let Some((proposed, accepted)) = sp.check.push(t) {
                         sp.control.observe(proposed, accepted);
-                        self.spec_prior[prior_slot(sp.method)].observe(proposed, accepted);
+                        self.drafter.prior_mut(sp.method).observe(proposed, accepted);
                     }
                 }
             }
