@@ -34,6 +34,6 @@ pub mod sim;
 pub use cost::{CostModel, TierCost};
 pub use kv::{KvConfig, KvManager, KvStats, StepId};
 pub use sched::{
-    FinishReason, Lookahead, Request, RequestId, RequestResult, RequestStatus, ScheduledRequest,
-    Scheduler, SchedulerConfig, SchedulerOutput,
+    FinishReason, Lookahead, MaxTokens, Request, RequestId, RequestResult, RequestStatus,
+    ScheduledRequest, Scheduler, SchedulerConfig, SchedulerOutput,
 };

@@ -76,7 +76,7 @@ fn the_scheduler_keys_admission_by_the_requests_namespace() {
     assert_eq!(start(2), 0, "the base request reused an adapter's blocks");
     assert_eq!(start(3), 8, "the same adapter reuses its two full blocks");
     assert_eq!(
-        out.requests.iter().find(|r| r.id == 3).unwrap().block_table[..2],
+        out.requests.iter().find(|r| r.id == 3).unwrap().tables[0][..2],
         [0, 1]
     );
 }

@@ -6,6 +6,14 @@ use folio_core::sched::{
     Scheduler, SchedulerConfig, SchedulerOutput,
 };
 
+/// The KV slot of every token a scheduled request computes, through its group-0 table.
+fn slots(r: &folio_core::sched::ScheduledRequest, s: &Scheduler) -> Vec<usize> {
+    let p = s.kv().block_size();
+    (r.start_pos..r.start_pos + r.token_ids.len())
+        .map(|pos| folio_core::kv::slot(&r.tables[0], pos, p))
+        .collect()
+}
+
 fn cfg(num_blocks: usize, block_size: usize) -> SchedulerConfig {
     SchedulerConfig {
         kv: KvConfig {
@@ -54,15 +62,15 @@ fn chunked_prefill_then_decode_with_exact_slots() {
         (a.id, a.start_pos, a.token_ids.clone()),
         (1, 0, (0..6).collect())
     );
-    assert_eq!(a.block_table, vec![0, 1]);
-    assert_eq!(a.slot_mapping, vec![0, 1, 2, 3, 4, 5]);
+    assert_eq!(a.tables[0], vec![0, 1]);
+    assert_eq!(slots(a, &s), vec![0, 1, 2, 3, 4, 5]);
     assert!(!a.sample);
     let b = &out.requests[1];
     assert_eq!(
         (b.start_pos, b.token_ids.clone(), b.sample),
         (0, vec![50, 51], false)
     );
-    assert_eq!(b.block_table, vec![2]);
+    assert_eq!(b.tables[0], vec![2]);
     assert_eq!(out.num_prefill_tokens, 8);
     assert!(s.update(&out, &results(&out)).is_empty());
 
@@ -78,7 +86,7 @@ fn chunked_prefill_then_decode_with_exact_slots() {
         (6, (6..10).collect(), true)
     );
     assert_eq!(
-        a.slot_mapping,
+        slots(a, &s),
         vec![6, 7, 12, 13],
         "block 3 was allocated for positions 8.."
     );
@@ -140,7 +148,7 @@ fn prefix_hit_skips_cached_tokens_and_recomputes_the_last() {
     let r = &out.requests[0];
     assert_eq!((r.start_pos, r.token_ids.clone()), (8, vec![8]));
     assert_eq!(
-        r.block_table,
+        r.tables[0],
         vec![0, 1, 3],
         "blocks 0, 1 reused; block 2 went back to the free list"
     );
@@ -298,7 +306,7 @@ fn drafts_are_verified_and_rejected_ones_rolled_back() {
     assert_eq!(r.token_ids, vec![1006, 7, 8, 9]);
     assert_eq!((r.start_pos, r.num_draft_tokens, r.sample), (6, 3, true));
     assert_eq!(
-        r.block_table,
+        r.tables[0],
         vec![0, 1, 2],
         "positions 6..9 need a third block"
     );
@@ -362,10 +370,6 @@ fn add_request_rejects_with_reasons() {
         s.add_request(Request::new(1, vec![], 4)),
         Err(RejectReason::EmptyPrompt)
     );
-    assert_eq!(
-        s.add_request(Request::new(1, vec![1], 0)),
-        Err(RejectReason::ZeroMaxTokens)
-    );
     let err = s.add_request(Request::new(1, vec![1; 10], 8)).unwrap_err();
     assert_eq!(
         err.to_string(),
@@ -405,7 +409,7 @@ fn fork_shares_prompt_blocks_and_copies_the_tail() {
     s.add_request(Request::new(1, vec![10, 11, 12, 13, 14, 15], 4))
         .unwrap();
     let out = s.schedule();
-    assert_eq!(out.requests[0].block_table, vec![0, 1]);
+    assert_eq!(out.requests[0].tables[0], vec![0, 1]);
     s.fork(1, 2, 4, 77).unwrap();
     assert_eq!(
         s.kv().table(2).unwrap().blocks,
@@ -433,12 +437,9 @@ fn fork_shares_prompt_blocks_and_copies_the_tail() {
         "one copy-on-write of the shared partial tail"
     );
     assert_eq!(out.copies[0].src, 1);
-    assert_ne!(
-        out.requests[0].block_table[1],
-        out.requests[1].block_table[1]
-    );
+    assert_ne!(out.requests[0].tables[0][1], out.requests[1].tables[0][1]);
     assert_eq!(
-        out.requests[0].block_table[0], out.requests[1].block_table[0],
+        out.requests[0].tables[0][0], out.requests[1].tables[0][0],
         "full block stays shared"
     );
     assert!(

@@ -5,6 +5,14 @@
 use folio_core::kv::{CopyOp, KvConfig};
 use folio_core::sched::{Lookahead, Request, RequestResult, Scheduler, SchedulerConfig};
 
+/// The KV slot of every token a scheduled request computes, through its group-0 table.
+fn slots(r: &folio_core::sched::ScheduledRequest, s: &Scheduler) -> Vec<usize> {
+    let p = s.kv().block_size();
+    (r.start_pos..r.start_pos + r.token_ids.len())
+        .map(|pos| folio_core::kv::slot(&r.tables[0], pos, p))
+        .collect()
+}
+
 fn sched(num_blocks: usize, block_size: usize) -> Scheduler {
     Scheduler::new(SchedulerConfig {
         kv: KvConfig {
@@ -43,8 +51,7 @@ fn lookahead_slots_have_exact_blocks_and_rejected_ones_go_back() {
         Lookahead {
             start_pos: 6,
             num_slots: 5,
-            block_table: vec![0, 1, 2],
-            window_tables: vec![],
+            tables: vec![vec![0, 1, 2]],
             copies: vec![],
         }
     );
@@ -57,8 +64,8 @@ fn lookahead_slots_have_exact_blocks_and_rejected_ones_go_back() {
     let r = &out.requests[0];
     assert_eq!(r.token_ids, vec![100, 7, 8, 9, 10, 11]);
     assert_eq!((r.start_pos, r.num_draft_tokens), (6, 5));
-    assert_eq!(r.block_table, vec![0, 1, 2]);
-    assert_eq!(r.slot_mapping, vec![6, 7, 8, 9, 10, 11]);
+    assert_eq!(r.tables[0], vec![0, 1, 2]);
+    assert_eq!(slots(r, &s), vec![6, 7, 8, 9, 10, 11]);
     assert!(out.copies.is_empty());
     // Two accepted, then the correction: 9 positions computed, the rest rolled back.
     s.update(&out, &[result(1, &[7, 8, 42])]);
@@ -74,7 +81,7 @@ fn lookahead_slots_have_exact_blocks_and_rejected_ones_go_back() {
     // Room: 10 − 5 outputs − 1 pending = 4 slots → positions 10..15, a fourth block.
     let la = s.reserve_lookahead(1, 8).unwrap();
     assert_eq!((la.start_pos, la.num_slots), (10, 4));
-    assert_eq!(la.block_table, vec![0, 1, 2, 3]);
+    assert_eq!(la.tables[0], vec![0, 1, 2, 3]);
     // The drafter stopped after one draft: the unused slots (and block 3) go back at once.
     assert!(s.set_draft(1, vec![5]));
     let t = s.kv().table(1).unwrap();
@@ -93,7 +100,7 @@ fn lookahead_slots_have_exact_blocks_and_rejected_ones_go_back() {
         .unwrap();
     let out = s.schedule();
     let b = out.requests.iter().find(|r| r.id == 2).unwrap();
-    assert_eq!(b.block_table, vec![4]);
+    assert_eq!(b.tables[0], vec![4]);
     assert_eq!(s.kv().num_free(), 12);
 }
 
@@ -111,7 +118,7 @@ fn lookahead_copies_a_shared_tail_before_the_drafter_writes() {
     // Request 1 drafts 3 positions from 6: block 1 is shared, so it is copied first (its
     // 2 computed slots into block 2), and block 3 takes positions 8..
     let la = s.reserve_lookahead(1, 3).unwrap();
-    assert_eq!(la.block_table, vec![0, 2, 3]);
+    assert_eq!(la.tables[0], vec![0, 2, 3]);
     assert_eq!(
         la.copies,
         vec![CopyOp {
@@ -134,8 +141,8 @@ fn lookahead_copies_a_shared_tail_before_the_drafter_writes() {
     let out = s.schedule();
     let ids: Vec<u64> = out.requests.iter().map(|r| r.id).collect();
     assert_eq!(ids, vec![1, 2]);
-    assert_eq!(out.requests[0].block_table, vec![0, 2, 3]);
-    assert_eq!(out.requests[1].block_table, vec![0, 1]);
+    assert_eq!(out.requests[0].tables[0], vec![0, 2, 3]);
+    assert_eq!(out.requests[1].tables[0], vec![0, 1]);
     assert!(out.copies.is_empty());
     s.update(&out, &[result(1, &[5, 9]), result(2, &[78])]);
     assert_eq!(s.request(1).unwrap().num_computed_tokens, 8);
@@ -157,7 +164,7 @@ fn lookahead_never_preempts_and_shrinks_to_what_is_free() {
     // 8 slots (the room left) would need 15 positions, 4 blocks; with one block free,
     // 5 slots fit (positions 6..12, the last for the verifying step).
     let la = s.reserve_lookahead(1, 10).unwrap();
-    assert_eq!((la.num_slots, la.block_table.clone()), (5, vec![0, 1, 3]));
+    assert_eq!((la.num_slots, la.tables[0].clone()), (5, vec![0, 1, 3]));
     assert_eq!(s.stats().preemptions, 0);
     assert_eq!(s.kv().table(2).unwrap().blocks, vec![2]);
     // A waiting request has nothing to decode: no slots.

@@ -7,6 +7,7 @@
 //! reads it.
 
 use crate::SamplingParams;
+use folio_core::MaxTokens;
 use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::mpsc;
@@ -21,8 +22,9 @@ pub use folio_core::{FinishReason, RequestId};
 pub struct GenerateRequest {
     pub prompt: Vec<u32>,
     pub params: SamplingParams,
-    /// Upper bound on generated tokens (the engine also stops at the context length).
-    pub max_tokens: usize,
+    /// Upper bound on generated tokens, or score only. [`EngineHandle::submit`] bounds it by
+    /// the context left after the prompt; the engine and the scheduler trust it from there.
+    pub max_tokens: MaxTokens,
     /// Strings that end generation; the matched text is not emitted and never split
     /// across events.
     pub stop: Vec<String>,
@@ -57,11 +59,11 @@ pub struct GenerateRequest {
 }
 
 impl GenerateRequest {
-    pub fn new(prompt: Vec<u32>, max_tokens: usize) -> GenerateRequest {
+    pub fn new(prompt: Vec<u32>, max_tokens: impl Into<MaxTokens>) -> GenerateRequest {
         GenerateRequest {
             prompt,
             params: SamplingParams::default(),
-            max_tokens,
+            max_tokens: max_tokens.into(),
             stop: Vec::new(),
             stop_token_ids: Vec::new(),
             ignore_eos: false,
@@ -285,8 +287,8 @@ pub struct EngineHandle {
 impl EngineHandle {
     /// Queues a request. Validation that needs no engine state happens here, so a bad
     /// request never reaches the loop.
-    pub fn submit(&self, req: GenerateRequest) -> Result<RequestStream, SubmitError> {
-        self.validate(&req)?;
+    pub fn submit(&self, mut req: GenerateRequest) -> Result<RequestStream, SubmitError> {
+        self.validate(&mut req)?;
         let id = self
             .next_id
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -301,7 +303,9 @@ impl EngineHandle {
         Ok(RequestStream { id, rx })
     }
 
-    fn validate(&self, req: &GenerateRequest) -> Result<(), SubmitError> {
+    /// Checks `req` and bounds its `max_tokens` by the context left after its prompt (the
+    /// server's are already within it; library callers may ask for more).
+    fn validate(&self, req: &mut GenerateRequest) -> Result<(), SubmitError> {
         let ctx = self.info.context_length;
         if req.prompt.is_empty() {
             return Err(SubmitError::invalid(
@@ -335,13 +339,14 @@ impl EngineHandle {
                 ),
             ));
         }
-        if req.max_tokens == 0 && req.prompt_logprobs.is_none() {
+        if req.max_tokens.is_score_only() && req.prompt_logprobs.is_none() {
             return Err(SubmitError::invalid(
                 "max_tokens",
                 InvalidKind::Parameter,
                 "max_tokens: must be >= 1 unless prompt_logprobs is set, got 0".into(),
             ));
         }
+        req.max_tokens = req.max_tokens.within(ctx - req.prompt.len());
         Ok(())
     }
 
@@ -372,7 +377,8 @@ impl EngineHandle {
             }
             return Ok(vec![self.submit(req)?]);
         }
-        self.validate(&req)?;
+        let mut req = req;
+        self.validate(&mut req)?;
         let n = params.len() as u64;
         let first = self
             .next_id

@@ -52,6 +52,7 @@ pub use config::{EngineConfig, SpecMethod};
 pub use constraint::{CompileError, Compiled, Constraint, Grammars};
 pub use embed::Pooling;
 pub use engine::{spawn_engine, spawn_engine_with_draft, SpawnError};
+pub use folio_core::MaxTokens;
 pub use folio_model::LoraSet;
 pub use folio_spec::SpecStats;
 pub use gbnf::{gbnf_to_lark, GbnfError};

@@ -3,7 +3,7 @@
 //! ```text
 //!  tokens:    | s0: 5 prefill tokens | s1: 1 decode | s2: 3 prefill (chunk) |
 //!  positions: | 0 1 2 3 4            | 17           | 32 33 34              |
-//!  slots:     table[pos / p] * p + pos % p, per token
+//!  slots:     folio_core::kv::slot(table, pos, p), per token and page group
 //! ```
 //! One batch mixes prefill chunks and decode tokens of different requests: continuous
 //! batching feeds exactly this, so b rows share one read of each weight matrix.
@@ -17,13 +17,12 @@ pub struct SeqSpan {
     pub len: usize,
     /// Position of the first new token; tokens before it are already in the cache.
     pub pos: usize,
-    /// Physical block of each logical block, covering at least `pos + len` tokens (for a
-    /// hybrid cache layout: the pages of group 0, the full-attention layers).
-    pub block_table: Vec<u32>,
-    /// Hybrid cache layouts: the pages of groups 1.. (window layers), each covering
-    /// `pos + len` tokens; entries behind every query's window are never read (the KV
-    /// manager marks them released). Empty for the single layout.
-    pub window_tables: Vec<Vec<u32>>,
+    /// Block tables indexed by page group, each covering at least `pos + len` tokens:
+    /// group 0 the physical block of each logical block (for a hybrid cache layout, the
+    /// full-attention layers' pages), groups 1.. the window layers' pages, whose entries
+    /// behind every query's window are never read (the KV manager marks them released).
+    /// Moved in from the scheduler's output; a layout with fewer groups ignores the rest.
+    pub tables: Vec<Vec<u32>>,
     /// How many of this span's last tokens need logits (1 normally, 1 + drafts when
     /// verifying speculation, 0 for a prefill chunk that does not end the prompt).
     pub n_logits: usize,
@@ -59,12 +58,14 @@ pub struct ForwardOutput {
 }
 
 impl SeqSpan {
-    /// The block table of page group `group` (0: `block_table`).
+    /// The block table of page group `group`.
     pub fn table(&self, group: usize) -> &[u32] {
-        match group {
-            0 => &self.block_table,
-            g => &self.window_tables[g - 1],
-        }
+        &self.tables[group]
+    }
+
+    /// The KV slot of position `pos` in page group `group` (block size `block_size`).
+    pub fn slot(&self, group: usize, pos: usize, block_size: usize) -> usize {
+        folio_core::kv::slot(&self.tables[group], pos, block_size)
     }
 }
 
@@ -73,21 +74,29 @@ impl ForwardBatch {
         Self::default()
     }
 
-    /// Appends a sequence's new tokens starting at position `pos`.
+    /// Appends a sequence's new tokens starting at position `pos`, through one block table
+    /// (a single cache layout).
     pub fn push(&mut self, tokens: &[u32], pos: usize, block_table: Vec<u32>, n_logits: usize) {
-        let start = self.tokens.len();
+        let decode_from = if tokens.len() == 1 { pos } else { usize::MAX };
+        self.push_seq(
+            tokens,
+            SeqSpan {
+                pos,
+                tables: vec![block_table],
+                n_logits,
+                decode_from,
+                ..SeqSpan::default()
+            },
+        );
+    }
+
+    /// Appends a sequence's new tokens, described by `span` (its `start` and `len` are set
+    /// here, from where `tokens` land in the batch).
+    pub fn push_seq(&mut self, tokens: &[u32], mut span: SeqSpan) {
+        span.start = self.tokens.len();
+        span.len = tokens.len();
         self.tokens.extend_from_slice(tokens);
-        self.seqs.push(SeqSpan {
-            start,
-            len: tokens.len(),
-            pos,
-            block_table,
-            window_tables: Vec::new(),
-            n_logits,
-            n_hidden: 0,
-            decode_from: if tokens.len() == 1 { pos } else { usize::MAX },
-            lora: None,
-        });
+        self.seqs.push(span);
     }
 
     pub fn n_tokens(&self) -> usize {

@@ -212,10 +212,10 @@ impl Model {
             }
             let need = end.div_ceil(kv.block_size);
             let groups = kv.layout.n_groups();
-            if s.window_tables.len() + 1 < groups {
+            if s.tables.len() < groups {
                 return Err(ModelError::Batch(format!(
                     "seq {i}: {} window block tables, the cache layout has {} window groups",
-                    s.window_tables.len(),
+                    s.tables.len().saturating_sub(1),
                     groups - 1
                 )));
             }
@@ -358,9 +358,8 @@ impl Model {
         // (block, slot) written this step to be distinct. The engine's batches are (a block
         // shared between sequences is copied before it is written); a batch that is not gets
         // its rows written one after another in token order, as the model always did.
-        let slot_of = |group: usize, &(seq, pos): &(usize, usize)| {
-            batch.seqs[seq].table(group)[pos / bs] as usize * bs + pos % bs
-        };
+        let slot_of =
+            |group: usize, &(seq, pos): &(usize, usize)| batch.seqs[seq].slot(group, pos, bs);
         let parallel_writes = (0..kv.layout.n_groups()).all(|g| {
             let mut slots: Vec<usize> = token_pos.iter().map(|tp| slot_of(g, tp)).collect();
             slots.sort_unstable();

@@ -50,7 +50,7 @@ fn hybrid_layout_equals_single_layout() {
     let mut hybrid = model.new_kv_cache_with(layout.clone(), P, 3 * blocks, KvFormat::F16);
     let mut b = ForwardBatch::new();
     b.push(&toks, 0, pages(0), 1);
-    b.seqs[0].window_tables = vec![pages(1), pages(2)];
+    b.seqs[0].tables.extend([pages(1), pages(2)]);
     assert_eq!(model.forward(&b, &mut hybrid, pool).unwrap(), want_prefill);
 
     // Decode at position 23: its window (5 positions) starts at 19, block 4; poison the
@@ -64,7 +64,7 @@ fn hybrid_layout_equals_single_layout() {
     };
     let mut b = ForwardBatch::new();
     b.push(&[7], n, pages(0), 1);
-    b.seqs[0].window_tables = vec![released(1), released(2)];
+    b.seqs[0].tables.extend([released(1), released(2)]);
     assert_eq!(model.forward(&b, &mut hybrid, pool).unwrap(), want_decode);
 
     // A batch missing its window tables is an error naming them, not a panic.

@@ -9,7 +9,7 @@
 //! reports it as `max_model_len` in /v1/models and /tokenize.
 
 use crate::error::ApiError;
-use folio_engine::EngineInfo;
+use folio_engine::{EngineInfo, MaxTokens};
 
 /// The two limits on one request's tokens (prompt + output).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -126,13 +126,14 @@ impl Capacity {
     }
 
     /// The `max_tokens` of a request with `prompt_len` prompt tokens: the requested value
-    /// if it fits, else a 400; without one, the rest of what fits, capped at `default_cap`.
+    /// if it fits (0: score only), else a 400; without one, the rest of what fits, capped at
+    /// `default_cap`. The engine and the scheduler trust the value this decides.
     pub fn max_tokens(
         &self,
         requested: Option<usize>,
         prompt_len: usize,
         default_cap: usize,
-    ) -> Result<usize, ApiError> {
+    ) -> Result<MaxTokens, ApiError> {
         let max = self.max_model_len();
         let room = max.saturating_sub(prompt_len);
         match requested {
@@ -152,8 +153,8 @@ impl Capacity {
                     ),
                 )))
             }
-            Some(m) => Ok(m),
-            None => Ok(room.min(default_cap).max(1)),
+            Some(m) => Ok(MaxTokens::new(m, room)),
+            None => Ok(MaxTokens::new(room.min(default_cap).max(1), room)),
         }
     }
 }
@@ -229,16 +230,16 @@ mod tests {
 
     #[test]
     fn max_tokens_fit_and_default_is_clamped() {
-        assert_eq!(CTX.max_tokens(None, 100, 4096).unwrap(), 4096);
-        assert_eq!(CTX.max_tokens(None, 8000, 4096).unwrap(), 192);
-        assert_eq!(CTX.max_tokens(Some(10), 100, 4096).unwrap(), 10);
+        assert_eq!(CTX.max_tokens(None, 100, 4096).unwrap().steps(), 4096);
+        assert_eq!(CTX.max_tokens(None, 8000, 4096).unwrap().steps(), 192);
+        assert_eq!(CTX.max_tokens(Some(10), 100, 4096).unwrap().steps(), 10);
         let e = CTX.max_tokens(Some(200), 8000, 4096).unwrap_err();
         assert_eq!(e.message, "max_tokens: 200 + 8000 prompt tokens exceeds the context length of 8192 tokens (at most 192 fit)");
         assert_eq!(e.code, "context_length_exceeded");
         // The pool: the default shrinks to what fits instead of being refused later.
-        assert_eq!(POOL.max_tokens(None, 2, 4096).unwrap(), 718);
+        assert_eq!(POOL.max_tokens(None, 2, 4096).unwrap().steps(), 718);
         let e = POOL.max_tokens(Some(4000), 2, 4096).unwrap_err();
         assert_eq!(e.message, "max_tokens: 4000 + 2 prompt tokens exceeds what one request can use, 720 tokens (the KV pool holds 720 tokens, less than the context length of 8192; see --kv-cache-bytes) (at most 718 fit)");
-        assert_eq!(POOL.max_tokens(Some(718), 2, 4096).unwrap(), 718);
+        assert_eq!(POOL.max_tokens(Some(718), 2, 4096).unwrap().steps(), 718);
     }
 }

@@ -127,7 +127,7 @@ impl Error {
                     }
                     // No retry can fix these: the request itself is too big or empty.
                     R::KvNeverFits { .. } => (S::BAD_REQUEST, "context_length_exceeded"),
-                    R::EmptyPrompt | R::ZeroMaxTokens => (S::BAD_REQUEST, "invalid_request"),
+                    R::EmptyPrompt => (S::BAD_REQUEST, "invalid_request"),
                     // The server chose ids and rates itself: a bug, not the client's fault.
                     R::DuplicateId(_) | R::NotForkable { .. } | R::BadRate { .. } => {
                         (S::INTERNAL_SERVER_ERROR, "internal")

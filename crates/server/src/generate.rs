@@ -154,7 +154,7 @@ pub async fn start(
             lora: lora.clone(),
             constraint: compiled.clone(),
             // Echo with logprobs scores the prompt; max_tokens 0 runs as score-only.
-            prompt_logprobs: if (p.echo && p.logprobs.is_some()) || max == 0 {
+            prompt_logprobs: if (p.echo && p.logprobs.is_some()) || max.is_score_only() {
                 Some(p.logprobs.unwrap_or(0))
             } else {
                 None

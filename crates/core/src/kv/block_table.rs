@@ -6,6 +6,23 @@
 //! slot(t) = table[t / p] * p + t % p      slot(9) = 5*4 + 1 = 21
 //! ```
 
+/// Where token position `pos` lives in the paged cache through `table` (block size `p`):
+/// `(physical block, row within it)`. The one place that reads a block table; the KV
+/// manager, the model's K/V writes and the attention kernels all go through it (or
+/// [`slot`]), so they agree on every position.
+#[inline(always)]
+pub fn page(table: &[u32], pos: usize, p: usize) -> (usize, usize) {
+    (table[pos / p] as usize, pos % p)
+}
+
+/// The flat KV slot of position `pos` through `table`: `table[pos / p] * p + pos % p`
+/// (see [`page`]). Panics when the table does not cover `pos`.
+#[inline(always)]
+pub fn slot(table: &[u32], pos: usize, p: usize) -> usize {
+    let (block, row) = page(table, pos, p);
+    block * p + row
+}
+
 /// The blocks of one sequence and how many token slots of them are in use.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct BlockTable {
@@ -18,7 +35,7 @@ pub struct BlockTable {
 impl BlockTable {
     /// Slot index of token position `pos` for block size `p`, if the table covers it.
     pub fn slot(&self, pos: usize, p: usize) -> Option<usize> {
-        self.blocks.get(pos / p).map(|&b| b as usize * p + pos % p)
+        (pos / p < self.blocks.len()).then(|| slot(&self.blocks, pos, p))
     }
 
     /// Blocks needed to hold `tokens` positions with block size `p`.

@@ -16,7 +16,7 @@ pub mod window;
 mod window_pages;
 
 pub use block_pool::{BlockPool, BlockRefs};
-pub use block_table::BlockTable;
+pub use block_table::{page, slot, BlockTable};
 pub use error::KvError;
 pub use events::KvEvent;
 pub use eviction::EvictionPolicy;

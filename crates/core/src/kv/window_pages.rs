@@ -61,6 +61,16 @@ impl KvManager {
             .collect()
     }
 
+    /// Every block table of sequence `id`, indexed by page group: group 0 the
+    /// full-attention layers' blocks ([`KvManager::table`]), then the window groups'
+    /// ([`Self::window_tables`]). What a step or a drafter reads the sequence through.
+    pub fn tables(&self, id: u64) -> Vec<Vec<u32>> {
+        let mut tables = Vec::with_capacity(1 + self.win_pages());
+        tables.push(self.table(id).map(|t| t.blocks.clone()).unwrap_or_default());
+        tables.extend(self.window_tables(id));
+        tables
+    }
+
     /// The longest usable hit along a cached chain of full blocks: `(k, lo)`, `k` blocks
     /// whose window pages are cached for `[lo, k)`, the blocks the query at `k·p` still
     /// sees. Without window layers, the whole chain (`lo = k`).

@@ -12,8 +12,6 @@ use super::request::Request;
 pub enum RejectReason {
     #[error("prompt is empty (at least 1 token required)")]
     EmptyPrompt,
-    #[error("max_tokens is 0 (at least 1 required)")]
-    ZeroMaxTokens,
     #[error("request id {0} is already in use")]
     DuplicateId(u64),
     #[error("request {id} cannot be forked: {why}")]
@@ -64,7 +62,7 @@ pub struct AdmissionEstimate {
     pub finish_s: f64,
 }
 
-/// Static checks: non-empty prompt, positive `max_tokens`, final KV fits the whole pool.
+/// Static checks: non-empty prompt, final KV fits the whole pool.
 /// `blocks_for(tokens)`: the most blocks (pages) a sequence of `tokens` positions holds at
 /// once ([`crate::KvManager::pages_at_most`]).
 pub fn check_static(
@@ -74,9 +72,6 @@ pub fn check_static(
 ) -> Result<(), RejectReason> {
     if req.num_prompt_tokens() == 0 {
         return Err(RejectReason::EmptyPrompt);
-    }
-    if req.max_tokens == 0 {
-        return Err(RejectReason::ZeroMaxTokens);
     }
     let tokens = req.final_kv_tokens();
     let needed_blocks = blocks_for(tokens);
@@ -112,7 +107,7 @@ pub fn check_deadline(
     }
     let queue_s = queued_prefill_tokens as f64 / rates.prefill_tokens_per_s;
     let prefill_s = req.num_prompt_tokens() as f64 / rates.prefill_tokens_per_s;
-    let decode_s = req.max_tokens.saturating_sub(1) as f64 / rates.decode_tokens_per_s;
+    let decode_s = (req.max_outputs() - 1) as f64 / rates.decode_tokens_per_s;
     let finish_s = now_s + queue_s + prefill_s + decode_s;
     if let Some(deadline_s) = req.deadline_s {
         if finish_s > deadline_s {

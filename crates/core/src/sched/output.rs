@@ -11,14 +11,15 @@ pub struct ScheduledRequest {
     pub token_ids: Vec<u32>,
     /// Position of `token_ids[0]`; the context attended to is `start_pos + token_ids.len()`.
     pub start_pos: usize,
-    /// Physical blocks of the request, in logical order (attention reads through it). For
-    /// hybrid models: the full-attention layers' pages.
-    pub block_table: Vec<u32>,
-    /// Hybrid models: the window layers' pages, one table per page group, with
-    /// `kv::RELEASED` for blocks behind the window (never read). Empty otherwise.
-    pub window_tables: Vec<Vec<u32>>,
-    /// KV slot of every token in `token_ids`: `block_table[pos / p] * p + pos % p`.
-    pub slot_mapping: Vec<usize>,
+    /// The request's block tables, indexed by page group ([`KvManager::tables`]): group 0
+    /// the physical blocks in logical order (the full-attention layers' pages for hybrid
+    /// models), then one table per window page group with `kv::RELEASED` for blocks behind
+    /// the window (never read). Token `pos` of group `g` lives at
+    /// [`kv::slot`](crate::kv::slot)`(&tables[g], pos, block_size)`. The executor moves
+    /// them into its batch (`std::mem::take`): `update` does not read them.
+    ///
+    /// [`KvManager::tables`]: crate::kv::KvManager::tables
+    pub tables: Vec<Vec<u32>>,
     /// The step reaches the end of the known tokens: sample (or verify drafts) from the
     /// logits of the last `1 + num_draft_tokens` positions.
     pub sample: bool,
@@ -71,10 +72,9 @@ pub struct Lookahead {
     pub start_pos: usize,
     /// Positions reserved from `start_pos` (the most drafts the drafter may make).
     pub num_slots: usize,
-    /// The request's blocks, covering `start_pos + num_slots + 1` positions.
-    pub block_table: Vec<u32>,
-    /// Hybrid models: the window layers' tables (as in [`ScheduledRequest`]).
-    pub window_tables: Vec<Vec<u32>>,
+    /// The request's block tables by page group (as in [`ScheduledRequest`]), covering
+    /// `start_pos + num_slots + 1` positions.
+    pub tables: Vec<Vec<u32>>,
     /// Copy-on-write orders to perform before the drafter writes (a shared tail block
     /// that holds the first draft position).
     pub copies: Vec<CopyOp>,

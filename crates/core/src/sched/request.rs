@@ -9,6 +9,8 @@
 //! catches up with `num_tokens()` (prompt + output), one chunk per step. The last output
 //! token is never computed until the next step feeds it back.
 
+use super::max_tokens::MaxTokens;
+
 /// Identity of a request, chosen by the caller; also the KV sequence id.
 pub type RequestId = u64;
 
@@ -36,8 +38,8 @@ pub struct Request {
     /// Prompt then output token ids, in one vector so any span slices without copying.
     tokens: Vec<u32>,
     num_prompt_tokens: usize,
-    /// Most output tokens this request may produce.
-    pub max_tokens: usize,
+    /// Most output tokens this request may produce (score only: one, never output).
+    pub max_tokens: MaxTokens,
     /// Arrival time in seconds (caller's clock), for metrics and admission.
     pub arrival_s: Option<f64>,
     /// Time by which the last token must be out, seconds (caller's clock).
@@ -69,12 +71,12 @@ pub struct Request {
 
 impl Request {
     /// A waiting request with `prompt` and at most `max_tokens` outputs.
-    pub fn new(id: RequestId, prompt: Vec<u32>, max_tokens: usize) -> Self {
+    pub fn new(id: RequestId, prompt: Vec<u32>, max_tokens: impl Into<MaxTokens>) -> Self {
         Self {
             id,
             num_prompt_tokens: prompt.len(),
             tokens: prompt,
-            max_tokens,
+            max_tokens: max_tokens.into(),
             arrival_s: None,
             deadline_s: None,
             status: RequestStatus::Waiting,
@@ -150,10 +152,22 @@ impl Request {
         self.tokens.len() - self.num_prompt_tokens
     }
 
+    /// Outputs the scheduler runs this request for ([`MaxTokens::steps`]).
+    pub fn max_outputs(&self) -> usize {
+        self.max_tokens.steps()
+    }
+
+    /// Drafts a next step could still keep: outputs left after the token in flight. Bounds
+    /// the drafter's plan, its lookahead slots and the drafts the scheduler accepts.
+    pub fn draft_room(&self) -> usize {
+        self.max_outputs()
+            .saturating_sub(self.num_output_tokens() + 1)
+    }
+
     /// KV positions the request holds when it ends with `max_tokens` outputs: the last
     /// output is never fed back, so `prompt + max_tokens − 1` (DESIGN.md §requests).
     pub fn final_kv_tokens(&self) -> usize {
-        (self.num_prompt_tokens + self.max_tokens.saturating_sub(1)).max(self.num_tokens())
+        (self.num_prompt_tokens + self.max_outputs() - 1).max(self.num_tokens())
     }
 
     /// True once finished.

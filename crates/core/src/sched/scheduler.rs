@@ -19,6 +19,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 
 use super::admission::{self, AdmissionEstimate, Rates, RejectReason};
 use super::config::{BatchPolicy, ConfigError, KvReservation, SchedulerConfig};
+use super::max_tokens::MaxTokens;
 use super::output::{Lookahead, RequestResult, ScheduledRequest, SchedulerOutput};
 use super::request::{FinishReason, Request, RequestId, RequestStatus};
 use crate::kv::{KvError, KvManager, KvStats, StepId};
@@ -147,7 +148,7 @@ impl Scheduler {
         self.requests.get(&id)
     }
 
-    /// Queues a request after static checks (non-empty prompt, `max_tokens ≥ 1`, unique id,
+    /// Queues a request after static checks (non-empty prompt, unique id,
     /// final KV fits the whole pool).
     pub fn add_request(&mut self, mut req: Request) -> Result<(), RejectReason> {
         if self.requests.contains_key(&req.id) {
@@ -187,8 +188,7 @@ impl Scheduler {
         let Some(r) = self.requests.get_mut(&id) else {
             return false;
         };
-        let room = r.max_tokens.saturating_sub(r.num_output_tokens() + 1);
-        draft.truncate(room);
+        draft.truncate(r.draft_room());
         if r.status == RequestStatus::Running && r.num_computed_tokens + 1 == r.num_tokens() {
             // Lookahead slots past the drafts made go back now (drafting stopped early).
             let _ = self
@@ -213,22 +213,19 @@ impl Scheduler {
         }
         let pos = r.num_computed_tokens;
         // Drafts past max_tokens could never be kept (`set_draft` cuts them too).
-        let room = r.max_tokens.saturating_sub(r.num_output_tokens() + 1);
         // Slots up to the verifying step's extent (the newest token and k drafts), so
         // that step needs no block this did not get.
-        let mut k = k.min(room);
+        let mut k = k.min(r.draft_room());
         while k > 0 && self.kv.grow(id, pos + k + 1).is_err() {
             k -= 1;
         }
         if k == 0 {
             return None;
         }
-        let table = self.kv.table(id).expect("running request has KV");
         Some(Lookahead {
             start_pos: pos,
             num_slots: k,
-            block_table: table.blocks.clone(),
-            window_tables: self.kv.window_tables(id),
+            tables: self.kv.tables(id),
             copies: self.kv.take_copy_ops(),
         })
     }
@@ -242,7 +239,7 @@ impl Scheduler {
         &mut self,
         parent: RequestId,
         child: RequestId,
-        max_tokens: usize,
+        max_tokens: impl Into<MaxTokens>,
         first_token: u32,
     ) -> Result<(), RejectReason> {
         // The sample stops counting as pending whether or not it can be forked.
@@ -264,7 +261,7 @@ impl Scheduler {
                 why: "not running or already has output",
             });
         }
-        let mut c = Request::new(child, p.prompt().to_vec(), max_tokens.max(1));
+        let mut c = Request::new(child, p.prompt().to_vec(), max_tokens.into());
         c.arrival_s = p.arrival_s;
         c.deadline_s = p.deadline_s;
         c.status = RequestStatus::Running;
@@ -397,7 +394,7 @@ impl Scheduler {
                         .expect("running request has KV");
                 }
                 for &t in new {
-                    if r.num_output_tokens() >= r.max_tokens {
+                    if r.num_output_tokens() >= r.max_outputs() {
                         break;
                     }
                     r.push_output(t);
@@ -410,7 +407,7 @@ impl Scheduler {
                     .expect("running request has KV");
             }
             let reason = res.and_then(|x| x.finish.clone()).or_else(|| {
-                (r.num_output_tokens() >= r.max_tokens).then_some(FinishReason::Length)
+                (r.num_output_tokens() >= r.max_outputs()).then_some(FinishReason::Length)
             });
             if let Some(reason) = reason {
                 finished.push(self.finish(sr.id, reason));
@@ -620,7 +617,6 @@ impl Scheduler {
         planned: Vec<Planned>,
         preempted: Vec<RequestId>,
     ) -> SchedulerOutput {
-        let p = self.kv.block_size();
         let mut out = SchedulerOutput {
             step,
             preempted,
@@ -646,18 +642,11 @@ impl Scheduler {
             self.stats.recomputed_tokens += recomputed as u64;
             r.num_computed_tokens = end_known + pl.num_draft;
             r.max_computed_tokens = r.max_computed_tokens.max(end_known);
-            let table = self.kv.table(pl.id).expect("planned request has KV");
-            let block_table = table.blocks.clone();
-            let slot_mapping = (pl.start..end_known + pl.num_draft)
-                .map(|pos| block_table[pos / p] as usize * p + pos % p)
-                .collect();
             out.requests.push(ScheduledRequest {
                 id: pl.id,
                 token_ids,
                 start_pos: pl.start,
-                block_table,
-                window_tables: self.kv.window_tables(pl.id),
-                slot_mapping,
+                tables: self.kv.tables(pl.id),
                 sample: end_known == r.num_tokens(),
                 num_draft_tokens: pl.num_draft,
             });

@@ -36,16 +36,13 @@ impl Engine {
             .constraint
             .as_ref()
             .map(|c| self.grammars.guide(c, self.metrics.clone()));
-        let ctx = self.info.context_length;
         let prompt_len = req.prompt.len();
-        // The context bounds the output too: at most ctx − prompt tokens are generated.
-        let max_tokens = req.max_tokens.min(ctx.saturating_sub(prompt_len)).max(1);
         let prompt = std::mem::take(&mut req.prompt);
         let ns = req.lora.as_ref().map_or(0, |l| l.key());
         if let Some(tap) = self.kv_events.as_mut() {
             tap.note(ns, req.lora.as_ref());
         }
-        let mut r = Request::new(id, prompt, max_tokens)
+        let mut r = Request::new(id, prompt, req.max_tokens)
             .with_forks(forks)
             .with_cache_ns(ns)
             .with_prefix_cache(
@@ -94,7 +91,6 @@ impl Engine {
             return;
         };
         let vocab = self.runner.model.config.vocab_size;
-        let ctx = self.info.context_length;
         let parent_scores = self
             .live
             .get(&parent)
@@ -103,11 +99,7 @@ impl Engine {
             .unwrap_or_default();
         for c in children {
             let prompt = c.req.prompt.clone();
-            let max_tokens = c
-                .req
-                .max_tokens
-                .min(ctx.saturating_sub(prompt.len()))
-                .max(1);
+            let max_tokens = c.req.max_tokens;
             let guide = c
                 .req
                 .constraint
@@ -116,7 +108,7 @@ impl Engine {
             let mut live = self.new_live(c.req, &prompt, c.tx, guide);
             live.cached_tokens = cached;
             live.scores = None;
-            if live.score_only {
+            if max_tokens.is_score_only() {
                 let _ = live.tx.send(score_event(parent_scores.clone(), now));
                 live.finish(FinishReason::Length, now);
                 continue;
@@ -136,7 +128,7 @@ impl Engine {
                 .fetch_add(kept.len() as u64, Relaxed);
             let done = finish
                 .map(|_| FinishReason::Stop)
-                .or((max_tokens == 1).then_some(FinishReason::Length));
+                .or((max_tokens.steps() == 1).then_some(FinishReason::Length));
             let result = match done {
                 Some(reason) => Err(reason),
                 None => self

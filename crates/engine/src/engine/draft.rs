@@ -6,7 +6,7 @@ use super::output::{greedy_pick, processed};
 use super::Engine;
 use crate::{RequestId, SpecMethod};
 use folio_core::cost::StepTime;
-use folio_model::ForwardBatch;
+use folio_model::{ForwardBatch, SeqSpan};
 use std::time::Instant;
 
 impl Engine {
@@ -45,7 +45,7 @@ impl Engine {
             if r.num_computed_tokens + 1 != r.num_tokens() || r.num_output_tokens() == 0 {
                 continue;
             }
-            let room = r.max_tokens.saturating_sub(r.num_output_tokens() + 1);
+            let room = r.draft_room();
             let live = self.live.get(&id).expect("listed above");
             let Some(sp) = live.spec.as_ref() else {
                 // Decodes without speculation still take a row of the step.
@@ -55,13 +55,15 @@ impl Engine {
             let draft_s = if sp.method == SpecMethod::SelfDraft {
                 // Before the first measurement: the draft's share of a 1-row step (its
                 // weight bytes against the target's, or the layer fraction).
-                self.draft_cost_s.unwrap_or_else(|| {
+                self.drafter.cost_s.unwrap_or_else(|| {
                     let share = match &self.runner.draft {
                         Some(d) => {
                             d.model.weights.bytes_per_step() as f64
                                 / self.runner.model.weights.bytes_per_step().max(1) as f64
                         }
-                        None => self.draft_layers as f64 / self.runner.model.config.n_layers as f64,
+                        None => {
+                            self.drafter.layers as f64 / self.runner.model.config.n_layers as f64
+                        }
                     };
                     self.step_curve.step_s(1) * share
                 })
@@ -90,9 +92,9 @@ impl Engine {
             &self.step_curve,
             prefill.min(budget),
             &all,
-            self.probe_budget_s,
+            self.drafter.probe_budget_s,
         );
-        self.probe_budget_s -= probe_s;
+        self.drafter.probe_budget_s -= probe_s;
         if let Ok(mut st) = self.metrics.spec.lock() {
             st.record_plan(&plan[..cands.len()]);
         }
@@ -144,13 +146,10 @@ impl Engine {
             self.runner.copy_blocks(&la.copies);
             let r = self.sched.request(id).expect("running");
             let last = *r.tokens().last().expect("has tokens");
-            // A separate draft model keeps a single-layout cache, indexed by group 0's pages.
-            let mut tables = vec![la.block_table];
-            if self.runner.draft.is_none() {
-                tables.extend(la.window_tables);
-            }
+            // A separate draft model keeps a single-layout cache: it reads group 0's pages
+            // and ignores the rest.
             st.push(DraftRun {
-                tables,
+                tables: la.tables,
                 pos: la.start_pos,
                 last,
                 drafts: Vec::new(),
@@ -171,16 +170,25 @@ impl Engine {
             let mut who = Vec::new();
             for (i, &(id, k)) in reqs.iter().enumerate() {
                 if step < k && !st[i].done {
-                    let r = &st[i];
-                    batch.push(&[r.last], r.pos, r.tables[0].clone(), 1);
-                    if let Some(span) = batch.seqs.last_mut() {
-                        span.window_tables = r.tables[1..].to_vec();
-                        // The target's first layers draft under the request's adapters
-                        // (their KV is the target's); a separate draft model has none.
-                        if self.runner.draft.is_none() {
-                            span.lora = self.live.get(&id).and_then(|l| l.lora.clone());
-                        }
-                    }
+                    let r = &mut st[i];
+                    // The target's first layers draft under the request's adapters (their KV
+                    // is the target's); a separate draft model has none.
+                    let lora = match self.runner.draft {
+                        None => self.live.get(&id).and_then(|l| l.lora.clone()),
+                        Some(_) => None,
+                    };
+                    // The tables move into the step's batch and back after it.
+                    batch.push_seq(
+                        &[r.last],
+                        SeqSpan {
+                            pos: r.pos,
+                            tables: std::mem::take(&mut r.tables),
+                            n_logits: 1,
+                            decode_from: r.pos,
+                            lora,
+                            ..SeqSpan::default()
+                        },
+                    );
                     who.push(i);
                 }
             }
@@ -190,9 +198,13 @@ impl Engine {
                     &batch,
                     &mut self.runner.kv,
                     self.runner.pool,
-                    self.draft_layers,
+                    self.drafter.layers,
                 ),
             };
+            for (span, &i) in batch.seqs.iter_mut().zip(&who) {
+                st[i].tables = std::mem::take(&mut span.tables);
+            }
+            drop(batch);
             let logits = match result {
                 Ok(l) => l,
                 Err(e) => {
@@ -240,10 +252,7 @@ impl Engine {
             self.sched.set_draft(id, d);
         }
         let per_token = t0.elapsed().as_secs_f64() / n.max(1) as f64 * reqs.len() as f64;
-        self.draft_cost_s = match self.draft_cost_s {
-            None => Some(per_token),
-            Some(c) => Some(0.8 * c + 0.2 * per_token),
-        };
+        self.drafter.observe_cost(per_token);
     }
 
     /// Rolls the grammars of drafting requests back to their output (the drafts they

@@ -31,8 +31,6 @@ pub(super) struct Live {
     pub guide: Option<Guide>,
     /// `prompt_logprobs`: the prompt's scores, collected chunk by chunk.
     pub scores: Option<PromptScores>,
-    /// `max_tokens` 0 (score only): the one token the scheduler runs for is not output.
-    pub score_only: bool,
     /// An embedding request: its pooled hidden rows (nothing is sampled, see `embed`).
     pub embed: Option<crate::embed::Pooled>,
 }
@@ -95,17 +93,17 @@ impl Engine {
         tx: UnboundedSender<Event>,
         guide: Option<Guide>,
     ) -> Live {
-        let method = req.spec.unwrap_or(self.spec.0);
+        let method = req.spec.unwrap_or(self.drafter.method);
         // An embedding decodes nothing, so it has nothing to draft.
         let spec = (method != SpecMethod::Off && req.embed.is_none()).then(|| {
-            let fixed = req.spec_tokens.or(self.spec.1);
+            let fixed = req.spec_tokens.or(self.drafter.fixed_tokens);
             // Start from what this proposer achieved on earlier requests, not a guess: a
             // new request then drafts long at once where copying pays, and not at all
             // where its drafts were being rejected.
-            let prior = self.spec_prior[super::output::prior_slot(method)].acceptance();
+            let prior = self.drafter.prior(method).acceptance();
             SpecState::new(
                 method,
-                self.spec.2.max(fixed.unwrap_or(0)),
+                self.drafter.max_tokens.max(fixed.unwrap_or(0)),
                 fixed,
                 prompt,
                 prior,
@@ -126,7 +124,6 @@ impl Engine {
             lora: req.lora,
             guide,
             scores: req.prompt_logprobs.map(|k| PromptScores::new(prompt, k)),
-            score_only: req.max_tokens == 0,
             embed: req.embed.map(|p| {
                 crate::embed::Pooled::new(p, prompt.len(), self.runner.model.hidden_size())
             }),

@@ -16,6 +16,7 @@
 
 mod admit;
 mod draft;
+mod drafter;
 mod live;
 mod output;
 mod publish;
@@ -25,9 +26,10 @@ mod tier_io;
 
 pub use spawn::{spawn_engine, spawn_engine_with_draft, SpawnError};
 
-use crate::api::{Command, EngineInfo, EngineMetrics, Event, FinishReason, Usage};
+use crate::api::{Command, EngineMetrics, Event, FinishReason, Usage};
 use crate::constraint::Grammars;
-use crate::{RequestId, SpecMethod};
+use crate::RequestId;
+use drafter::Drafter;
 use folio_core::cost::{step_budget, StepCurve};
 use folio_core::sched::RejectReason;
 use folio_core::{Scheduler, SchedulerOutput};
@@ -39,11 +41,6 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// The probe budget holds at most this many steps' time: enough for one probe of a draft
-/// model (a fraction of a step per token) from the first step on, so a fresh engine tests
-/// its start rate early, and no more, so a long quiet spell does not buy a run of probes.
-const PROBE_BURST: f64 = 3.0;
-
 pub(crate) struct Engine {
     /// The model, its KV bytes, a draft model and the disk tier: the forward side.
     runner: Runner,
@@ -53,28 +50,16 @@ pub(crate) struct Engine {
     eog: Vec<u32>,
     grammars: Arc<Grammars>,
     metrics: Arc<EngineMetrics>,
-    info: Arc<EngineInfo>,
     epoch: Instant,
     shutting_down: bool,
-    /// Speculation defaults from the config.
-    spec: (SpecMethod, Option<usize>, usize),
-    /// Engine-wide draft acceptance per proposer (n-gram, self-draft), smoothed over every
-    /// verified round of every request; a new request's controller starts from it.
-    spec_prior: [folio_spec::DraftControl; 2],
-    /// Layers the self-draft runs through.
-    draft_layers: usize,
+    /// Speculation across requests: defaults, priors, the planner's measurements.
+    drafter: Drafter,
     /// Measured step time by rows: draft planning, the `max_itl_ms` budget, and (its
     /// linear fit) admission rates.
     step_curve: StepCurve,
     /// `EngineConfig::max_itl_ms` and the configured budget it may shrink.
     max_itl_ms: Option<f64>,
     token_budget: usize,
-    /// Measured seconds per self-draft token (per request); `None` until the first draft.
-    draft_cost_s: Option<f64>,
-    /// Seconds the draft planner may still spend on probes (drafts its rule refuses):
-    /// each step adds `folio_spec::PROBE_SHARE` of its time, up to `PROBE_BURST` steps'
-    /// worth, so probes stay about 1% of the time and never come in a run.
-    probe_budget_s: f64,
     /// Samples waiting to be forked from their group's first request once its prompt is
     /// computed (OpenAI `n`): they share its KV blocks instead of recomputing the prompt.
     forks: HashMap<RequestId, Vec<PendingChild>>,
@@ -215,13 +200,13 @@ impl Engine {
 
     /// One iteration: spill what the step's allocations evicted, run the copy orders and
     /// the forward, choose and emit tokens, and hand the results back to the scheduler.
-    fn step(&mut self, out: SchedulerOutput) {
+    fn step(&mut self, mut out: SchedulerOutput) {
         let t0 = Instant::now();
         // Evicted blocks still hold their data: spill before this step overwrites them.
         self.spill(&out.evicted);
         self.runner.copy_blocks(&out.copies);
-        let (batch, rows_of, hidden_of) = self.build_batch(&out);
-        let (fwd, fstats) = match self.runner.forward(&batch) {
+        let (batch, rows_of, hidden_of) = self.build_batch(&mut out);
+        let (fwd, fstats) = match self.runner.forward(batch) {
             Ok(r) => r,
             Err(e) => {
                 // A batch the model refuses is a bug upstream; fail its requests, keep serving.
@@ -236,9 +221,6 @@ impl Engine {
                 return;
             }
         };
-        // The batch's adapter references go before any request can finish (the registry
-        // frees an unloaded adapter's slot when its last request does).
-        drop(batch);
         let now = Instant::now();
         let forward_s = t0.elapsed().as_secs_f64();
         let rows = output::Rows {
@@ -261,8 +243,7 @@ impl Engine {
             }
         }
         let wall = t0.elapsed().as_secs_f64();
-        self.probe_budget_s =
-            (self.probe_budget_s + folio_spec::PROBE_SHARE * wall).min(PROBE_BURST * wall);
+        self.drafter.earn_probe_time(wall);
         self.step_curve.add(out.num_tokens(), wall);
         self.learn_costs();
         self.record(&out, wall, fstats);

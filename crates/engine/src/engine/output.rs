@@ -13,14 +13,6 @@ use folio_core::{FinishReason, RequestResult, SchedulerOutput};
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Instant;
 
-/// Index of a proposer's engine-wide acceptance estimate in `Engine::spec_prior`.
-pub(super) fn prior_slot(method: SpecMethod) -> usize {
-    match method {
-        SpecMethod::SelfDraft => 1,
-        SpecMethod::Ngram | SpecMethod::Off => 0,
-    }
-}
-
 /// A group's first request whose prompt is computed: its samples fork from this row.
 pub(super) type ForkJob = (RequestId, Vec<f32>, usize);
 
@@ -78,11 +70,9 @@ impl Engine {
                 continue;
             }
             let l = &all[(n_rows - rows) * vocab..];
-            let cached = self
-                .sched
-                .request(sr.id)
-                .map(|r| r.num_cached_tokens)
-                .unwrap_or(0);
+            let sched_req = self.sched.request(sr.id);
+            let cached = sched_req.map_or(0, |r| r.num_cached_tokens);
+            let score_only = sched_req.is_some_and(|r| r.max_tokens.is_score_only());
             let Some(live) = self.live.get_mut(&sr.id) else {
                 results.push(RequestResult {
                     id: sr.id,
@@ -101,7 +91,7 @@ impl Engine {
                 .as_mut()
                 .map(PromptScores::take_ready)
                 .unwrap_or_default();
-            if live.score_only {
+            if score_only {
                 // Scored, nothing to generate: the scheduler runs a request for one token,
                 // which ends it here (max_tokens) without being output.
                 let _ = live.tx.send(score_event(prompt_lps, now));
@@ -121,7 +111,9 @@ impl Engine {
                     if sp.method != SpecMethod::Ngram {
                         sp.control.observe(drafts.len(), accepted);
                         // The engine-wide estimate new requests of this proposer start from.
-                        self.spec_prior[prior_slot(sp.method)].observe(drafts.len(), accepted);
+                        self.drafter
+                            .prior_mut(sp.method)
+                            .observe(drafts.len(), accepted);
                     }
                 }
                 if let Ok(mut st) = self.metrics.spec.lock() {
@@ -137,7 +129,9 @@ impl Engine {
                 for &t in &kept {
                     if let Some((proposed, accepted)) = sp.check.push(t) {
                         sp.control.observe(proposed, accepted);
-                        self.spec_prior[prior_slot(sp.method)].observe(proposed, accepted);
+                        self.drafter
+                            .prior_mut(sp.method)
+                            .observe(proposed, accepted);
                     }
                 }
             }

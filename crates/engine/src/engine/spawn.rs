@@ -1,6 +1,7 @@
 //! Building an engine from a model and an `EngineConfig`: the KV pool sized from the
 //! memory given, the scheduler, the disk tier, the adapters named at start, and the thread.
 
+use super::drafter::Drafter;
 use super::runner::{DraftModel, Runner};
 use super::Engine;
 use crate::api::{EngineHandle, EngineInfo, EngineMetrics};
@@ -231,20 +232,12 @@ pub fn spawn_engine_with_draft(
         eog,
         grammars: grammars.clone(),
         metrics: metrics.clone(),
-        info: info.clone(),
         epoch: Instant::now(),
         shutting_down: false,
-        spec: (cfg.spec, cfg.spec_tokens, cfg.spec_max_tokens),
-        spec_prior: std::array::from_fn(|_| {
-            folio_spec::DraftControl::engine_wide(cfg.spec_max_tokens)
-        }),
-        draft_layers,
+        drafter: Drafter::new(cfg.spec, cfg.spec_tokens, cfg.spec_max_tokens, draft_layers),
         step_curve: StepCurve::new(),
         max_itl_ms: cfg.max_itl_ms,
         token_budget: cfg.token_budget,
-        draft_cost_s: None,
-        // Capped to PROBE_BURST steps at the first step.
-        probe_budget_s: f64::INFINITY,
         forks: HashMap::new(),
         salt,
         kv_events: cfg

@@ -286,10 +286,10 @@ unsafe fn run<R: Rows8>(kv: &PagedKv, table: &[u32], n_ctx: usize, qs: &Queries,
     let (hd, n_q) = (kv.head_dim, qs.n);
     let (mut offs, mut sc) = SCRATCH.with(|s| std::mem::take(&mut *s.borrow_mut()));
     offs.clear();
-    offs.extend(
-        (qs.first..n_ctx)
-            .map(|j| kv.row_offset(table[j / kv.block_size] as usize, j % kv.block_size)),
-    );
+    offs.extend((qs.first..n_ctx).map(|j| {
+        let (block, row) = folio_core::kv::page(table, j, kv.block_size);
+        kv.row_offset(block, row)
+    }));
     // The window's positions only: scores and values index them 0..n.
     let n_ctx = n_ctx - qs.first;
     sc.clear();

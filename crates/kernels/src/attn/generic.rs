@@ -90,7 +90,8 @@ pub fn attend(
     let (scores, rows) = scratch.split_at_mut(n_q * n_ctx);
     let at = |j: usize| {
         let p = first + j;
-        kv.row_offset(table[p / bs] as usize, p % bs)
+        let (block, row) = folio_core::kv::page(table, p, bs);
+        kv.row_offset(block, row)
     };
     for (j, row) in rows.chunks_exact_mut(hd).enumerate() {
         let off = at(j);
