@@ -28,6 +28,7 @@
 pub mod arrivals;
 pub mod client;
 pub mod failures;
+pub mod inproc;
 pub mod plot;
 pub mod profile;
 pub mod prom;
