@@ -4,3 +4,4 @@
 
 pub mod lora;
 pub mod model;
+pub mod spec;
