@@ -32,8 +32,8 @@ pub struct SpecRow {
     pub round_speedup: Vec<f64>,
 }
 
-/// The middle value (upper middle for an even count; 0 for none).
 /// The middle value (the mean of the two middle ones for an even count; 0 for none).
+pub fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     match v.len() {
         0 => 0.0,
