@@ -22,6 +22,8 @@ pub enum BenchError {
     Task(#[from] tokio::task::JoinError),
     #[error(transparent)]
     Model(#[from] folio_model::ModelError),
+    #[error(transparent)]
+    Gguf(#[from] folio_gguf::GgufError),
 }
 
 pub type Result<T> = std::result::Result<T, BenchError>;

@@ -29,6 +29,7 @@ pub mod arrivals;
 pub mod client;
 mod error;
 pub mod failures;
+pub mod inproc;
 pub mod plot;
 pub mod profile;
 pub mod prom;

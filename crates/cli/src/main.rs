@@ -3,7 +3,7 @@
 mod bench_cmd;
 mod bench_engine;
 mod bench_lora;
-mod bench_model;
+use folio_bench::inproc::model as bench_model;
 mod bench_quality;
 mod bench_spec;
 mod engine_args;

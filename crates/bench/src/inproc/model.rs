@@ -11,8 +11,8 @@
 //! over this machine's DRAM read bandwidth, probed first with a streaming read of a buffer
 //! several times larger than the last-level cache.
 
-use anyhow::Result;
-use folio_bench::profile::rounds::tokens;
+use crate::error::Result;
+use crate::profile::rounds::tokens;
 use folio_kernels::pool::ThreadPool;
 use folio_model::{ForwardBatch, KvFormat, Model};
 use serde::Serialize;
@@ -106,7 +106,7 @@ pub fn run(
     format: KvFormat,
 ) -> Result<Report> {
     let threads = ThreadPool::global().n_threads();
-    let dram = folio_bench::profile::probe::read_bandwidth(PROBE_BYTES, threads, 3);
+    let dram = crate::profile::probe::read_bandwidth(PROBE_BYTES, threads, 3);
     let dram_gb_s = dram / 1e9;
     let kernel = folio_kernels::cpu::matmul_path(folio_kernels::cpu::isa()).to_string();
     let dense_wb = model.weights.bytes_per_step();
@@ -141,7 +141,7 @@ pub fn run(
     // rounds at a fixed 256-token context), so the two commands agree by method.
     let steps = if quick { 8 } else { 32 };
     for &b in batches {
-        let p = folio_bench::profile::rounds::decode_round(
+        let p = crate::profile::rounds::decode_round(
             model,
             ThreadPool::global(),
             b,
