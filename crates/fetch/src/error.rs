@@ -8,11 +8,11 @@ pub enum FetchError {
     /// checksum mismatch, an unknown model name).
     #[error("{0}")]
     Failed(String),
-    /// A file, process or archive operation that failed: what was being done, and why.
-    #[error("{what}: {source}")]
-    Io {
-        what: String,
-        source: Box<dyn std::error::Error + Send + Sync>,
+    /// A file, process or archive operation that failed: the step, and its cause.
+    #[error("{step}: {cause}")]
+    Step {
+        step: String,
+        cause: Box<dyn std::error::Error + Send + Sync>,
     },
     /// A file operation whose path the OS error already names, or needs no context.
     #[error(transparent)]
@@ -28,9 +28,9 @@ pub(crate) trait Context<T> {
 
 impl<T, E: std::error::Error + Send + Sync + 'static> Context<T> for std::result::Result<T, E> {
     fn with_context<F: FnOnce() -> String>(self, what: F) -> Result<T> {
-        self.map_err(|e| FetchError::Io {
-            what: what(),
-            source: Box::new(e),
+        self.map_err(|e| FetchError::Step {
+            step: what(),
+            cause: Box::new(e),
         })
     }
 }
