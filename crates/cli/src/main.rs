@@ -1,7 +1,6 @@
 //! `folio`: serve, generate, bench, profile and plan, in one binary.
 
 mod bench_cmd;
-mod bench_engine;
 mod bench_lora;
 use folio_bench::inproc::model as bench_model;
 mod bench_quality;
@@ -422,8 +421,8 @@ fn main() -> Result<()> {
                     json,
                 },
         } => {
-            let rows = bench_engine::run(
-                &engine,
+            let rows = folio_bench::inproc::engine::run(
+                engine.start()?,
                 &concurrency,
                 input_tokens,
                 output_tokens,
@@ -432,7 +431,7 @@ fn main() -> Result<()> {
             if json {
                 println!("{}", serde_json::to_string_pretty(&rows)?);
             } else {
-                bench_engine::print(&rows);
+                folio_bench::inproc::engine::print(&rows);
             }
             Ok(())
         }

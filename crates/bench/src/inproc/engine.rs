@@ -1,12 +1,11 @@
-//! `folio bench engine`: continuous batching through the engine (no HTTP): N concurrent
+//! `folio bench engine` (flags in the cli): continuous batching through the engine (no HTTP): N concurrent
 //! requests with fixed prompt and output lengths; aggregate output tok/s, TTFT and ITL
 //! (mean, p99) per concurrency level. `--json-mode` puts every request under a JSON schema
 //! that never completes (an array of records), so each of its tokens is masked: the tok/s
 //! against a run without it is the throughput cost of structured output, and the row gives
 //! the mask time per masked token.
 
-use crate::engine_args::EngineArgs;
-use anyhow::Result;
+use crate::error::{BenchError, Result};
 use folio_engine::{Event, GenerateRequest};
 use serde::Serialize;
 use std::time::Instant;
@@ -56,14 +55,14 @@ fn percentile(xs: &mut [f64], q: f64) -> f64 {
     xs[rank.min(xs.len()) - 1]
 }
 
+/// One row per concurrency level on the running engine `h` (shut down at the end).
 pub fn run(
-    args: &EngineArgs,
+    h: folio_engine::EngineHandle,
     levels: &[usize],
     prompt_len: usize,
     output_len: usize,
     json_mode: bool,
 ) -> Result<Vec<EngineRow>> {
-    let h = args.start()?;
     let masks = |h: &folio_engine::EngineHandle| {
         let m = &h.metrics;
         (
@@ -82,7 +81,7 @@ pub fn run(
         let c = h
             .grammars
             .compile(&folio_engine::Constraint::JsonSchema(endless_schema()))
-            .map_err(anyhow::Error::msg)?;
+            .map_err(|e| BenchError::msg(format!("--json-mode schema: {e}")))?;
         eprintln!(
             "json mode: token environment and first compile {:.0} ms",
             t.elapsed().as_secs_f64() * 1e3
@@ -111,8 +110,9 @@ pub fn run(
                 r.ignore_eos = true;
                 r.constraint = schema.clone();
                 h.submit(r)
+                    .map_err(|e| BenchError::msg(format!("submit: {e}")))
             })
-            .collect::<Result<_, _>>()?;
+            .collect::<Result<_>>()?;
         let (mut ttfts, mut itls, mut tokens) = (Vec::new(), Vec::new(), 0usize);
         let mut end = t0;
         for mut s in streams {
