@@ -181,21 +181,8 @@ impl Publisher {
         let mut warned = false;
         let mut watching = true;
         loop {
-            let attempt = {
-                let connect = socket.connect(addr);
-                tokio::pin!(connect);
-                loop {
-                    tokio::select! {
-                        r = &mut connect => break r,
-                        b = self.rx.recv() => match b {
-                            Some(batch) => {
-                                self.seq += 1;
-                                self.drop_batch(&batch);
-                            }
-                            None => return,
-                        },
-                    }
-                }
+            let Some(attempt) = self.dropping_until(socket.connect(addr)).await else {
+                return;
             };
             match attempt {
                 Ok(()) => {
@@ -233,17 +220,22 @@ impl Publisher {
 
     /// Waits `d`, dropping batches meanwhile; false when the engine is gone.
     async fn pause(&mut self, d: Duration) -> bool {
-        let sleep = tokio::time::sleep(d);
-        tokio::pin!(sleep);
+        self.dropping_until(tokio::time::sleep(d)).await.is_some()
+    }
+
+    /// Runs `f` to its end while no subscriber listens: batches that arrive meanwhile are
+    /// dropped (counted, their sequence numbers used). `None` when the engine is gone.
+    async fn dropping_until<F: std::future::Future>(&mut self, f: F) -> Option<F::Output> {
+        tokio::pin!(f);
         loop {
             tokio::select! {
-                _ = &mut sleep => return true,
+                r = &mut f => return Some(r),
                 b = self.rx.recv() => match b {
                     Some(batch) => {
                         self.seq += 1;
                         self.drop_batch(&batch);
                     }
-                    None => return false,
+                    None => return None,
                 },
             }
         }

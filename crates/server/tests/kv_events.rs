@@ -28,14 +28,19 @@ fn ids(v: &Value) -> Vec<u64> {
         .collect()
 }
 
-#[test]
-fn a_request_publishes_its_prompt_blocks_as_vllm_does() {
+/// The real model's engine with its KV-cache events channel (None: no model, skipped).
+fn engine_with_events() -> Option<(folio_engine::EngineHandle, folio_engine::KvEventReceiver)> {
     let (tx, rx) = folio_engine::kv_event_channel();
     let cfg = folio_engine::EngineConfig {
         kv_events: Some(tx),
         ..Default::default()
     };
-    let Some(engine) = common::engine_with(cfg, None) else {
+    Some((common::engine_with(cfg, None)?, rx))
+}
+
+#[test]
+fn a_request_publishes_its_prompt_blocks_as_vllm_does() {
+    let Some((engine, rx)) = engine_with_events() else {
         return;
     };
     let bs = engine.info.block_size;
@@ -177,12 +182,7 @@ fn dropped(addr: std::net::SocketAddr) -> f64 {
 /// after 30 s with `Connect timed out after 30s`.
 #[test]
 fn a_late_subscriber_never_stops_the_server_and_gets_new_events() {
-    let (tx, rx) = folio_engine::kv_event_channel();
-    let cfg = folio_engine::EngineConfig {
-        kv_events: Some(tx),
-        ..Default::default()
-    };
-    let Some(engine) = common::engine_with(cfg, None) else {
+    let Some((engine, rx)) = engine_with_events() else {
         return;
     };
     let server = start(engine, folio_server::ServerOptions::default());
