@@ -79,7 +79,7 @@ async function errorText(r) {
   try { return JSON.parse(body).error.message || body; } catch (_) { return r.status + " " + body; }
 }
 
-// ---- rendering: a small markdown subset, built as DOM nodes (never innerHTML) ----
+// ---- rendering: a small markdown subset, built as DOM nodes, text as text nodes ----
 
 /** `code` and **bold** within one line. */
 function inline(parent, line) {
