@@ -32,14 +32,20 @@ pub async fn app_js() -> Response {
 fn asset(content_type: &'static str, body: &'static str) -> Response {
     let headers: [(HeaderName, HeaderValue); 6] = [
         (header::CONTENT_TYPE, HeaderValue::from_static(content_type)),
-        (header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(CSP)),
+        (
+            header::CONTENT_SECURITY_POLICY,
+            HeaderValue::from_static(CSP),
+        ),
         (header::CACHE_CONTROL, HeaderValue::from_static("no-cache")),
         (
             header::X_CONTENT_TYPE_OPTIONS,
             HeaderValue::from_static("nosniff"),
         ),
         (header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY")),
-        (header::REFERRER_POLICY, HeaderValue::from_static("no-referrer")),
+        (
+            header::REFERRER_POLICY,
+            HeaderValue::from_static("no-referrer"),
+        ),
     ];
     (headers, body).into_response()
 }

@@ -42,11 +42,7 @@ fn assert_asset(r: &Resp, content_type: &str, body: &str) {
 fn page_is_public_on_a_keyed_server_and_the_api_is_not() {
     let Some(s) = keyed() else { return };
     for path in ["/", "/index.html"] {
-        assert_asset(
-            &get(s.addr, path, &[]),
-            "text/html; charset=utf-8",
-            INDEX,
-        );
+        assert_asset(&get(s.addr, path, &[]), "text/html; charset=utf-8", INDEX);
     }
     assert_asset(
         &get(s.addr, "/app.js", &[]),
@@ -109,8 +105,14 @@ fn assets_name_no_other_origin() {
         assert!(!text.contains("src=\"/"), "{name} has a root-absolute src");
     }
     assert!(INDEX.contains("<script src=\"app.js\"></script>"));
-    assert!(!INDEX.contains("<script>"), "no inline script (the CSP refuses it)");
-    assert!(!APP_JS.contains("innerHTML"), "model text goes in as text nodes");
+    assert!(
+        !INDEX.contains("<script>"),
+        "no inline script (the CSP refuses it)"
+    );
+    assert!(
+        !APP_JS.contains("innerHTML"),
+        "model text goes in as text nodes"
+    );
     for call in ["fetch(\"v1/models\"", "fetch(\"v1/chat/completions\""] {
         assert!(APP_JS.contains(call), "{call}");
     }
