@@ -10,7 +10,8 @@ use tower_http::cors::{AllowHeaders, AllowMethods, AllowOrigin, CorsLayer};
 
 /// Whether `path` needs the key: every /v1 route, /tokenize, /detokenize and the adapter
 /// list (`/lora-adapters`, llama-server's; it names the adapters' files); /metrics only
-/// with `api_key_protects_metrics`. /health never (load balancers probe it).
+/// with `api_key_protects_metrics`. /health never (load balancers probe it); nor the chat
+/// page (`/`, `/index.html`, `/app.js`: it holds no data, its own API calls carry the key).
 pub fn protected(path: &str, metrics_too: bool) -> bool {
     path == "/v1"
         || path.starts_with("/v1/")
@@ -103,6 +104,9 @@ mod tests {
         assert!(!protected("/metrics", false));
         assert!(protected("/metrics", true));
         assert!(!protected("/v1x", false));
+        for page in ["/", "/index.html", "/app.js"] {
+            assert!(!protected(page, true), "{page}");
+        }
     }
 
     #[test]

@@ -33,6 +33,7 @@
 //! - `openai`: response and chunk shapes, usage, logprobs formatting.
 //! - `sse`: the streaming task and its framing.
 //! - `metrics`: /metrics text with folio's and vLLM's names.
+//! - `page`: the chat page at `/` (`assets/`, built in; public, its API calls carry the key).
 //! - `render`: vLLM's renderer routes (`/v1/completions/render`, `/v1/chat/completions/
 //!   render`): a prompt's token ids, which `vllm-router --policy kv_aware` scores.
 //! - [`kv_events`] + `kv_wire`: the ZMQ PUB socket of `--kv-events-endpoint` and vLLM's
@@ -69,6 +70,7 @@ mod lora_path;
 pub mod metrics;
 mod openai;
 mod outbox;
+mod page;
 pub mod params;
 mod prompt;
 pub mod reasoning;
@@ -319,7 +321,10 @@ fn app(state: state::AppState) -> Router {
         .route("/tokenize", post(routes::tokenize))
         .route("/detokenize", post(routes::detokenize))
         .route("/health", get(routes::health))
-        .route("/metrics", get(routes::metrics));
+        .route("/metrics", get(routes::metrics))
+        .route("/", get(page::index))
+        .route("/index.html", get(page::index))
+        .route("/app.js", get(page::app_js));
     for path in NOT_IMPLEMENTED {
         r = r.route(path, any(routes::not_implemented));
     }
