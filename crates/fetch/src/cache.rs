@@ -83,7 +83,10 @@ pub fn remove(name: &str) -> Result<Cached> {
     let dir = models_dir();
     let all = cached_in(&dir)?;
     let Some(found) = all.iter().find(|c| {
-        c.name == name || c.path.file_name().is_some_and(|f| f.to_string_lossy() == name)
+        c.name == name
+            || c.path
+                .file_name()
+                .is_some_and(|f| f.to_string_lossy() == name)
     }) else {
         let have = if all.is_empty() {
             "it is empty".to_string()
@@ -100,9 +103,8 @@ pub fn remove(name: &str) -> Result<Cached> {
         .with_context(|| format!("deleting {}", found.path.display()))?;
     match std::fs::remove_file(marker_path(&found.path)) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-            return Err(e).with_context(|| {
-                format!("deleting {}", marker_path(&found.path).display())
-            })
+            return Err(e)
+                .with_context(|| format!("deleting {}", marker_path(&found.path).display()))
         }
         _ => {}
     }

@@ -11,9 +11,9 @@ pub mod cache;
 pub mod catalog;
 mod error;
 
+pub use cache::{cached, pull, remove, Cached};
 use catalog::{Entry, Part};
 use error::{bail, failed, Context};
-pub use cache::{cached, pull, remove, Cached};
 pub use error::{FetchError, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use sha2::{Digest, Sha256};

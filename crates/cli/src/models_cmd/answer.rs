@@ -49,9 +49,7 @@ impl Backend {
     ) -> Result<Outcome> {
         match self {
             Backend::Local(h) => local(h, messages, opts, out, stop).await,
-            Backend::Remote(server, model) => {
-                server.answer(model, messages, opts, out, stop).await
-            }
+            Backend::Remote(server, model) => server.answer(model, messages, opts, out, stop).await,
         }
     }
 

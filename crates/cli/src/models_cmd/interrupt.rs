@@ -31,10 +31,7 @@ impl CtrlC {
                 }
             }
         });
-        CtrlC {
-            presses,
-            answering,
-        }
+        CtrlC { presses, answering }
     }
 
     /// Marks an answer as running until the guard drops; Ctrl-Cs from now on stop it.

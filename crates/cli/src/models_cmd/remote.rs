@@ -73,10 +73,7 @@ impl Server {
         let status = r.head.status;
         let body = r.text(IDLE).await?;
         if status != 200 {
-            bail!(
-                "GET {}/v1/models answered {status}: {body}",
-                self.url()
-            );
+            bail!("GET {}/v1/models answered {status}: {body}", self.url());
         }
         let v: Value = serde_json::from_str(&body)
             .with_context(|| format!("GET {}/v1/models: not JSON: {body}", self.url()))?;
@@ -117,11 +114,7 @@ impl Server {
             body["max_tokens"] = json!(n);
         }
         let mut r = self
-            .send(
-                "POST",
-                "/v1/chat/completions",
-                body.to_string().as_bytes(),
-            )
+            .send("POST", "/v1/chat/completions", body.to_string().as_bytes())
             .await?;
         if r.head.status != 200 {
             let status = r.head.status;
@@ -144,7 +137,10 @@ impl Server {
                 }
             };
             let Some((bytes, _)) = bytes else {
-                bail!("the server at {} closed the stream before [DONE]", self.url());
+                bail!(
+                    "the server at {} closed the stream before [DONE]",
+                    self.url()
+                );
             };
             for data in sse.push(&bytes) {
                 if data == "[DONE]" {
@@ -155,7 +151,11 @@ impl Server {
                 let v: Value = serde_json::from_str(&data)
                     .with_context(|| format!("a stream chunk that is not JSON: {data}"))?;
                 if let Some(e) = v.get("error") {
-                    bail!("the server at {} failed the answer: {}", self.url(), e["message"]);
+                    bail!(
+                        "the server at {} failed the answer: {}",
+                        self.url(),
+                        e["message"]
+                    );
                 }
                 if let Some(piece) = v["choices"][0]["delta"]["content"].as_str() {
                     out.write_all(piece.as_bytes())?;
