@@ -347,3 +347,186 @@ pub fn usage_json(u: UsageSum) -> Value {
         "output_tokens": u.completion_tokens,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::Api;
+
+    fn job(reasoning: Option<crate::reasoning::Parser>, tools: bool) -> Job {
+        Job {
+            api: Api::Chat,
+            id: "x".into(),
+            created: 0,
+            model: "m".into(),
+            n: 1,
+            prompt_lens: vec![7],
+            logprobs: None,
+            stream: true,
+            include_usage: false,
+            arrival: std::time::Instant::now(),
+            echo: Vec::new(),
+            tools: tools.then_some(crate::tools::ToolCalling {
+                parser: crate::tool_parse::Parser::Hermes,
+                parallel: true,
+            }),
+            reasoning,
+        }
+    }
+
+    fn names(evs: &[Ev]) -> Vec<&'static str> {
+        evs.iter().map(|(n, _)| *n).collect()
+    }
+
+    const USAGE: UsageSum = UsageSum {
+        prompt_tokens: 7,
+        completion_tokens: 3,
+        cached_tokens: 2,
+    };
+
+    #[test]
+    fn text_stream_and_message() {
+        let j = job(None, false);
+        let mut b = Build::new(&j, Vec::new(), None);
+        let mut evs = b.start(7);
+        evs.extend(b.text(&j, "Hel", None));
+        evs.extend(b.text(&j, "", None));
+        evs.extend(b.text(&j, "lo", None));
+        evs.extend(b.text(&j, "", Some("length")));
+        evs.extend(b.end(&j, USAGE));
+        assert_eq!(
+            names(&evs),
+            [
+                "message_start",
+                "content_block_start",
+                "ping",
+                "content_block_delta",
+                "content_block_delta",
+                "content_block_stop",
+                "message_delta",
+                "message_stop"
+            ]
+        );
+        for (n, v) in &evs {
+            assert_eq!(v["type"], *n);
+        }
+        assert_eq!(evs[0].1["message"]["usage"]["input_tokens"], 7);
+        assert_eq!(
+            evs[4].1["delta"],
+            json!({"type": "text_delta", "text": "lo"})
+        );
+        assert_eq!(
+            evs[6].1,
+            json!({"type": "message_delta", "delta": {"stop_reason": "max_tokens", "stop_sequence": null},
+                   "usage": {"input_tokens": 5, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 2, "output_tokens": 3}})
+        );
+        let m = b.message(&j, USAGE);
+        assert!(m["id"].as_str().unwrap().starts_with("msg_"));
+        assert_eq!(m["content"], json!([{"type": "text", "text": "Hello"}]));
+        assert_eq!(
+            (m["type"].as_str(), m["role"].as_str()),
+            (Some("message"), Some("assistant"))
+        );
+        assert_eq!(m["stop_reason"], "max_tokens");
+    }
+
+    #[test]
+    fn thinking_then_text() {
+        let j = job(Some(crate::reasoning::Parser::Qwen3), false);
+        let mut b = Build::new(&j, Vec::new(), None);
+        let mut evs = Vec::new();
+        for t in ["<think>Hm", "m</thi", "nk>Yes"] {
+            evs.extend(b.text(&j, t, None));
+        }
+        evs.extend(b.text(&j, "", Some("stop")));
+        evs.extend(b.end(&j, USAGE));
+        assert_eq!(
+            names(&evs),
+            [
+                "content_block_start",
+                "ping",
+                "content_block_delta",
+                "content_block_delta",
+                "content_block_delta",
+                "content_block_stop",
+                "content_block_start",
+                "content_block_delta",
+                "content_block_stop",
+                "message_delta",
+                "message_stop"
+            ]
+        );
+        assert_eq!(
+            evs[0].1["content_block"],
+            json!({"type": "thinking", "thinking": "", "signature": ""})
+        );
+        assert_eq!(
+            evs[4].1["delta"],
+            json!({"type": "signature_delta", "signature": ""})
+        );
+        assert_eq!(evs[6].1["index"], 1);
+        assert_eq!(evs[9].1["delta"]["stop_reason"], "end_turn");
+        assert_eq!(
+            b.message(&j, USAGE)["content"],
+            json!([{"type": "thinking", "thinking": "Hmm", "signature": ""}, {"type": "text", "text": "Yes"}])
+        );
+    }
+
+    #[test]
+    fn tool_call_is_a_tool_use_block() {
+        let j = job(None, true);
+        let mut b = Build::new(&j, Vec::new(), None);
+        let mut evs = b.text(
+            &j,
+            "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1}}",
+            None,
+        );
+        evs.extend(b.text(&j, "\n</tool_call>", Some("stop")));
+        assert_eq!(
+            names(&evs),
+            [
+                "content_block_start",
+                "ping",
+                "content_block_delta",
+                "content_block_stop"
+            ]
+        );
+        let start = &evs[0].1["content_block"];
+        assert_eq!(
+            (start["type"].as_str(), start["name"].as_str()),
+            (Some("tool_use"), Some("f"))
+        );
+        assert!(start["id"].as_str().unwrap().starts_with("toolu_"));
+        assert_eq!(
+            evs[2].1["delta"],
+            json!({"type": "input_json_delta", "partial_json": "{\"a\":1}"})
+        );
+        let m = b.message(&j, USAGE);
+        assert_eq!(m["stop_reason"], "tool_use");
+        assert_eq!(m["content"][0]["input"], json!({"a": 1}));
+        assert_eq!(m["content"][0]["id"], start["id"]);
+    }
+
+    #[test]
+    fn unfinished_ends_as_abort_and_error_ends_the_stream() {
+        let j = job(None, false);
+        let mut b = Build::new(&j, Vec::new(), None);
+        let _ = b.text(&j, "x", None);
+        let evs = b.end(&j, USAGE);
+        assert_eq!(
+            names(&evs),
+            ["content_block_stop", "message_delta", "message_stop"]
+        );
+        assert_eq!(evs[1].1["delta"]["stop_reason"], "abort");
+        let mut b = Build::new(&j, Vec::new(), None);
+        let e = crate::error::ApiError::generation_failed("boom");
+        assert_eq!(
+            b.fail(&e),
+            vec![(
+                "error",
+                json!({"type": "error", "error": {"type": "api_error", "message": "generation failed: boom"}})
+            )]
+        );
+        assert!(b.end(&j, USAGE).is_empty());
+    }
+}
