@@ -19,6 +19,8 @@ const OWN: &[&str] = &[
     "tools",
     "tool_choice",
     "thinking",
+    "output_config",
+    "output_format",
 ];
 
 /// Fields that keep their name and meaning on the chat path (Anthropic's sampling fields,
@@ -54,6 +56,14 @@ const IGNORED: &[(&str, &str)] = &[
     ("mcp_servers", "folio connects to no MCP servers"),
     ("context_management", "folio never edits the context"),
     ("cache_control", "folio's prefix cache needs no breakpoints"),
+    (
+        "diagnostics",
+        "folio's prefix cache reports no miss reasons",
+    ),
+    ("inference_geo", "folio runs where it is started"),
+    ("speed", "one speed"),
+    ("user_profile_id", "folio keeps no per-user records"),
+    ("workspace_id", "no workspaces"),
 ];
 
 /// What the answer needs to know of the request.
@@ -117,6 +127,9 @@ pub fn to_chat(
         if let Some(p) = parallel {
             chat.insert("parallel_tool_calls".into(), json!(p));
         }
+    }
+    if let Some(rf) = output_format(f.get("output_config"), f.get("output_format"))? {
+        chat.insert("response_format".into(), rf);
     }
     let thinking = thinking(f.get("thinking"))?;
     if let Some(on) = thinking {
@@ -400,6 +413,41 @@ fn tool_choice(v: &Value) -> Result<(Value, Option<bool>), ApiError> {
     Ok((choice, parallel))
 }
 
+/// `output_config.format` (or the beta's top-level `output_format`):
+/// `{"type": "json_schema", "schema": …}` → chat's strict `response_format`.
+/// `output_config.effort` is accepted and ignored (no effort setting for local models).
+fn output_format(config: Option<&Value>, beta: Option<&Value>) -> Result<Option<Value>, ApiError> {
+    let (field, format) = match (config, beta) {
+        (Some(Value::Object(c)), _) if c.get("format").is_some_and(|f| !f.is_null()) => {
+            ("output_config.format", &c["format"])
+        }
+        (Some(c), _) if !c.is_object() => {
+            return Err(ApiError::param(
+                "output_config",
+                format!("must be an object, got {}", show(c)),
+            ))
+        }
+        (_, Some(b)) => ("output_format", b),
+        _ => return Ok(None),
+    };
+    match (
+        format.get("type").and_then(Value::as_str),
+        format.get("schema"),
+    ) {
+        (Some("json_schema"), Some(s)) if s.is_object() => Ok(Some(json!({
+            "type": "json_schema",
+            "json_schema": {"name": "output", "schema": s, "strict": true},
+        }))),
+        _ => Err(ApiError::param(
+            field,
+            format!(
+                "must be {{\"type\": \"json_schema\", \"schema\": {{…}}}}, got {}",
+                show(format)
+            ),
+        )),
+    }
+}
+
 /// `thinking`: `{"type": "enabled", "budget_tokens": n}` (or `adaptive`) or
 /// `{"type": "disabled"}`.
 ///
@@ -408,13 +456,13 @@ fn tool_choice(v: &Value) -> Result<(Value, Option<bool>), ApiError> {
 fn thinking(v: Option<&Value>) -> Result<Option<bool>, ApiError> {
     let Some(v) = v else { return Ok(None) };
     let on = match v.get("type").and_then(Value::as_str) {
-        Some("enabled" | "adaptive") => true,
+        Some("enabled" | "adaptive" | "between_tools") => true,
         Some("disabled") => false,
         _ => {
             return Err(ApiError::param(
                 "thinking.type",
                 format!(
-                    "must be enabled, adaptive or disabled, got {}",
+                    "must be enabled, adaptive, between_tools or disabled, got {}",
                     v.get("type").map_or("nothing".into(), show)
                 ),
             ))
@@ -442,6 +490,8 @@ pub fn renamed(mut e: ApiError) -> ApiError {
     };
     let new = if param == "stop" || param.starts_with("stop[") {
         param.replacen("stop", "stop_sequences", 1)
+    } else if param.starts_with("response_format") {
+        "output_config.format".to_string()
     } else if param.starts_with("tools[") {
         param
             .replace(".function.parameters", ".input_schema")
@@ -508,6 +558,13 @@ mod tests {
         .unwrap();
         assert_eq!(c["chat_template_kwargs"], json!({"enable_thinking": true}));
         assert_eq!(c["tool_choice"], "required");
+        let c = chat(json!({"max_tokens": 5, "messages": [{"role": "user", "content": "x"}], "speed": "fast",
+                            "output_config": {"effort": "low", "format": {"type": "json_schema", "schema": {"type": "object"}}}}))
+        .unwrap();
+        assert_eq!(
+            c["response_format"],
+            json!({"type": "json_schema", "json_schema": {"name": "output", "schema": {"type": "object"}, "strict": true}})
+        );
     }
 
     #[test]
@@ -523,7 +580,8 @@ mod tests {
              "tools[0].type: folio runs no server tools; only custom tools {name, description, input_schema} are accepted, got string \"web_search_20250305\""),
             (json!({"max_tokens": 1, "messages": m, "tool_choice": {"type": "sometimes"}}),
              "tool_choice: must be {\"type\": \"auto\" | \"any\" | \"none\"} or {\"type\": \"tool\", \"name\": …}, got an object with 1 keys"),
-            (json!({"max_tokens": 1, "messages": m, "thinking": {"type": "on"}}), "thinking.type: must be enabled, adaptive or disabled, got string \"on\""),
+            (json!({"max_tokens": 1, "messages": m, "thinking": {"type": "on"}}), "thinking.type: must be enabled, adaptive, between_tools or disabled, got string \"on\""),
+        (json!({"max_tokens": 1, "messages": m, "output_format": {"type": "yaml"}}), "output_format: must be {\"type\": \"json_schema\", \"schema\": {…}}, got an object with 1 keys"),
             (json!({"max_tokens": 1, "messages": m, "stop_sequences": [3]}), "stop_sequences[0]: must be a string, got 3"),
         ];
         for (body, msg) in cases {
