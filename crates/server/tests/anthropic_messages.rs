@@ -380,3 +380,77 @@ fn x_api_key_is_accepted() {
         (401, Some("invalid_api_key"))
     );
 }
+
+/// A template that opens the thought when `enable_thinking` is set (as DeepSeek-R1's and
+/// Qwen3's do), served with `--reasoning-parser deepseek_r1`.
+const THINKING_TEMPLATE: &str = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}<|im_start|>assistant\n{% if enable_thinking %}<think>\n{% endif %}";
+
+#[test]
+fn thinking_blocks_from_a_reasoning_template() {
+    let Some(engine) = common::engine_with(
+        folio_engine::EngineConfig::default(),
+        Some(THINKING_TEMPLATE),
+    ) else {
+        return;
+    };
+    let s = common::start(
+        engine,
+        folio_server::ServerOptions {
+            reasoning_parser: Some("deepseek_r1".into()),
+            ..Default::default()
+        },
+    );
+    let body = |t: &str| {
+        json!({"max_tokens": 8, "temperature": 0, "thinking": {"type": t, "budget_tokens": 1024},
+               "messages": [{"role": "user", "content": "Is 7 prime?"}]})
+    };
+    // enable_thinking reaches the template: the prompt grows by `<think>\n`.
+    let on = post_ok(s.addr, "/v1/messages/count_tokens", &body("enabled"))["input_tokens"]
+        .as_u64()
+        .unwrap();
+    let off = post_ok(s.addr, "/v1/messages/count_tokens", &body("disabled"))["input_tokens"]
+        .as_u64()
+        .unwrap();
+    assert!(on > off, "{on} vs {off}");
+    // The output starts inside the thought: the first block is thinking.
+    let m = post_ok(s.addr, "/v1/messages", &body("enabled"));
+    let b = &m["content"][0];
+    assert_eq!(
+        (b["type"].as_str(), b["signature"].as_str()),
+        (Some("thinking"), Some("")),
+        "{m}"
+    );
+    assert!(!b["thinking"].as_str().unwrap().is_empty(), "{m}");
+    let mut sbody = body("enabled");
+    sbody["stream"] = json!(true);
+    let evs = post(s.addr, "/v1/messages", &sbody).events();
+    let names: Vec<&str> = evs.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names[..3], ["message_start", "content_block_start", "ping"]);
+    assert_eq!(
+        evs[1].1["content_block"],
+        json!({"type": "thinking", "thinking": "", "signature": ""})
+    );
+    let sig = evs
+        .iter()
+        .position(|(_, v)| v["delta"]["type"] == "signature_delta")
+        .unwrap_or_else(|| panic!("{names:?}"));
+    assert!(sig > 3, "{names:?}");
+    let thought: String = evs[3..sig]
+        .iter()
+        .map(|(_, v)| v["delta"]["thinking"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(thought, b["thinking"].as_str().unwrap());
+    assert_eq!(
+        evs[sig].1,
+        json!({"type": "content_block_delta", "index": 0, "delta": {"type": "signature_delta", "signature": ""}})
+    );
+    assert_eq!(
+        evs[sig + 1].1,
+        json!({"type": "content_block_stop", "index": 0})
+    );
+    assert_eq!(names[names.len() - 2..], ["message_delta", "message_stop"]);
+    assert_eq!(
+        evs[names.len() - 2].1["delta"]["stop_reason"],
+        m["stop_reason"]
+    );
+}
