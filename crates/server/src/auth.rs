@@ -32,7 +32,9 @@ pub fn same(a: &[u8], b: &[u8]) -> bool {
     std::hint::black_box(diff) == 0
 }
 
-/// Middleware: 401 with an OpenAI error body unless `Authorization: Bearer <key>`.
+/// Middleware: 401 unless `Authorization: Bearer <key>` or `x-api-key: <key>` (what the
+/// `anthropic` SDKs send); the body in OpenAI's error shape, or Anthropic's on
+/// /v1/messages.
 pub async fn require_key(State(st): State<AppState>, req: Request, next: Next) -> Response {
     let opts = &st.0.opts;
     let Some(key) = opts.api_key.as_deref() else {
@@ -49,13 +51,25 @@ pub async fn require_key(State(st): State<AppState>, req: Request, next: Next) -
             v.split_once(' ')
                 .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
         })
-        .map(|(_, token)| token.trim());
+        .map(|(_, token)| token.trim())
+        .or_else(|| {
+            req.headers()
+                .get("x-api-key")
+                .and_then(|v| v.to_str().ok())
+                .map(str::trim)
+        });
     let message = match given {
         Some(token) if same(token.as_bytes(), key.as_bytes()) => return next.run(req).await,
         Some(_) => "invalid API key",
-        None => "missing API key: send the header `Authorization: Bearer <key>`",
+        None => {
+            "missing API key: send the header `Authorization: Bearer <key>` or `x-api-key: <key>`"
+        }
     };
-    let mut r = ApiError::from(crate::error::Error::Unauthorized(message)).into_response();
+    let e = ApiError::from(crate::error::Error::Unauthorized(message));
+    let mut r = match req.uri().path().starts_with("/v1/messages") {
+        true => crate::anthropic::error::response(e),
+        false => e.into_response(),
+    };
     r.headers_mut()
         .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
     r

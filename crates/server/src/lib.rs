@@ -26,6 +26,8 @@
 //! - `embeddings`: `/v1/embeddings`, one engine request per input, pooled hidden states.
 //! - `responses`: `/v1/responses` (OpenAI's Responses API) run as a chat request;
 //!   the `response` object and its named stream events.
+//! - `anthropic`: `/v1/messages` (Anthropic's Messages API) run as a chat request;
+//!   content blocks, their named stream events and Anthropic's error shape.
 //! - `reasoning`: `--reasoning-parser`, `<think>…</think>` text → `reasoning_content`.
 //! - `chunk_filter`: a streamed chat chunk's way out: reasoning split, then tool calls.
 //! - `choices`: the engine streams of one request merged; dropping it aborts them.
@@ -40,6 +42,7 @@
 //!   msgpack `KVEventBatch` it sends.
 //! - [`ApiError`]: the one error type, rendered as OpenAI's error JSON.
 
+mod anthropic;
 mod api;
 mod auth;
 mod body;
@@ -311,6 +314,8 @@ fn app(state: state::AppState) -> Router {
         .route("/v1/completions/render", post(render::completions))
         .route("/v1/chat/completions/render", post(render::chat))
         .route("/v1/responses", post(responses::responses))
+        .route("/v1/messages", post(anthropic::messages))
+        .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
         .route("/v1/embeddings", post(embeddings::embeddings))
         .route("/v1/models", get(routes::models))
         // `{*id}`: served names are often `org/name`.

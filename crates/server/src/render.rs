@@ -70,15 +70,25 @@ pub async fn chat(
     JsonObject(mut body): JsonObject,
 ) -> Result<Json<Value>, ApiError> {
     let messages = body.remove("messages");
-    let f = Fields::new(&body);
-    let (_, model) = crate::lora::request_adapters(&st, &f)?;
+    let (model, ids) = chat_ids(&st, messages, &body).await?;
+    Ok(Json(generate_request("chatcmpl", &model, ids, &body)))
+}
+
+/// The served model name and the prompt ids of a chat body (its `messages` taken out):
+/// also Anthropic's `count_tokens`.
+pub async fn chat_ids(
+    st: &AppState,
+    messages: Option<Value>,
+    body: &Map<String, Value>,
+) -> Result<(String, Vec<u32>), ApiError> {
+    let f = Fields::new(body);
+    let (_, model) = crate::lora::request_adapters(st, &f)?;
     let mut input = prompt::chat_prompt(messages, &f)?;
     if f.get("tools").is_some() {
         let tools = crate::tools::parse(&f)?;
         crate::tools::render_into(&mut input, &tools, st.0.engine.tokenizer.chat_template());
     }
-    let ids = tokenize(&st, input, "messages".into()).await?;
-    Ok(Json(generate_request("chatcmpl", &model, ids, &body)))
+    Ok((model, tokenize(st, input, "messages".into()).await?))
 }
 
 /// Tokenizes off the async threads (a long prompt takes a while), as `generate` does, and

@@ -159,15 +159,18 @@ impl Running {
                 Err(_) => continue,
                 Ok(None) => return None,
                 Ok(Some((i, ev))) => {
-                    let (text, tokens) = match &ev {
-                        Event::Tokens { text, ids, .. } => (text.clone(), ids.len()),
-                        Event::Finished { .. } | Event::Embedding { .. } => (String::new(), 0),
+                    let (text, ids) = match &ev {
+                        Event::Tokens { text, ids, .. } => (text.clone(), ids.clone()),
+                        Event::Finished { .. } | Event::Embedding { .. } => {
+                            (String::new(), Vec::new())
+                        }
                     };
                     let chunk = states[i].apply(i, ev, job, tok, &s.metrics);
                     let u = Update {
                         index: i,
                         text: &text,
-                        tokens,
+                        tokens: ids.len(),
+                        ids: &ids,
                         chunk,
                         state: &states[i],
                     };

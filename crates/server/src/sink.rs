@@ -18,6 +18,8 @@ pub struct Update<'a> {
     pub text: &'a str,
     /// Tokens the event carried.
     pub tokens: usize,
+    /// Their ids (Anthropic's sink finds the stop sequence in them).
+    pub ids: &'a [u32],
     /// The chat/completions chunk of the event (streams only; `None` when there is
     /// nothing to say).
     pub chunk: Option<Value>,
