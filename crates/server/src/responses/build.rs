@@ -549,6 +549,76 @@ mod tests {
     }
 
     #[test]
+    fn a_tool_call_is_a_function_call_item() {
+        let tc = ToolCalling {
+            parser: crate::tool_parse::Parser::Hermes,
+            parallel: true,
+        };
+        let mut b = Build::new("m".into(), Asked::default(), None, Some(tc));
+        let mut evs = b.start();
+        for t in ["{\"name\": \"get_", "weather\", \"arguments\": {\"city\"", ": \"Paris\"}}"] {
+            evs.extend(b.text(t, 1));
+        }
+        let t = Tokens {
+            input: 1,
+            cached: 0,
+            output: 3,
+        };
+        evs.extend(b.finish(&End::Completed, t));
+        let names = types(&evs);
+        let deltas = names
+            .iter()
+            .filter(|n| **n == "response.function_call_arguments.delta")
+            .count();
+        assert!(deltas >= 1);
+        let mut want = vec![
+            "response.created",
+            "response.in_progress",
+            "response.output_item.added",
+        ];
+        want.extend(std::iter::repeat_n(
+            "response.function_call_arguments.delta",
+            deltas,
+        ));
+        want.extend([
+            "response.function_call_arguments.done",
+            "response.output_item.done",
+            "response.completed",
+        ]);
+        assert_eq!(names, want);
+        let r = b.response(&End::Completed, t);
+        let call = &r["output"][0];
+        assert_eq!(r["output"].as_array().unwrap().len(), 1, "{r}");
+        assert_eq!(
+            (call["type"].as_str(), call["name"].as_str(), call["status"].as_str()),
+            (Some("function_call"), Some("get_weather"), Some("completed"))
+        );
+        assert!(call["id"].as_str().unwrap().starts_with("fc_"));
+        assert!(call["call_id"].as_str().unwrap().starts_with("call_"));
+        let args: String = evs
+            .iter()
+            .filter(|(n, _)| *n == "response.function_call_arguments.delta")
+            .map(|(_, v)| v["delta"].as_str().unwrap())
+            .collect();
+        assert_eq!(call["arguments"], args.as_str());
+        let parsed: Value = serde_json::from_str(&args).unwrap();
+        assert_eq!(parsed, json!({"city": "Paris"}));
+        assert_eq!(evs[2].1["item"]["arguments"], "");
+        assert_eq!(evs[2].1["item"]["status"], "in_progress");
+        assert_eq!(evs[evs.len() - 3].1["arguments"], args.as_str());
+        assert_eq!(evs[evs.len() - 2].1["item"], *call);
+
+        // Text that is not a call stays a message.
+        let mut b = Build::new("m".into(), Asked::default(), None, Some(tc));
+        b.start();
+        b.text("Hello", 1);
+        b.finish(&End::Completed, t);
+        let r = b.response(&End::Completed, t);
+        assert_eq!(r["output"][0]["type"], "message");
+        assert_eq!(r["output"][0]["content"][0]["text"], "Hello");
+    }
+
+    #[test]
     fn empty_answer_still_has_a_message() {
         let mut b = Build::new("m".into(), Asked::default(), None, None);
         b.start();
