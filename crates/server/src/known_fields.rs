@@ -444,9 +444,11 @@ mod tests {
             "conversation: folio keeps no conversations; send the whole conversation in input (only null is accepted), got string \"conv_1\""
         );
         // Tools, storing and continuing are read (see `responses`).
-        run(json!({"input": "x", "store": true, "previous_response_id": "resp_1",
+        run(
+            json!({"input": "x", "store": true, "previous_response_id": "resp_1",
                    "tools": [{"type": "function", "name": "f"}], "tool_choice": "required",
-                   "parallel_tool_calls": false}))
+                   "parallel_tool_calls": false}),
+        )
         .unwrap();
         assert_eq!(
             run(json!({"messages": []})).unwrap_err(),

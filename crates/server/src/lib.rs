@@ -323,7 +323,10 @@ fn app(state: state::AppState) -> Router {
             "/v1/responses/{id}",
             get(responses::get).delete(responses::delete),
         )
-        .route("/v1/responses/{id}/input_items", get(responses::input_items))
+        .route(
+            "/v1/responses/{id}/input_items",
+            get(responses::input_items),
+        )
         .route("/v1/embeddings", post(embeddings::embeddings))
         .route("/v1/models", get(routes::models))
         // `{*id}`: served names are often `org/name`.

@@ -35,7 +35,11 @@ fn turn(input: Value, previous: Option<&Value>) -> Value {
 #[test]
 fn previous_response_id_continues_with_the_first_turn_in_the_prompt() {
     let Some(s) = server() else { return };
-    let first = post_ok(s.addr, "/v1/responses", &turn(json!("My name is Ada."), None));
+    let first = post_ok(
+        s.addr,
+        "/v1/responses",
+        &turn(json!("My name is Ada."), None),
+    );
     assert_eq!(first["store"], true);
     let second = post_ok(
         s.addr,
@@ -144,7 +148,10 @@ fn get_delete_and_the_named_404s() {
     let mut b = turn(json!("Hi."), None);
     b["store"] = json!(false);
     let r = post_ok(s.addr, "/v1/responses", &b);
-    let g = get(s.addr, &format!("/v1/responses/{}", r["id"].as_str().unwrap()));
+    let g = get(
+        s.addr,
+        &format!("/v1/responses/{}", r["id"].as_str().unwrap()),
+    );
     assert_eq!(g.status, 404);
     assert!(g.json()["error"]["message"]
         .as_str()

@@ -33,7 +33,11 @@ fn the_call(r: &Value) -> &Value {
     let c = &out[0];
     assert_eq!(
         (c["type"].as_str(), c["name"].as_str(), c["status"].as_str()),
-        (Some("function_call"), Some("get_weather"), Some("completed")),
+        (
+            Some("function_call"),
+            Some("get_weather"),
+            Some("completed")
+        ),
         "{r}"
     );
     assert!(c["id"].as_str().unwrap().starts_with("fc_"), "{c}");
@@ -205,7 +209,10 @@ fn a_function_call_output_turn_is_answered_as_on_chat() {
     assert_eq!(msg["type"], "message", "{r}");
     let text = msg["content"][0]["text"].as_str().unwrap();
     assert!(!text.is_empty(), "{r}");
-    assert_eq!(text, chat["choices"][0]["message"]["content"].as_str().unwrap());
+    assert_eq!(
+        text,
+        chat["choices"][0]["message"]["content"].as_str().unwrap()
+    );
     assert_eq!(r["usage"]["input_tokens"], chat["usage"]["prompt_tokens"]);
     // The call and the tool's output are in the prompt: more tokens than the question
     // alone.

@@ -24,7 +24,10 @@ enum Kind {
     Reasoning,
     Message,
     /// A function call: `text` holds its arguments.
-    Call { call_id: String, name: String },
+    Call {
+        call_id: String,
+        name: String,
+    },
 }
 
 /// One output item so far.
@@ -188,7 +191,8 @@ impl Build {
     /// One chat `tool_calls` delta entry: a call's start (it carries the call's `id`) and
     /// its arguments, or more arguments of the open call.
     fn call_delta(&mut self, call: &Value, out: &mut Vec<Ev>) {
-        let open_call = self.open && matches!(self.items.last(), Some(i) if matches!(i.kind, Kind::Call { .. }));
+        let open_call = self.open
+            && matches!(self.items.last(), Some(i) if matches!(i.kind, Kind::Call { .. }));
         if call.get("id").is_some() || !open_call {
             if self.open {
                 out.extend(self.close("completed"));
@@ -448,8 +452,10 @@ fn item_json(it: &Item, status: &str) -> Value {
             let content = vec![part_json(false, &it.text)];
             json!({"id": it.id, "type": "message", "status": status, "role": "assistant", "content": content})
         }
-        Kind::Call { call_id, name } => json!({"id": it.id, "type": "function_call", "status": status,
-            "call_id": call_id, "name": name, "arguments": it.text}),
+        Kind::Call { call_id, name } => {
+            json!({"id": it.id, "type": "function_call", "status": status,
+            "call_id": call_id, "name": name, "arguments": it.text})
+        }
     }
 }
 
@@ -556,7 +562,11 @@ mod tests {
         };
         let mut b = Build::new("m".into(), Asked::default(), None, Some(tc));
         let mut evs = b.start();
-        for t in ["{\"name\": \"get_", "weather\", \"arguments\": {\"city\"", ": \"Paris\"}}"] {
+        for t in [
+            "{\"name\": \"get_",
+            "weather\", \"arguments\": {\"city\"",
+            ": \"Paris\"}}",
+        ] {
             evs.extend(b.text(t, 1));
         }
         let t = Tokens {
@@ -590,8 +600,16 @@ mod tests {
         let call = &r["output"][0];
         assert_eq!(r["output"].as_array().unwrap().len(), 1, "{r}");
         assert_eq!(
-            (call["type"].as_str(), call["name"].as_str(), call["status"].as_str()),
-            (Some("function_call"), Some("get_weather"), Some("completed"))
+            (
+                call["type"].as_str(),
+                call["name"].as_str(),
+                call["status"].as_str()
+            ),
+            (
+                Some("function_call"),
+                Some("get_weather"),
+                Some("completed")
+            )
         );
         assert!(call["id"].as_str().unwrap().starts_with("fc_"));
         assert!(call["call_id"].as_str().unwrap().starts_with("call_"));

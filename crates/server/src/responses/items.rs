@@ -20,8 +20,10 @@ pub fn normalize(v: Option<&Value>) -> Result<Vec<Value>, ApiError> {
     let items = match v {
         None => return Err(ApiError::param("input", "required, got nothing")),
         Some(Value::String(s)) => {
-            return Ok(vec![json!({"type": "message", "id": random_id("msg_"), "role": "user",
-                                  "content": [{"type": "input_text", "text": s}]})])
+            return Ok(vec![
+                json!({"type": "message", "id": random_id("msg_"), "role": "user",
+                                  "content": [{"type": "input_text", "text": s}]}),
+            ])
         }
         Some(Value::Array(a)) if !a.is_empty() && a.len() <= MAX_MESSAGES => a,
         Some(v) => {
@@ -99,7 +101,9 @@ pub fn messages(items: &[Value], base: &str) -> Result<Vec<Value>, ApiError> {
                             }
                         }
                     }
-                    _ => out.push(json!({"role": "assistant", "content": "", "tool_calls": [call]})),
+                    _ => {
+                        out.push(json!({"role": "assistant", "content": "", "tool_calls": [call]}))
+                    }
                 }
             }
             "function_call_output" => {
@@ -109,15 +113,23 @@ pub fn messages(items: &[Value], base: &str) -> Result<Vec<Value>, ApiError> {
                     Some(v) => {
                         return Err(ApiError::param(
                             format!("{at}.output"),
-                            format!("must be a string or a list of input_text parts, got {}", show(v)),
+                            format!(
+                                "must be a string or a list of input_text parts, got {}",
+                                show(v)
+                            ),
                         ))
                     }
                     None => {
-                        return Err(ApiError::param(format!("{at}.output"), "required, got nothing"))
+                        return Err(ApiError::param(
+                            format!("{at}.output"),
+                            "required, got nothing",
+                        ))
                     }
                 };
-                out.push(json!({"role": "tool", "tool_call_id": string(&at, &f, "call_id")?,
-                                "content": output}));
+                out.push(
+                    json!({"role": "tool", "tool_call_id": string(&at, &f, "call_id")?,
+                                "content": output}),
+                );
             }
             "reasoning" => {}
             other => {
@@ -178,7 +190,12 @@ fn message(at: &str, f: &Fields) -> Result<Value, ApiError> {
                 format!("must be a string, got {}", show(r)),
             ))
         }
-        None => return Err(ApiError::param(format!("{at}.role"), "required, got nothing")),
+        None => {
+            return Err(ApiError::param(
+                format!("{at}.role"),
+                "required, got nothing",
+            ))
+        }
     };
     let content = match f.get("content") {
         Some(Value::String(s)) => s.clone(),
@@ -186,10 +203,18 @@ fn message(at: &str, f: &Fields) -> Result<Value, ApiError> {
         Some(v) => {
             return Err(ApiError::param(
                 format!("{at}.content"),
-                format!("must be a string or a list of input_text parts, got {}", show(v)),
+                format!(
+                    "must be a string or a list of input_text parts, got {}",
+                    show(v)
+                ),
             ))
         }
-        None => return Err(ApiError::param(format!("{at}.content"), "required, got nothing")),
+        None => {
+            return Err(ApiError::param(
+                format!("{at}.content"),
+                "required, got nothing",
+            ))
+        }
     };
     let mut m = Map::new();
     m.insert("role".into(), Value::String(role));
@@ -209,15 +234,13 @@ fn text_parts(at: &str, parts: &[Value]) -> Result<String, ApiError> {
         };
         match (kind, text) {
             (Some("input_text" | "output_text" | "refusal"), Some(t)) => texts.push(t),
-            _ => {
-                return Err(ApiError::param(
-                    format!("{at}[{j}]"),
-                    format!(
-                        "only {{\"type\": \"input_text\", \"text\": …}} parts are supported, got {}",
-                        show(p)
-                    ),
-                ))
-            }
+            _ => return Err(ApiError::param(
+                format!("{at}[{j}]"),
+                format!(
+                    "only {{\"type\": \"input_text\", \"text\": …}} parts are supported, got {}",
+                    show(p)
+                ),
+            )),
         }
     }
     Ok(texts.join("\n"))
@@ -239,7 +262,9 @@ mod tests {
             {"type": "function_call_output", "call_id": "call_2", "output": [{"type": "input_text", "text": "noon"}]},
         ])))
         .unwrap();
-        assert!(items.iter().all(|i| i["id"].is_string() && i["type"].is_string()));
+        assert!(items
+            .iter()
+            .all(|i| i["id"].is_string() && i["type"].is_string()));
         assert_eq!(items[2]["id"], "fc_1");
         assert!(items[5]["id"].as_str().unwrap().starts_with("fco_"));
         assert_eq!(
@@ -265,7 +290,11 @@ mod tests {
 
     #[test]
     fn bad_items_name_the_field() {
-        let run = |v: Value| messages(v.as_array().unwrap(), "input").unwrap_err().message;
+        let run = |v: Value| {
+            messages(v.as_array().unwrap(), "input")
+                .unwrap_err()
+                .message
+        };
         assert_eq!(
             run(json!([{"type": "function_call_output", "output": "x"}])),
             "input[0].call_id: must be a non-empty string, got nothing"

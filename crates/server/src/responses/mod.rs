@@ -57,7 +57,12 @@ async fn answer(
         .asked
         .store
         .then(|| (st.0.responses.clone(), chat.context));
-    let build = Build::new(req.job.model.clone(), chat.asked, req.job.reasoning, req.job.tools);
+    let build = Build::new(
+        req.job.model.clone(),
+        chat.asked,
+        req.job.reasoning,
+        req.job.tools,
+    );
     req.job.id = build.id().to_string();
     req.drive(ResponsesSink { build, keep }).await
 }
@@ -81,7 +86,10 @@ fn stored(
 }
 
 /// `GET /v1/responses/{id}`: the response object as answered.
-pub async fn get(State(st): State<AppState>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+pub async fn get(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
     Ok(Json(stored(&st, &id, None)?.response.clone()))
 }
 
@@ -96,7 +104,9 @@ pub async fn delete(
         field: None,
         why: gone.describe(store.limits()),
     })?;
-    Ok(Json(json!({"id": id, "object": "response", "deleted": true})))
+    Ok(Json(
+        json!({"id": id, "object": "response", "deleted": true}),
+    ))
 }
 
 /// `GET /v1/responses/{id}/input_items?limit=&order=&after=`: the items the model saw
@@ -133,12 +143,22 @@ impl Page {
             match k {
                 "limit" => match v.parse::<usize>() {
                     Ok(n) if (1..=100).contains(&n) => p.limit = n,
-                    _ => return Err(ApiError::param("limit", format!("must be an integer in [1, 100], got {v:?}"))),
+                    _ => {
+                        return Err(ApiError::param(
+                            "limit",
+                            format!("must be an integer in [1, 100], got {v:?}"),
+                        ))
+                    }
                 },
                 "order" => match v {
                     "asc" => p.asc = true,
                     "desc" => p.asc = false,
-                    _ => return Err(ApiError::param("order", format!("must be asc or desc, got {v:?}"))),
+                    _ => {
+                        return Err(ApiError::param(
+                            "order",
+                            format!("must be asc or desc, got {v:?}"),
+                        ))
+                    }
                 },
                 "after" => p.after = Some(v.to_string()),
                 // `include[]` asks for extra data folio does not have.
@@ -180,12 +200,22 @@ mod tests {
     fn input_items_pages() {
         let items: Vec<Value> = (0..5).map(|i| json!({"id": format!("i{i}")})).collect();
         let ids = |v: Value| -> Vec<String> {
-            v["data"].as_array().unwrap().iter().map(|i| i["id"].as_str().unwrap().to_string()).collect()
+            v["data"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|i| i["id"].as_str().unwrap().to_string())
+                .collect()
         };
         let l = Page::parse("").unwrap().list(&items);
         assert_eq!(ids(l.clone()), ["i4", "i3", "i2", "i1", "i0"]);
-        assert_eq!((l["first_id"].clone(), l["has_more"].clone()), (json!("i4"), json!(false)));
-        let l = Page::parse("order=asc&limit=2&after=i1").unwrap().list(&items);
+        assert_eq!(
+            (l["first_id"].clone(), l["has_more"].clone()),
+            (json!("i4"), json!(false))
+        );
+        let l = Page::parse("order=asc&limit=2&after=i1")
+            .unwrap()
+            .list(&items);
         assert_eq!(ids(l.clone()), ["i2", "i3"]);
         assert_eq!(l["has_more"], true);
         assert_eq!(

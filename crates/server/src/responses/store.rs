@@ -127,7 +127,8 @@ impl Store {
 
     /// Keeps `stored` under `id`, evicting what the limits require.
     pub fn put(&self, id: &str, stored: Stored) {
-        let bytes = json_bytes(&stored.response) + stored.context.iter().map(json_bytes).sum::<usize>();
+        let bytes =
+            json_bytes(&stored.response) + stored.context.iter().map(json_bytes).sum::<usize>();
         let mut g = self.lock();
         g.remove(id, Gone::Deleted);
         if bytes > self.limits.bytes || self.limits.count == 0 {

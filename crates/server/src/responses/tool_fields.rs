@@ -112,7 +112,10 @@ mod tests {
             chat_tool_choice(&json!({"type": "function", "name": "f"})).unwrap(),
             json!({"type": "function", "function": {"name": "f"}})
         );
-        assert_eq!(chat_tool_choice(&json!("required")).unwrap(), json!("required"));
+        assert_eq!(
+            chat_tool_choice(&json!("required")).unwrap(),
+            json!("required")
+        );
         let e = |r: Result<Value, ApiError>| r.unwrap_err().message;
         assert_eq!(
             e(chat_tools(&json!([{"type": "web_search"}]))),
