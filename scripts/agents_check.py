@@ -63,6 +63,19 @@ def agent_round_trip(base_url: str, model: str) -> None:
     assert isinstance(result.final_output, str) and result.final_output.strip(), result.final_output
     assert len(result.raw_responses) == 2, len(result.raw_responses)
 
+    # The same round trip streamed: the SDK reads folio's function-call events.
+    cities.clear()
+
+    async def streamed():
+        run = Runner.run_streamed(agent, "What is the weather in Paris?", max_turns=4)
+        kinds = [e.item.type async for e in run.stream_events() if e.type == "run_item_stream_event"]
+        return run, kinds
+
+    run, kinds = asyncio.run(streamed())
+    print(f"agent streamed: items {kinds}; final output {run.final_output!r}")
+    assert cities and kinds[:2] == ["tool_call_item", "tool_call_output_item"], kinds
+    assert kinds[-1] == "message_output_item" and run.final_output.strip(), kinds
+
 
 def previous_response(base_url: str, model: str) -> None:
     client = OpenAI(base_url=base_url, api_key=API_KEY)
