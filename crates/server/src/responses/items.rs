@@ -234,13 +234,15 @@ fn text_parts(at: &str, parts: &[Value]) -> Result<String, ApiError> {
         };
         match (kind, text) {
             (Some("input_text" | "output_text" | "refusal"), Some(t)) => texts.push(t),
-            _ => return Err(ApiError::param(
-                format!("{at}[{j}]"),
-                format!(
+            _ => {
+                return Err(ApiError::param(
+                    format!("{at}[{j}]"),
+                    format!(
                     "only {{\"type\": \"input_text\", \"text\": …}} parts are supported, got {}",
                     show(p)
                 ),
-            )),
+                ))
+            }
         }
     }
     Ok(texts.join("\n"))
