@@ -4,7 +4,7 @@
 Streams a chat completion with stream_options.include_usage and asserts that content and a
 final usage chunk arrive; also runs a non-streaming completion, and a chat completion with
 response_format json_schema whose content must parse and follow the schema; tool calls;
-the Responses API (create, stream, history, a refused field); embeddings (width, norm,
+the Responses API (create, stream, history, an unknown previous_response_id); embeddings (width, norm,
 batched equal to single, base64).
 
 Usage: openai_client_check.py [BASE_URL]   (default: $FOLIO_BASE_URL or http://127.0.0.1:8000/v1)
@@ -13,7 +13,7 @@ import json
 import os
 import sys
 
-from openai import BadRequestError, OpenAI
+from openai import NotFoundError, OpenAI
 
 
 def main() -> int:
@@ -143,9 +143,9 @@ def main() -> int:
     assert history.status in ("completed", "incomplete") and history.output_text, history
     try:
         client.responses.create(model=model, input="x", previous_response_id="resp_0")
-        raise AssertionError("previous_response_id must be refused")
-    except BadRequestError as e:
-        assert e.body["param"] == "previous_response_id", e.body
+        raise AssertionError("an unknown previous_response_id must be a 404")
+    except NotFoundError as e:
+        assert e.body["code"] == "previous_response_not_found", e.body
 
     # Embeddings: the model's width, norm 1, identical input -> identical vector, and a
     # batch equal to its inputs embedded one by one (each input is its own engine request).

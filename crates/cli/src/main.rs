@@ -178,6 +178,16 @@ struct ServeArgs {
     /// followed); a relative lora_path is taken inside it. Default: any readable path.
     #[arg(long, value_name = "DIR")]
     lora_dir: Option<std::path::PathBuf>,
+    /// Most /v1/responses answers kept in memory for previous_response_id and
+    /// GET /v1/responses/{id} (least recently used out first; 0: none). Default 1024.
+    #[arg(long)]
+    responses_store_max: Option<usize>,
+    /// Most bytes of stored responses (suffixes k, m, g). Default 64m.
+    #[arg(long)]
+    responses_store_bytes: Option<String>,
+    /// A stored response is dropped after this many seconds. Default 86400.
+    #[arg(long)]
+    responses_store_max_age_s: Option<f64>,
 }
 
 impl ServeArgs {
@@ -234,6 +244,15 @@ impl ServeArgs {
         }
         if let Some(b) = &self.stream_buffer_bytes {
             o.stream_buffer_bytes = engine_args::parse_bytes("--stream-buffer-bytes", b)?;
+        }
+        if let Some(n) = self.responses_store_max {
+            o.responses_store_max = n;
+        }
+        if let Some(b) = &self.responses_store_bytes {
+            o.responses_store_bytes = engine_args::parse_bytes("--responses-store-bytes", b)?;
+        }
+        if let Some(s) = self.responses_store_max_age_s {
+            o.responses_store_max_age = secs("--responses-store-max-age-s", s)?;
         }
         o.check()?;
         Ok(o)

@@ -38,6 +38,14 @@ pub enum Error {
     ModelNotFound { model: String, served: String },
     #[error("no route for {0}")]
     NoRoute(String),
+    /// A stored response that is not there (`field`: the request field that named it,
+    /// `previous_response_id`, or none for a path id); `why` says what became of it.
+    #[error("{}response {id:?} is not stored: {why}", field.map_or(String::new(), |f| format!("{f}: ")))]
+    ResponseNotFound {
+        id: String,
+        field: Option<&'static str>,
+        why: String,
+    },
     #[error("{0} is not implemented by folio (it serves /v1/completions, /v1/chat/completions, /v1/responses, /v1/embeddings and /v1/models)")]
     NotImplemented(String),
     #[error("method {method} is not allowed on {path}")]
@@ -112,6 +120,14 @@ impl Error {
             }
             Error::ModelNotFound { .. } => (S::NOT_FOUND, "model_not_found", Some("model".into())),
             Error::NoRoute(_) => (S::NOT_FOUND, "not_found", None),
+            Error::ResponseNotFound { field, .. } => (
+                S::NOT_FOUND,
+                match field {
+                    Some(_) => "previous_response_not_found",
+                    None => "response_not_found",
+                },
+                field.map(String::from),
+            ),
             Error::NotImplemented(_) => (S::NOT_IMPLEMENTED, "not_implemented", None),
             Error::MethodNotAllowed { .. } => (S::METHOD_NOT_ALLOWED, "method_not_allowed", None),
             Error::BodyTimeout(_) => (S::REQUEST_TIMEOUT, "body_timeout", None),

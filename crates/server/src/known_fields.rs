@@ -161,7 +161,17 @@ pub fn check(body: &Map<String, Value>, api: Api) -> Result<(), ApiError> {
 }
 
 /// Fields only /v1/responses reads (the request's own; see `responses::request`).
-const RESPONSES_OWN: &[&str] = &["input", "instructions", "max_output_tokens", "text"];
+const RESPONSES_OWN: &[&str] = &[
+    "input",
+    "instructions",
+    "max_output_tokens",
+    "text",
+    "tools",
+    "tool_choice",
+    "parallel_tool_calls",
+    "store",
+    "previous_response_id",
+];
 
 /// /v1/responses fields that keep their name and meaning on the chat path: the sampling
 /// extensions after `user` go through unchanged (as vLLM's Responses endpoint takes them).
@@ -193,17 +203,13 @@ pub const RESPONSES_PASS: &[&str] = &[
 
 /// /v1/responses fields accepted and ignored (they cannot change the output).
 pub const RESPONSES_IGNORED: &[(&str, &str)] = &[
-    (
-        "metadata",
-        "echoed back in the response; folio stores nothing",
-    ),
+    ("metadata", "echoed back in the response"),
     ("service_tier", "one tier"),
     (
         "prompt_cache_key",
         "folio's prefix cache matches prompts without a key",
     ),
     ("safety_identifier", "folio keeps no per-user records"),
-    ("parallel_tool_calls", "no tools on /v1/responses"),
     (
         "stream_options",
         "include_obfuscation: folio adds no padding to stream events",
@@ -213,16 +219,6 @@ pub const RESPONSES_IGNORED: &[(&str, &str)] = &[
 /// /v1/responses features folio does not implement: accepted only at the neutral value
 /// (name, neutral value, why any other is refused).
 pub const RESPONSES_UNSUPPORTED: &[(&str, &str, &str)] = &[
-    (
-        "store",
-        "false",
-        "folio keeps no responses to retrieve later",
-    ),
-    (
-        "previous_response_id",
-        "null",
-        "folio keeps no responses, so it cannot continue one; send the whole conversation in input",
-    ),
     (
         "conversation",
         "null",
@@ -234,16 +230,10 @@ pub const RESPONSES_UNSUPPORTED: &[(&str, &str, &str)] = &[
         "folio answers in the request (no background responses to poll)",
     ),
     (
-        "tools",
-        "[]",
-        "tools are not supported on /v1/responses by folio; use /v1/chat/completions",
+        "max_tool_calls",
+        "null",
+        "folio does not count tool calls across a response",
     ),
-    (
-        "tool_choice",
-        "\"none\" or \"auto\"",
-        "tools are not supported on /v1/responses by folio",
-    ),
-    ("max_tool_calls", "null", "no tools on /v1/responses"),
     ("include", "[]", "folio has no extra output data to include"),
     (
         "top_logprobs",
@@ -265,9 +255,8 @@ pub const RESPONSES_UNSUPPORTED: &[(&str, &str, &str)] = &[
 
 fn responses_neutral(name: &str, v: &Value) -> bool {
     match name {
-        "store" | "background" => v == &Value::Bool(false),
-        "tools" | "include" => v.as_array().is_some_and(Vec::is_empty),
-        "tool_choice" => v == "none" || v == "auto",
+        "background" => v == &Value::Bool(false),
+        "include" => v.as_array().is_some_and(Vec::is_empty),
         "top_logprobs" => v.as_u64() == Some(0),
         "truncation" => v == "disabled",
         _ => false,
@@ -447,16 +436,20 @@ mod tests {
     fn responses_features_folio_lacks_are_named() {
         let run = |v: Value| check_responses(v.as_object().unwrap()).map_err(|e| e.message);
         assert_eq!(
-            run(json!({"input": "x", "previous_response_id": "resp_1"})).unwrap_err(),
-            "previous_response_id: folio keeps no responses, so it cannot continue one; send the whole conversation in input (only null is accepted), got string \"resp_1\""
+            run(json!({"input": "x", "background": true})).unwrap_err(),
+            "background: folio answers in the request (no background responses to poll) (only false is accepted), got true"
         );
         assert_eq!(
-            run(json!({"store": true})).unwrap_err(),
-            "store: folio keeps no responses to retrieve later (only false is accepted), got true"
+            run(json!({"conversation": "conv_1"})).unwrap_err(),
+            "conversation: folio keeps no conversations; send the whole conversation in input (only null is accepted), got string \"conv_1\""
         );
-        assert!(run(json!({"tools": [{"type": "web_search"}]}))
-            .unwrap_err()
-            .starts_with("tools: tools are not supported on /v1/responses"));
+        // Tools, storing and continuing are read (see `responses`).
+        run(
+            json!({"input": "x", "store": true, "previous_response_id": "resp_1",
+                   "tools": [{"type": "function", "name": "f"}], "tool_choice": "required",
+                   "parallel_tool_calls": false}),
+        )
+        .unwrap();
         assert_eq!(
             run(json!({"messages": []})).unwrap_err(),
             "messages: unknown field for /v1/responses: folio does not implement it, got an array of 0 items"

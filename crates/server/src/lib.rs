@@ -174,6 +174,13 @@ pub struct ServerOptions {
     pub grammar_compile_queue: usize,
     /// How long a request may wait for its compile and the compile take, together.
     pub grammar_compile_budget: Duration,
+    /// Most /v1/responses answers kept for `previous_response_id` and
+    /// `GET /v1/responses/{id}` (least recently used out first; 0: none kept).
+    pub responses_store_max: usize,
+    /// Most bytes of stored responses (their JSON, with the input items they saw).
+    pub responses_store_bytes: usize,
+    /// A stored response older than this is dropped.
+    pub responses_store_max_age: Duration,
 }
 
 impl Default for ServerOptions {
@@ -205,6 +212,9 @@ impl Default for ServerOptions {
             grammar_compiles: 0,
             grammar_compile_queue: 8,
             grammar_compile_budget: Duration::from_secs(10),
+            responses_store_max: 1024,
+            responses_store_bytes: 64 << 20,
+            responses_store_max_age: Duration::from_secs(24 * 3600),
         }
     }
 }
@@ -283,8 +293,8 @@ impl ServerOptions {
 
 /// OpenAI routes folio does not serve (501 rather than 404).
 const NOT_IMPLEMENTED: [&str; 11] = [
-    // Retrieval, cancel and input items of stored responses: folio stores none.
-    "/v1/responses/{*rest}",
+    // Only background responses can be cancelled; folio answers in the request.
+    "/v1/responses/{id}/cancel",
     "/v1/audio/{*rest}",
     "/v1/images/{*rest}",
     "/v1/files",
@@ -316,6 +326,14 @@ fn app(state: state::AppState) -> Router {
         .route("/v1/responses", post(responses::responses))
         .route("/v1/messages", post(anthropic::messages))
         .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
+        .route(
+            "/v1/responses/{id}",
+            get(responses::get).delete(responses::delete),
+        )
+        .route(
+            "/v1/responses/{id}/input_items",
+            get(responses::input_items),
+        )
         .route("/v1/embeddings", post(embeddings::embeddings))
         .route("/v1/models", get(routes::models))
         // `{*id}`: served names are often `org/name`.

@@ -34,6 +34,8 @@ pub struct Shared {
     prompt_work: Arc<tokio::sync::Semaphore>,
     /// Where structured-output constraints are compiled (bounded, off the async threads).
     pub compiler: crate::grammar_compiler::GrammarCompiler,
+    /// Stored /v1/responses answers (`previous_response_id`, `GET /v1/responses/{id}`).
+    pub responses: crate::responses::Store,
 }
 
 /// Bodies and prompt texts from this size on take a [`AppState::prompt_permit`]; smaller
@@ -90,6 +92,11 @@ impl AppState {
                 opts.grammar_compile_queue,
                 opts.grammar_compile_budget,
             ),
+            responses: crate::responses::Store::new(crate::responses::Limits {
+                count: opts.responses_store_max,
+                bytes: opts.responses_store_bytes,
+                age: opts.responses_store_max_age,
+            }),
             opts,
         }))
     }

@@ -174,7 +174,7 @@ fn unknown_openai_routes_are_501_and_other_paths_404() {
         return;
     };
     for (method, path) in [
-        ("GET", "/v1/responses/resp_0123"),
+        ("POST", "/v1/responses/resp_0123/cancel"),
         ("POST", "/v1/audio/transcriptions"),
         ("POST", "/v1/images/generations"),
         ("GET", "/v1/files"),

@@ -6,17 +6,34 @@
 //! Output items follow the text: with a reasoning parser, `<think>` text is a `reasoning`
 //! item (`reasoning_text` content, `response.reasoning_text.*` events) and the rest a
 //! `message` item (`output_text`, `response.output_text.*`); an item closes when text of
-//! the other kind starts. An answer without text still gets an empty message item.
+//! the other kind starts. With tools offered, the content goes through the chat path's
+//! tool filter (`chunk_filter`), and each tool call it reports becomes a `function_call`
+//! item (`response.function_call_arguments.*` events, one delta per argument fragment
+//! the filter sends). An answer without text or calls still gets an empty message item.
 
 use super::request::Asked;
 use crate::api::random_id;
+use crate::chunk_filter::ChunkFilter;
 use crate::reasoning::{Parser, Split};
+use crate::tools::ToolCalling;
 use serde_json::{json, Value};
+
+/// What an output item is.
+#[derive(Clone, Debug, PartialEq)]
+enum Kind {
+    Reasoning,
+    Message,
+    /// A function call: `text` holds its arguments.
+    Call {
+        call_id: String,
+        name: String,
+    },
+}
 
 /// One output item so far.
 #[derive(Clone, Debug)]
 struct Item {
-    reasoning: bool,
+    kind: Kind,
     id: String,
     text: String,
 }
@@ -70,6 +87,8 @@ pub struct Build {
     model: String,
     asked: Asked,
     split: Option<Split>,
+    /// The chat path's tool-call filter over the content (when tools are offered).
+    tools: Option<ChunkFilter>,
     items: Vec<Item>,
     /// Whether the last item is still open (receiving text).
     open: bool,
@@ -84,13 +103,19 @@ pub struct Build {
 pub type Ev = (&'static str, Value);
 
 impl Build {
-    pub fn new(model: String, asked: Asked, parser: Option<Parser>) -> Build {
+    pub fn new(
+        model: String,
+        asked: Asked,
+        parser: Option<Parser>,
+        tools: Option<ToolCalling>,
+    ) -> Build {
         Build {
             id: random_id("resp_"),
             created_at: crate::api::unix_now(),
             model,
             asked,
             split: parser.map(Split::new),
+            tools: tools.map(|tc| ChunkFilter::new(1, None, Some(tc))),
             items: Vec::new(),
             open: false,
             reasoning_tokens: 0,
@@ -133,18 +158,75 @@ impl Build {
         };
         let mut out = Vec::new();
         for (reasoning, t) in pieces {
-            self.append(reasoning, &t, &mut out);
+            match reasoning {
+                true => self.append(Kind::Reasoning, &t, &mut out),
+                false => self.content(&t, None, &mut out),
+            }
         }
         out
     }
 
-    fn append(&mut self, reasoning: bool, text: &str, out: &mut Vec<Ev>) {
-        if !(self.open && self.items.last().is_some_and(|i| i.reasoning == reasoning)) {
+    /// Content text (not reasoning): a message's text, or through the tool filter when
+    /// tools are offered; `finish` (a chat finish reason) flushes what the filter held.
+    fn content(&mut self, text: &str, finish: Option<&str>, out: &mut Vec<Ev>) {
+        let Some(filter) = self.tools.as_mut() else {
+            if !text.is_empty() {
+                self.append(Kind::Message, text, out);
+            }
+            return;
+        };
+        let chunk = json!({"choices": [{"index": 0, "delta": {"content": text},
+                                        "logprobs": null, "finish_reason": finish}]});
+        for c in filter.apply(0, chunk) {
+            let delta = &c["choices"][0]["delta"];
+            if let Some(t) = delta["content"].as_str().filter(|t| !t.is_empty()) {
+                self.append(Kind::Message, t, out);
+            }
+            for call in delta["tool_calls"].as_array().into_iter().flatten() {
+                self.call_delta(call, out);
+            }
+        }
+    }
+
+    /// One chat `tool_calls` delta entry: a call's start (it carries the call's `id`) and
+    /// its arguments, or more arguments of the open call.
+    fn call_delta(&mut self, call: &Value, out: &mut Vec<Ev>) {
+        let open_call = self.open
+            && matches!(self.items.last(), Some(i) if matches!(i.kind, Kind::Call { .. }));
+        if call.get("id").is_some() || !open_call {
             if self.open {
                 out.extend(self.close("completed"));
             }
-            out.extend(self.open_item(reasoning));
+            let kind = Kind::Call {
+                call_id: call["id"]
+                    .as_str()
+                    .map_or_else(|| random_id("call_"), str::to_string),
+                name: call["function"]["name"].as_str().unwrap_or("").to_string(),
+            };
+            out.extend(self.open_item(kind));
         }
+        let args = call["function"]["arguments"].as_str().unwrap_or("");
+        if args.is_empty() {
+            return;
+        }
+        let index = self.items.len() - 1;
+        let item = &mut self.items[index];
+        item.text.push_str(args);
+        let id = item.id.clone();
+        out.push(self.event(
+            "response.function_call_arguments.delta",
+            json!({"item_id": id, "output_index": index, "delta": args}),
+        ));
+    }
+
+    fn append(&mut self, kind: Kind, text: &str, out: &mut Vec<Ev>) {
+        if !(self.open && self.items.last().is_some_and(|i| i.kind == kind)) {
+            if self.open {
+                out.extend(self.close("completed"));
+            }
+            out.extend(self.open_item(kind.clone()));
+        }
+        let reasoning = kind == Kind::Reasoning;
         let index = self.items.len() - 1;
         let item = &mut self.items[index];
         item.text.push_str(text);
@@ -161,16 +243,28 @@ impl Build {
         out.push(self.event(kind, body));
     }
 
-    fn open_item(&mut self, reasoning: bool) -> Vec<Ev> {
-        let id = random_id(if reasoning { "rs_" } else { "msg_" });
+    fn open_item(&mut self, kind: Kind) -> Vec<Ev> {
+        let id = random_id(match kind {
+            Kind::Reasoning => "rs_",
+            Kind::Message => "msg_",
+            Kind::Call { .. } => "fc_",
+        });
+        let reasoning = kind == Kind::Reasoning;
+        let call = matches!(kind, Kind::Call { .. });
         self.items.push(Item {
-            reasoning,
+            kind,
             id: id.clone(),
             text: String::new(),
         });
         self.open = true;
         let index = self.items.len() - 1;
         let mut item = item_json(&self.items[index], "in_progress");
+        if call {
+            return vec![self.event(
+                "response.output_item.added",
+                json!({"output_index": index, "item": item}),
+            )];
+        }
         item["content"] = json!([]);
         let part = part_json(reasoning, "");
         vec![
@@ -190,13 +284,26 @@ impl Build {
         self.open = false;
         let index = self.items.len() - 1;
         let it = self.items[index].clone();
-        let text_done = match it.reasoning {
+        if let Kind::Call { name, .. } = &it.kind {
+            return vec![
+                self.event(
+                    "response.function_call_arguments.done",
+                    json!({"item_id": it.id, "output_index": index, "name": name, "arguments": it.text}),
+                ),
+                self.event(
+                    "response.output_item.done",
+                    json!({"output_index": index, "item": item_json(&it, status)}),
+                ),
+            ];
+        }
+        let reasoning = it.kind == Kind::Reasoning;
+        let text_done = match reasoning {
             true => "response.reasoning_text.done",
             false => "response.output_text.done",
         };
         let mut done =
             json!({"item_id": it.id, "output_index": index, "content_index": 0, "text": it.text});
-        if !it.reasoning {
+        if !reasoning {
             done["logprobs"] = json!([]);
         }
         vec![
@@ -204,7 +311,7 @@ impl Build {
             self.event(
                 "response.content_part.done",
                 json!({"item_id": it.id, "output_index": index, "content_index": 0,
-                       "part": part_json(it.reasoning, &it.text)}),
+                       "part": part_json(reasoning, &it.text)}),
             ),
             self.event(
                 "response.output_item.done",
@@ -222,11 +329,22 @@ impl Build {
         let mut out = Vec::new();
         if let Some(s) = self.split.as_mut() {
             for (reasoning, t) in s.finish_pieces() {
-                self.append(reasoning, &t, &mut out);
+                match reasoning {
+                    true => self.append(Kind::Reasoning, &t, &mut out),
+                    false => self.content(&t, None, &mut out),
+                }
             }
         }
+        if self.tools.is_some() {
+            // Calls are read only from an answer that ended on its own (as on chat).
+            let reason = match end {
+                End::Completed => "stop",
+                _ => "length",
+            };
+            self.content("", Some(reason), &mut out);
+        }
         if self.items.is_empty() {
-            out.extend(self.open_item(false));
+            out.extend(self.open_item(Kind::Message));
         }
         if self.open {
             let status = match end {
@@ -300,14 +418,14 @@ impl Build {
             "max_output_tokens": a.max_output_tokens,
             "model": self.model,
             "output": output.unwrap_or_default(),
-            "parallel_tool_calls": false,
-            "previous_response_id": null,
+            "parallel_tool_calls": a.parallel_tool_calls,
+            "previous_response_id": a.previous_response_id,
             "reasoning": {"effort": null, "summary": null},
-            "store": false,
+            "store": a.store,
             "temperature": or(&a.temperature, json!(1.0)),
             "text": {"format": a.format},
-            "tool_choice": "none",
-            "tools": [],
+            "tool_choice": a.tool_choice,
+            "tools": a.tools,
             "top_p": or(&a.top_p, json!(1.0)),
             "truncation": "disabled",
             "usage": usage,
@@ -325,13 +443,18 @@ fn part_json(reasoning: bool, text: &str) -> Value {
 }
 
 fn item_json(it: &Item, status: &str) -> Value {
-    let content = vec![part_json(it.reasoning, &it.text)];
-    match it.reasoning {
-        true => {
+    match &it.kind {
+        Kind::Reasoning => {
+            let content = vec![part_json(true, &it.text)];
             json!({"id": it.id, "type": "reasoning", "summary": [], "content": content, "status": status})
         }
-        false => {
+        Kind::Message => {
+            let content = vec![part_json(false, &it.text)];
             json!({"id": it.id, "type": "message", "status": status, "role": "assistant", "content": content})
+        }
+        Kind::Call { call_id, name } => {
+            json!({"id": it.id, "type": "function_call", "status": status,
+            "call_id": call_id, "name": name, "arguments": it.text})
         }
     }
 }
@@ -357,7 +480,7 @@ mod tests {
 
     #[test]
     fn plain_text_stream_and_object() {
-        let mut b = Build::new("m".into(), Asked::default(), None);
+        let mut b = Build::new("m".into(), Asked::default(), None, None);
         let mut evs = b.start();
         evs.extend(b.text("Hel", 1));
         evs.extend(b.text("", 1));
@@ -394,7 +517,7 @@ mod tests {
 
     #[test]
     fn reasoning_is_its_own_item_and_length_is_incomplete() {
-        let mut b = Build::new("m".into(), Asked::default(), Some(Parser::DeepSeekR1));
+        let mut b = Build::new("m".into(), Asked::default(), Some(Parser::DeepSeekR1), None);
         let mut evs = b.start();
         for (t, n) in [("why", 1), ("</thi", 1), ("nk>Be", 1), ("cause", 1)] {
             evs.extend(b.text(t, n));
@@ -432,8 +555,90 @@ mod tests {
     }
 
     #[test]
+    fn a_tool_call_is_a_function_call_item() {
+        let tc = ToolCalling {
+            parser: crate::tool_parse::Parser::Hermes,
+            parallel: true,
+        };
+        let mut b = Build::new("m".into(), Asked::default(), None, Some(tc));
+        let mut evs = b.start();
+        for t in [
+            "{\"name\": \"get_",
+            "weather\", \"arguments\": {\"city\"",
+            ": \"Paris\"}}",
+        ] {
+            evs.extend(b.text(t, 1));
+        }
+        let t = Tokens {
+            input: 1,
+            cached: 0,
+            output: 3,
+        };
+        evs.extend(b.finish(&End::Completed, t));
+        let names = types(&evs);
+        let deltas = names
+            .iter()
+            .filter(|n| **n == "response.function_call_arguments.delta")
+            .count();
+        assert!(deltas >= 1);
+        let mut want = vec![
+            "response.created",
+            "response.in_progress",
+            "response.output_item.added",
+        ];
+        want.extend(std::iter::repeat_n(
+            "response.function_call_arguments.delta",
+            deltas,
+        ));
+        want.extend([
+            "response.function_call_arguments.done",
+            "response.output_item.done",
+            "response.completed",
+        ]);
+        assert_eq!(names, want);
+        let r = b.response(&End::Completed, t);
+        let call = &r["output"][0];
+        assert_eq!(r["output"].as_array().unwrap().len(), 1, "{r}");
+        assert_eq!(
+            (
+                call["type"].as_str(),
+                call["name"].as_str(),
+                call["status"].as_str()
+            ),
+            (
+                Some("function_call"),
+                Some("get_weather"),
+                Some("completed")
+            )
+        );
+        assert!(call["id"].as_str().unwrap().starts_with("fc_"));
+        assert!(call["call_id"].as_str().unwrap().starts_with("call_"));
+        let args: String = evs
+            .iter()
+            .filter(|(n, _)| *n == "response.function_call_arguments.delta")
+            .map(|(_, v)| v["delta"].as_str().unwrap())
+            .collect();
+        assert_eq!(call["arguments"], args.as_str());
+        let parsed: Value = serde_json::from_str(&args).unwrap();
+        assert_eq!(parsed, json!({"city": "Paris"}));
+        assert_eq!(evs[2].1["item"]["arguments"], "");
+        assert_eq!(evs[2].1["item"]["status"], "in_progress");
+        assert_eq!(evs[evs.len() - 3].1["arguments"], args.as_str());
+        assert_eq!(evs[evs.len() - 2].1["item"], *call);
+
+        // Text that is not a call stays a message.
+        let mut b = Build::new("m".into(), Asked::default(), None, Some(tc));
+        b.start();
+        b.text("Hello", 1);
+        b.finish(&End::Completed, t);
+        let r = b.response(&End::Completed, t);
+        assert_eq!(r["output"][0]["type"], "message");
+        assert_eq!(r["output"][0]["content"][0]["text"], "Hello");
+    }
+
+    #[test]
     fn empty_answer_still_has_a_message() {
-        let mut b = Build::new("m".into(), Asked::default(), None);
+        let mut b = Build::new("m".into(), Asked::default(), None, None);
         b.start();
         let evs = b.finish(&End::Failed("boom".into()), Tokens::default());
         assert_eq!(evs.last().unwrap().0, "response.failed");

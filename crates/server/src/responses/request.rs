@@ -1,16 +1,18 @@
-//! A /v1/responses body in chat form: `instructions` and `input` become `messages`,
-//! `max_output_tokens` becomes `max_tokens`, `text.format` becomes `response_format`, and
-//! the sampling fields pass through. The chat path then validates, tokenizes (the model's
-//! chat template) and runs it; its errors are renamed back to the Responses fields.
+//! A /v1/responses body in chat form: `instructions`, the continued response's items and
+//! `input` become `messages` (`items`), `max_output_tokens` becomes `max_tokens`,
+//! `text.format` becomes `response_format`, `tools` and `tool_choice` take chat's shape
+//! (`tool_fields`), and the sampling fields pass through. The chat path then validates,
+//! tokenizes (the model's chat template) and runs it; its errors come back under the
+//! Responses names by their `param` (one table, [`RENAMED`]).
 
+use super::{items, tool_fields};
 use crate::error::ApiError;
 use crate::fields::{show, Fields};
 use crate::known_fields::RESPONSES_PASS;
-use crate::prompt::MAX_MESSAGES;
 use serde_json::{json, Map, Value};
 
 /// What the response object reports back of the request (OpenAI echoes these).
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct Asked {
     pub instructions: Value,
     pub max_output_tokens: Value,
@@ -20,10 +22,56 @@ pub struct Asked {
     pub user: Value,
     /// `text.format` as sent (`{"type": "text"}` when absent).
     pub format: Value,
+    /// `tools` as sent (Responses form).
+    pub tools: Value,
+    pub tool_choice: Value,
+    pub parallel_tool_calls: bool,
+    /// Whether the response is kept (OpenAI's default: true).
+    pub store: bool,
+    pub previous_response_id: Value,
 }
 
-/// The chat body of a (field-checked) Responses body, and what to echo back.
-pub fn to_chat(body: &Map<String, Value>) -> Result<(Map<String, Value>, Asked), ApiError> {
+impl Default for Asked {
+    fn default() -> Asked {
+        Asked {
+            instructions: Value::Null,
+            max_output_tokens: Value::Null,
+            temperature: Value::Null,
+            top_p: Value::Null,
+            metadata: json!({}),
+            user: Value::Null,
+            format: json!({"type": "text"}),
+            tools: json!([]),
+            tool_choice: json!("auto"),
+            parallel_tool_calls: true,
+            store: true,
+            previous_response_id: Value::Null,
+        }
+    }
+}
+
+/// A Responses body in chat form.
+pub struct ChatRequest {
+    /// The chat body `generate::start` runs.
+    pub body: Map<String, Value>,
+    pub asked: Asked,
+    /// The input items the model sees: the continued response's context and output,
+    /// then this request's `input` (each with a `type` and an `id`).
+    pub context: Vec<Value>,
+}
+
+/// Responses fields that have another name on the chat path (the chat name is a prefix
+/// of the chat error's `param`); errors are renamed back by the same table.
+const RENAMED: [(&str, &str); 4] = [
+    ("input", "messages"),
+    ("max_output_tokens", "max_tokens"),
+    ("text.format", "response_format.json_schema"),
+    ("text.format", "response_format"),
+];
+
+/// The one mapping of a (field-checked) Responses body to a chat body; `history`: the
+/// items of the response it continues (`previous_response_id`), none otherwise.
+pub fn to_chat(body: &Map<String, Value>, history: Vec<Value>) -> Result<ChatRequest, ApiError> {
     let f = Fields::new(body);
     let mut chat = Map::new();
     for name in RESPONSES_PASS {
@@ -31,11 +79,15 @@ pub fn to_chat(body: &Map<String, Value>) -> Result<(Map<String, Value>, Asked),
             chat.insert(name.to_string(), v.clone());
         }
     }
+    let mut context = history;
+    let own = context.len();
+    context.extend(items::normalize(f.get("input"))?);
     let mut messages = Vec::new();
     if let Some(i) = f.str("instructions")? {
         messages.push(json!({"role": "system", "content": i}));
     }
-    messages.extend(input(f.get("input"))?);
+    messages.extend(items::messages(&context[..own], "previous_response_id")?);
+    messages.extend(items::messages(&context[own..], "input")?);
     chat.insert("messages".into(), Value::Array(messages));
     if let Some(m) = f.get("max_output_tokens") {
         chat.insert("max_tokens".into(), m.clone());
@@ -44,119 +96,36 @@ pub fn to_chat(body: &Map<String, Value>) -> Result<(Map<String, Value>, Asked),
     if let Some(rf) = response_format(&format)? {
         chat.insert("response_format".into(), rf);
     }
+    if let Some(t) = f.get("tools") {
+        chat.insert("tools".into(), tool_fields::chat_tools(t)?);
+    }
+    if let Some(c) = f.get("tool_choice") {
+        chat.insert("tool_choice".into(), tool_fields::chat_tool_choice(c)?);
+    }
+    if let Some(p) = f.get("parallel_tool_calls") {
+        chat.insert("parallel_tool_calls".into(), p.clone());
+    }
     let echo = |name: &str| f.get(name).cloned().unwrap_or(Value::Null);
+    let d = Asked::default();
     let asked = Asked {
         instructions: echo("instructions"),
         max_output_tokens: echo("max_output_tokens"),
         temperature: echo("temperature"),
         top_p: echo("top_p"),
-        metadata: f.get("metadata").cloned().unwrap_or_else(|| json!({})),
+        metadata: f.get("metadata").cloned().unwrap_or(d.metadata),
         user: echo("user"),
         format,
+        tools: f.get("tools").cloned().unwrap_or(d.tools),
+        tool_choice: f.get("tool_choice").cloned().unwrap_or(d.tool_choice),
+        parallel_tool_calls: f.bool("parallel_tool_calls", true)?,
+        store: f.bool("store", true)?,
+        previous_response_id: echo("previous_response_id"),
     };
-    Ok((chat, asked))
-}
-
-/// `input`: a string (one user message) or a list of message items.
-fn input(v: Option<&Value>) -> Result<Vec<Value>, ApiError> {
-    let items = match v {
-        None => return Err(ApiError::param("input", "required, got nothing")),
-        Some(Value::String(s)) => return Ok(vec![json!({"role": "user", "content": s})]),
-        Some(Value::Array(a)) if !a.is_empty() && a.len() <= MAX_MESSAGES => a,
-        Some(v) => {
-            return Err(ApiError::param(
-                "input",
-                format!(
-                    "must be a string or a list of 1 to {MAX_MESSAGES} message items, got {}",
-                    show(v)
-                ),
-            ))
-        }
-    };
-    items.iter().enumerate().map(|(i, m)| item(i, m)).collect()
-}
-
-/// One input item: `{"type": "message"?, "role", "content"}` → a chat message.
-fn item(i: usize, v: &Value) -> Result<Value, ApiError> {
-    let name = |field: &str| format!("input[{i}].{field}");
-    let Value::Object(o) = v else {
-        return Err(ApiError::param(
-            format!("input[{i}]"),
-            format!("must be a message item object, got {}", show(v)),
-        ));
-    };
-    let f = Fields::new(o);
-    match f.get("type") {
-        None => {}
-        Some(t) if t == "message" => {}
-        Some(t) => {
-            return Err(ApiError::param(
-                name("type"),
-                format!(
-                    "folio reads only message items (role and text content), got {}",
-                    show(t)
-                ),
-            ))
-        }
-    }
-    let role = match f.get("role") {
-        Some(Value::String(r)) => match r.as_str() {
-            "user" | "system" | "assistant" => r.clone(),
-            // The chat templates know no developer role; OpenAI treats it as system.
-            "developer" => "system".into(),
-            _ => {
-                return Err(ApiError::param(
-                    name("role"),
-                    format!(
-                        "must be one of user, system, developer, assistant; got {}",
-                        show(&Value::String(r.clone()))
-                    ),
-                ))
-            }
-        },
-        Some(r) => {
-            return Err(ApiError::param(
-                name("role"),
-                format!("must be a string, got {}", show(r)),
-            ))
-        }
-        None => return Err(ApiError::param(name("role"), "required, got nothing")),
-    };
-    let content = match f.get("content") {
-        Some(Value::String(s)) => s.clone(),
-        Some(Value::Array(parts)) => {
-            let mut texts = Vec::with_capacity(parts.len());
-            for (j, p) in parts.iter().enumerate() {
-                let kind = p.get("type").and_then(Value::as_str);
-                match (kind, p.get("text").and_then(Value::as_str)) {
-                    // output_text: an earlier answer sent back as history.
-                    (Some("input_text" | "output_text"), Some(t)) => texts.push(t),
-                    _ => {
-                        return Err(ApiError::param(
-                            format!("input[{i}].content[{j}]"),
-                            format!(
-                                "only {{\"type\": \"input_text\", \"text\": …}} parts are supported, got {}",
-                                show(p)
-                            ),
-                        ))
-                    }
-                }
-            }
-            // Parts are joined by newlines, as the chat path joins text parts.
-            texts.join("\n")
-        }
-        Some(v) => {
-            return Err(ApiError::param(
-                name("content"),
-                format!(
-                    "must be a string or a list of input_text parts, got {}",
-                    show(v)
-                ),
-            ))
-        }
-        None => return Err(ApiError::param(name("content"), "required, got nothing")),
-    };
-    Ok(json!({"role": role, "content": content}))
+    Ok(ChatRequest {
+        body: chat,
+        asked,
+        context,
+    })
 }
 
 /// `text`: only `format` is read (`verbosity` and the rest are refused by name).
@@ -212,19 +181,13 @@ fn response_format(format: &Value) -> Result<Option<Value>, ApiError> {
     }
 }
 
-/// A chat-path error in the Responses vocabulary: `messages` → `input`, `max_tokens` →
-/// `max_output_tokens`, `response_format` → `text.format`.
+/// A chat-path error under the Responses name of its field: the `param` (and the
+/// message, which starts with it) renamed by [`RENAMED`]; status and code unchanged.
 pub fn renamed(mut e: ApiError) -> ApiError {
-    const NAMES: [(&str, &str); 4] = [
-        ("messages", "input"),
-        ("max_tokens", "max_output_tokens"),
-        ("response_format.json_schema", "text.format"),
-        ("response_format", "text.format"),
-    ];
     let Some(param) = e.param.clone() else {
         return e;
     };
-    for (chat, ours) in NAMES {
+    for (ours, chat) in RENAMED {
         if let Some(rest) = param.strip_prefix(chat) {
             let new = format!("{ours}{rest}");
             if let Some(m) = e.message.strip_prefix(&param) {
@@ -234,12 +197,6 @@ pub fn renamed(mut e: ApiError) -> ApiError {
             break;
         }
     }
-    // Names inside the detail ("max_tokens: 200 + 8000 prompt tokens…", "response_format
-    // and structured_outputs").
-    e.message = e
-        .message
-        .replace("max_tokens", "max_output_tokens")
-        .replace("response_format", "text.format");
     e
 }
 
@@ -248,8 +205,8 @@ mod tests {
     use super::*;
 
     fn chat(v: Value) -> Result<Map<String, Value>, String> {
-        to_chat(v.as_object().unwrap())
-            .map(|(c, _)| c)
+        to_chat(v.as_object().unwrap(), Vec::new())
+            .map(|c| c.body)
             .map_err(|e| e.message)
     }
 
@@ -288,11 +245,11 @@ mod tests {
             (json!({}), "input: required, got nothing"),
             (
                 json!({"input": []}),
-                "input: must be a string or a list of 1 to 1024 message items, got an array of 0 items",
+                "input: must be a string or a list of 1 to 1024 items, got an array of 0 items",
             ),
             (
-                json!({"input": [{"type": "function_call_output", "call_id": "c", "output": "x"}]}),
-                "input[0].type: folio reads only message items (role and text content), got string \"function_call_output\"",
+                json!({"input": [{"type": "item_reference", "id": "x"}]}),
+                "input[0].type: must be one of message, function_call, function_call_output, reasoning; got string \"item_reference\"",
             ),
             (
                 json!({"input": [{"role": "tool", "content": "x"}]}),

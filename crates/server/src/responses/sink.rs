@@ -4,6 +4,7 @@
 //! then comes as `response.failed`, and a cutoff ends it as `response.incomplete`.
 
 use super::build::{Build, End, Ev, Tokens};
+use super::store::{Store, Stored};
 use crate::choice_state::{usage_sum, ChoiceState};
 use crate::error::ApiError;
 use crate::openai::Job;
@@ -12,10 +13,25 @@ use axum::body::Bytes;
 use axum::response::{IntoResponse, Response};
 use folio_engine::FinishReason;
 use folio_tokenizer::Tokenizer;
+use serde_json::Value;
 
 /// The Responses sink of one request (one choice).
 pub struct ResponsesSink {
     pub build: Build,
+    /// `store: true`: where the finished response goes, with the input items it saw.
+    pub keep: Option<(Store, Vec<Value>)>,
+}
+
+impl ResponsesSink {
+    /// The last events; the first time, the finished response is also stored.
+    fn finish(&mut self, end: &End, tokens: Tokens) -> Vec<Ev> {
+        let evs = self.build.finish(end, tokens);
+        if let (false, Some((store, context))) = (evs.is_empty(), self.keep.take()) {
+            let response = self.build.response(end, tokens);
+            store.put(self.build.id(), Stored { response, context });
+        }
+        evs
+    }
 }
 
 /// The SSE frames of `evs`.
@@ -58,7 +74,7 @@ impl Sink for ResponsesSink {
     fn event(&mut self, job: &Job, u: Update<'_>) -> Bytes {
         let mut out = self.build.text(u.text, u.tokens);
         if u.state.finish.is_some() {
-            out.extend(self.build.finish(&end_of(u.state), tokens_of(job, u.state)));
+            out.extend(self.finish(&end_of(u.state), tokens_of(job, u.state)));
         }
         frames(&out)
     }
@@ -67,7 +83,7 @@ impl Sink for ResponsesSink {
     /// when the response finished already).
     fn closing(&mut self, job: &Job, states: &[ChoiceState], _unfinished: &[usize]) -> Bytes {
         let c = &states[0];
-        frames(&self.build.finish(&end_of(c), tokens_of(job, c)))
+        frames(&self.finish(&end_of(c), tokens_of(job, c)))
     }
 
     fn answer(
@@ -78,7 +94,7 @@ impl Sink for ResponsesSink {
     ) -> Result<Response, ApiError> {
         let c = &states[0];
         let (end, tokens) = (end_of(c), tokens_of(&job, c));
-        self.build.finish(&end, tokens);
+        self.finish(&end, tokens);
         Ok(axum::Json(self.build.response(&end, tokens)).into_response())
     }
 }
