@@ -80,6 +80,8 @@ mod serve_error;
 mod sink;
 mod sse;
 mod state;
+mod strict_schema;
+mod tool_json;
 mod tool_parse;
 mod tools;
 mod transport;

@@ -51,6 +51,12 @@ impl Tools {
                 Some(p) if p.is_object() => p.clone(),
                 _ => json!({"type": "object"}),
             };
+            // A strict tool's arguments are read as OpenAI's strict mode reads them.
+            let params = if f["strict"] == true {
+                crate::strict_schema::close(params)
+            } else {
+                params
+            };
             json!({
                 "type": "object",
                 "properties": {"name": {"const": f["name"]}, "arguments": params},
