@@ -177,7 +177,7 @@ fn structured_outputs(v: &Value) -> Result<(String, Option<Constraint>), ApiErro
 }
 
 /// A schema as an object (or boolean), or as the JSON text of one; `strict` closes its
-/// objects ([`crate::strict_schema::close`]).
+/// objects ([`crate::strict_schema::strict`]).
 fn json_schema(name: &str, v: &Value, strict: bool) -> Result<Constraint, ApiError> {
     let schema = match v {
         Value::Object(_) | Value::Bool(_) => v.clone(),
@@ -197,7 +197,7 @@ fn json_schema(name: &str, v: &Value, strict: bool) -> Result<Constraint, ApiErr
         ));
     }
     Ok(Constraint::JsonSchema(if strict {
-        crate::strict_schema::close(schema)
+        crate::strict_schema::strict(schema)
     } else {
         schema
     }))
@@ -276,7 +276,7 @@ mod tests {
     fn every_field_maps_to_its_constraint() {
         let schema = json!({"type": "object", "properties": {"a": {"type": "integer"}}});
         // Strict reading: the object is closed.
-        let closed = crate::strict_schema::close(schema.clone());
+        let closed = crate::strict_schema::strict(schema.clone());
         assert_eq!(closed["additionalProperties"], false);
         let cases = [
             (json!({"response_format": {"type": "text"}}), None),

@@ -1,5 +1,10 @@
 //! OpenAI's strict-mode reading of a JSON schema: an object schema that does not say
 //! `additionalProperties` allows no keys beyond its `properties` (and `patternProperties`).
+//! Unbounded scalars get bounds too: a string without `maxLength` (or `pattern`, `format`,
+//! `enum`, `const`) at most [`MAX_STRING_CHARS`] characters, an integer without bounds
+//! within ±(2^53 − 1), the range JSON parsers read exactly (RFC 7493, I-JSON). A small
+//! model at temperature 0 otherwise repeats a string's words or an integer's digits until
+//! `max_tokens` cuts the JSON off unterminated.
 //!
 //! JSON Schema's own default is "any other key, of any value": a small model given
 //! `{"properties": {"name": …}}` then adds keys of its own, or nests objects until it is
@@ -9,6 +14,11 @@
 
 use serde_json::{Map, Value};
 
+/// Longest string a strict schema allows where it sets no bound of its own.
+pub const MAX_STRING_CHARS: u64 = 512;
+/// Largest integer JSON parsers read exactly (2^53 − 1).
+pub const MAX_SAFE_INTEGER: i64 = (1 << 53) - 1;
+
 /// Keywords whose value is one subschema.
 const ONE: [&str; 5] = ["items", "additionalProperties", "additionalItems", "not", "contains"];
 /// Keywords whose value is a list of subschemas (`allOf` apart: see [`close`]).
@@ -17,10 +27,11 @@ const LIST: [&str; 4] = ["anyOf", "oneOf", "prefixItems", "items"];
 const MAP: [&str; 5] = ["properties", "patternProperties", "$defs", "definitions", "dependentSchemas"];
 
 /// `schema` with every object schema that does not set `additionalProperties` closed
-/// (`"additionalProperties": false`), at any depth: properties, items, `anyOf`/`oneOf`
-/// branches and `$defs`. The branches of an `allOf` are not closed themselves (each
-/// would refuse the others' keys) but what they contain is.
-pub fn close(mut schema: Value) -> Value {
+/// (`"additionalProperties": false`), and unbounded strings and integers bounded, at any
+/// depth: properties, items, `anyOf`/`oneOf` branches and `$defs`. The branches of an
+/// `allOf` are not closed themselves (each would refuse the others' keys) but what they
+/// contain is.
+pub fn strict(mut schema: Value) -> Value {
     walk(&mut schema, true);
     schema
 }
@@ -30,6 +41,7 @@ fn walk(v: &mut Value, close_here: bool) {
     if close_here && is_object_schema(o) && !o.contains_key("additionalProperties") {
         o.insert("additionalProperties".into(), Value::Bool(false));
     }
+    bound_scalars(o);
     for k in ONE {
         if let Some(s) = o.get_mut(k) {
             walk(s, true);
@@ -50,14 +62,37 @@ fn walk(v: &mut Value, close_here: bool) {
     }
 }
 
+/// Bounds for a string or integer schema that has none.
+fn bound_scalars(o: &mut Map<String, Value>) {
+    let free = ["enum", "const", "pattern", "format"]
+        .iter()
+        .all(|k| !o.contains_key(*k));
+    if free && has_type(o, "string") && !o.contains_key("maxLength") {
+        let min = o.get("minLength").and_then(Value::as_u64).unwrap_or(0);
+        o.insert("maxLength".into(), MAX_STRING_CHARS.max(min).into());
+    }
+    if free && has_type(o, "integer") && !has_type(o, "number") {
+        if !o.contains_key("minimum") && !o.contains_key("exclusiveMinimum") {
+            o.insert("minimum".into(), (-MAX_SAFE_INTEGER).into());
+        }
+        if !o.contains_key("maximum") && !o.contains_key("exclusiveMaximum") {
+            o.insert("maximum".into(), MAX_SAFE_INTEGER.into());
+        }
+    }
+}
+
+/// `type` is or includes `t`.
+fn has_type(o: &Map<String, Value>, t: &str) -> bool {
+    match o.get("type") {
+        Some(Value::String(s)) => s == t,
+        Some(Value::Array(ts)) => ts.iter().any(|x| x == t),
+        _ => false,
+    }
+}
+
 /// An object schema: `type` is or includes `"object"`, or it lists `properties`.
 fn is_object_schema(o: &Map<String, Value>) -> bool {
-    let typed = match o.get("type") {
-        Some(Value::String(t)) => t == "object",
-        Some(Value::Array(ts)) => ts.iter().any(|t| t == "object"),
-        _ => false,
-    };
-    typed || o.contains_key("properties")
+    has_type(o, "object") || o.contains_key("properties")
 }
 
 #[cfg(test)]
@@ -70,7 +105,7 @@ mod tests {
         let s = json!({
             "type": "object",
             "properties": {
-                "a": {"type": "object", "properties": {"b": {"type": "string"}}},
+                "a": {"type": "object", "properties": {"b": {"type": "string"}, "n": {"type": ["integer", "null"]}}},
                 "open": {"type": "object", "additionalProperties": true},
                 "list": {"type": "array", "items": {"properties": {"x": {}}}},
                 "either": {"anyOf": [{"type": "object"}, {"type": "null"}]},
@@ -80,11 +115,11 @@ mod tests {
             "allOf": [{"properties": {"p": {"type": "object"}}}, {"required": ["p"]}]
         });
         assert_eq!(
-            close(s),
+            strict(s),
             json!({
                 "type": "object",
                 "properties": {
-                    "a": {"type": "object", "properties": {"b": {"type": "string"}}, "additionalProperties": false},
+                    "a": {"type": "object", "properties": {"b": {"type": "string", "maxLength": 512}, "n": {"type": ["integer", "null"], "minimum": -9007199254740991i64, "maximum": 9007199254740991i64}}, "additionalProperties": false},
                     "open": {"type": "object", "additionalProperties": true},
                     "list": {"type": "array", "items": {"properties": {"x": {}}, "additionalProperties": false}},
                     "either": {"anyOf": [{"type": "object", "additionalProperties": false}, {"type": "null"}]},
@@ -95,9 +130,17 @@ mod tests {
                 "additionalProperties": false
             })
         );
-        // Not object schemas, and booleans, stay as they are.
-        for s in [json!({"type": "string"}), json!(true), json!({})] {
-            assert_eq!(close(s.clone()), s);
+        // Bounded or constrained scalars, other schemas and booleans stay as they are.
+        for s in [
+            json!({"type": "string", "maxLength": 3}),
+            json!({"type": "string", "format": "date"}),
+            json!({"type": "string", "enum": ["a"]}),
+            json!({"type": "integer", "minimum": 0, "maximum": 10}),
+            json!({"type": "number"}),
+            json!(true),
+            json!({}),
+        ] {
+            assert_eq!(strict(s.clone()), s);
         }
     }
 }
