@@ -106,6 +106,15 @@ impl Parser {
             .then_some(lead)
     }
 
+    /// The tags a call is wrapped in when its body is one `{"name", "arguments"}` JSON
+    /// object (what [`crate::tools::Tools::lazy_calls`] can constrain).
+    pub fn call_tags(self) -> Option<(&'static str, &'static str)> {
+        match self {
+            Parser::Hermes => Some(("<tool_call>", "</tool_call>")),
+            _ => None,
+        }
+    }
+
     /// Markers whose prefix a stream must hold back until it is known not to start a call.
     pub fn markers(self) -> &'static [&'static str] {
         match self {

@@ -6,6 +6,7 @@ use crate::fields::{show, Fields};
 use crate::tool_parse::{self, ParsedCall, Parser};
 pub use crate::tool_stream::ToolCalling;
 use crate::tool_stream::{call_id, Piece, ToolText};
+use folio_engine::{Constraint, GrammarLimits};
 use serde_json::{json, Value};
 
 /// Most tools per request.
@@ -45,39 +46,66 @@ impl Tools {
     /// For `required` and a named function: the JSON schema the whole answer must match,
     /// one call `{"name", "arguments"}` whose arguments validate against the function's
     /// `parameters` (the answer format `tool_parse` reads as a call). Constrained decoding
-    /// enforces it; `auto` and `none` constrain nothing.
+    /// enforces it; `auto` and `none` constrain nothing here (see [`Tools::lazy_calls`]).
     pub fn forced_call_schema(&self) -> Option<Value> {
-        let call = |t: &Value| {
-            let f = &t["function"];
-            let params = match f.get("parameters") {
-                Some(p) if p.is_object() => p.clone(),
-                _ => json!({"type": "object"}),
-            };
-            // A strict tool's arguments are read as OpenAI's strict mode reads them.
-            let params = if f["strict"] == true {
-                crate::strict_schema::strict(params)
-            } else {
-                params
-            };
-            json!({
-                "type": "object",
-                "properties": {"name": {"const": f["name"]}, "arguments": params},
-                "required": ["name", "arguments"],
-                "additionalProperties": false,
-            })
-        };
         match &self.choice {
             ToolChoice::None | ToolChoice::Auto => None,
-            ToolChoice::Required => {
-                Some(json!({"anyOf": self.tools.iter().map(call).collect::<Vec<_>>()}))
-            }
+            ToolChoice::Required => Some(self.any_call_schema()),
             ToolChoice::Named(n) => self
                 .tools
                 .iter()
                 .find(|t| t["function"]["name"] == n.as_str())
-                .map(call),
+                .map(call_schema),
         }
     }
+
+    /// For `auto` with a strict tool, in a format whose calls open with a marker (Hermes'
+    /// `<tool_call>`): a grammar that leaves the answer free until the model opens a call
+    /// and from there holds the call to `{"name": one of the tools, "arguments": that
+    /// tool's parameters}` until it closes. Without a strict tool the model's calls stay
+    /// unconstrained, as OpenAI's are.
+    pub fn lazy_calls(&self, parser: Parser) -> Result<Option<Constraint>, ApiError> {
+        let strict = self.tools.iter().any(|t| t["function"]["strict"] == true);
+        let Some((open, close)) = parser.call_tags() else {
+            return Ok(None);
+        };
+        if self.choice != ToolChoice::Auto || !strict {
+            return Ok(None);
+        }
+        let schema = self.any_call_schema();
+        // The schemas sit inside a Lark grammar, where only its size is checked.
+        GrammarLimits::default()
+            .check_schema(&schema)
+            .map_err(|e| ApiError::param("tools", e))?;
+        Ok(Some(Constraint::Lark(folio_engine::tool_grammar::lazy_calls(
+            open, close, &schema,
+        ))))
+    }
+
+    fn any_call_schema(&self) -> Value {
+        json!({"anyOf": self.tools.iter().map(call_schema).collect::<Vec<_>>()})
+    }
+}
+
+/// The schema of one call of tool `t`: `{"name": its name, "arguments": its parameters}`,
+/// a strict tool's parameters read as OpenAI's strict mode reads them.
+fn call_schema(t: &Value) -> Value {
+    let f = &t["function"];
+    let params = match f.get("parameters") {
+        Some(p) if p.is_object() => p.clone(),
+        _ => json!({"type": "object"}),
+    };
+    let params = if f["strict"] == true {
+        crate::strict_schema::strict(params)
+    } else {
+        params
+    };
+    json!({
+        "type": "object",
+        "properties": {"name": {"const": f["name"]}, "arguments": params},
+        "required": ["name", "arguments"],
+        "additionalProperties": false,
+    })
 }
 
 /// Reads the fields. Without `tools`, `tool_choice` may only be `none` or `auto`.

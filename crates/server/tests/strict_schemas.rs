@@ -114,12 +114,22 @@ pub fn check_all(addr: std::net::SocketAddr, max_tokens: u32) -> Vec<(f64, usize
     figures
 }
 
+/// `max_tokens` for the check: room for a strict answer's bounded strings
+/// (`strict_schema::MAX_STRING_CHARS`) to end; `$FOLIO_STRICT_MAX_TOKENS` sets another.
+fn max_tokens() -> u32 {
+    std::env::var("FOLIO_STRICT_MAX_TOKENS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1024)
+}
+
 #[test]
 fn strict_schemas_never_produce_keys_outside_properties() {
     let Some(s) = common::shared() else { return };
-    let figures = check_all(s.addr, 256);
+    let m = max_tokens();
+    let figures = check_all(s.addr, m);
     for (t, n, cut) in &figures {
-        println!("strict schemas, SmolLM2, temperature {t}: {cut} of {n} ended by length");
+        println!("strict schemas, SmolLM2, max_tokens {m}, temperature {t}: {cut} of {n} ended by length");
     }
 }
 
@@ -130,9 +140,10 @@ fn strict_schemas_against_a_running_server() {
         eprintln!("SKIPPED: FOLIO_STRICT_ADDR is not set");
         return;
     };
-    let figures = check_all(addr.parse().expect("host:port"), 256);
+    let m = max_tokens();
+    let figures = check_all(addr.parse().expect("host:port"), m);
     for (t, n, cut) in &figures {
-        println!("strict schemas, {addr}, temperature {t}: {cut} of {n} ended by length");
+        println!("strict schemas, {addr}, max_tokens {m}, temperature {t}: {cut} of {n} ended by length");
     }
 }
 
