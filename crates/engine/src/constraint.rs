@@ -509,6 +509,22 @@ mod tests {
         // Free text again, and the end.
         let free = allowed_text(&mut g, &env);
         assert!(free.len() > 90 && free.contains(&"EOS".to_string()), "{free:?}");
+        // An answer that starts as bare JSON, fenced or not, is one call.
+        for text in ["{\"name\": \"f\", \"arguments\": {\"a\": 1", "```json\n{\"name\": \"f\", \"arguments\": {\"a\": 1"] {
+            let lark = crate::tool_grammar::lazy_calls("<tool_call>", "</tool_call>", &schema);
+            let (mut g, env) = guide(&Constraint::Lark(lark));
+            let t = toks(text);
+            assert_eq!(g.commit_all(&t), t.len(), "{text}");
+            assert_eq!(g.valid_prefix(&[u32::from(b',')]), 0, "{text}");
+            let t = toks("}}");
+            assert_eq!(g.commit_all(&t), t.len(), "{text}");
+            assert!(allowed_text(&mut g, &env).contains(&"EOS".to_string()), "{text}");
+        }
+        // Other fences and text are free.
+        let lark = crate::tool_grammar::lazy_calls("<tool_call>", "</tool_call>", &schema);
+        let (mut g, _) = guide(&Constraint::Lark(lark));
+        let t = toks("```python\n{'x': 1, 'y': 2}\n```");
+        assert_eq!(g.commit_all(&t), t.len());
         // A key the schema does not have is refused right after the opener.
         let (mut g, _) = guide(&Constraint::Lark(crate::tool_grammar::lazy_calls(
             "<tool_call>",

@@ -13,16 +13,24 @@ use serde_json::Value;
 
 /// The grammar of calls opened by `open` and closed by `close`, each matching
 /// `call_schema` (JSON laid out as folio lays out schemas), with free text around them.
+/// An answer that starts with `{` or a ```` ```json ```` fence is one call as bare JSON,
+/// as the tool parser reads it (models taught tags often write that instead).
 pub fn lazy_calls(open: &str, close: &str, call_schema: &Value) -> String {
     let schema = crate::constraint::with_layout(call_schema.clone());
-    let open_rx = regex_escape(open);
+    let o = regex_escape(open);
     let close_lit = serde_json::to_string(close).expect("a string serializes");
+    let bare = r"[ \t\n]*(\{|```json)(?s:.*)";
     format!(
-        "start: call* TEXT\n\
+        "start: first_call call* TEXT | FIRST_TEXT | LEAD? call_json END?\n\
+         first_call: first_before \"\\n\"? call_json \"\\n\"? {close_lit}\n\
          call: before \"\\n\"? call_json \"\\n\"? {close_lit}\n\
-         before[lazy]: /(?s:.*){open_rx}/\n\
+         first_before[lazy]: /(?s:.*){o}/ & ~/{bare}/\n\
+         before[lazy]: /(?s:.*){o}/\n\
          call_json: %json {schema}\n\
-         TEXT: /(?s:.*)/ & ~/(?s:.*){open_rx}(?s:.*)/\n"
+         FIRST_TEXT: /(?s:.*)/ & ~/(?s:.*){o}(?s:.*)/ & ~/{bare}/\n\
+         TEXT: /(?s:.*)/ & ~/(?s:.*){o}(?s:.*)/\n\
+         LEAD: /[ \\t\\n]*```json[ \\t]*\\n?/ | /[ \\t\\n]+/\n\
+         END: /[ \\t\\n]*```[ \\t\\n]*/ | /[ \\t\\n]+/\n"
     )
 }
 

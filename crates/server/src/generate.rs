@@ -170,6 +170,7 @@ pub async fn start(
                 None
             },
             embed: None,
+            special_text: tool_calling.is_some_and(|tc| tc.parser.special_markers()),
         };
         // n samples of one prompt share its KV: the engine computes the prompt once and
         // forks the other samples from it.

@@ -115,6 +115,12 @@ impl Parser {
         }
     }
 
+    /// Whether the format's markers may be special tokens, whose text the output then
+    /// needs (GGUF files mark GPT-OSS's, Kimi K2's and DeepSeek's as control tokens).
+    pub fn special_markers(self) -> bool {
+        matches!(self, Parser::Harmony | Parser::KimiK2 | Parser::DeepSeekV3)
+    }
+
     /// Markers whose prefix a stream must hold back until it is known not to start a call.
     pub fn markers(self) -> &'static [&'static str] {
         match self {
