@@ -157,7 +157,8 @@ struct ServeArgs {
     #[arg(long)]
     stream_buffer_bytes: Option<String>,
     /// How tool calls are read from the model's text: hermes (`<tool_call>` JSON, Qwen),
-    /// llama3_json, mistral (`[TOOL_CALLS]`); default: from the chat template.
+    /// llama3_json, mistral (`[TOOL_CALLS]`), qwen3_coder, glm45, deepseek_v3, kimi_k2,
+    /// openai (GPT-OSS harmony); default: from the chat template.
     #[arg(long)]
     tool_call_parser: Option<String>,
     /// Thinking models: `<think>…</think>` text goes to `reasoning_content` (chat) and a

@@ -56,6 +56,10 @@ pub struct GenerateRequest {
     /// other requests) and pooled into one normalized vector, sent as `Event::Embedding`
     /// before `Finished`; nothing is sampled (see `embed`).
     pub embed: Option<crate::Pooling>,
+    /// Special tokens' text goes into the output (end-of-generation tokens still end it
+    /// without text): for tool-call formats whose markers are special tokens (GPT-OSS
+    /// harmony's `<|channel|>`, Kimi K2's `<|tool_call_begin|>`).
+    pub special_text: bool,
 }
 
 impl GenerateRequest {
@@ -76,6 +80,7 @@ impl GenerateRequest {
             constraint: None,
             prompt_logprobs: None,
             embed: None,
+            special_text: false,
         }
     }
 

@@ -78,7 +78,7 @@ impl Constraint {
 }
 
 /// `schema` with folio's JSON layout unless it sets `x-guidance` itself.
-fn with_layout(mut schema: Value) -> Value {
+pub(crate) fn with_layout(mut schema: Value) -> Value {
     if let Value::Bool(b) = schema {
         schema = if b {
             serde_json::json!({})
@@ -463,5 +463,77 @@ mod tests {
             .grammar()
             .is_err());
         assert!(Constraint::Choice(vec![]).grammar().is_err());
+    }
+
+    /// The allowed tokens, as text, of the byte vocabulary (EOS as "EOS").
+    fn allowed_text(g: &mut Guide, env: &TokEnv) -> Vec<String> {
+        let eos = env.tok_trie().eos_token();
+        allowed(g, env)
+            .into_iter()
+            .map(|t| {
+                if t == eos {
+                    "EOS".to_string()
+                } else if t < 128 {
+                    (t as u8 as char).to_string()
+                } else {
+                    format!("#{t}")
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn tool_calls_are_constrained_from_their_opener_on() {
+        let schema = serde_json::json!({"type": "object", "properties": {
+            "name": {"const": "f"},
+            "arguments": {"type": "object", "properties": {"a": {"type": "integer"}},
+                          "required": ["a"], "additionalProperties": false}},
+            "required": ["name", "arguments"], "additionalProperties": false});
+        let g = crate::tool_grammar::lazy_calls("<tool_call>", "</tool_call>", &schema);
+        let (mut g, env) = guide(&Constraint::Lark(g));
+        // Free text: anything, "<tool" too, and the end.
+        let free = allowed_text(&mut g, &env);
+        assert!(free.len() > 90 && free.contains(&"EOS".to_string()), "{free:?}");
+        let t = toks("Hi <tool <tool_call>\n");
+        assert_eq!(g.commit_all(&t), t.len());
+        // Inside the call: the schema's JSON only.
+        assert_eq!(allowed_text(&mut g, &env), vec!["{"]);
+        let t = toks("{\"name\": \"f\", \"arguments\": {\"a\": 12");
+        assert_eq!(g.commit_all(&t), t.len());
+        // No other key may follow "a": digits or the object's end.
+        let after = allowed_text(&mut g, &env);
+        assert!(!after.contains(&",".to_string()) && after.contains(&"}".to_string()), "{after:?}");
+        assert_eq!(g.valid_prefix(&[u32::from(b',')]), 0);
+        let t = toks("}}\n</tool_call>");
+        assert_eq!(g.commit_all(&t), t.len());
+        // Free text again, and the end.
+        let free = allowed_text(&mut g, &env);
+        assert!(free.len() > 90 && free.contains(&"EOS".to_string()), "{free:?}");
+        // An answer that starts as bare JSON, fenced or not, is one call.
+        for text in ["{\"name\": \"f\", \"arguments\": {\"a\": 1", "```json\n{\"name\": \"f\", \"arguments\": {\"a\": 1"] {
+            let lark = crate::tool_grammar::lazy_calls("<tool_call>", "</tool_call>", &schema);
+            let (mut g, env) = guide(&Constraint::Lark(lark));
+            let t = toks(text);
+            assert_eq!(g.commit_all(&t), t.len(), "{text}");
+            assert_eq!(g.valid_prefix(&[u32::from(b',')]), 0, "{text}");
+            let t = toks("}}");
+            assert_eq!(g.commit_all(&t), t.len(), "{text}");
+            assert!(allowed_text(&mut g, &env).contains(&"EOS".to_string()), "{text}");
+        }
+        // Other fences and text are free.
+        let lark = crate::tool_grammar::lazy_calls("<tool_call>", "</tool_call>", &schema);
+        let (mut g, _) = guide(&Constraint::Lark(lark));
+        let t = toks("```python\n{'x': 1, 'y': 2}\n```");
+        assert_eq!(g.commit_all(&t), t.len());
+        // A key the schema does not have is refused right after the opener.
+        let (mut g, _) = guide(&Constraint::Lark(crate::tool_grammar::lazy_calls(
+            "<tool_call>",
+            "</tool_call>",
+            &schema,
+        )));
+        assert_eq!(
+            g.commit_all(&toks("<tool_call>{\"name\": \"f\", \"arguments\": {\"b")),
+            toks("<tool_call>{\"name\": \"f\", \"arguments\": {\"").len()
+        );
     }
 }

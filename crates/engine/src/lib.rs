@@ -13,6 +13,7 @@
 //! - [`grammar_limits`]: the size limits a constraint must meet before it is compiled (a
 //!   rule chain or `$ref` chain deep enough would overflow llguidance's stack).
 //! - [`gbnf`]: llama.cpp's GBNF grammars converted to Lark.
+//! - [`tool_grammar`]: the lazily triggered grammar of tool calls under `tool_choice: auto`.
 //! - [`sampler`]: logits → token, per-request seeded RNG, penalties, logprobs helpers.
 //! - [`embed`]: embedding requests: hidden rows pooled (last token or mean) into one
 //!   normalized vector instead of sampling.
@@ -43,6 +44,7 @@ pub mod sampler;
 mod speculate;
 pub mod step_stats;
 pub mod tier;
+pub mod tool_grammar;
 
 pub use api::{
     EngineHandle, EngineInfo, EngineMetrics, Event, FinishReason, GenerateRequest, InvalidKind,

@@ -11,6 +11,11 @@
 //!   when they contain `::=` (xgrammar's EBNF).
 //! - llama-server `grammar` (GBNF) and `json_schema` (a schema).
 //!
+//! Schemas are read as OpenAI's strict mode and vLLM read them: objects that do not say
+//! `additionalProperties` allow no other keys ([`crate::strict_schema`]), except under
+//! `response_format` without `strict: true`, which keeps JSON Schema's defaults. Keywords
+//! llguidance does not implement are refused by name, never ignored.
+//!
 //! Two of them in one request are a 400 naming both. Whether the constraint compiles is
 //! settled by [`crate::grammar_compiler::GrammarCompiler::compile`] (a size limit or
 //! llguidance's message in a 400), once per call.
@@ -46,7 +51,7 @@ pub fn parse(f: &Fields) -> Result<Option<Structured>, ApiError> {
         add(field, c);
     }
     if let Some(v) = f.get("guided_json") {
-        add("guided_json".into(), Some(json_schema("guided_json", v)?));
+        add("guided_json".into(), Some(json_schema("guided_json", v, true)?));
     }
     if let Some(v) = f.get("guided_regex") {
         add("guided_regex".into(), Some(regex("guided_regex", v)?));
@@ -64,7 +69,7 @@ pub fn parse(f: &Fields) -> Result<Option<Structured>, ApiError> {
         add("grammar".into(), Some(grammar("grammar", v, true)?));
     }
     if let Some(v) = f.get("json_schema") {
-        add("json_schema".into(), Some(json_schema("json_schema", v)?));
+        add("json_schema".into(), Some(json_schema("json_schema", v, true)?));
     }
     if found.len() > 1 {
         let names: Vec<&str> = found.iter().map(|s| s.field.as_str()).collect();
@@ -105,13 +110,17 @@ fn response_format(v: &Value) -> Result<Option<Constraint>, ApiError> {
             inner.str("name").map_err(|_| {
                 ApiError::param("response_format.json_schema.name", "must be a string")
             })?;
-            inner.bool("strict", false).map_err(|_| {
+            let strict = inner.bool("strict", false).map_err(|_| {
                 ApiError::param("response_format.json_schema.strict", "must be a boolean")
             })?;
             match inner.get("schema") {
                 // OpenAI makes the schema optional: then any JSON value.
                 None => Ok(Some(Constraint::JsonSchema(serde_json::json!({})))),
-                Some(s) => Ok(Some(json_schema("response_format.json_schema.schema", s)?)),
+                Some(s) => Ok(Some(json_schema(
+                    "response_format.json_schema.schema",
+                    s,
+                    strict,
+                )?)),
             }
         }
         Some(other) => Err(ApiError::param(
@@ -129,7 +138,7 @@ fn structured_outputs(v: &Value) -> Result<(String, Option<Constraint>), ApiErro
     let mut found: Vec<(String, Constraint)> = Vec::new();
     let name = |k: &str| format!("structured_outputs.{k}");
     if let Some(v) = f.get("json") {
-        found.push((name("json"), json_schema(&name("json"), v)?));
+        found.push((name("json"), json_schema(&name("json"), v, true)?));
     }
     if let Some(v) = f.get("regex") {
         found.push((name("regex"), regex(&name("regex"), v)?));
@@ -167,8 +176,9 @@ fn structured_outputs(v: &Value) -> Result<(String, Option<Constraint>), ApiErro
     }
 }
 
-/// A schema as an object (or boolean), or as the JSON text of one.
-fn json_schema(name: &str, v: &Value) -> Result<Constraint, ApiError> {
+/// A schema as an object (or boolean), or as the JSON text of one; `strict` closes its
+/// objects ([`crate::strict_schema::strict`]).
+fn json_schema(name: &str, v: &Value, strict: bool) -> Result<Constraint, ApiError> {
     let schema = match v {
         Value::Object(_) | Value::Bool(_) => v.clone(),
         Value::String(s) => serde_json::from_str::<Value>(s)
@@ -186,7 +196,11 @@ fn json_schema(name: &str, v: &Value) -> Result<Constraint, ApiError> {
             format!("must be a JSON schema (an object), got {}", show(&schema)),
         ));
     }
-    Ok(Constraint::JsonSchema(schema))
+    Ok(Constraint::JsonSchema(if strict {
+        crate::strict_schema::strict(schema)
+    } else {
+        schema
+    }))
 }
 
 fn nonempty_str<'a>(name: &str, v: &'a Value) -> Result<&'a str, ApiError> {
@@ -261,6 +275,9 @@ mod tests {
     #[test]
     fn every_field_maps_to_its_constraint() {
         let schema = json!({"type": "object", "properties": {"a": {"type": "integer"}}});
+        // Strict reading: the object is closed.
+        let closed = crate::strict_schema::strict(schema.clone());
+        assert_eq!(closed["additionalProperties"], false);
         let cases = [
             (json!({"response_format": {"type": "text"}}), None),
             (
@@ -269,7 +286,16 @@ mod tests {
             ),
             (
                 json!({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": schema, "strict": true}}}),
+                Some(("response_format", Constraint::JsonSchema(closed.clone()))),
+            ),
+            // `strict: false` (OpenAI's default) keeps JSON Schema's defaults.
+            (
+                json!({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": schema, "strict": false}}}),
                 Some(("response_format", Constraint::JsonSchema(schema.clone()))),
+            ),
+            (
+                json!({"structured_outputs": {"json": schema}}),
+                Some(("structured_outputs.json", Constraint::JsonSchema(closed.clone()))),
             ),
             (
                 json!({"structured_outputs": {"regex": "[0-9]+"}}),
@@ -287,7 +313,7 @@ mod tests {
             ),
             (
                 json!({"guided_json": schema.to_string()}),
-                Some(("guided_json", Constraint::JsonSchema(schema.clone()))),
+                Some(("guided_json", Constraint::JsonSchema(closed.clone()))),
             ),
             (
                 json!({"guided_grammar": "start: \"x\""}),
@@ -295,7 +321,7 @@ mod tests {
             ),
             (
                 json!({"json_schema": schema}),
-                Some(("json_schema", Constraint::JsonSchema(schema.clone()))),
+                Some(("json_schema", Constraint::JsonSchema(closed.clone()))),
             ),
         ];
         for (body, want) in cases {

@@ -57,7 +57,24 @@ pub async fn start(
     let (lora, model_name) = crate::lora::request_adapters(&st, &f)?;
     let mut p = params::parse(&f, api, st.limits())?;
     p.sampling.rules = p.logit.rules(&s.engine.tokenizer)?;
-    // `tool_choice` required or named: the answer is constrained to one such call.
+    let template = s.engine.tokenizer.chat_template();
+    let tool_parser = s
+        .opts
+        .tool_call_parser
+        .as_deref()
+        .and_then(crate::tool_parse::Parser::from_name)
+        .unwrap_or_else(|| crate::tool_parse::Parser::for_template(template.unwrap_or("")));
+    // `tool_choice` required or named: the answer is constrained to one such call; `auto`
+    // with a strict tool: the calls the model opens are (when nothing else constrains).
+    if let Some(c) = match &p.tools {
+        Some(t) if p.constraint.is_none() => t.lazy_calls(tool_parser)?,
+        _ => None,
+    } {
+        p.constraint = Some(crate::constraint::Structured {
+            field: "tools".into(),
+            constraint: c,
+        });
+    }
     if let Some(schema) = p.tools.as_ref().and_then(|t| t.forced_call_schema()) {
         if let Some(c) = &p.constraint {
             return Err(ApiError::param(
@@ -83,21 +100,14 @@ pub async fn start(
     };
     let tool_calling = match &p.tools {
         Some(t) if !t.offered().is_empty() => {
-            let template = s.engine.tokenizer.chat_template();
             crate::tools::render_into(&mut inputs[0], t, template);
-            let parser = s
-                .opts
-                .tool_call_parser
-                .as_deref()
-                .and_then(crate::tool_parse::Parser::from_name)
-                .unwrap_or_else(|| crate::tool_parse::Parser::for_template(template.unwrap_or("")));
             Some(crate::tools::ToolCalling {
-                parser,
+                parser: tool_parser,
                 parallel: t.parallel,
             })
         }
         Some(t) => {
-            crate::tools::render_into(&mut inputs[0], t, s.engine.tokenizer.chat_template());
+            crate::tools::render_into(&mut inputs[0], t, template);
             None
         }
         None => None,
@@ -160,6 +170,7 @@ pub async fn start(
                 None
             },
             embed: None,
+            special_text: tool_calling.is_some_and(|tc| tc.parser.special_markers()),
         };
         // n samples of one prompt share its KV: the engine computes the prompt once and
         // forks the other samples from it.

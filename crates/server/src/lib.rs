@@ -85,7 +85,11 @@ mod serve_error;
 mod sink;
 mod sse;
 mod state;
+mod strict_schema;
+mod tool_json;
+mod tool_harmony;
 mod tool_parse;
+mod tool_stream;
 mod tools;
 mod transport;
 
@@ -235,7 +239,8 @@ impl ServerOptions {
         if let Some(p) = &self.tool_call_parser {
             if tool_parse::Parser::from_name(p).is_none() {
                 return Err(InvalidOption(format!(
-                    "--tool-call-parser: must be one of hermes, llama3_json, mistral; got {p:?}"
+                    "--tool-call-parser: must be one of {}; got {p:?}",
+                    tool_parse::NAMES
                 )));
             }
         }

@@ -4,6 +4,9 @@ use crate::api::PromptInput;
 use crate::error::ApiError;
 use crate::fields::{show, Fields};
 use crate::tool_parse::{self, ParsedCall, Parser};
+pub use crate::tool_stream::ToolCalling;
+use crate::tool_stream::{call_id, Piece, ToolText};
+use folio_engine::{Constraint, GrammarLimits};
 use serde_json::{json, Value};
 
 /// Most tools per request.
@@ -43,33 +46,66 @@ impl Tools {
     /// For `required` and a named function: the JSON schema the whole answer must match,
     /// one call `{"name", "arguments"}` whose arguments validate against the function's
     /// `parameters` (the answer format `tool_parse` reads as a call). Constrained decoding
-    /// enforces it; `auto` and `none` constrain nothing.
+    /// enforces it; `auto` and `none` constrain nothing here (see [`Tools::lazy_calls`]).
     pub fn forced_call_schema(&self) -> Option<Value> {
-        let call = |t: &Value| {
-            let f = &t["function"];
-            let params = match f.get("parameters") {
-                Some(p) if p.is_object() => p.clone(),
-                _ => json!({"type": "object"}),
-            };
-            json!({
-                "type": "object",
-                "properties": {"name": {"const": f["name"]}, "arguments": params},
-                "required": ["name", "arguments"],
-                "additionalProperties": false,
-            })
-        };
         match &self.choice {
             ToolChoice::None | ToolChoice::Auto => None,
-            ToolChoice::Required => {
-                Some(json!({"anyOf": self.tools.iter().map(call).collect::<Vec<_>>()}))
-            }
+            ToolChoice::Required => Some(self.any_call_schema()),
             ToolChoice::Named(n) => self
                 .tools
                 .iter()
                 .find(|t| t["function"]["name"] == n.as_str())
-                .map(call),
+                .map(call_schema),
         }
     }
+
+    /// For `auto` with a strict tool, in a format whose calls open with a marker (Hermes'
+    /// `<tool_call>`): a grammar that leaves the answer free until the model opens a call
+    /// and from there holds the call to `{"name": one of the tools, "arguments": that
+    /// tool's parameters}` until it closes. Without a strict tool the model's calls stay
+    /// unconstrained, as OpenAI's are.
+    pub fn lazy_calls(&self, parser: Parser) -> Result<Option<Constraint>, ApiError> {
+        let strict = self.tools.iter().any(|t| t["function"]["strict"] == true);
+        let Some((open, close)) = parser.call_tags() else {
+            return Ok(None);
+        };
+        if self.choice != ToolChoice::Auto || !strict {
+            return Ok(None);
+        }
+        let schema = self.any_call_schema();
+        // The schemas sit inside a Lark grammar, where only its size is checked.
+        GrammarLimits::default()
+            .check_schema(&schema)
+            .map_err(|e| ApiError::param("tools", e))?;
+        Ok(Some(Constraint::Lark(folio_engine::tool_grammar::lazy_calls(
+            open, close, &schema,
+        ))))
+    }
+
+    fn any_call_schema(&self) -> Value {
+        json!({"anyOf": self.tools.iter().map(call_schema).collect::<Vec<_>>()})
+    }
+}
+
+/// The schema of one call of tool `t`: `{"name": its name, "arguments": its parameters}`,
+/// a strict tool's parameters read as OpenAI's strict mode reads them.
+fn call_schema(t: &Value) -> Value {
+    let f = &t["function"];
+    let params = match f.get("parameters") {
+        Some(p) if p.is_object() => p.clone(),
+        _ => json!({"type": "object"}),
+    };
+    let params = if f["strict"] == true {
+        crate::strict_schema::strict(params)
+    } else {
+        params
+    };
+    json!({
+        "type": "object",
+        "properties": {"name": {"const": f["name"]}, "arguments": params},
+        "required": ["name", "arguments"],
+        "additionalProperties": false,
+    })
 }
 
 /// Reads the fields. Without `tools`, `tool_choice` may only be `none` or `auto`.
@@ -251,14 +287,6 @@ pub fn message_tool_calls(i: usize, v: Option<&Value>) -> Result<Option<Value>, 
     Ok(Some(Value::Array(out)))
 }
 
-/// How a request's output is read for tool calls (set when tools are offered).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ToolCalling {
-    pub parser: Parser,
-    /// `parallel_tool_calls`: false keeps the first call only.
-    pub parallel: bool,
-}
-
 /// Puts the offered tools into a chat prompt. A template that reads `tools` gets them as
 /// the `tools` variable (Hugging Face's `apply_chat_template(tools=…)`); for one that does
 /// not, folio describes them in a system message in the Hermes format (as llama.cpp's
@@ -303,18 +331,47 @@ pub fn render_into(input: &mut PromptInput, t: &Tools, template: Option<&str>) {
     }
 }
 
-/// `call_…`: a fresh tool-call id.
-fn call_id() -> String {
-    let id = crate::api::new_id(crate::api::Api::Completions);
-    format!("call_{}", id.trim_start_matches("cmpl-"))
+/// Rewrites a non-streaming chat response: a choice that stopped on its own and whose
+/// text holds tool calls gets `message.tool_calls`, the text before them as `content`
+/// (null when blank) and `finish_reason: "tool_calls"`. A harmony completion's
+/// `analysis` channel becomes `reasoning_content` whatever the finish.
+pub fn rewrite_response(v: &mut Value, tc: ToolCalling) {
+    let Some(choices) = v.get_mut("choices").and_then(Value::as_array_mut) else {
+        return;
+    };
+    for ch in choices {
+        let text = ch["message"]["content"].as_str().unwrap_or("").to_string();
+        let stopped = ch["finish_reason"] == "stop";
+        let (content, calls) = if tc.parser == Parser::Harmony {
+            let h = crate::tool_harmony::read(&text, true);
+            if !h.reasoning.is_empty() {
+                ch["message"]["reasoning_content"] = json!(h.reasoning);
+            }
+            let calls: Option<Vec<ParsedCall>> = h
+                .calls
+                .into_iter()
+                .map(tool_parse::PartialCall::finished)
+                .collect();
+            ch["message"]["content"] = json!(h.content);
+            (
+                (!h.content.trim().is_empty()).then(|| h.content.clone()),
+                calls.unwrap_or_default(),
+            )
+        } else {
+            tool_parse::parse(tc.parser, &text)
+        };
+        let calls = keep(tc, calls);
+        if calls.is_empty() || !stopped {
+            continue;
+        }
+        ch["message"]["content"] = content.map_or(Value::Null, Value::String);
+        ch["message"]["tool_calls"] = calls.iter().map(call_json).collect();
+        ch["finish_reason"] = json!("tool_calls");
+    }
 }
 
-fn call_json(index: Option<usize>, c: &ParsedCall) -> Value {
-    let mut v = json!({"id": call_id(), "type": "function", "function": {"name": c.name, "arguments": c.arguments}});
-    if let Some(i) = index {
-        v["index"] = json!(i);
-    }
-    v
+fn call_json(c: &ParsedCall) -> Value {
+    json!({"id": call_id(), "type": "function", "function": {"name": c.name, "arguments": c.arguments}})
 }
 
 fn keep(tc: ToolCalling, mut calls: Vec<ParsedCall>) -> Vec<ParsedCall> {
@@ -324,142 +381,74 @@ fn keep(tc: ToolCalling, mut calls: Vec<ParsedCall>) -> Vec<ParsedCall> {
     calls
 }
 
-/// Rewrites a non-streaming chat response: a choice that stopped on its own and whose
-/// text holds tool calls gets `message.tool_calls`, the text before them as `content`
-/// (null when blank) and `finish_reason: "tool_calls"`.
-pub fn rewrite_response(v: &mut Value, tc: ToolCalling) {
-    let Some(choices) = v.get_mut("choices").and_then(Value::as_array_mut) else {
-        return;
-    };
-    for ch in choices {
-        if ch["finish_reason"] != "stop" {
-            continue;
-        }
-        let text = ch["message"]["content"].as_str().unwrap_or("").to_string();
-        let (content, calls) = tool_parse::parse(tc.parser, &text);
-        let calls = keep(tc, calls);
-        if calls.is_empty() {
-            continue;
-        }
-        ch["message"]["content"] = content.map_or(Value::Null, Value::String);
-        ch["message"]["tool_calls"] = calls.iter().map(|c| call_json(None, c)).collect();
-        ch["finish_reason"] = json!("tool_calls");
-    }
-}
-
-/// One streamed choice's text filtered for tool calls: content passes through until a
-/// call starts (text that may still become a call marker is held back); from there the
-/// text is kept, and at the finish it goes out as `tool_calls` deltas (each call whole,
-/// `index` per call, as OpenAI's first delta of a call carries id, type and name) followed
-/// by `finish_reason: "tool_calls"`. Text that does not parse as calls goes out as content.
+/// One streamed choice's chat chunks filtered for tool calls ([`ToolText`]): content
+/// passes through until a call starts; a call goes out as OpenAI's `tool_calls` deltas
+/// while it is generated, the first with `index`, `id`, `type` and `function.name` (and
+/// `arguments: ""`), then `function.arguments` fragments; a choice that stopped after
+/// calling finishes with `finish_reason: "tool_calls"`. Text that does not parse as calls
+/// goes out as content.
 #[derive(Clone, Debug)]
 pub struct ToolStream {
-    tc: ToolCalling,
-    /// Text not yet sent that may start a call.
-    pending: String,
-    /// Text from the start of a call on.
-    call: Option<String>,
-    /// Whether content went out (Llama 3 calls start only at the beginning).
-    sent: bool,
+    text: ToolText,
 }
 
 impl ToolStream {
     pub fn new(tc: ToolCalling) -> ToolStream {
         ToolStream {
-            tc,
-            pending: String::new(),
-            call: None,
-            sent: false,
+            text: ToolText::new(tc),
         }
     }
 
     /// The chunks to send for `chunk` (a chat chunk of one choice).
     pub fn filter(&mut self, chunk: Value) -> Vec<Value> {
-        let text = chunk["choices"][0]["delta"]["content"]
-            .as_str()
-            .unwrap_or("")
-            .to_string();
-        let finish = chunk["choices"][0]["finish_reason"]
-            .as_str()
-            .map(str::to_string);
-        let mut out = Vec::new();
-        let with_content = |s: &str| {
+        let c0 = &chunk["choices"][0];
+        let text = c0["delta"]["content"].as_str().unwrap_or("").to_string();
+        let finish = c0["finish_reason"].as_str().map(str::to_string);
+        let mut logprobs = c0["logprobs"].clone();
+        let mut pieces = self.text.push(&text);
+        if let Some(r) = &finish {
+            pieces.extend(self.text.finish(r == "stop"));
+        }
+        let piece = |delta: Value, logprobs: &mut Value| {
             let mut c = chunk.clone();
-            c["choices"][0]["delta"] = json!({"content": s});
+            c["choices"][0]["delta"] = delta;
             c["choices"][0]["finish_reason"] = Value::Null;
+            c["choices"][0]["logprobs"] = std::mem::take(logprobs);
             c
         };
-        let send = self.take_content(&text);
-        if !send.is_empty() || (finish.is_none() && !chunk["choices"][0]["logprobs"].is_null()) {
-            self.sent |= !send.is_empty();
-            out.push(with_content(&send));
+        let mut out: Vec<Value> = pieces
+            .into_iter()
+            .map(|p| piece(delta(p), &mut logprobs))
+            .collect();
+        // A token whose text is held back still has its logprobs sent.
+        if out.is_empty() && finish.is_none() && !logprobs.is_null() {
+            out.push(piece(json!({"content": ""}), &mut logprobs));
         }
-        let Some(reason) = finish else { return out };
-        let mut fin = chunk.clone();
-        fin["choices"][0]["delta"] = json!({});
-        fin["choices"][0]["logprobs"] = Value::Null;
-        let rest = std::mem::take(&mut self.pending) + &self.call.take().unwrap_or_default();
-        if !rest.is_empty() {
-            let (content, calls) = tool_parse::parse(self.tc.parser, &rest);
-            let calls = if reason == "stop" {
-                keep(self.tc, calls)
+        if let Some(r) = finish {
+            let mut fin = piece(json!({}), &mut Value::Null);
+            let reason = if r == "stop" && self.text.called() {
+                "tool_calls".to_string()
             } else {
-                Vec::new()
+                r
             };
-            if calls.is_empty() {
-                out.push(with_content(&rest));
-            } else {
-                if let Some(c) = content {
-                    out.push(with_content(&c));
-                }
-                let mut d = chunk.clone();
-                d["choices"][0]["delta"] = json!({
-                    "tool_calls": calls.iter().enumerate().map(|(i, c)| call_json(Some(i), c)).collect::<Vec<_>>()
-                });
-                d["choices"][0]["finish_reason"] = Value::Null;
-                d["choices"][0]["logprobs"] = Value::Null;
-                out.push(d);
-                fin["choices"][0]["finish_reason"] = json!("tool_calls");
-            }
+            fin["choices"][0]["finish_reason"] = json!(reason);
+            out.push(fin);
         }
-        out.push(fin);
         out
     }
+}
 
-    /// Adds `text` and returns what can go out as content now.
-    fn take_content(&mut self, text: &str) -> String {
-        if let Some(call) = self.call.as_mut() {
-            call.push_str(text);
-            return String::new();
+/// The chat delta of one piece.
+fn delta(p: Piece) -> Value {
+    match p {
+        Piece::Content(s) => json!({"content": s}),
+        Piece::Reasoning(s) => json!({"reasoning_content": s}),
+        Piece::CallStart { index, id, name } => json!({"tool_calls": [{
+            "index": index, "id": id, "type": "function",
+            "function": {"name": name, "arguments": ""}}]}),
+        Piece::CallArgs { index, fragment } => {
+            json!({"tool_calls": [{"index": index, "function": {"arguments": fragment}}]})
         }
-        self.pending.push_str(text);
-        let start = self.tc.parser.start(&self.pending, !self.sent);
-        if let Some(i) = start {
-            let before = self.pending[..i].to_string();
-            self.call = Some(self.pending[i..].to_string());
-            self.pending.clear();
-            return before;
-        }
-        // Hold back what could still grow into a marker.
-        let head = self.pending.trim_start();
-        let hold = match self.tc.parser {
-            // The answer's start may still become bare JSON or a fence.
-            _ if !self.sent && (head.is_empty() || "```".starts_with(head)) => self.pending.len(),
-            p => p
-                .markers()
-                .iter()
-                .flat_map(|m| {
-                    (1..m.len())
-                        .filter(|&k| self.pending.ends_with(&m[..k]))
-                        .max()
-                })
-                .max()
-                .unwrap_or(0),
-        };
-        let cut = self.pending.len() - hold;
-        let out = self.pending[..cut].to_string();
-        self.pending.drain(..cut);
-        out
     }
 }
 
@@ -497,13 +486,20 @@ mod stream_tests {
             .iter()
             .filter_map(|c| c["choices"][0]["delta"].get("tool_calls"))
             .collect();
-        assert_eq!(calls.len(), 1);
+        // OpenAI's shape: the call's id, type and name with empty arguments, then the
+        // arguments as they were generated.
+        assert_eq!(calls.len(), 2);
         assert_eq!(
             calls[0][0]["function"],
-            json!({"name": "f", "arguments": "{\"a\":1}"})
+            json!({"name": "f", "arguments": ""})
         );
         assert_eq!(calls[0][0]["index"], 0);
+        assert_eq!(calls[0][0]["type"], "function");
         assert!(calls[0][0]["id"].as_str().unwrap().starts_with("call_"));
+        assert_eq!(
+            calls[1][0],
+            json!({"index": 0, "function": {"arguments": "{\"a\":1}"}})
+        );
         assert_eq!(
             out.last().unwrap()["choices"][0]["finish_reason"],
             "tool_calls"

@@ -112,7 +112,7 @@ impl Engine {
         Live {
             tx,
             sampler: Sampler::new(req.params),
-            decoder: IncrementalDecoder::new(self.tokenizer.clone(), true),
+            decoder: IncrementalDecoder::new(self.tokenizer.clone(), !req.special_text),
             stop: StopMatcher::new(req.stop),
             stop_ids: req.stop_token_ids,
             ignore_eos: req.ignore_eos,
