@@ -401,6 +401,75 @@ mod tests {
     }
 
     #[test]
+    fn the_order_of_stages_is_the_requests() {
+        // p = 0.5, 0.3, 0.2. Temperature 4 first flattens them (0.374, 0.329, 0.297): min-p
+        // 0.85 keeps two; min-p on the raw probabilities first keeps only the top one.
+        let l = [0.5f32.ln(), 0.3f32.ln(), 0.2f32.ln()];
+        let p = SamplingParams {
+            temperature: 4.0,
+            min_p: 0.85,
+            ..Default::default()
+        };
+        let ids = |d: Vec<(u32, f32)>| d.into_iter().map(|x| x.0).collect::<Vec<_>>();
+        assert_eq!(ids(Sampler::new(p.clone()).distribution(&l)), vec![0, 1]);
+        let late = SamplingParams {
+            order: Some(vec![Stage::MinP, Stage::Temperature]),
+            ..p.clone()
+        };
+        assert_eq!(ids(Sampler::new(late).distribution(&l)), vec![0]);
+        // A list without penalties turns them off.
+        let off = Sampler::new(SamplingParams {
+            presence_penalty: 1.0,
+            order: Some(vec![Stage::Temperature]),
+            ..p
+        });
+        assert!(!off.has_penalties());
+    }
+
+    #[test]
+    fn mirostat_state_follows_the_taken_tokens() {
+        let s = Sampler::new(SamplingParams {
+            temperature: 1.0,
+            mirostat: Some(Mirostat { tau: 1.0, eta: 0.5 }),
+            seed: Some(3),
+            ..Default::default()
+        });
+        // mu starts at 2 bits: p = 0.5 (1 bit) and 0.3 (1.74) stay, 0.2 (2.32) goes.
+        let l = [0.5f32.ln(), 0.3f32.ln(), 0.2f32.ln()];
+        let s0 = s.step_at(0);
+        let d = s.distribution_at(&l, &s0);
+        assert_eq!(d.iter().map(|x| x.0).collect::<Vec<_>>(), vec![0, 1]);
+        // Taking token 0 (p 0.625, 0.678 bits): mu = 2 − 0.5·(0.678 − 1).
+        let s1 = s.next(&s0, 0, &d);
+        assert_eq!(s1.pos, 1);
+        assert!((s1.mu - (2.0 - 0.5 * (-(0.625f32).log2() - 1.0))).abs() < 1e-6);
+        let mut s = s;
+        s.commit(&s1);
+        assert_eq!(s.step_at(1), s1);
+    }
+
+    #[test]
+    fn xtc_coin_is_keyed_by_position() {
+        let s = Sampler::new(SamplingParams {
+            temperature: 1.0,
+            xtc_probability: 0.5,
+            xtc_threshold: 0.25,
+            seed: Some(9),
+            ..Default::default()
+        });
+        let l = [0.5f32.ln(), 0.3f32.ln(), 0.2f32.ln()];
+        let kept: Vec<usize> = (0..64)
+            .map(|pos| s.distribution_at(&l, &s.step_at(pos)).len())
+            .collect();
+        // Each position either drops the top token (2 left) or not (3), the same every time.
+        assert!(kept.contains(&2) && kept.contains(&3), "{kept:?}");
+        let again: Vec<usize> = (0..64)
+            .map(|pos| s.distribution_at(&l, &s.step_at(pos)).len())
+            .collect();
+        assert_eq!(kept, again);
+    }
+
+    #[test]
     fn penalties_lower_seen_tokens() {
         let s = Sampler::new(SamplingParams {
             presence_penalty: 1.0,
@@ -410,5 +479,15 @@ mod tests {
         let mut l = vec![1.0, 1.0, 1.0];
         s.apply_penalties(&mut l, &[0, 0, 2]);
         assert_eq!(l, vec![-1.0, 1.0, -0.5]);
+        // repeat_last_n 1: only the last token counts.
+        let s = Sampler::new(SamplingParams {
+            presence_penalty: 1.0,
+            repetition_penalty: 2.0,
+            repeat_last_n: Some(1),
+            ..Default::default()
+        });
+        let mut l = vec![1.0, 1.0, 1.0];
+        s.apply_penalties(&mut l, &[0, 0, 2]);
+        assert_eq!(l, vec![1.0, 1.0, -0.5]);
     }
 }
