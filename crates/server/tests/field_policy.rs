@@ -156,22 +156,24 @@ fn context(s: &Server) -> u64 {
 fn every_overflow_has_openais_wording_and_code() {
     let Some(s) = server() else { return };
     let n = context(s);
-    let head = format!("This model's maximum context length is {n} tokens. However, you requested ");
+    let head = format!(". This model's maximum context length is {n} tokens. However, you requested ");
     // A prompt past the context (token ids: an exact count).
     let ids: Vec<u32> = vec![314; n as usize + 5];
     let r = post(s.addr, "/v1/completions", &json!({"prompt": ids, "max_tokens": 1}));
     let want = format!(
-        "{head}{} tokens ({} in the prompt, 0 in the completion). Please reduce the length of the prompt or completion. (",
+        "{head}{} tokens ({} in the prompt, 0 in the completion). Please reduce the length of the prompt or completion.",
         n + 5,
         n + 5
     );
     common::assert_error(&r, 400, "context_length_exceeded", &[&want]);
-    assert!(r.json()["error"]["message"].as_str().unwrap().starts_with(&want));
+    let msg = r.json()["error"]["message"].as_str().unwrap().to_string();
+    assert!(msg.starts_with(&format!("prompt: {} tokens, but ", n + 5)), "{msg}");
+    assert!(msg.ends_with(&format!(" prompt tokens fit){want}")), "{msg}");
     assert_eq!(r.json()["error"]["param"], "prompt");
     // max_tokens past what is left.
     let r = post(s.addr, "/v1/completions", &json!({"prompt": [314, 314], "max_tokens": n}));
     let want = format!(
-        "{head}{} tokens (2 in the prompt, {n} in the completion). Please reduce the length of the prompt or completion. (max_tokens: ",
+        "{head}{} tokens (2 in the prompt, {n} in the completion). Please reduce the length of the prompt or completion.",
         n + 2
     );
     common::assert_error(&r, 400, "context_length_exceeded", &[&want]);
