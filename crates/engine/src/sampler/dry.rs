@@ -60,14 +60,13 @@ impl Dry {
             return Vec::new();
         }
         // For each earlier end k tokens back: how long the text up to it matches the
-        // text up to now; the token after it would continue that repeat.
+        // text up to now (the Z-function of the reversed window, O(n) even for a long
+        // run of one token); the token after it would continue that repeat.
+        let rev: Vec<u32> = w.iter().rev().copied().collect();
+        let z = z_function(&rev);
         let mut longest: HashMap<u32, usize> = HashMap::new();
         for k in 1..n {
-            let mut len = 0;
-            while len + k < n && rat(len) == rat(len + k) {
-                len += 1;
-            }
-            let len = len.min(rep_limit);
+            let len = z[k].min(rep_limit);
             if len >= self.allowed_length {
                 let e = longest.entry(rat(k - 1)).or_default();
                 *e = (*e).max(len);
@@ -102,6 +101,26 @@ impl Dry {
             }
         }
     }
+}
+
+/// `z[k]`: the length of the longest common prefix of `s` and `s[k..]` (`z[0]` = 0).
+fn z_function(s: &[u32]) -> Vec<usize> {
+    let n = s.len();
+    let mut z = vec![0; n];
+    let (mut l, mut r) = (0, 0);
+    for i in 1..n {
+        if i < r {
+            z[i] = (r - i).min(z[i - l]);
+        }
+        while i + z[i] < n && s[z[i]] == s[i + z[i]] {
+            z[i] += 1;
+        }
+        if i + z[i] > r {
+            l = i;
+            r = i + z[i];
+        }
+    }
+    z
 }
 
 /// The ids of the tokens whose text contains one of `breakers` (sorted).
@@ -146,6 +165,25 @@ mod tests {
         assert_eq!(dry(&[]).penalties(&[5, 1, 2, 3, 4, 5, 1, 2, 3]), vec![(4, 4.0)]);
         // Too short to count: "1 2 1".
         assert_eq!(dry(&[]).penalties(&[1, 2, 9, 1]), vec![]);
+    }
+
+    #[test]
+    fn z_function_matches_a_direct_search() {
+        let s = [1, 1, 2, 1, 1, 2, 1, 3, 1, 1];
+        let direct: Vec<usize> = (0..s.len())
+            .map(|k| {
+                if k == 0 {
+                    return 0;
+                }
+                (0..s.len() - k).take_while(|&i| s[i] == s[i + k]).count()
+            })
+            .collect();
+        assert_eq!(z_function(&s), direct);
+        // A long run of one token: every earlier position continues it, capped by length.
+        let run = vec![7u32; 4000];
+        let p = dry(&[]).penalties(&run);
+        assert_eq!(p.len(), 1);
+        assert!(p[0].1 > 1e30, "{p:?}");
     }
 
     #[test]
