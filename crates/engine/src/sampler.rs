@@ -195,10 +195,7 @@ impl Sampler {
             }
             None => s.mu,
         };
-        Step {
-            pos: s.pos + 1,
-            mu,
-        }
+        Step { pos: s.pos + 1, mu }
     }
 
     /// Makes `s` the state of the accepted tokens.

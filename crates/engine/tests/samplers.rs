@@ -137,7 +137,10 @@ fn seeded_samplers_repeat_and_keep_their_tokens_under_speculation() {
         h.shutdown();
         assert!(drafted > 0, "k={k:?}: nothing was drafted");
         for ((name, g), (_, w)) in got.iter().zip(&want) {
-            assert_eq!(g, w, "{name}, k={k:?}: n-gram speculation changed the tokens");
+            assert_eq!(
+                g, w,
+                "{name}, k={k:?}: n-gram speculation changed the tokens"
+            );
         }
     }
 }
@@ -165,7 +168,10 @@ fn seeded_samplers_repeat_with_a_draft_model() {
     h.shutdown();
     assert!(drafted > 0, "nothing was drafted");
     for ((name, a), (_, b)) in first.iter().zip(&second) {
-        assert_eq!(a, b, "{name}: the same seeds drew other tokens with a draft model");
+        assert_eq!(
+            a, b,
+            "{name}: the same seeds drew other tokens with a draft model"
+        );
         assert!(a.iter().all(|o| o.len() == MAX), "{name}: {a:?}");
     }
 }

@@ -89,14 +89,20 @@ impl Capacity {
         }
         let max = self.max_model_len();
         if len >= max {
-            return Err(self.too_long(field, len, 0, false, ApiError::param(
+            return Err(self.too_long(
                 field,
-                format!(
-                    "{len} tokens, but {} (at most {} prompt tokens fit)",
-                    self.limit_phrase(),
-                    max.saturating_sub(1)
+                len,
+                0,
+                false,
+                ApiError::param(
+                    field,
+                    format!(
+                        "{len} tokens, but {} (at most {} prompt tokens fit)",
+                        self.limit_phrase(),
+                        max.saturating_sub(1)
+                    ),
                 ),
-            )));
+            ));
         }
         Ok(())
     }
@@ -147,12 +153,18 @@ impl Capacity {
                 } else {
                     format!("the context length of {} tokens", self.context)
                 };
-                Err(self.too_long(prompt_field, prompt_len, m, false, ApiError::param(
-                    "max_tokens",
-                    format!(
-                        "{m} + {prompt_len} prompt tokens exceeds {limit} (at most {room} fit)"
+                Err(self.too_long(
+                    prompt_field,
+                    prompt_len,
+                    m,
+                    false,
+                    ApiError::param(
+                        "max_tokens",
+                        format!(
+                            "{m} + {prompt_len} prompt tokens exceeds {limit} (at most {room} fit)"
+                        ),
                     ),
-                )))
+                ))
             }
             Some(m) => Ok(MaxTokens::new(m, room)),
             None => Ok(MaxTokens::new(room.min(default_cap).max(1), room)),
@@ -260,17 +272,36 @@ mod tests {
 
     #[test]
     fn max_tokens_fit_and_default_is_clamped() {
-        assert_eq!(CTX.max_tokens(None, "prompt", 100, 4096).unwrap().steps(), 4096);
-        assert_eq!(CTX.max_tokens(None, "prompt", 8000, 4096).unwrap().steps(), 192);
-        assert_eq!(CTX.max_tokens(Some(10), "prompt", 100, 4096).unwrap().steps(), 10);
+        assert_eq!(
+            CTX.max_tokens(None, "prompt", 100, 4096).unwrap().steps(),
+            4096
+        );
+        assert_eq!(
+            CTX.max_tokens(None, "prompt", 8000, 4096).unwrap().steps(),
+            192
+        );
+        assert_eq!(
+            CTX.max_tokens(Some(10), "prompt", 100, 4096)
+                .unwrap()
+                .steps(),
+            10
+        );
         let e = CTX.max_tokens(Some(200), "prompt", 8000, 4096).unwrap_err();
         assert_eq!(e.message, "max_tokens: 200 + 8000 prompt tokens exceeds the context length of 8192 tokens (at most 192 fit). This model's maximum context length is 8192 tokens. However, you requested 8200 tokens (8000 in the prompt, 200 in the completion). Please reduce the length of the prompt or completion.");
         assert_eq!(e.param.as_deref(), Some("max_tokens"));
         assert_eq!(e.code, "context_length_exceeded");
         // The pool: the default shrinks to what fits instead of being refused later.
-        assert_eq!(POOL.max_tokens(None, "prompt", 2, 4096).unwrap().steps(), 718);
+        assert_eq!(
+            POOL.max_tokens(None, "prompt", 2, 4096).unwrap().steps(),
+            718
+        );
         let e = POOL.max_tokens(Some(4000), "prompt", 2, 4096).unwrap_err();
         assert_eq!(e.message, "max_tokens: 4000 + 2 prompt tokens exceeds what one request can use, 720 tokens (the KV pool holds 720 tokens, less than the context length of 8192; see --kv-cache-bytes) (at most 718 fit). This model's maximum context length is 720 tokens. However, you requested 4002 tokens (2 in the prompt, 4000 in the completion). Please reduce the length of the prompt or completion.");
-        assert_eq!(POOL.max_tokens(Some(718), "prompt", 2, 4096).unwrap().steps(), 718);
+        assert_eq!(
+            POOL.max_tokens(Some(718), "prompt", 2, 4096)
+                .unwrap()
+                .steps(),
+            718
+        );
     }
 }

@@ -60,7 +60,10 @@ impl Sink for ChatSink {
     fn event(&mut self, job: &Job, u: Update<'_>) -> Bytes {
         match u.chunk {
             Some(mut chunk) => {
-                let generated = u.state.usage.map_or(u.state.generated, |x| x.completion_tokens);
+                let generated = u
+                    .state
+                    .usage
+                    .map_or(u.state.generated, |x| x.completion_tokens);
                 job.with_usage(&mut chunk, u.index, generated);
                 self.frames(u.index, chunk)
             }

@@ -92,7 +92,7 @@ mod tests {
         let now = after(t, 2600);
         assert!((r.per_second(now).unwrap() - 1.0 / 0.42).abs() < 1e-9);
         assert_eq!(r.retry_after(10, now), 5); // 4.2 s, rounded up
-        // Silence: 4 s since the last finish counts as a 4 s interval.
+                                               // Silence: 4 s since the last finish counts as a 4 s interval.
         assert_eq!(r.retry_after(10, after(t, 6600)), 40);
     }
 }

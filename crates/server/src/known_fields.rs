@@ -108,7 +108,10 @@ pub const IGNORED: &[(&str, &str)] = &[
         "modalities",
         "text only (any other modality fails elsewhere)",
     ),
-    ("verbosity", "OpenAI's answer-length hint; no template takes it"),
+    (
+        "verbosity",
+        "OpenAI's answer-length hint; no template takes it",
+    ),
     (
         "prompt_cache_key",
         "folio's prefix cache matches prompts without a key",
@@ -119,14 +122,23 @@ pub const IGNORED: &[(&str, &str)] = &[
     ("id_slot", "folio has no slots; the prefix cache is shared"),
     ("t_max_predict_ms", "use deadline_ms"),
     ("timings_per_token", "folio sends no timings"),
-    ("return_tokens", "folio returns no token ids in text responses"),
-    ("post_sampling_probs", "logprobs are the model's, before sampling"),
+    (
+        "return_tokens",
+        "folio returns no token ids in text responses",
+    ),
+    (
+        "post_sampling_probs",
+        "logprobs are the model's, before sampling",
+    ),
     (
         "reasoning_format",
         "reasoning is separated as `folio serve --reasoning-parser` says",
     ),
     ("return_progress", "folio sends no prompt progress"),
-    ("penalize_nl", "removed from llama.cpp; newlines are penalized as any token"),
+    (
+        "penalize_nl",
+        "removed from llama.cpp; newlines are penalized as any token",
+    ),
 ];
 
 /// The response header naming the accepted-and-ignored fields a request sent:
@@ -139,7 +151,10 @@ pub fn warning(ignored: &[&str]) -> Option<String> {
     let mut names = ignored.to_vec();
     names.sort_unstable();
     names.dedup();
-    Some(format!("299 folio \"ignored fields: {}\"", names.join(", ")))
+    Some(format!(
+        "299 folio \"ignored fields: {}\"",
+        names.join(", ")
+    ))
 }
 
 /// Accepted only at the value that means "off" / the default folio implements.
@@ -452,7 +467,9 @@ mod tests {
     use serde_json::json;
 
     fn run(v: Value, api: Api) -> Result<(), String> {
-        check(v.as_object().unwrap(), api).map(|_| ()).map_err(|e| e.message)
+        check(v.as_object().unwrap(), api)
+            .map(|_| ())
+            .map_err(|e| e.message)
     }
 
     #[test]

@@ -168,7 +168,11 @@ impl Job {
         if !self.continuous_usage {
             return;
         }
-        let prompt = self.prompt_lens.get(index / self.n.max(1)).copied().unwrap_or(0);
+        let prompt = self
+            .prompt_lens
+            .get(index / self.n.max(1))
+            .copied()
+            .unwrap_or(0);
         chunk["usage"] = json!({
             "prompt_tokens": prompt,
             "completion_tokens": generated,

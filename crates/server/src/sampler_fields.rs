@@ -41,7 +41,9 @@ pub fn parse(f: &Fields, s: &mut SamplingParams, ctx: i64) -> Result<DryBreakers
     if let Some(t) = f.number("xtc_threshold", 0.0, 1.0, false)? {
         s.xtc_threshold = t as f32;
     }
-    let multiplier = f.number("dry_multiplier", 0.0, 100.0, false)?.unwrap_or(0.0) as f32;
+    let multiplier = f
+        .number("dry_multiplier", 0.0, 100.0, false)?
+        .unwrap_or(0.0) as f32;
     let base = f.number("dry_base", 0.0, 100.0, false)?.unwrap_or(1.75) as f32;
     let allowed_length = f.int("dry_allowed_length", 0, ctx)?.unwrap_or(2) as usize;
     let penalty_last_n = match f.int("dry_penalty_last_n", -1, ctx)? {
@@ -49,7 +51,10 @@ pub fn parse(f: &Fields, s: &mut SamplingParams, ctx: i64) -> Result<DryBreakers
         Some(n) => Some(n as usize),
     };
     let breakers = match f.get("dry_sequence_breakers") {
-        None => dry::DEFAULT_BREAKERS.iter().map(|b| b.to_string()).collect(),
+        None => dry::DEFAULT_BREAKERS
+            .iter()
+            .map(|b| b.to_string())
+            .collect(),
         Some(_) => f.strings("dry_sequence_breakers", MAX_BREAKERS, MAX_BREAKER_LEN)?,
     };
     if multiplier != 0.0 {
@@ -150,19 +155,36 @@ mod tests {
             "samplers": ["dry", "top_k", "temp"]}))
         .unwrap();
         assert_eq!(
-            (s.typical_p, s.top_n_sigma, s.xtc_probability, s.xtc_threshold, s.repetition_penalty),
+            (
+                s.typical_p,
+                s.top_n_sigma,
+                s.xtc_probability,
+                s.xtc_threshold,
+                s.repetition_penalty
+            ),
             (0.9, 1.5, 0.5, 0.2, 1.1)
         );
         assert_eq!(s.repeat_last_n, Some(64));
         let d = s.dry.unwrap();
-        assert_eq!((d.multiplier, d.base, d.allowed_length, d.penalty_last_n), (0.8, 2.0, 3, None));
+        assert_eq!(
+            (d.multiplier, d.base, d.allowed_length, d.penalty_last_n),
+            (0.8, 2.0, 3, None)
+        );
         assert_eq!(b.0, vec!["\n", "###"]);
         assert_eq!(s.mirostat, Some(Mirostat { tau: 4.0, eta: 0.2 }));
-        assert_eq!(s.order, Some(vec![Stage::Dry, Stage::TopK, Stage::Temperature]));
+        assert_eq!(
+            s.order,
+            Some(vec![Stage::Dry, Stage::TopK, Stage::Temperature])
+        );
         let (s, b) = run(json!({"samplers": "edkt"})).unwrap();
         assert_eq!(
             s.order,
-            Some(vec![Stage::Penalties, Stage::Dry, Stage::TopK, Stage::Temperature])
+            Some(vec![
+                Stage::Penalties,
+                Stage::Dry,
+                Stage::TopK,
+                Stage::Temperature
+            ])
         );
         assert_eq!(b.0, vec!["\n", ":", "\"", "*"]);
         assert_eq!(s.dry, None);

@@ -38,7 +38,8 @@ fn ignored() -> Vec<(&'static str, Value)> {
 }
 
 fn chat(extra: &[(&str, Value)]) -> Value {
-    let mut b = json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2, "temperature": 0});
+    let mut b =
+        json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2, "temperature": 0});
     for (k, v) in extra {
         b[*k] = v.clone();
     }
@@ -112,7 +113,20 @@ fn llama_server_sampling_fields_are_read_and_seeded_results_repeat() {
         ("dry_allowed_length", json!(2)),
         ("dry_penalty_last_n", json!(-1)),
         ("dry_sequence_breakers", json!(["\n", ":"])),
-        ("samplers", json!(["penalties", "dry", "top_n_sigma", "top_k", "typ_p", "top_p", "min_p", "xtc", "temperature"])),
+        (
+            "samplers",
+            json!([
+                "penalties",
+                "dry",
+                "top_n_sigma",
+                "top_k",
+                "typ_p",
+                "top_p",
+                "min_p",
+                "xtc",
+                "temperature"
+            ]),
+        ),
         ("dynatemp_range", json!(0)),
         ("min_keep", json!(0)),
     ];
@@ -138,12 +152,41 @@ fn llama_server_sampling_fields_are_read_and_seeded_results_repeat() {
         }
     }
     // n_probs: top alternatives per token.
-    let v = common::post_ok(s.addr, "/v1/completions", &completion(&[("n_probs", json!(3))]));
-    assert_eq!(v["choices"][0]["logprobs"]["top_logprobs"][0].as_object().unwrap().len(), 3);
-    let v = common::post_ok(s.addr, "/v1/chat/completions", &chat(&[("n_probs", json!(2))]));
-    assert_eq!(v["choices"][0]["logprobs"]["content"][0]["top_logprobs"].as_array().unwrap().len(), 2);
-    let r = post(s.addr, "/v1/completions", &completion(&[("mirostat", json!(1))]));
-    common::assert_error(&r, 400, "invalid_parameter", &["mirostat: only 0 (off) and 2 (Mirostat 2) are implemented by folio, got 1"]);
+    let v = common::post_ok(
+        s.addr,
+        "/v1/completions",
+        &completion(&[("n_probs", json!(3))]),
+    );
+    assert_eq!(
+        v["choices"][0]["logprobs"]["top_logprobs"][0]
+            .as_object()
+            .unwrap()
+            .len(),
+        3
+    );
+    let v = common::post_ok(
+        s.addr,
+        "/v1/chat/completions",
+        &chat(&[("n_probs", json!(2))]),
+    );
+    assert_eq!(
+        v["choices"][0]["logprobs"]["content"][0]["top_logprobs"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+    let r = post(
+        s.addr,
+        "/v1/completions",
+        &completion(&[("mirostat", json!(1))]),
+    );
+    common::assert_error(
+        &r,
+        400,
+        "invalid_parameter",
+        &["mirostat: only 0 (off) and 2 (Mirostat 2) are implemented by folio, got 1"],
+    );
 }
 
 fn context(s: &Server) -> u64 {
@@ -156,10 +199,15 @@ fn context(s: &Server) -> u64 {
 fn every_overflow_has_openais_wording_and_code() {
     let Some(s) = server() else { return };
     let n = context(s);
-    let head = format!(". This model's maximum context length is {n} tokens. However, you requested ");
+    let head =
+        format!(". This model's maximum context length is {n} tokens. However, you requested ");
     // A prompt past the context (token ids: an exact count).
     let ids: Vec<u32> = vec![314; n as usize + 5];
-    let r = post(s.addr, "/v1/completions", &json!({"prompt": ids, "max_tokens": 1}));
+    let r = post(
+        s.addr,
+        "/v1/completions",
+        &json!({"prompt": ids, "max_tokens": 1}),
+    );
     let want = format!(
         "{head}{} tokens ({} in the prompt, 0 in the completion). Please reduce the length of the prompt or completion.",
         n + 5,
@@ -167,11 +215,21 @@ fn every_overflow_has_openais_wording_and_code() {
     );
     common::assert_error(&r, 400, "context_length_exceeded", &[&want]);
     let msg = r.json()["error"]["message"].as_str().unwrap().to_string();
-    assert!(msg.starts_with(&format!("prompt: {} tokens, but ", n + 5)), "{msg}");
-    assert!(msg.ends_with(&format!(" prompt tokens fit){want}")), "{msg}");
+    assert!(
+        msg.starts_with(&format!("prompt: {} tokens, but ", n + 5)),
+        "{msg}"
+    );
+    assert!(
+        msg.ends_with(&format!(" prompt tokens fit){want}")),
+        "{msg}"
+    );
     assert_eq!(r.json()["error"]["param"], "prompt");
     // max_tokens past what is left.
-    let r = post(s.addr, "/v1/completions", &json!({"prompt": [314, 314], "max_tokens": n}));
+    let r = post(
+        s.addr,
+        "/v1/completions",
+        &json!({"prompt": [314, 314], "max_tokens": n}),
+    );
     let want = format!(
         "{head}{} tokens (2 in the prompt, {n} in the completion). Please reduce the length of the prompt or completion.",
         n + 2
@@ -236,6 +294,8 @@ fn continuous_usage_stats_put_usage_on_every_chunk() {
         // Without the option: null until the last chunk, as OpenAI sends.
         body["stream_options"] = json!({"include_usage": true});
         let (chunks, _) = post(s.addr, path, &body).sse();
-        assert!(chunks[..chunks.len() - 1].iter().all(|c| c["usage"].is_null()));
+        assert!(chunks[..chunks.len() - 1]
+            .iter()
+            .all(|c| c["usage"].is_null()));
     }
 }

@@ -18,7 +18,11 @@ pub struct Cands {
 impl Cands {
     pub fn from_logits(logits: &[f32]) -> Cands {
         Cands {
-            c: logits.iter().enumerate().map(|(i, &l)| (i as u32, l)).collect(),
+            c: logits
+                .iter()
+                .enumerate()
+                .map(|(i, &l)| (i as u32, l))
+                .collect(),
             probs: false,
         }
     }
@@ -79,7 +83,8 @@ impl Cands {
         if self.probs {
             self.c.truncate(k);
         } else {
-            self.c.select_nth_unstable_by(k - 1, |a, b| b.1.total_cmp(&a.1));
+            self.c
+                .select_nth_unstable_by(k - 1, |a, b| b.1.total_cmp(&a.1));
             self.c.truncate(k);
         }
     }

@@ -162,7 +162,10 @@ mod tests {
         dry(&[]).apply(&mut l, &h);
         assert_eq!(l, vec![0.0, 0.0, 0.0, 0.0, -2.0, 0.0]);
         // A longer repeat: "5 1 2 3 4 5 1 2 3": 4 would continue a 4-token repeat.
-        assert_eq!(dry(&[]).penalties(&[5, 1, 2, 3, 4, 5, 1, 2, 3]), vec![(4, 4.0)]);
+        assert_eq!(
+            dry(&[]).penalties(&[5, 1, 2, 3, 4, 5, 1, 2, 3]),
+            vec![(4, 4.0)]
+        );
         // Too short to count: "1 2 1".
         assert_eq!(dry(&[]).penalties(&[1, 2, 9, 1]), vec![]);
     }

@@ -20,12 +20,11 @@ impl Mirostat {
     /// one), renormalized.
     pub fn truncate(&self, c: &mut Cands, mu: f32) {
         c.normalize();
-        let keep = c
-            .c
-            .iter()
-            .position(|x| -x.1.log2() > mu)
-            .unwrap_or(c.c.len())
-            .max(1);
+        let keep =
+            c.c.iter()
+                .position(|x| -x.1.log2() > mu)
+                .unwrap_or(c.c.len())
+                .max(1);
         c.c.truncate(keep);
         c.normalize();
     }

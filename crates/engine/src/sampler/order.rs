@@ -83,9 +83,22 @@ mod tests {
 
     #[test]
     fn names_and_letters() {
-        let names = ["top_k", "Top-P", "typ_p", "temp", "min_p", "xtc", "dry", "penalties", "top_n_sigma"];
+        let names = [
+            "top_k",
+            "Top-P",
+            "typ_p",
+            "temp",
+            "min_p",
+            "xtc",
+            "dry",
+            "penalties",
+            "top_n_sigma",
+        ];
         let got: Vec<_> = names.iter().map(|n| Stage::from_name(n).unwrap()).collect();
-        let letters: Vec<_> = "kpytmxdes".chars().map(|c| Stage::from_char(c).unwrap()).collect();
+        let letters: Vec<_> = "kpytmxdes"
+            .chars()
+            .map(|c| Stage::from_char(c).unwrap())
+            .collect();
         assert_eq!(got, letters);
         assert_eq!(Stage::from_name("infill"), None);
         assert_eq!(Stage::from_char('i'), None);
