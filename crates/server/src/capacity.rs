@@ -89,14 +89,20 @@ impl Capacity {
         }
         let max = self.max_model_len();
         if len >= max {
-            return Err(too_long(ApiError::param(
+            return Err(self.too_long(
                 field,
-                format!(
-                    "{len} tokens, but {} (at most {} prompt tokens fit)",
-                    self.limit_phrase(),
-                    max.saturating_sub(1)
+                len,
+                0,
+                false,
+                ApiError::param(
+                    field,
+                    format!(
+                        "{len} tokens, but {} (at most {} prompt tokens fit)",
+                        self.limit_phrase(),
+                        max.saturating_sub(1)
+                    ),
                 ),
-            )));
+            ));
         }
         Ok(())
     }
@@ -115,7 +121,7 @@ impl Capacity {
         if min_tokens <= fit {
             return Ok(());
         }
-        Err(too_long(ApiError::param(
+        Err(self.too_long(field, min_tokens, 0, true, ApiError::param(
             field,
             format!(
                 "{bytes} bytes of text, at least {min_tokens} tokens (no token of this model stands for more than {} bytes), but {} (at most {fit} prompt tokens fit)",
@@ -131,6 +137,7 @@ impl Capacity {
     pub fn max_tokens(
         &self,
         requested: Option<usize>,
+        prompt_field: &str,
         prompt_len: usize,
         default_cap: usize,
     ) -> Result<MaxTokens, ApiError> {
@@ -146,12 +153,18 @@ impl Capacity {
                 } else {
                     format!("the context length of {} tokens", self.context)
                 };
-                Err(too_long(ApiError::param(
-                    "max_tokens",
-                    format!(
-                        "{m} + {prompt_len} prompt tokens exceeds {limit} (at most {room} fit)"
+                Err(self.too_long(
+                    prompt_field,
+                    prompt_len,
+                    m,
+                    false,
+                    ApiError::param(
+                        "max_tokens",
+                        format!(
+                            "{m} + {prompt_len} prompt tokens exceeds {limit} (at most {room} fit)"
+                        ),
                     ),
-                )))
+                ))
             }
             Some(m) => Ok(MaxTokens::new(m, room)),
             None => Ok(MaxTokens::new(room.min(default_cap).max(1), room)),
@@ -159,10 +172,39 @@ impl Capacity {
     }
 }
 
-fn too_long(e: ApiError) -> ApiError {
-    ApiError {
-        code: "context_length_exceeded",
-        ..e
+impl Capacity {
+    /// A context overflow: folio's own detail `e` (whose param stays), then OpenAI's words,
+    /// which clients recognize (litellm's `ContextWindowExceededError` looks for "This
+    /// model's maximum context length is" anywhere in the message); code
+    /// `context_length_exceeded`.
+    /// `at_least`: `prompt` is a lower bound (text refused before tokenizing).
+    fn too_long(
+        &self,
+        prompt_field: &str,
+        prompt: usize,
+        completion: usize,
+        at_least: bool,
+        e: ApiError,
+    ) -> ApiError {
+        let what = if prompt_field.starts_with("prompt") {
+            "prompt"
+        } else if prompt_field.starts_with("input") {
+            "input"
+        } else {
+            "messages"
+        };
+        let al = if at_least { "at least " } else { "" };
+        let message = format!(
+            "{}. This model's maximum context length is {} tokens. However, you requested {al}{} tokens ({al}{prompt} in the {what}, {completion} in the completion). Please reduce the length of the {what} or completion.",
+            e.message,
+            self.max_model_len(),
+            prompt + completion,
+        );
+        ApiError {
+            code: "context_length_exceeded",
+            message,
+            ..e
+        }
     }
 }
 
@@ -200,14 +242,14 @@ mod tests {
         let e = CTX.check_prompt("prompt", 8192).unwrap_err();
         assert_eq!(
             e.message,
-            "prompt: 8192 tokens, but the context length is 8192 tokens (at most 8191 prompt tokens fit)"
+            "prompt: 8192 tokens, but the context length is 8192 tokens (at most 8191 prompt tokens fit). This model's maximum context length is 8192 tokens. However, you requested 8192 tokens (8192 in the prompt, 0 in the completion). Please reduce the length of the prompt or completion."
         );
         assert_eq!(e.code, "context_length_exceeded");
         assert!(CTX.check_prompt("prompt", 8191).is_ok());
         let e = POOL.check_prompt("messages", 900).unwrap_err();
         assert_eq!(
             e.message,
-            "messages: 900 tokens, but one request can use at most 720 tokens (the KV pool holds 720 tokens, less than the context length of 8192; see --kv-cache-bytes) (at most 719 prompt tokens fit)"
+            "messages: 900 tokens, but one request can use at most 720 tokens (the KV pool holds 720 tokens, less than the context length of 8192; see --kv-cache-bytes) (at most 719 prompt tokens fit). This model's maximum context length is 720 tokens. However, you requested 900 tokens (900 in the messages, 0 in the completion). Please reduce the length of the messages or completion."
         );
         assert_eq!(e.param.as_deref(), Some("messages"));
         assert!(POOL.check_prompt("prompt", 719).is_ok());
@@ -219,7 +261,7 @@ mod tests {
         let e = CTX
             .check_text("prompt", 3_800_000, 46_914, Some(81))
             .unwrap_err();
-        assert_eq!(e.message, "prompt: 3800000 bytes of text, at least 46914 tokens (no token of this model stands for more than 81 bytes), but the context length is 8192 tokens (at most 8191 prompt tokens fit)");
+        assert_eq!(e.message, "prompt: 3800000 bytes of text, at least 46914 tokens (no token of this model stands for more than 81 bytes), but the context length is 8192 tokens (at most 8191 prompt tokens fit). This model's maximum context length is 8192 tokens. However, you requested at least 46914 tokens (at least 46914 in the prompt, 0 in the completion). Please reduce the length of the prompt or completion.");
         assert_eq!(e.code, "context_length_exceeded");
         assert!(POOL
             .check_text("messages", 81 * 720, 720, Some(81))
@@ -230,16 +272,36 @@ mod tests {
 
     #[test]
     fn max_tokens_fit_and_default_is_clamped() {
-        assert_eq!(CTX.max_tokens(None, 100, 4096).unwrap().steps(), 4096);
-        assert_eq!(CTX.max_tokens(None, 8000, 4096).unwrap().steps(), 192);
-        assert_eq!(CTX.max_tokens(Some(10), 100, 4096).unwrap().steps(), 10);
-        let e = CTX.max_tokens(Some(200), 8000, 4096).unwrap_err();
-        assert_eq!(e.message, "max_tokens: 200 + 8000 prompt tokens exceeds the context length of 8192 tokens (at most 192 fit)");
+        assert_eq!(
+            CTX.max_tokens(None, "prompt", 100, 4096).unwrap().steps(),
+            4096
+        );
+        assert_eq!(
+            CTX.max_tokens(None, "prompt", 8000, 4096).unwrap().steps(),
+            192
+        );
+        assert_eq!(
+            CTX.max_tokens(Some(10), "prompt", 100, 4096)
+                .unwrap()
+                .steps(),
+            10
+        );
+        let e = CTX.max_tokens(Some(200), "prompt", 8000, 4096).unwrap_err();
+        assert_eq!(e.message, "max_tokens: 200 + 8000 prompt tokens exceeds the context length of 8192 tokens (at most 192 fit). This model's maximum context length is 8192 tokens. However, you requested 8200 tokens (8000 in the prompt, 200 in the completion). Please reduce the length of the prompt or completion.");
+        assert_eq!(e.param.as_deref(), Some("max_tokens"));
         assert_eq!(e.code, "context_length_exceeded");
         // The pool: the default shrinks to what fits instead of being refused later.
-        assert_eq!(POOL.max_tokens(None, 2, 4096).unwrap().steps(), 718);
-        let e = POOL.max_tokens(Some(4000), 2, 4096).unwrap_err();
-        assert_eq!(e.message, "max_tokens: 4000 + 2 prompt tokens exceeds what one request can use, 720 tokens (the KV pool holds 720 tokens, less than the context length of 8192; see --kv-cache-bytes) (at most 718 fit)");
-        assert_eq!(POOL.max_tokens(Some(718), 2, 4096).unwrap().steps(), 718);
+        assert_eq!(
+            POOL.max_tokens(None, "prompt", 2, 4096).unwrap().steps(),
+            718
+        );
+        let e = POOL.max_tokens(Some(4000), "prompt", 2, 4096).unwrap_err();
+        assert_eq!(e.message, "max_tokens: 4000 + 2 prompt tokens exceeds what one request can use, 720 tokens (the KV pool holds 720 tokens, less than the context length of 8192; see --kv-cache-bytes) (at most 718 fit). This model's maximum context length is 720 tokens. However, you requested 4002 tokens (2 in the prompt, 4000 in the completion). Please reduce the length of the prompt or completion.");
+        assert_eq!(
+            POOL.max_tokens(Some(718), "prompt", 2, 4096)
+                .unwrap()
+                .steps(),
+            718
+        );
     }
 }

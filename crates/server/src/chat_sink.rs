@@ -43,7 +43,11 @@ fn concat(frames: impl Iterator<Item = Bytes>) -> Bytes {
 impl Sink for ChatSink {
     fn admitted(&mut self, job: &Job, choices: usize) -> Bytes {
         match job.api {
-            Api::Chat => concat((0..choices).map(|i| frame(&job.role_chunk(i)))),
+            Api::Chat => concat((0..choices).map(|i| {
+                let mut c = job.role_chunk(i);
+                job.with_usage(&mut c, i, 0);
+                frame(&c)
+            })),
             Api::Completions => Bytes::new(),
         }
     }
@@ -53,9 +57,16 @@ impl Sink for ChatSink {
         concat([frame(&e.body()), done()].into_iter())
     }
 
-    fn event(&mut self, _job: &Job, u: Update<'_>) -> Bytes {
+    fn event(&mut self, job: &Job, u: Update<'_>) -> Bytes {
         match u.chunk {
-            Some(chunk) => self.frames(u.index, chunk),
+            Some(mut chunk) => {
+                let generated = u
+                    .state
+                    .usage
+                    .map_or(u.state.generated, |x| x.completion_tokens);
+                job.with_usage(&mut chunk, u.index, generated);
+                self.frames(u.index, chunk)
+            }
             None => Bytes::new(),
         }
     }

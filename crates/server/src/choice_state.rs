@@ -192,6 +192,7 @@ mod tests {
             logprobs: None,
             stream: false,
             include_usage: false,
+            continuous_usage: false,
             arrival: Instant::now(),
             echo: Vec::new(),
             tools: None,

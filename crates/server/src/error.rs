@@ -183,6 +183,7 @@ impl From<Error> for ApiError {
             message: e.to_string(),
             param,
             code,
+            retry_after_s: None,
         }
     }
 }
@@ -196,6 +197,9 @@ pub struct ApiError {
     pub param: Option<String>,
     /// A short machine-readable code (`invalid_parameter`, `context_length_exceeded`, …).
     pub code: &'static str,
+    /// A 429's `Retry-After`, seconds, where the server measured one (else
+    /// [`RETRY_AFTER_S`]).
+    pub retry_after_s: Option<u64>,
 }
 
 impl ApiError {
@@ -255,10 +259,11 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let mut r = (self.status, axum::Json(self.body())).into_response();
         if self.status == StatusCode::TOO_MANY_REQUESTS {
-            r.headers_mut().insert(
-                axum::http::header::RETRY_AFTER,
-                axum::http::HeaderValue::from_static(RETRY_AFTER_S),
-            );
+            let v = match self.retry_after_s {
+                Some(s) => axum::http::HeaderValue::from(s),
+                None => axum::http::HeaderValue::from_static(RETRY_AFTER_S),
+            };
+            r.headers_mut().insert(axum::http::header::RETRY_AFTER, v);
         }
         r
     }
@@ -268,6 +273,14 @@ impl IntoResponse for ApiError {
 pub const RETRY_AFTER_S: &str = "1";
 
 impl ApiError {
+    /// With a measured `Retry-After` (see `drain_rate`), used if it is a 429.
+    pub fn retry_after(self, seconds: u64) -> ApiError {
+        ApiError {
+            retry_after_s: Some(seconds),
+            ..self
+        }
+    }
+
     /// 500 for a tokenizer task (run off the async threads) that panicked or was cancelled.
     pub fn tokenizer_task(e: tokio::task::JoinError) -> ApiError {
         Error::Internal(format!("tokenizer task failed: {e}")).into()

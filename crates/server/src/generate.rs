@@ -29,7 +29,12 @@ pub async fn generate(
 ) -> Result<Response, ApiError> {
     let req = start(st, api, body, arrival).await?;
     let sink = ChatSink::new(&req.job, req.choices.count());
-    req.drive(sink).await
+    let warning = crate::known_fields::warning(&req.ignored);
+    let mut r = req.drive(sink).await?;
+    if let Some(w) = warning.and_then(|w| axum::http::HeaderValue::from_str(&w).ok()) {
+        r.headers_mut().insert(axum::http::header::WARNING, w);
+    }
+    Ok(r)
 }
 
 /// Everything up to the answer: validate, tokenize, submit `n` engine requests per
@@ -45,7 +50,20 @@ pub async fn start(
     st.refuse_if_draining()?;
     let info = &s.engine.info;
     let cap = st.capacity();
-    crate::known_fields::check(&body, api)?;
+    let mut ignored = crate::known_fields::check(&body, api)?;
+    if api == Api::Chat
+        && body.get("reasoning_effort").is_some_and(|v| !v.is_null())
+        && !s
+            .engine
+            .tokenizer
+            .chat_template()
+            .is_some_and(|t| t.contains("reasoning_effort"))
+    {
+        ignored.push("reasoning_effort");
+    }
+    if !ignored.is_empty() {
+        tracing::info!(fields = ?ignored, "accepted and ignored request fields");
+    }
     // The prompt leaves the body (moved, not copied: it may be megabytes); no other field
     // reader looks at it.
     let prompt_field = body.remove(match api {
@@ -57,6 +75,7 @@ pub async fn start(
     let (lora, model_name) = crate::lora::request_adapters(&st, &f)?;
     let mut p = params::parse(&f, api, st.limits())?;
     p.sampling.rules = p.logit.rules(&s.engine.tokenizer)?;
+    crate::sampler_fields::resolve(&mut p.sampling, &p.dry_breakers, &s.engine.tokenizer);
     let template = s.engine.tokenizer.chat_template();
     let tool_parser = s
         .opts
@@ -142,7 +161,12 @@ pub async fn start(
     let mut max_tokens = Vec::with_capacity(prompts.len());
     for (ids, field) in prompts.iter().zip(&fields) {
         cap.check_prompt(field, ids.len())?;
-        max_tokens.push(cap.max_tokens(p.max_tokens, ids.len(), s.opts.default_max_tokens)?);
+        max_tokens.push(cap.max_tokens(
+            p.max_tokens,
+            field,
+            ids.len(),
+            s.opts.default_max_tokens,
+        )?);
     }
 
     let active = st.begin();
@@ -190,6 +214,7 @@ pub async fn start(
         logprobs: p.logprobs,
         stream: p.stream,
         include_usage: p.include_usage,
+        continuous_usage: p.stream && p.continuous_usage,
         arrival,
         echo,
         tools: tool_calling,
@@ -213,6 +238,7 @@ pub async fn start(
         deadline,
         queued: (!admitted).then_some(queued),
         _active: active,
+        ignored,
     })
 }
 

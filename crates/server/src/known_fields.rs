@@ -46,6 +46,24 @@ const COMMON: &[&str] = &[
     "json_schema",
     // llama-server's per-request LoRA adapters (see `lora.rs`).
     "lora",
+    // llama-server's samplers and names (see `sampler_fields.rs`).
+    "repeat_penalty",
+    "repeat_last_n",
+    "typical_p",
+    "top_n_sigma",
+    "xtc_probability",
+    "xtc_threshold",
+    "dry_multiplier",
+    "dry_base",
+    "dry_allowed_length",
+    "dry_penalty_last_n",
+    "dry_sequence_breakers",
+    "mirostat",
+    "mirostat_tau",
+    "mirostat_eta",
+    "samplers",
+    "n_predict",
+    "n_probs",
     // folio extensions
     "speculative",
     "num_speculative_tokens",
@@ -65,10 +83,14 @@ const CHAT: &[&str] = &[
     "tools",
     "tool_choice",
     "parallel_tool_calls",
+    // A template variable; ignored (with the warning) where the template takes none.
+    "reasoning_effort",
 ];
 
-/// Accepted and ignored: they ask for bookkeeping or scheduling hints that do not change
-/// what is generated.
+/// Accepted and ignored: they ask for bookkeeping, caching or scheduling hints that do not
+/// change what is generated, and popular clients send them. A response to a request that
+/// sent any carries the [`warning`] header naming them, and the server logs them. The
+/// README's "Field policy" lists the same table.
 pub const IGNORED: &[(&str, &str)] = &[
     ("metadata", "stored-completion tags; folio stores nothing"),
     (
@@ -86,7 +108,54 @@ pub const IGNORED: &[(&str, &str)] = &[
         "modalities",
         "text only (any other modality fails elsewhere)",
     ),
+    (
+        "verbosity",
+        "OpenAI's answer-length hint; no template takes it",
+    ),
+    (
+        "prompt_cache_key",
+        "folio's prefix cache matches prompts without a key",
+    ),
+    ("safety_identifier", "folio keeps no per-user records"),
+    // llama-server's (its web UI and clients written for it send these).
+    ("cache_prompt", "folio always reuses cached prompt prefixes"),
+    ("id_slot", "folio has no slots; the prefix cache is shared"),
+    ("t_max_predict_ms", "use deadline_ms"),
+    ("timings_per_token", "folio sends no timings"),
+    (
+        "return_tokens",
+        "folio returns no token ids in text responses",
+    ),
+    (
+        "post_sampling_probs",
+        "logprobs are the model's, before sampling",
+    ),
+    (
+        "reasoning_format",
+        "reasoning is separated as `folio serve --reasoning-parser` says",
+    ),
+    ("return_progress", "folio sends no prompt progress"),
+    (
+        "penalize_nl",
+        "removed from llama.cpp; newlines are penalized as any token",
+    ),
 ];
+
+/// The response header naming the accepted-and-ignored fields a request sent:
+/// `Warning: 299 folio "ignored fields: a, b"` (RFC 9111's miscellaneous persistent
+/// warning), names sorted.
+pub fn warning(ignored: &[&str]) -> Option<String> {
+    if ignored.is_empty() {
+        return None;
+    }
+    let mut names = ignored.to_vec();
+    names.sort_unstable();
+    names.dedup();
+    Some(format!(
+        "299 folio \"ignored fields: {}\"",
+        names.join(", ")
+    ))
+}
 
 /// Accepted only at the value that means "off" / the default folio implements.
 pub const NEUTRAL: &[(&str, &str)] = &[
@@ -106,6 +175,11 @@ pub const NEUTRAL: &[(&str, &str)] = &[
     ("separate_reasoning", "true"),
     ("stream_reasoning", "true"),
     ("include_reasoning", "true"),
+    // llama-server's sampler settings at their "off" values (its web UI sends them).
+    ("dynatemp_range", "0"),
+    ("dynatemp_exponent", "1"),
+    ("min_keep", "0"),
+    ("tfs_z", "1"),
 ];
 
 fn neutral(api: Api, name: &str, v: &Value) -> bool {
@@ -120,7 +194,8 @@ fn neutral(api: Api, name: &str, v: &Value) -> bool {
         | "separate_reasoning"
         | "stream_reasoning"
         | "include_reasoning" => v == &Value::Bool(true),
-        "length_penalty" => v.as_f64() == Some(1.0),
+        "length_penalty" | "dynatemp_exponent" | "tfs_z" => v.as_f64() == Some(1.0),
+        "dynatemp_range" | "min_keep" => v.as_f64() == Some(0.0),
         "add_special_tokens" => v == &Value::Bool(api == Api::Completions),
         "echo" => api == Api::Chat && v == &Value::Bool(false),
         _ => false,
@@ -128,18 +203,19 @@ fn neutral(api: Api, name: &str, v: &Value) -> bool {
 }
 
 /// Rejects the first field of `body` folio neither reads nor may ignore (null values count
-/// as absent, as everywhere).
-pub fn check(body: &Map<String, Value>, api: Api) -> Result<(), ApiError> {
+/// as absent, as everywhere); returns the accepted-and-ignored ones it sent.
+pub fn check(body: &Map<String, Value>, api: Api) -> Result<Vec<&'static str>, ApiError> {
     let own = match api {
         Api::Completions => COMPLETIONS,
         Api::Chat => CHAT,
     };
+    let mut ignored = Vec::new();
     for (name, v) in body {
-        if v.is_null()
-            || COMMON.contains(&name.as_str())
-            || own.contains(&name.as_str())
-            || IGNORED.iter().any(|(n, _)| n == name)
-        {
+        if v.is_null() || COMMON.contains(&name.as_str()) || own.contains(&name.as_str()) {
+            continue;
+        }
+        if let Some((n, _)) = IGNORED.iter().find(|(n, _)| n == name) {
+            ignored.push(*n);
             continue;
         }
         if let Some((_, want)) = NEUTRAL.iter().find(|(n, _)| n == name) {
@@ -157,7 +233,7 @@ pub fn check(body: &Map<String, Value>, api: Api) -> Result<(), ApiError> {
         };
         return Err(unknown(path, name, v));
     }
-    Ok(())
+    Ok(ignored)
 }
 
 /// Fields only /v1/responses reads (the request's own; see `responses::request`).
@@ -380,7 +456,30 @@ mod tests {
     use serde_json::json;
 
     fn run(v: Value, api: Api) -> Result<(), String> {
-        check(v.as_object().unwrap(), api).map_err(|e| e.message)
+        check(v.as_object().unwrap(), api)
+            .map(|_| ())
+            .map_err(|e| e.message)
+    }
+
+    #[test]
+    fn ignored_fields_are_returned_for_the_warning() {
+        let got = check(
+            json!({"messages": [], "verbosity": "low", "cache_prompt": true, "store": null,
+                   "metadata": {}, "dynatemp_range": 0, "typical_p": 0.9})
+            .as_object()
+            .unwrap(),
+            Api::Chat,
+        )
+        .unwrap();
+        assert_eq!(
+            warning(&got).unwrap(),
+            "299 folio \"ignored fields: cache_prompt, metadata, verbosity\""
+        );
+        assert_eq!(warning(&[]), None);
+        assert_eq!(
+            run(json!({"dynatemp_range": 0.5}), Api::Chat).unwrap_err(),
+            "dynatemp_range: not supported by folio except as 0, got 0.5"
+        );
     }
 
     #[test]

@@ -23,6 +23,9 @@ pub struct Job {
     pub logprobs: Option<usize>,
     pub stream: bool,
     pub include_usage: bool,
+    /// `stream_options.continuous_usage_stats`: every chunk carries its choice's usage so
+    /// far (as vLLM sends it).
+    pub continuous_usage: bool,
     /// When the request reached the server (TTFT and e2e latency start here).
     pub arrival: Instant,
     /// Completions `echo`: one entry per prompt (empty without echo).
@@ -159,6 +162,24 @@ impl Job {
         self.envelope(true, vec![choice])
     }
 
+    /// Puts choice `index`'s usage so far (`generated` tokens) on `chunk`
+    /// (`continuous_usage_stats`).
+    pub fn with_usage(&self, chunk: &mut Value, index: usize, generated: usize) {
+        if !self.continuous_usage {
+            return;
+        }
+        let prompt = self
+            .prompt_lens
+            .get(index / self.n.max(1))
+            .copied()
+            .unwrap_or(0);
+        chunk["usage"] = json!({
+            "prompt_tokens": prompt,
+            "completion_tokens": generated,
+            "total_tokens": prompt + generated,
+        });
+    }
+
     /// The last chunk when `stream_options.include_usage`: usage, no choices.
     pub fn usage_chunk(&self, usage: UsageSum) -> Value {
         let mut v = self.envelope(true, Vec::new());
@@ -202,6 +223,7 @@ mod tests {
             logprobs: None,
             stream: true,
             include_usage,
+            continuous_usage: false,
             arrival: Instant::now(),
             echo: Vec::new(),
             tools: None,

@@ -41,6 +41,10 @@ pub struct Params {
     pub stream: bool,
     /// `stream_options.include_usage`: a last chunk with usage and no choices.
     pub include_usage: bool,
+    /// `stream_options.continuous_usage_stats` (vLLM): usage so far on every chunk.
+    pub continuous_usage: bool,
+    /// DRY's `dry_sequence_breakers`, turned into token ids once the tokenizer is at hand.
+    pub dry_breakers: crate::sampler_fields::DryBreakers,
     pub user: Option<String>,
     /// folio extension: `speculative` = "off" | "ngram" | "self" overrides the server's
     /// proposer for this request; `num_speculative_tokens` fixes its draft length.
@@ -83,8 +87,20 @@ pub fn parse(f: &Fields, api: Api, lim: Limits) -> Result<Params, ApiError> {
         // 0 is OpenAI's "score or echo the prompt, generate nothing".
         Api::Completions => f.int("max_tokens", 0, ctx)?,
     };
+    // llama-server's name; -1 is "until the context ends".
+    let max_tokens = match (max_tokens, f.int("n_predict", -1, ctx)?) {
+        (Some(m), _) => Some(m),
+        (None, Some(0)) if api == Api::Chat => {
+            return Err(ApiError::param(
+                "n_predict",
+                format!("must be -1 or an integer in [1, {ctx}], got 0"),
+            ))
+        }
+        (None, Some(n)) if n >= 0 => Some(n),
+        (None, _) => None,
+    };
     let top_k = f.int("top_k", -1, lim.vocab_size as i64)?.unwrap_or(0);
-    let sampling = SamplingParams {
+    let mut sampling = SamplingParams {
         temperature: f.number("temperature", 0.0, 2.0, false)?.unwrap_or(1.0) as f32,
         top_k: top_k.max(0) as usize,
         top_p: f.number("top_p", 0.0, 1.0, true)?.unwrap_or(1.0) as f32,
@@ -102,6 +118,7 @@ pub fn parse(f: &Fields, api: Api, lim: Limits) -> Result<Params, ApiError> {
         seed: f.int("seed", i64::MIN, i64::MAX)?.map(|s| s as u64),
         ..Default::default()
     };
+    let dry_breakers = crate::sampler_fields::parse(f, &mut sampling, ctx)?;
     let n = f.int("n", 1, lim.max_n as i64)?.unwrap_or(1) as usize;
     if let Some(b) = f.int("best_of", 1, lim.max_n as i64)? {
         if b as usize != n {
@@ -111,8 +128,16 @@ pub fn parse(f: &Fields, api: Api, lim: Limits) -> Result<Params, ApiError> {
             ));
         }
     }
+    // llama-server's `n_probs`: top alternatives per token, when `logprobs` is not given.
+    let n_probs = f.int("n_probs", 0, MAX_LOGPROBS)?;
     let logprobs = match api {
-        Api::Completions => f.int("logprobs", 0, MAX_LOGPROBS)?.map(|k| k as usize),
+        Api::Completions => f
+            .int("logprobs", 0, MAX_LOGPROBS)?
+            .or(n_probs)
+            .map(|k| k as usize),
+        Api::Chat if f.get("logprobs").is_none() && n_probs.unwrap_or(0) > 0 => {
+            n_probs.map(|k| k as usize)
+        }
         Api::Chat => {
             let on = f.bool("logprobs", false)?;
             let top = f.int("top_logprobs", 0, MAX_LOGPROBS)?;
@@ -129,8 +154,8 @@ pub fn parse(f: &Fields, api: Api, lim: Limits) -> Result<Params, ApiError> {
         }
     };
     let stream = f.bool("stream", false)?;
-    let include_usage = match f.get("stream_options") {
-        None => false,
+    let (include_usage, continuous_usage) = match f.get("stream_options") {
+        None => (false, false),
         Some(_) if !stream => {
             return Err(ApiError::param(
                 "stream_options",
@@ -139,9 +164,12 @@ pub fn parse(f: &Fields, api: Api, lim: Limits) -> Result<Params, ApiError> {
         }
         Some(Value::Object(o)) => {
             let inner = Fields::new(o);
-            inner
-                .bool("include_usage", false)
-                .map_err(|e| ApiError::param("stream_options.include_usage", strip(&e)))?
+            let flag = |name: &str| {
+                inner
+                    .bool(name, false)
+                    .map_err(|e| ApiError::param(format!("stream_options.{name}"), strip(&e)))
+            };
+            (flag("include_usage")?, flag("continuous_usage_stats")?)
         }
         Some(v) => {
             return Err(ApiError::param(
@@ -211,6 +239,8 @@ pub fn parse(f: &Fields, api: Api, lim: Limits) -> Result<Params, ApiError> {
         logprobs,
         stream,
         include_usage,
+        continuous_usage,
+        dry_breakers,
         user: f.str("user")?.map(str::to_string),
         spec: match f.str("speculative")? {
             None => None,

@@ -116,7 +116,7 @@ pub fn chat_prompt(messages: Option<Value>, f: &Fields) -> Result<PromptInput, A
         .enumerate()
         .map(|(i, m)| message(i, m))
         .collect::<Result<_, _>>()?;
-    let kwargs = match f.get("chat_template_kwargs") {
+    let mut kwargs = match f.get("chat_template_kwargs") {
         None | Some(Value::Null) => Map::new(),
         Some(Value::Object(o)) => o.clone(),
         Some(v) => {
@@ -126,6 +126,13 @@ pub fn chat_prompt(messages: Option<Value>, f: &Fields) -> Result<PromptInput, A
             ))
         }
     };
+    // OpenAI's `reasoning_effort` reaches templates that read it (GPT-OSS's) as the
+    // variable of that name; `chat_template_kwargs` wins when it sets one too.
+    if let Some(e) = f.str("reasoning_effort")? {
+        kwargs
+            .entry("reasoning_effort")
+            .or_insert_with(|| Value::String(e.to_string()));
+    }
     Ok(PromptInput::Chat {
         messages,
         add_generation_prompt: f.bool("add_generation_prompt", true)?,

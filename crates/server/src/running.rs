@@ -39,6 +39,8 @@ pub struct Running {
     pub queued: Option<Slots>,
     /// Counts the request as in flight (the drain waits for it).
     pub _active: Slots,
+    /// The accepted-and-ignored fields the request sent (for the `Warning` header).
+    pub ignored: Vec<&'static str>,
 }
 
 impl Running {

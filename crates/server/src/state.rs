@@ -36,6 +36,8 @@ pub struct Shared {
     pub compiler: crate::grammar_compiler::GrammarCompiler,
     /// Stored /v1/responses answers (`previous_response_id`, `GET /v1/responses/{id}`).
     pub responses: crate::responses::Store,
+    /// Requests finished per second (the `Retry-After` of a 429).
+    pub drain: Arc<crate::drain_rate::DrainRate>,
 }
 
 /// Bodies and prompt texts from this size on take a [`AppState::prompt_permit`]; smaller
@@ -46,6 +48,8 @@ pub const LARGE_PROMPT_BYTES: usize = 64 << 10;
 pub struct Slots {
     counter: Arc<AtomicUsize>,
     n: usize,
+    /// Where the release is recorded as a finished request (the active-request guard).
+    finished: Option<Arc<crate::drain_rate::DrainRate>>,
 }
 
 impl Slots {
@@ -54,6 +58,7 @@ impl Slots {
         let s = Slots {
             counter: counter.clone(),
             n,
+            finished: None,
         };
         (s, before)
     }
@@ -62,6 +67,9 @@ impl Slots {
 impl Drop for Slots {
     fn drop(&mut self) {
         self.counter.fetch_sub(self.n, Ordering::Relaxed);
+        if let Some(d) = &self.finished {
+            d.record(std::time::Instant::now());
+        }
     }
 }
 
@@ -87,6 +95,7 @@ impl AppState {
             queued: Arc::new(AtomicUsize::new(0)),
             active: Arc::new(AtomicUsize::new(0)),
             prompt_work: Arc::new(tokio::sync::Semaphore::new(prompt_workers())),
+            drain: Default::default(),
             compiler: crate::grammar_compiler::GrammarCompiler::new(
                 opts.grammar_compiles,
                 opts.grammar_compile_queue,
@@ -123,7 +132,8 @@ impl AppState {
     pub fn refused(&self, reason: folio_engine::FinishReason) -> crate::error::ApiError {
         let e = crate::error::ApiError::refusal(reason);
         self.0.metrics.rejected(e.status.as_u16());
-        e
+        let ahead = self.0.queued.load(Ordering::Relaxed);
+        e.retry_after(self.retry_after(ahead))
     }
 
     /// A submit the engine refused after `submitted` (earlier prompts of the same
@@ -157,7 +167,14 @@ impl AppState {
 
     /// Marks one generation request as being answered until the guard drops.
     pub fn begin(&self) -> Slots {
-        Slots::take(&self.0.active, 1).0
+        let mut s = Slots::take(&self.0.active, 1).0;
+        s.finished = Some(self.0.drain.clone());
+        s
+    }
+
+    /// The `Retry-After` (seconds) for a client refused with `ahead` requests queued.
+    pub fn retry_after(&self, ahead: usize) -> u64 {
+        self.0.drain.retry_after(ahead, std::time::Instant::now())
     }
 
     /// Reserves `n` queue places (choices waiting for their first event), or explains why
@@ -171,7 +188,8 @@ impl AppState {
         if before + n > max {
             drop(slots);
             s.metrics.rejected(429);
-            return Err(crate::error::Error::Overloaded(format!("server overloaded: {before} requests queued, {n} more would exceed the limit of {max} (--max-queued-requests); retry later")).into());
+            let e: crate::ApiError = crate::error::Error::Overloaded(format!("server overloaded: {before} requests queued, {n} more would exceed the limit of {max} (--max-queued-requests); retry later")).into();
+            return Err(e.retry_after(self.retry_after(before + n)));
         }
         Ok(slots)
     }

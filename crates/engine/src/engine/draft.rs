@@ -226,7 +226,8 @@ impl Engine {
                     if let Some(g) = live.guide.as_mut() {
                         g.mask(&mut l);
                     }
-                    let dist = live.sampler.distribution(&l);
+                    let at = live.sampler.step_at(live.output.len() + st[i].drafts.len());
+                    let dist = live.sampler.distribution_at(&l, &at);
                     let t = live.sampler.draw(&dist);
                     live.spec.as_mut().expect("speculating").draft_q.push(dist);
                     t

@@ -111,7 +111,7 @@ impl Engine {
         });
         Live {
             tx,
-            sampler: Sampler::new(req.params),
+            sampler: Sampler::new(req.params).with_prompt(prompt),
             decoder: IncrementalDecoder::new(self.tokenizer.clone(), !req.special_text),
             stop: StopMatcher::new(req.stop),
             stop_ids: req.stop_token_ids,

@@ -266,17 +266,21 @@ pub(super) fn choose_tokens(
         }
         l
     };
-    // Output position of row 0: rows are keyed by position (see `Sampler`).
-    let pos = live.output.len();
+    // Row 0's sampler state (its output position keys the draws, see `Sampler`); row
+    // i + 1's follows from row i's as if its token were taken (Mirostat's `mu`).
+    let mut steps = vec![live.sampler.step_at(live.output.len())];
     let greedy = live.sampler.params.is_greedy();
     // Row i's token: drawn with the position's own uniform, or the argmax (checked
     // against the grammar before any mask is computed).
-    let pick = |live: &mut Live, i: usize| {
+    let pick = |live: &mut Live, i: usize, steps: &mut Vec<crate::sampler::Step>| {
         if greedy {
             greedy_pick(live, raw(live, i))
         } else {
             let l = prepare(live, i);
-            live.sampler.sample_at(&l, pos + i)
+            let d = live.sampler.distribution_at(&l, &steps[i]);
+            let t = live.sampler.draw_at(&d, &steps[i]);
+            steps.push(live.sampler.next(&steps[i], t, &d));
+            t
         }
     };
     // Drafts the matcher has stepped over to reach later rows' masks.
@@ -288,8 +292,10 @@ pub(super) fn choose_tokens(
             }
         }
     };
+    // The distributions of the rows when drafts were verified by rejection sampling.
+    let mut p: Vec<Vec<(u32, f32)>> = Vec::new();
     let mut toks: Vec<u32> = if drafts.is_empty() {
-        vec![pick(live, 0)]
+        vec![pick(live, 0, &mut steps)]
     } else if greedy || !sampled_drafts {
         // Greedy: accept up to the first mismatch with the argmax, then the argmax.
         // A deterministic proposer (n-gram lookup) puts all its mass on its draft: then
@@ -299,7 +305,7 @@ pub(super) fn choose_tokens(
         // gives, whatever the draft lengths.
         let mut toks = Vec::with_capacity(n_rows);
         for i in 0..n_rows {
-            let t = pick(live, i);
+            let t = pick(live, i, &mut steps);
             toks.push(t);
             if drafts.get(i) != Some(&t) {
                 break;
@@ -310,12 +316,12 @@ pub(super) fn choose_tokens(
         }
         toks
     } else {
-        let mut p: Vec<Vec<(u32, f32)>> = Vec::with_capacity(n_rows);
         for i in 0..n_rows {
             let l = prepare(live, i);
-            p.push(live.sampler.distribution(&l));
+            p.push(live.sampler.distribution_at(&l, &steps[i]));
             if i < drafts.len() {
                 step(live, drafts[i], &mut consumed);
+                steps.push(live.sampler.next(&steps[i], drafts[i], &p[i]));
             }
         }
         let q = &live.spec.as_ref().expect("sampled drafts").draft_q[..drafts.len()];
@@ -328,6 +334,16 @@ pub(super) fn choose_tokens(
         g.rollback(consumed - accepted);
         let taken = accepted + g.commit_all(&toks[accepted..]);
         toks.truncate(taken.max(1));
+    }
+    if !greedy {
+        // The state after the tokens taken (history-dependent samplers see only those).
+        let n = toks.len();
+        let after = if p.is_empty() {
+            steps[n]
+        } else {
+            live.sampler.next(&steps[n - 1], toks[n - 1], &p[n - 1])
+        };
+        live.sampler.commit(&after);
     }
     let logprobs = match live.logprobs {
         Some(k) => toks
