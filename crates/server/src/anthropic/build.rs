@@ -364,6 +364,7 @@ mod tests {
             logprobs: None,
             stream: true,
             include_usage: false,
+            continuous_usage: false,
             arrival: std::time::Instant::now(),
             echo: Vec::new(),
             tools: tools.then_some(crate::tools::ToolCalling {
