@@ -43,8 +43,6 @@ pub async fn start(
 ) -> Result<Running, ApiError> {
     let s = &st.0;
     st.refuse_if_draining()?;
-    let info = &s.engine.info;
-    let cap = st.capacity();
     crate::known_fields::check(&body, api)?;
     // The prompt leaves the body (moved, not copied: it may be megabytes); no other field
     // reader looks at it.
@@ -53,10 +51,14 @@ pub async fn start(
         Api::Chat => "messages",
     });
     let f = Fields::new(&body);
+    // The model (loaded now if it is not), held until the answer ends.
+    let m = st.lease(crate::lora::model_field(&f)?).await?;
+    let info = &m.engine.info;
+    let cap = m.capacity();
     // The base model or adapters (a `model` naming one, or a `lora` list).
-    let (lora, model_name) = crate::lora::request_adapters(&st, &f)?;
-    let mut p = params::parse(&f, api, st.limits())?;
-    p.sampling.rules = p.logit.rules(&s.engine.tokenizer)?;
+    let (lora, model_name) = crate::lora::request_adapters(&m, &f)?;
+    let mut p = params::parse(&f, api, m.limits(s.opts.max_n))?;
+    p.sampling.rules = p.logit.rules(&m.engine.tokenizer)?;
     // `tool_choice` required or named: the answer is constrained to one such call.
     if let Some(schema) = p.tools.as_ref().and_then(|t| t.forced_call_schema()) {
         if let Some(c) = &p.constraint {
@@ -74,7 +76,7 @@ pub async fn start(
         });
     }
     let compiled = match &p.constraint {
-        Some(c) => Some(s.compiler.compile(&s.engine.grammars, c).await?),
+        Some(c) => Some(s.compiler.compile(&m.engine.grammars, c).await?),
         None => None,
     };
     let mut inputs = match api {
@@ -83,7 +85,7 @@ pub async fn start(
     };
     let tool_calling = match &p.tools {
         Some(t) if !t.offered().is_empty() => {
-            let template = s.engine.tokenizer.chat_template();
+            let template = m.engine.tokenizer.chat_template();
             crate::tools::render_into(&mut inputs[0], t, template);
             let parser = s
                 .opts
@@ -97,7 +99,7 @@ pub async fn start(
             })
         }
         Some(t) => {
-            crate::tools::render_into(&mut inputs[0], t, s.engine.tokenizer.chat_template());
+            crate::tools::render_into(&mut inputs[0], t, m.engine.tokenizer.chat_template());
             None
         }
         None => None,
@@ -113,13 +115,13 @@ pub async fn start(
     } else {
         Vec::new()
     };
-    let prompts = tokenize_all(&st, api, inputs, cap).await?;
+    let prompts = tokenize_all(&st, &m, api, inputs, cap).await?;
     let echo: Vec<EchoPrompt> = if p.echo {
         prompts
             .iter()
             .zip(echo_texts)
             .map(|(ids, t)| EchoPrompt {
-                text: t.unwrap_or_else(|| s.engine.tokenizer.decode(ids, false)),
+                text: t.unwrap_or_else(|| m.engine.tokenizer.decode(ids, false)),
                 ids: ids.clone(),
             })
             .collect()
@@ -164,9 +166,9 @@ pub async fn start(
         // n samples of one prompt share its KV: the engine computes the prompt once and
         // forks the other samples from it.
         let params: Vec<_> = (0..p.n).map(|j| p.sampling_for(j)).collect();
-        match s.engine.submit_n(req, params) {
+        match m.engine.submit_n(req, params) {
             Ok(rs) => streams.extend(rs),
-            Err(e) => return Err(st.submit_failed(&streams, e)),
+            Err(e) => return Err(st.submit_failed(&m.engine, &streams, e)),
         }
     }
     let job = Job {
@@ -187,7 +189,7 @@ pub async fn start(
             Api::Completions => None,
         },
     };
-    let mut choices = Choices::new(streams, Some(s.engine.clone())).counting_aborts(st.clone());
+    let mut choices = Choices::new(streams, Some(m.engine.clone())).counting_aborts(m.served());
     let deadline = Cutoff::earliest(s.opts.request_timeout, p.deadline_ms, arrival);
     // Streams wait for admission only briefly: a request queued behind others gets its
     // headers (and keep-alive comments) instead of silence until its first token.
@@ -202,6 +204,7 @@ pub async fn start(
         deadline,
         queued: (!admitted).then_some(queued),
         _active: active,
+        model: m,
     })
 }
 
@@ -238,11 +241,12 @@ fn field_name(api: Api, i: usize, count: usize) -> String {
 /// tokenizing.
 async fn tokenize_all(
     st: &AppState,
+    m: &crate::models::Served,
     api: Api,
     inputs: Vec<PromptInput>,
     cap: crate::capacity::Capacity,
 ) -> Result<Vec<Vec<u32>>, ApiError> {
-    let tok = st.0.engine.tokenizer.clone();
+    let tok = m.engine.tokenizer.clone();
     let count = inputs.len();
     for (i, input) in inputs.iter().enumerate() {
         if let PromptInput::Text(t) = input {
