@@ -97,7 +97,7 @@ fn models_max_unloads_the_lru_idle_model_never_a_busy_one() {
     // smol serves a long stream from here on: it is the least recently used, but busy.
     let (mut sock, _) = http::open_stream(
         addr,
-        &json!({"model": "smol", "prompt": "Count:", "max_tokens": 300, "ignore_eos": true, "stream": true}),
+        &json!({"model": "smol", "prompt": "Count:", "max_tokens": 1000, "ignore_eos": true, "stream": true}),
         1,
     );
     greedy(addr, Some("gemma"), PROMPTS[0]);
@@ -107,16 +107,21 @@ fn models_max_unloads_the_lru_idle_model_never_a_busy_one() {
     wait_status(addr, "gemma", "unloaded");
     assert_eq!(status(addr, "smol"), "loaded");
     assert_eq!(status(addr, "tiny"), "loaded");
+    // smol's stream was still running all along (it is older than gemma's last use, so
+    // only being busy kept it).
+    let m = get(addr, "/metrics").text();
+    assert!(m.contains("folio_requests_running{model_name=\"smol\"} 1.0"), "{m}");
     // The stream ends whole.
     let mut rest = String::new();
     use std::io::Read;
     sock.read_to_string(&mut rest).unwrap();
     assert!(rest.contains("data: [DONE]"), "{rest}");
     assert!(rest.contains("\"finish_reason\":\"length\""), "{rest}");
-    // gemma again: now smol is idle and the least recently used.
+    // gemma again: tiny is now the least recently used (smol was in use until its
+    // stream ended, after tiny's request).
     greedy(addr, Some("gemma"), PROMPTS[0]);
-    wait_status(addr, "smol", "unloaded");
-    assert_eq!(status(addr, "tiny"), "loaded");
+    wait_status(addr, "tiny", "unloaded");
+    assert_eq!(status(addr, "smol"), "loaded");
     assert_eq!(loads.load(Ordering::SeqCst), 4);
 }
 
