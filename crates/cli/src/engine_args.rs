@@ -336,7 +336,12 @@ fn load_model(
 
 /// Starts an engine on the GGUF at `path` (a model of a server of several: no draft model),
 /// serving it as `name`.
-pub fn start_named(args: &EngineArgs, mut cfg: EngineConfig, path: &Path, name: &str) -> Result<EngineHandle> {
+pub fn start_named(
+    args: &EngineArgs,
+    mut cfg: EngineConfig,
+    path: &Path,
+    name: &str,
+) -> Result<EngineHandle> {
     let (gguf, model) = load_model(args, path, "")?;
     let mut tok = folio_tokenizer::Tokenizer::from_gguf(&gguf)
         .with_context(|| format!("tokenizer of {}", path.display()))?;

@@ -64,9 +64,9 @@ pub fn parse_duration(flag: &str, s: &str) -> Result<Option<Duration>> {
         "h" => 3600.0,
         _ => bail!("{flag}: expected a duration like 30s, 5m, 1h, 0 or -1, got {s:?}"),
     };
-    let v: f64 = num
-        .parse()
-        .with_context(|| format!("{flag}: expected a duration like 30s, 5m, 1h, 0 or -1, got {s:?}"))?;
+    let v: f64 = num.parse().with_context(|| {
+        format!("{flag}: expected a duration like 30s, 5m, 1h, 0 or -1, got {s:?}")
+    })?;
     if !(v >= 0.0 && v * mul <= 1e9) {
         bail!("{flag}: must be 0 or more (or -1 for never), got {s:?}");
     }
@@ -83,7 +83,10 @@ fn ggufs_under(dir: &Path, out: &mut Vec<PathBuf>) {
     for p in entries {
         if p.is_dir() {
             ggufs_under(&p, out);
-        } else if p.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf")) {
+        } else if p
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("gguf"))
+        {
             out.push(p);
         }
     }
@@ -128,7 +131,10 @@ pub fn registry(engine: &EngineArgs, m: &ModelsArgs) -> Result<Arc<Registry>> {
         } else {
             let spec = target.to_string_lossy().into_owned();
             if folio_fetch::catalog::find(&spec).is_none() {
-                bail!("--model {text}: {spec} is neither a file nor a catalogue model ({})", folio_fetch::catalog::names());
+                bail!(
+                    "--model {text}: {spec} is neither a file nor a catalogue model ({})",
+                    folio_fetch::catalog::names()
+                );
             }
             let name = name.unwrap_or_else(|| spec.clone());
             catalogue.insert(name.clone(), target);
@@ -146,7 +152,10 @@ pub fn registry(engine: &EngineArgs, m: &ModelsArgs) -> Result<Arc<Registry>> {
     let default = sources.first().map(|s| s.name.clone());
     if let Some(dir) = &m.models_dir {
         if !dir.is_dir() {
-            bail!("--models-dir: must be an existing directory, got {}", dir.display());
+            bail!(
+                "--models-dir: must be an existing directory, got {}",
+                dir.display()
+            );
         }
         let mut files = Vec::new();
         ggufs_under(dir, &mut files);
@@ -156,7 +165,10 @@ pub fn registry(engine: &EngineArgs, m: &ModelsArgs) -> Result<Arc<Registry>> {
         }
     }
     if sources.is_empty() {
-        bail!("--models-dir: no *.gguf file found (nor in {})", folio_fetch::models_dir().display());
+        bail!(
+            "--models-dir: no *.gguf file found (nor in {})",
+            folio_fetch::models_dir().display()
+        );
     }
     let policy = Policy {
         max_loaded: m.models_max,
@@ -172,10 +184,38 @@ pub fn registry(engine: &EngineArgs, m: &ModelsArgs) -> Result<Arc<Registry>> {
     let loader: Loader = Arc::new(move |src: &ModelSource| {
         let path = match (&src.path, catalogue.get(&src.name)) {
             (Some(p), _) => p.clone(),
-            (None, Some(spec)) => engine_args::resolve_model(Some(spec)).map_err(|e| format!("{e:#}"))?,
+            (None, Some(spec)) => {
+                engine_args::resolve_model(Some(spec)).map_err(|e| format!("{e:#}"))?
+            }
             (None, None) => return Err(format!("no file for model {}", src.name)),
         };
         engine_args::start_named(&args, cfg.clone(), &path, &src.name).map_err(|e| format!("{e:#}"))
     });
     Ok(Registry::new(sources, default, loader, policy))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keep_alive_durations() {
+        let d = |s| parse_duration("--keep-alive", s).unwrap();
+        assert_eq!(d("5m"), Some(Duration::from_secs(300)));
+        assert_eq!(d("30s"), Some(Duration::from_secs(30)));
+        assert_eq!(d("1h"), Some(Duration::from_secs(3600)));
+        assert_eq!(d("250ms"), Some(Duration::from_millis(250)));
+        assert_eq!(d("0"), Some(Duration::ZERO));
+        assert_eq!(d("90"), Some(Duration::from_secs(90)));
+        assert_eq!(d("-1"), None);
+        assert_eq!(d("never"), None);
+        let e = parse_duration("--keep-alive", "5 days")
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "--keep-alive: expected a duration like 30s, 5m, 1h, 0 or -1, got \"5 days\""
+        );
+        assert!(parse_duration("--keep-alive", "-5s").is_err());
+    }
 }

@@ -434,11 +434,7 @@ impl EngineHandle {
     /// threads. Running requests end as in [`EngineHandle::shutdown`].
     pub fn shutdown_and_join(&self) {
         self.shutdown();
-        let t = self
-            .thread
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
+        let t = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
         if let Some(t) = t {
             let _ = t.join();
         }

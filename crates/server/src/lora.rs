@@ -286,13 +286,18 @@ pub async fn unload(State(st): State<AppState>, JsonObject(body): JsonObject) ->
 /// `name`, `resident`, `rank` and request counts. `path` is the file's name only: where
 /// files lie on the server is not the client's business. Behind the API key (see `auth`).
 pub async fn list(State(st): State<AppState>) -> Json<Value> {
-    let list: Vec<_> = st
-        .0
-        .models
-        .loaded()
-        .iter()
-        .flat_map(|m| m.engine.lora.lock().unwrap_or_else(|e| e.into_inner()).list())
-        .collect();
+    let list: Vec<_> =
+        st.0.models
+            .loaded()
+            .iter()
+            .flat_map(|m| {
+                m.engine
+                    .lora
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .list()
+            })
+            .collect();
     Json(Value::Array(
         list.into_iter()
             .map(|l| {

@@ -6,8 +6,8 @@ use crate::body::JsonObject;
 use crate::error::ApiError;
 use crate::fields::{show, Fields};
 use crate::generate::generate;
-use crate::prompt;
 use crate::models::{ModelEntry, Served};
+use crate::prompt;
 use crate::state::AppState;
 use axum::extract::{Path, State};
 use axum::http::{header, Uri};
@@ -72,7 +72,10 @@ pub async fn models(State(st): State<AppState>) -> Json<Value> {
 
 /// `/v1/models/{id}`: the card of a model or an adapter, 404 for any other id.
 pub async fn model(State(st): State<AppState>, Path(id): Path<String>) -> Response {
-    match model_cards(&st).into_iter().find(|c| c["id"] == id.as_str()) {
+    match model_cards(&st)
+        .into_iter()
+        .find(|c| c["id"] == id.as_str())
+    {
         Some(card) => Json(card).into_response(),
         None => {
             let names: Vec<String> = st.model_list().into_iter().map(|e| e.name).collect();
@@ -190,9 +193,9 @@ pub async fn health(State(st): State<AppState>) -> Response {
 pub async fn metrics(State(st): State<AppState>) -> Response {
     let s = &st.0;
     let page = |m: &Served| {
-        let mut text =
-            m.metrics
-                .render(&m.engine.info, &m.engine.metrics, &m.name, &s.rejections);
+        let mut text = m
+            .metrics
+            .render(&m.engine.info, &m.engine.metrics, &m.name, &s.rejections);
         crate::lora::render_metrics(m, &mut text);
         text
     };

@@ -13,7 +13,9 @@ use std::time::Duration;
 
 #[test]
 fn unloading_returns_the_memory() {
-    let Some((smol, gemma)) = cached() else { return };
+    let Some((smol, gemma)) = cached() else {
+        return;
+    };
     let reg = folio_server::models::Registry::new(
         sources(&[("smol", &smol), ("gemma", &gemma)]),
         None,
@@ -47,7 +49,10 @@ fn unloading_returns_the_memory() {
         mb(loaded),
         mb(after)
     );
-    assert!(loaded > before + (200 << 20), "loading two models took little memory");
+    assert!(
+        loaded > before + (200 << 20),
+        "loading two models took little memory"
+    );
     assert!(
         after <= before + (40 << 20),
         "after unloading: {:.1} MB, before loading {:.1} MB",

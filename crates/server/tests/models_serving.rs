@@ -21,7 +21,9 @@ const PROMPTS: [&str; 2] = ["The capital of France is", "Once upon a time"];
 #[test]
 fn interleaved_requests_get_each_models_own_text() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let Some((smol, gemma)) = cached() else { return };
+    let Some((smol, gemma)) = cached() else {
+        return;
+    };
     let tiny = tiny_file("interleaved");
     let models = [("smol", &smol), ("gemma", &gemma), ("tiny", &tiny)];
     // What each model says alone, on a single-model server.
@@ -64,8 +66,17 @@ fn interleaved_requests_get_each_models_own_text() {
         assert_eq!(status(addr, name), "loaded");
     }
     // A model nobody serves: 404 naming it (and what is served).
-    let r = post(addr, "/v1/completions", &json!({"model": "nope", "prompt": "x", "max_tokens": 1}));
-    assert_error(&r, 404, "model_not_found", &["`nope`", "`smol`", "`gemma`", "`tiny`"]);
+    let r = post(
+        addr,
+        "/v1/completions",
+        &json!({"model": "nope", "prompt": "x", "max_tokens": 1}),
+    );
+    assert_error(
+        &r,
+        404,
+        "model_not_found",
+        &["`nope`", "`smol`", "`gemma`", "`tiny`"],
+    );
     let r = post(addr, "/models/load", &json!({"model": "nope"}));
     assert_error(&r, 404, "model_not_found", &["`nope`"]);
     // /models is /v1/models (llama-server router mode).
@@ -77,14 +88,20 @@ fn interleaved_requests_get_each_models_own_text() {
         assert!(m.contains(&line), "{line} not in /metrics");
     }
     assert_eq!(m.matches("# TYPE folio_kv_blocks_total gauge").count(), 1);
-    assert_eq!(m.matches("# TYPE folio_http_rejected_total counter").count(), 1);
+    assert_eq!(
+        m.matches("# TYPE folio_http_rejected_total counter")
+            .count(),
+        1
+    );
     assert!(m.contains("folio_http_rejected_total{status=\"429\"} 0\n"));
 }
 
 #[test]
 fn models_max_unloads_the_lru_idle_model_never_a_busy_one() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let Some((smol, gemma)) = cached() else { return };
+    let Some((smol, gemma)) = cached() else {
+        return;
+    };
     let tiny = tiny_file("max");
     let loads = Arc::new(AtomicUsize::new(0));
     let reg = folio_server::models::Registry::new(
@@ -101,7 +118,10 @@ fn models_max_unloads_the_lru_idle_model_never_a_busy_one() {
         1,
     );
     greedy(addr, Some("gemma"), PROMPTS[0]);
-    assert_eq!((status(addr, "smol"), status(addr, "gemma")), ("loaded".into(), "loaded".into()));
+    assert_eq!(
+        (status(addr, "smol"), status(addr, "gemma")),
+        ("loaded".into(), "loaded".into())
+    );
     // A third model: gemma (idle) goes, smol (streaming) stays.
     greedy(addr, Some("tiny"), PROMPTS[0]);
     wait_status(addr, "gemma", "unloaded");
@@ -110,7 +130,10 @@ fn models_max_unloads_the_lru_idle_model_never_a_busy_one() {
     // smol's stream was still running all along (it is older than gemma's last use, so
     // only being busy kept it).
     let m = get(addr, "/metrics").text();
-    assert!(m.contains("folio_requests_running{model_name=\"smol\"} 1.0"), "{m}");
+    assert!(
+        m.contains("folio_requests_running{model_name=\"smol\"} 1.0"),
+        "{m}"
+    );
     // The stream ends whole.
     let mut rest = String::new();
     use std::io::Read;
@@ -159,8 +182,17 @@ fn keep_alive_zero_unloads_and_the_models_metrics_go() {
     );
     let (addr, _stop) = serve(reg.clone());
     // Several models and no `model`: the field is required.
-    let r = post(addr, "/v1/completions", &json!({"prompt": "x", "max_tokens": 1}));
-    assert_error(&r, 400, "invalid_parameter", &["model", "`tiny`", "`other`"]);
+    let r = post(
+        addr,
+        "/v1/completions",
+        &json!({"prompt": "x", "max_tokens": 1}),
+    );
+    assert_error(
+        &r,
+        400,
+        "invalid_parameter",
+        &["model", "`tiny`", "`other`"],
+    );
     greedy(addr, Some("tiny"), "ab");
     wait_status(addr, "tiny", "unloaded");
     let m = get(addr, "/metrics").text();
@@ -168,11 +200,22 @@ fn keep_alive_zero_unloads_and_the_models_metrics_go() {
     assert!(!m.contains("folio_kv_blocks_total"), "{m}");
     // Ollama's per-request keep_alive: this model stays now.
     reg.keep_alive("other", Duration::from_secs(60));
-    assert_eq!(post_ok(addr, "/models/load", &json!({"model": "other"})), json!({"success": true}));
+    assert_eq!(
+        post_ok(addr, "/models/load", &json!({"model": "other"})),
+        json!({"success": true})
+    );
     assert_eq!(status(addr, "other"), "loaded");
     let m = get(addr, "/metrics").text();
-    assert!(m.contains("folio_kv_blocks_total{model_name=\"other\"} "), "{m}");
-    assert_eq!(post_ok(addr, "/models/unload", &json!({"model": "other"})), json!({"success": true}));
+    assert!(
+        m.contains("folio_kv_blocks_total{model_name=\"other\"} "),
+        "{m}"
+    );
+    assert_eq!(
+        post_ok(addr, "/models/unload", &json!({"model": "other"})),
+        json!({"success": true})
+    );
     wait_status(addr, "other", "unloaded");
-    assert!(!get(addr, "/metrics").text().contains("model_name=\"other\""));
+    assert!(!get(addr, "/metrics")
+        .text()
+        .contains("model_name=\"other\""));
 }

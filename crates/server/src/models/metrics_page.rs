@@ -101,7 +101,9 @@ mod tests {
     #[test]
     fn joins_families_and_labels_samples() {
         let a = "# HELP folio_kv_blocks_used Blocks.\n# TYPE folio_kv_blocks_used gauge\nfolio_kv_blocks_used 2.0\n# HELP folio_http_rejected_total R.\n# TYPE folio_http_rejected_total counter\nfolio_http_rejected_total{status=\"429\"} 1\n# HELP vllm:x X.\n# TYPE vllm:x gauge\nvllm:x{model_name=\"a\"} 1.0\n# HELP h H.\n# TYPE h histogram\nh_bucket{le=\"1\"} 3\n";
-        let b = a.replace("model_name=\"a\"", "model_name=\"b\"").replace("2.0", "5.0");
+        let b = a
+            .replace("model_name=\"a\"", "model_name=\"b\"")
+            .replace("2.0", "5.0");
         let page = join(
             &[("a".into(), a.into()), ("b".into(), b)],
             &["folio_http_rejected_total"],

@@ -319,7 +319,9 @@ impl Registry {
         i: usize,
     ) -> Result<watch::Receiver<Outcome>, NoRoom> {
         let Some(loader) = self.loader.clone() else {
-            return Err(NoRoom::Never("it is not loaded and this server loads no models".into()));
+            return Err(NoRoom::Never(
+                "it is not loaded and this server loads no models".into(),
+            ));
         };
         let need = slots[i].source.estimate();
         if let Some(b) = self.policy.memory_bytes {
@@ -372,7 +374,9 @@ impl Registry {
             let built = loader(&source);
             let outcome = reg.finish_load(i, &source, built);
             match &outcome {
-                Ok(()) => tracing::info!(model = %source.name, secs = started.elapsed().as_secs_f64(), "loaded"),
+                Ok(()) => {
+                    tracing::info!(model = %source.name, secs = started.elapsed().as_secs_f64(), "loaded")
+                }
                 Err(e) => tracing::warn!(model = %source.name, error = %e, "load failed"),
             }
             let _ = tx.send(Some(outcome));
@@ -463,7 +467,10 @@ impl Registry {
 
     /// The loaded models, for `/metrics` and the adapter cards.
     pub fn loaded(&self) -> Vec<Arc<Served>> {
-        self.lock().iter().filter_map(|s| s.served().cloned()).collect()
+        self.lock()
+            .iter()
+            .filter_map(|s| s.served().cloned())
+            .collect()
     }
 
     /// Loads `name` now (waiting for it) and keeps it as a request would.
