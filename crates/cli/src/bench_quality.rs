@@ -300,7 +300,7 @@ pub fn run(a: QualityArgs) -> Result<()> {
             for p in &a.attn_precision {
                 let label = format!("{}/{}", kv.name(), value_name(p));
                 let mut e = default_engine_args();
-                e.model = Some(path.clone());
+                e.model = vec![path.clone()];
                 e.kv_format = *kv;
                 e.attn_precision = *p;
                 e.kv_cache_bytes = a.kv_cache_bytes.clone();

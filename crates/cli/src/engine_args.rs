@@ -82,8 +82,10 @@ impl AttnPrecisionArg {
 pub struct EngineArgs {
     /// A local GGUF file, or a catalogue model fetched on first use (`folio models` lists
     /// them; `--model list` too); default: smollm2-135m (SmolLM2-135M-Instruct Q4_1).
-    #[arg(long)]
-    pub model: Option<PathBuf>,
+    /// `folio serve` takes it repeatedly, also as `NAME=PATH|catalogue-name`: each is one
+    /// model, loaded on first use (the first is the default model).
+    #[arg(long, value_name = "PATH|NAME|NAME=PATH")]
+    pub model: Vec<PathBuf>,
     #[arg(long, value_enum, default_value = "continuous")]
     pub policy: PolicyArg,
     /// Compute threads (the matmul pool, the caller included); default: `FOLIO_THREADS`,
@@ -289,7 +291,7 @@ pub fn apply_threads(threads: Option<usize>) -> Result<()> {
 /// Starts the engine on `args`' model with an explicit config.
 pub fn start_with(args: &EngineArgs, cfg: EngineConfig) -> Result<EngineHandle> {
     apply_threads(args.threads)?;
-    let path = resolve_model(args.model.as_deref())?;
+    let path = resolve_model(args.model.first().map(PathBuf::as_path))?;
     let draft_path = match &args.draft_model {
         Some(p) => Some(resolve_model(Some(p))?),
         None => None,
@@ -330,4 +332,26 @@ fn load_model(
     model.set_sums(args.numerics.sums());
     model.set_attn_precision(args.attn_precision.precision());
     Ok((gguf, model))
+}
+
+/// Starts an engine on the GGUF at `path` (a model of a server of several: no draft model),
+/// serving it as `name`.
+pub fn start_named(
+    args: &EngineArgs,
+    mut cfg: EngineConfig,
+    path: &Path,
+    name: &str,
+) -> Result<EngineHandle> {
+    let (gguf, model) = load_model(args, path, "")?;
+    let mut tok = folio_tokenizer::Tokenizer::from_gguf(&gguf)
+        .with_context(|| format!("tokenizer of {}", path.display()))?;
+    if let Some(file) = &args.chat_template {
+        let source = std::fs::read_to_string(file)
+            .with_context(|| format!("--chat-template: reading {}", file.display()))?;
+        tok.set_chat_template(&source)
+            .with_context(|| format!("--chat-template {}", file.display()))?;
+    }
+    drop(gguf);
+    cfg.served_name = Some(name.to_string());
+    Ok(folio_engine::spawn_engine(model, Arc::new(tok), path, cfg)?)
 }

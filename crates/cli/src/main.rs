@@ -13,6 +13,7 @@ mod logging;
 mod models_cmd;
 mod plan_cmd;
 mod serve;
+mod serve_models;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
@@ -48,6 +49,8 @@ enum Cmd {
         server: ServeArgs,
         #[command(flatten)]
         kv_events: kv_events_args::KvEventArgs,
+        #[command(flatten)]
+        models: serve_models::ModelsArgs,
     },
     /// Generate text for one prompt, streamed to stdout; figures go to stderr.
     Generate {
@@ -363,8 +366,16 @@ fn main() -> Result<()> {
             port,
             server,
             kv_events,
+            models,
         } => {
             let opts = server.options()?;
+            if serve_models::wanted(&engine, &models) {
+                if kv_events.config()?.is_some() || server.served_model_name.is_some() {
+                    anyhow::bail!("--kv-events-endpoint and --served-model-name serve one model; with several (--models-dir, --model NAME=PATH) each is named by its NAME or file stem");
+                }
+                let reg = serve_models::registry(&engine, &models)?;
+                return serve::run_models(reg, &host, port, opts);
+            }
             let mut cfg = engine.config()?;
             cfg.served_name = server.served_model_name.clone();
             let events = kv_events.config()?.map(|c| {

@@ -287,6 +287,9 @@ pub struct EngineHandle {
     pub lora: Arc<std::sync::Mutex<crate::LoraRegistry>>,
     /// The vocabulary as the constraint compiler sees it (built on first use).
     pub grammars: Arc<crate::Grammars>,
+    /// The engine thread, joined by [`EngineHandle::shutdown_and_join`] (the first caller
+    /// takes it).
+    pub(crate) thread: Arc<std::sync::Mutex<Option<std::thread::JoinHandle<()>>>>,
 }
 
 impl EngineHandle {
@@ -428,5 +431,17 @@ impl EngineHandle {
     /// Asks the engine to finish: new submits fail, running requests are cancelled.
     pub fn shutdown(&self) {
         let _ = self.tx.send(Command::Shutdown);
+    }
+
+    /// Shuts the engine down and waits for its thread to end: when this returns, the
+    /// thread has dropped the model's weights and the KV pool (what a server unloading a
+    /// model needs before it counts that memory free). Blocking: call it off the async
+    /// threads. Running requests end as in [`EngineHandle::shutdown`].
+    pub fn shutdown_and_join(&self) {
+        self.shutdown();
+        let t = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(t) = t {
+            let _ = t.join();
+        }
     }
 }

@@ -18,6 +18,8 @@ pub fn protected(path: &str, metrics_too: bool) -> bool {
         || path == "/tokenize"
         || path == "/detokenize"
         || path == "/lora-adapters"
+        || path == "/models"
+        || path.starts_with("/models/")
         || path.starts_with("/lora-adapters/")
         || (metrics_too && path == "/metrics")
 }

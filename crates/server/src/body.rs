@@ -39,13 +39,7 @@ impl FromRequest<AppState> for JsonObject {
         })?;
         // A large body waits for its turn before it is parsed (see `prompt_permit`).
         let _turn = state.prompt_permit(bytes.len()).await;
-        let info = &state.0.engine.info;
-        let budget = JsonBudget::new(
-            info.context_length,
-            info.vocab_size,
-            state.capacity().max_model_len(),
-        );
-        parse_object(&bytes, budget).map(JsonObject)
+        parse_object(&bytes, state.body_budget()).map(JsonObject)
     }
 }
 

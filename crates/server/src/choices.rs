@@ -24,7 +24,7 @@ pub struct Choices {
     seen: Vec<bool>,
     /// The server's state, whose finish counters count choices dropped unfinished (the
     /// client went away) as `abort`: their `Finished` event is never read.
-    counted: Option<crate::state::AppState>,
+    counted: Option<std::sync::Arc<crate::models::Served>>,
 }
 
 impl Choices {
@@ -50,9 +50,9 @@ impl Choices {
         }
     }
 
-    /// Counts choices dropped unfinished in `st`'s finish counters (as `abort`).
-    pub fn counting_aborts(mut self, st: crate::state::AppState) -> Choices {
-        self.counted = Some(st);
+    /// Counts choices dropped unfinished in `model`'s finish counters (as `abort`).
+    pub fn counting_aborts(mut self, model: std::sync::Arc<crate::models::Served>) -> Choices {
+        self.counted = Some(model);
         self
     }
 
@@ -143,7 +143,7 @@ impl Drop for Choices {
         }
         if let Some(st) = &self.counted {
             for _ in self.pending.iter().flatten() {
-                st.0.metrics.finished("abort");
+                st.metrics.finished("abort");
             }
         }
     }

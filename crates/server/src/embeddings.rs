@@ -50,8 +50,9 @@ async fn answer(
     // The inputs leave the body (moved, not copied: they may be megabytes).
     let input = body.remove("input");
     let f = Fields::new(&body);
-    let (lora, model_name) = crate::lora::request_adapters(&st, &f)?;
-    let info = &s.engine.info;
+    let m = st.lease(crate::lora::model_field(&f)?).await?;
+    let (lora, model_name) = crate::lora::request_adapters(&m, &f)?;
+    let info = &m.engine.info;
     let width = info.hidden_size;
     let encoding = match f.str("encoding_format")? {
         None | Some("float") => Encoding::Float,
@@ -93,8 +94,8 @@ async fn answer(
     }
     let n = inputs.len();
     let fields: Vec<String> = (0..n).map(field).collect();
-    let tok = s.engine.tokenizer.clone();
-    let cap = st.capacity();
+    let tok = m.engine.tokenizer.clone();
+    let cap = m.capacity();
     // As for prompts: text that cannot fit is refused from its length, and large texts
     // are tokenized a few at a time (`AppState::prompt_permit`).
     for (inp, name) in inputs.iter().zip(&fields) {
@@ -135,13 +136,13 @@ async fn answer(
         let mut req = GenerateRequest::embedding(ids, pooling);
         req.arrival = Some(arrival);
         req.lora = lora.clone();
-        match s.engine.submit(req) {
+        match m.engine.submit(req) {
             Ok(rs) => streams.push(rs),
-            Err(e) => return Err(st.submit_failed(&streams, e)),
+            Err(e) => return Err(st.submit_failed(&m.engine, &streams, e)),
         }
     }
     // Dropping `choices` (client gone, error) aborts the unfinished requests.
-    let mut choices = Choices::new(streams, Some(s.engine.clone()));
+    let mut choices = Choices::new(streams, Some(m.engine.clone()));
     let deadline = Cutoff::earliest(s.opts.request_timeout, None, arrival).map(|c| c.at);
     let mut vectors: Vec<Option<Vec<f32>>> = vec![None; n];
     loop {

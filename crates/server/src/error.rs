@@ -36,6 +36,13 @@ pub enum Error {
     Lora { err: LoraError, field: String },
     #[error("The model `{model}` does not exist; this server serves `{served}`.")]
     ModelNotFound { model: String, served: String },
+    /// A known model that cannot be had now (still loading past `--load-timeout`, or no
+    /// room under `--models-max`/`--models-memory` while the others serve requests).
+    #[error("model `{model}`: {reason}")]
+    ModelUnavailable { model: String, reason: String },
+    /// Loading a model failed (the file, the engine's settings).
+    #[error("model `{model}` could not be loaded: {message}")]
+    ModelLoadFailed { model: String, message: String },
     #[error("no route for {0}")]
     NoRoute(String),
     /// A stored response that is not there (`field`: the request field that named it,
@@ -119,6 +126,16 @@ impl Error {
                 (status, code, Some(field.clone()))
             }
             Error::ModelNotFound { .. } => (S::NOT_FOUND, "model_not_found", Some("model".into())),
+            Error::ModelUnavailable { .. } => (
+                S::SERVICE_UNAVAILABLE,
+                "model_unavailable",
+                Some("model".into()),
+            ),
+            Error::ModelLoadFailed { .. } => (
+                S::INTERNAL_SERVER_ERROR,
+                "model_load_failed",
+                Some("model".into()),
+            ),
             Error::NoRoute(_) => (S::NOT_FOUND, "not_found", None),
             Error::ResponseNotFound { field, .. } => (
                 S::NOT_FOUND,

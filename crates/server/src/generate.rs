@@ -48,12 +48,22 @@ pub async fn start(
 ) -> Result<Running, ApiError> {
     let s = &st.0;
     st.refuse_if_draining()?;
-    let info = &s.engine.info;
-    let cap = st.capacity();
     let mut ignored = crate::known_fields::check(&body, api)?;
+    // The prompt leaves the body (moved, not copied: it may be megabytes); no other field
+    // reader looks at it.
+    let prompt_field = body.remove(match api {
+        Api::Completions => "prompt",
+        Api::Chat => "messages",
+    });
+    let f = Fields::new(&body);
+    // The model (loaded now if it is not), held until the answer ends.
+    let m = st.lease(crate::lora::model_field(&f)?).await?;
+    let info = &m.engine.info;
+    let cap = m.capacity();
+    // The base model or adapters (a `model` naming one, or a `lora` list).
     if api == Api::Chat
         && body.get("reasoning_effort").is_some_and(|v| !v.is_null())
-        && !s
+        && !m
             .engine
             .tokenizer
             .chat_template()
@@ -64,19 +74,11 @@ pub async fn start(
     if !ignored.is_empty() {
         tracing::info!(fields = ?ignored, "accepted and ignored request fields");
     }
-    // The prompt leaves the body (moved, not copied: it may be megabytes); no other field
-    // reader looks at it.
-    let prompt_field = body.remove(match api {
-        Api::Completions => "prompt",
-        Api::Chat => "messages",
-    });
-    let f = Fields::new(&body);
-    // The base model or adapters (a `model` naming one, or a `lora` list).
-    let (lora, model_name) = crate::lora::request_adapters(&st, &f)?;
-    let mut p = params::parse(&f, api, st.limits())?;
-    p.sampling.rules = p.logit.rules(&s.engine.tokenizer)?;
-    crate::sampler_fields::resolve(&mut p.sampling, &p.dry_breakers, &s.engine.tokenizer);
-    let template = s.engine.tokenizer.chat_template();
+    let (lora, model_name) = crate::lora::request_adapters(&m, &f)?;
+    let mut p = params::parse(&f, api, m.limits(s.opts.max_n))?;
+    p.sampling.rules = p.logit.rules(&m.engine.tokenizer)?;
+    crate::sampler_fields::resolve(&mut p.sampling, &p.dry_breakers, &m.engine.tokenizer);
+    let template = m.engine.tokenizer.chat_template();
     let tool_parser = s
         .opts
         .tool_call_parser
@@ -110,7 +112,7 @@ pub async fn start(
         });
     }
     let compiled = match &p.constraint {
-        Some(c) => Some(s.compiler.compile(&s.engine.grammars, c).await?),
+        Some(c) => Some(s.compiler.compile(&m.engine.grammars, c).await?),
         None => None,
     };
     let mut inputs = match api {
@@ -142,13 +144,13 @@ pub async fn start(
     } else {
         Vec::new()
     };
-    let prompts = tokenize_all(&st, api, inputs, cap).await?;
+    let prompts = tokenize_all(&st, &m, api, inputs, cap).await?;
     let echo: Vec<EchoPrompt> = if p.echo {
         prompts
             .iter()
             .zip(echo_texts)
             .map(|(ids, t)| EchoPrompt {
-                text: t.unwrap_or_else(|| s.engine.tokenizer.decode(ids, false)),
+                text: t.unwrap_or_else(|| m.engine.tokenizer.decode(ids, false)),
                 ids: ids.clone(),
             })
             .collect()
@@ -199,9 +201,9 @@ pub async fn start(
         // n samples of one prompt share its KV: the engine computes the prompt once and
         // forks the other samples from it.
         let params: Vec<_> = (0..p.n).map(|j| p.sampling_for(j)).collect();
-        match s.engine.submit_n(req, params) {
+        match m.engine.submit_n(req, params) {
             Ok(rs) => streams.extend(rs),
-            Err(e) => return Err(st.submit_failed(&streams, e)),
+            Err(e) => return Err(st.submit_failed(&m.engine, &streams, e)),
         }
     }
     let job = Job {
@@ -223,7 +225,7 @@ pub async fn start(
             Api::Completions => None,
         },
     };
-    let mut choices = Choices::new(streams, Some(s.engine.clone())).counting_aborts(st.clone());
+    let mut choices = Choices::new(streams, Some(m.engine.clone())).counting_aborts(m.served());
     let deadline = Cutoff::earliest(s.opts.request_timeout, p.deadline_ms, arrival);
     // Streams wait for admission only briefly: a request queued behind others gets its
     // headers (and keep-alive comments) instead of silence until its first token.
@@ -239,6 +241,7 @@ pub async fn start(
         queued: (!admitted).then_some(queued),
         _active: active,
         ignored,
+        model: m,
     })
 }
 
@@ -275,11 +278,12 @@ fn field_name(api: Api, i: usize, count: usize) -> String {
 /// tokenizing.
 async fn tokenize_all(
     st: &AppState,
+    m: &crate::models::Served,
     api: Api,
     inputs: Vec<PromptInput>,
     cap: crate::capacity::Capacity,
 ) -> Result<Vec<Vec<u32>>, ApiError> {
-    let tok = st.0.engine.tokenizer.clone();
+    let tok = m.engine.tokenizer.clone();
     let count = inputs.len();
     for (i, input) in inputs.iter().enumerate() {
         if let PromptInput::Text(t) = input {

@@ -72,6 +72,7 @@ mod logit_fields;
 mod lora;
 mod lora_path;
 pub mod metrics;
+pub mod models;
 mod openai;
 mod outbox;
 mod page;
@@ -343,6 +344,9 @@ fn app(state: state::AppState) -> Router {
         )
         .route("/v1/embeddings", post(embeddings::embeddings))
         .route("/v1/models", get(routes::models))
+        .route("/models", get(routes::models))
+        .route("/models/load", post(models::http::load))
+        .route("/models/unload", post(models::http::unload))
         // `{*id}`: served names are often `org/name`.
         .route("/v1/models/{*id}", get(routes::model))
         .route("/v1/load_lora_adapter", post(lora::load))
@@ -432,6 +436,51 @@ pub async fn serve_listener(
         );
     }
     tracing::info!(%addr, model = %name, kv_capacity_tokens = info.kv_capacity_tokens, auth = opts.api_key.is_some(), "listening");
+    let state = state::AppState::new(handle, opts, addr.ip());
+    run(state, listener, shutdown).await
+}
+
+/// Serves the models of `models` (loaded on demand, see [`models::Registry`]) on
+/// `listener` until `shutdown` resolves, then drains as [`serve_listener`] does.
+pub async fn serve_models(
+    models: std::sync::Arc<models::Registry>,
+    opts: ServerOptions,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServeError> {
+    opts.check()?;
+    let addr = listener.local_addr().map_err(ServeError::LocalAddr)?;
+    let names: Vec<String> = models.list().into_iter().map(|e| e.name).collect();
+    println!(
+        "folio: serving {} models at http://{addr}/v1, loaded on first use: {}",
+        names.len(),
+        names.join(", ")
+    );
+    tracing::info!(%addr, models = names.len(), auth = opts.api_key.is_some(), "listening");
+    // Idle models whose keep-alive ran out are unloaded by this task (it ends with the
+    // registry).
+    let weak = std::sync::Arc::downgrade(&models);
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            match weak.upgrade() {
+                Some(r) => r.reap(),
+                None => break,
+            }
+        }
+    });
+    let state = state::AppState::with_models(models, opts, addr.ip());
+    run(state, listener, shutdown).await
+}
+
+/// The accept loop until `shutdown`, then the drain and the engines' shutdown.
+async fn run(
+    state: state::AppState,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServeError> {
+    let addr = listener.local_addr().map_err(ServeError::LocalAddr)?;
+    let opts = &state.0.opts;
     let grace = opts.shutdown_grace;
     let lim = transport::TransportLimits {
         max_connections: opts.max_connections,
@@ -440,7 +489,6 @@ pub async fn serve_listener(
         body_timeout: opts.body_timeout,
         max_body_bytes: opts.max_body_bytes,
     };
-    let state = state::AppState::new(handle.clone(), opts, addr.ip());
     if !state.0.hosts.enabled() {
         tracing::info!(%addr, "Host header check off (--allowed-hosts '*', or not bound to loopback and no names listed)");
     }
@@ -469,11 +517,11 @@ pub async fn serve_listener(
     };
     if tokio::time::timeout(grace, finished).await.is_err() {
         tracing::info!("grace period over: cancelling remaining requests");
-        handle.shutdown();
+        state.0.models.shutdown();
     }
     let _ = stop_tx.send(true);
     server.await?;
-    handle.shutdown();
+    state.0.models.shutdown();
     tracing::info!("server stopped");
     Ok(())
 }

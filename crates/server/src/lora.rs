@@ -9,6 +9,7 @@
 use crate::body::JsonObject;
 use crate::error::ApiError;
 use crate::fields::{show, Fields};
+use crate::models::Served;
 use crate::state::AppState;
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -28,33 +29,34 @@ fn api_error(e: LoraError, field: &str) -> ApiError {
     .into()
 }
 
-/// The adapters of one request and the model name its response reports: `model` naming an
-/// adapter selects it at scale 1, and a `lora` list adds adapters with scales. A `model`
-/// that is neither the served name nor an adapter is a 404 naming it.
-pub fn request_adapters(st: &AppState, f: &Fields) -> Result<(Option<LoraSet>, String), ApiError> {
-    let s = &st.0;
+/// A request's `model` field: the name of a model or adapter, or `None` (the default
+/// model); anything but a string is a 400.
+pub fn model_field<'a>(f: &Fields<'a>) -> Result<Option<&'a str>, ApiError> {
+    match f.get("model") {
+        None => Ok(None),
+        Some(Value::String(m)) => Ok(Some(m.as_str())),
+        Some(m) => Err(ApiError::param(
+            "model",
+            format!("must be a string, got {}", show(m)),
+        )),
+    }
+}
+
+/// The adapters of one request on model `s` (the request's lease) and the model name its
+/// response reports: `model` naming an adapter selects it at scale 1, and a `lora` list
+/// adds adapters with scales. A `model` that is neither the served name nor an adapter is
+/// a 404 naming it.
+pub fn request_adapters(s: &Served, f: &Fields) -> Result<(Option<LoraSet>, String), ApiError> {
     let mut names: Vec<(String, f32)> = Vec::new();
-    let model = match f.get("model") {
-        None => s.model_name.clone(),
-        Some(Value::String(m)) if *m == s.model_name => m.clone(),
-        Some(Value::String(m)) => {
-            let known = s
-                .engine
-                .lora
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .list();
-            if !known.iter().any(|l| l.name == *m) {
-                return Err(ApiError::model_not_found(m, &s.model_name));
-            }
-            names.push((m.clone(), 1.0));
-            m.clone()
-        }
+    let model = match model_field(f)? {
+        None => s.name.clone(),
+        Some(m) if *m == s.name => m.to_string(),
         Some(m) => {
-            return Err(ApiError::param(
-                "model",
-                format!("must be a string, got {}", show(m)),
-            ))
+            if !s.has_adapter(m) {
+                return Err(ApiError::model_not_found(m, &s.name));
+            }
+            names.push((m.to_string(), 1.0));
+            m.to_string()
         }
     };
     match f.get("lora") {
@@ -68,7 +70,7 @@ pub fn request_adapters(st: &AppState, f: &Fields) -> Result<(Option<LoraSet>, S
             }
             for (i, item) in items.iter().enumerate() {
                 let field = format!("lora[{i}]");
-                names.push(lora_item(st, &field, item)?);
+                names.push(lora_item(s, &field, item)?);
             }
         }
         Some(v) => {
@@ -104,7 +106,7 @@ pub fn request_adapters(st: &AppState, f: &Fields) -> Result<(Option<LoraSet>, S
 
 /// One `lora` entry: `{"id": index}` (llama-server) or `{"name": …}`, `scale` defaulting
 /// to 1.
-fn lora_item(st: &AppState, field: &str, item: &Value) -> Result<(String, f32), ApiError> {
+fn lora_item(s: &Served, field: &str, item: &Value) -> Result<(String, f32), ApiError> {
     let Value::Object(o) = item else {
         return Err(ApiError::param(
             field,
@@ -119,7 +121,7 @@ fn lora_item(st: &AppState, field: &str, item: &Value) -> Result<(String, f32), 
         .number("scale", -100.0, 100.0, false)
         .map_err(|e| ApiError::param(format!("{field}.scale"), e.message))?
         .unwrap_or(1.0) as f32;
-    let reg = st.0.engine.lora.lock().unwrap_or_else(|e| e.into_inner());
+    let reg = s.engine.lora.lock().unwrap_or_else(|e| e.into_inner());
     let name = match (f.get("id"), f.get("name")) {
         (Some(id), None) => {
             let idx = id.as_u64().ok_or_else(|| {
@@ -156,9 +158,9 @@ fn lora_item(st: &AppState, field: &str, item: &Value) -> Result<(String, f32), 
     Ok((name, scale))
 }
 
-/// The `/v1/models` cards of the adapters (vLLM's shape: `parent` is the base model).
-pub fn model_cards(st: &AppState) -> Vec<Value> {
-    let s = &st.0;
+/// The `/v1/models` cards of model `s`'s adapters (vLLM's shape: `parent` is the base
+/// model).
+pub fn model_cards(st: &AppState, s: &Served) -> Vec<Value> {
     let list = s
         .engine
         .lora
@@ -170,11 +172,11 @@ pub fn model_cards(st: &AppState) -> Vec<Value> {
             json!({
                 "id": l.name,
                 "object": "model",
-                "created": s.started,
+                "created": st.0.started,
                 "owned_by": "folio",
                 "root": l.name,
-                "parent": s.model_name,
-                "max_model_len": st.capacity().max_model_len(),
+                "parent": s.name,
+                "max_model_len": s.capacity().max_model_len(),
                 "permission": [],
             })
         })
@@ -190,6 +192,10 @@ pub async fn load(State(st): State<AppState>, JsonObject(body): JsonObject) -> R
         return crate::lora_path::disabled().into_response();
     }
     let f = Fields::new(&body);
+    let m = match lease(&st, &f).await {
+        Ok(m) => m,
+        Err(e) => return e.into_response(),
+    };
     let (name, raw) = match (required(&f, "lora_name"), required(&f, "lora_path")) {
         (Ok(n), Ok(p)) => (n, p),
         (Err(e), _) | (_, Err(e)) => return e.into_response(),
@@ -198,7 +204,7 @@ pub async fn load(State(st): State<AppState>, JsonObject(body): JsonObject) -> R
         Ok(p) => p,
         Err(e) => return e.into_response(),
     };
-    let engine = st.0.engine.clone();
+    let engine = m.engine.clone();
     let (n, p) = (name.clone(), path.clone());
     // The file read is blocking work: off the async workers, and outside the registry lock.
     let read = tokio::task::spawn_blocking(move || {
@@ -221,7 +227,7 @@ pub async fn load(State(st): State<AppState>, JsonObject(body): JsonObject) -> R
             .into_response()
         }
     };
-    let mut reg = st.0.engine.lora.lock().unwrap_or_else(|e| e.into_inner());
+    let mut reg = m.engine.lora.lock().unwrap_or_else(|e| e.into_inner());
     match reg.insert(&name, &path, adapter) {
         Ok(()) => {
             tracing::info!(adapter = %name, path = %path.display(), "LoRA adapter loaded");
@@ -258,7 +264,11 @@ pub async fn unload(State(st): State<AppState>, JsonObject(body): JsonObject) ->
         Ok(n) => n,
         Err(e) => return e.into_response(),
     };
-    let mut reg = st.0.engine.lora.lock().unwrap_or_else(|e| e.into_inner());
+    let m = match lease(&st, &f).await {
+        Ok(m) => m,
+        Err(e) => return e.into_response(),
+    };
+    let mut reg = m.engine.lora.lock().unwrap_or_else(|e| e.into_inner());
     match reg.unload(&name) {
         Ok(in_use) => {
             tracing::info!(adapter = %name, in_use, "LoRA adapter unloaded");
@@ -276,12 +286,18 @@ pub async fn unload(State(st): State<AppState>, JsonObject(body): JsonObject) ->
 /// `name`, `resident`, `rank` and request counts. `path` is the file's name only: where
 /// files lie on the server is not the client's business. Behind the API key (see `auth`).
 pub async fn list(State(st): State<AppState>) -> Json<Value> {
-    let list =
-        st.0.engine
-            .lora
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .list();
+    let list: Vec<_> =
+        st.0.models
+            .loaded()
+            .iter()
+            .flat_map(|m| {
+                m.engine
+                    .lora
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .list()
+            })
+            .collect();
     Json(Value::Array(
         list.into_iter()
             .map(|l| {
@@ -302,6 +318,12 @@ pub async fn list(State(st): State<AppState>) -> Json<Value> {
     ))
 }
 
+/// The model whose adapters a load or unload changes: the body's `model` (folio's
+/// addition, for a server of several models), else the default model.
+async fn lease(st: &AppState, f: &Fields<'_>) -> Result<crate::models::Lease, ApiError> {
+    st.lease(model_field(f)?).await
+}
+
 fn required(f: &Fields, name: &str) -> Result<String, ApiError> {
     match f.str(name)? {
         Some(s) if !s.is_empty() => Ok(s.to_string()),
@@ -312,9 +334,8 @@ fn required(f: &Fields, name: &str) -> Result<String, ApiError> {
 /// The adapter lines of `/metrics`: vLLM's `vllm:lora_requests_info` (running and waiting
 /// requests' adapters, `max_lora`; the value is the time of the reading, as vLLM's), the
 /// slots used, and requests per adapter.
-pub fn render_metrics(st: &AppState, out: &mut String) {
+pub fn render_metrics(s: &Served, out: &mut String) {
     use std::fmt::Write;
-    let s = &st.0;
     let m = &s.engine.metrics;
     let get =
         |v: &std::sync::Mutex<Vec<String>>| v.lock().unwrap_or_else(|e| e.into_inner()).join(",");

@@ -51,9 +51,46 @@ pub struct ServerMetrics {
     pub prompt_tokens: Histogram,
     pub generation_tokens: Histogram,
     finished: [AtomicU64; REASONS.len()],
-    /// Requests the server answered 429 (admission) or 503 (shutting down).
+}
+
+/// Requests the server answered 429 (admission) or 503 (shutting down): server-wide, as
+/// a request may be refused before its model is known.
+#[derive(Default)]
+pub struct Rejections {
     rejected_429: AtomicU64,
     rejected_503: AtomicU64,
+}
+
+/// The families that belong to the server, not to one model (one copy on a page that
+/// joins several models').
+pub const SERVER_WIDE: [&str; 1] = ["folio_http_rejected_total"];
+
+impl Rejections {
+    /// Counts a request refused with `status` (429 or 503).
+    pub fn rejected(&self, status: u16) {
+        match status {
+            429 => self.rejected_429.fetch_add(1, Ordering::Relaxed),
+            503 => self.rejected_503.fetch_add(1, Ordering::Relaxed),
+            _ => 0,
+        };
+    }
+
+    /// The `folio_http_rejected_total` family.
+    pub fn render(&self, out: &mut String) {
+        header(
+            out,
+            "folio_http_rejected_total",
+            "counter",
+            "Requests the server refused with 429 or 503.",
+        );
+        for (status, c) in [("429", &self.rejected_429), ("503", &self.rejected_503)] {
+            let _ = writeln!(
+                out,
+                "folio_http_rejected_total{{status=\"{status}\"}} {}",
+                c.load(Ordering::Relaxed)
+            );
+        }
+    }
 }
 
 impl ServerMetrics {
@@ -65,8 +102,6 @@ impl ServerMetrics {
             prompt_tokens: Histogram::new(buckets_1_2_5(context_length)),
             generation_tokens: Histogram::new(buckets_1_2_5(context_length)),
             finished: Default::default(),
-            rejected_429: AtomicU64::new(0),
-            rejected_503: AtomicU64::new(0),
         }
     }
 
@@ -77,18 +112,15 @@ impl ServerMetrics {
         }
     }
 
-    /// Counts a request refused with `status` (429 or 503).
-    pub fn rejected(&self, status: u16) {
-        match status {
-            429 => self.rejected_429.fetch_add(1, Ordering::Relaxed),
-            503 => self.rejected_503.fetch_add(1, Ordering::Relaxed),
-            _ => 0,
-        };
-    }
-
     /// The whole /metrics page: the [`FAMILIES`] table, then the labelled families
     /// (rejections, finish reasons, cache config, histograms, per-position acceptance).
-    pub fn render(&self, info: &EngineInfo, m: &EngineMetrics, model_name: &str) -> String {
+    pub fn render(
+        &self,
+        info: &EngineInfo,
+        m: &EngineMetrics,
+        model_name: &str,
+        rejections: &Rejections,
+    ) -> String {
         let scrape = Scrape::new(info, m);
         let mn = format!("model_name=\"{}\"", escape(model_name));
         let mut out = String::with_capacity(16 * 1024);
@@ -101,19 +133,7 @@ impl ServerMetrics {
             family(&mut out, f.name, f.kind, f.help, labels, (f.value)(&scrape));
         }
         let ld = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        header(
-            &mut out,
-            "folio_http_rejected_total",
-            "counter",
-            "Requests the server refused with 429 or 503.",
-        );
-        for (status, c) in [("429", &self.rejected_429), ("503", &self.rejected_503)] {
-            let _ = writeln!(
-                out,
-                "folio_http_rejected_total{{status=\"{status}\"}} {}",
-                ld(c)
-            );
-        }
+        rejections.render(&mut out);
         header(
             &mut out,
             "folio_requests_finished_total",
@@ -391,8 +411,9 @@ mod tests {
         let s = ServerMetrics::new(100);
         s.ttft.observe(0.05);
         s.finished("stop");
-        s.rejected(429);
-        let text = s.render(&info(), &m, "smol\"lm");
+        let r = Rejections::default();
+        r.rejected(429);
+        let text = s.render(&info(), &m, "smol\"lm", &r);
         for line in [
             "folio_requests_running 3.0",
             "folio_kv_blocks_used 2.0",

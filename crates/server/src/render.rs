@@ -18,6 +18,7 @@ use crate::api::PromptInput;
 use crate::body::JsonObject;
 use crate::error::ApiError;
 use crate::fields::Fields;
+use crate::models::Served;
 use crate::prompt;
 use crate::state::AppState;
 use axum::extract::State;
@@ -48,8 +49,9 @@ pub async fn completions(
 ) -> Result<Json<Value>, ApiError> {
     let prompt_field = body.remove("prompt");
     let f = Fields::new(&body);
-    let (_, model) = crate::lora::request_adapters(&st, &f)?;
-    let inputs = prompt::completion_prompts(prompt_field, st.0.engine.info.vocab_size)?;
+    let m = st.lease(crate::lora::model_field(&f)?).await?;
+    let (_, model) = crate::lora::request_adapters(&m, &f)?;
+    let inputs = prompt::completion_prompts(prompt_field, m.engine.info.vocab_size)?;
     let count = inputs.len();
     let mut out = Vec::with_capacity(count);
     for (i, input) in inputs.into_iter().enumerate() {
@@ -58,7 +60,7 @@ pub async fn completions(
         } else {
             format!("prompt[{i}]")
         };
-        let ids = tokenize(&st, input, field).await?;
+        let ids = tokenize(&m, input, field).await?;
         out.push(generate_request("cmpl", &model, ids, &body));
     }
     Ok(Json(Value::Array(out)))
@@ -82,20 +84,21 @@ pub async fn chat_ids(
     body: &Map<String, Value>,
 ) -> Result<(String, Vec<u32>), ApiError> {
     let f = Fields::new(body);
-    let (_, model) = crate::lora::request_adapters(st, &f)?;
+    let m = st.lease(crate::lora::model_field(&f)?).await?;
+    let (_, model) = crate::lora::request_adapters(&m, &f)?;
     let mut input = prompt::chat_prompt(messages, &f)?;
     if f.get("tools").is_some() {
         let tools = crate::tools::parse(&f)?;
-        crate::tools::render_into(&mut input, &tools, st.0.engine.tokenizer.chat_template());
+        crate::tools::render_into(&mut input, &tools, m.engine.tokenizer.chat_template());
     }
-    Ok((model, tokenize(st, input, "messages".into()).await?))
+    Ok((model, tokenize(&m, input, "messages".into()).await?))
 }
 
 /// Tokenizes off the async threads (a long prompt takes a while), as `generate` does, and
 /// refuses, as it does, text that cannot fit what the server can run.
-async fn tokenize(st: &AppState, input: PromptInput, field: String) -> Result<Vec<u32>, ApiError> {
-    let tok = st.0.engine.tokenizer.clone();
-    let cap = st.capacity();
+async fn tokenize(m: &Served, input: PromptInput, field: String) -> Result<Vec<u32>, ApiError> {
+    let tok = m.engine.tokenizer.clone();
+    let cap = m.capacity();
     tokio::task::spawn_blocking(move || prompt::tokenize(&tok, &input, &field, &cap))
         .await
         .map_err(ApiError::tokenizer_task)?

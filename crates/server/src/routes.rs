@@ -6,6 +6,7 @@ use crate::body::JsonObject;
 use crate::error::ApiError;
 use crate::fields::{show, Fields};
 use crate::generate::generate;
+use crate::models::{ModelEntry, Served};
 use crate::prompt;
 use crate::state::AppState;
 use axum::extract::{Path, State};
@@ -30,40 +31,66 @@ pub async fn chat(State(st): State<AppState>, JsonObject(body): JsonObject) -> R
         .unwrap_or_else(IntoResponse::into_response)
 }
 
-/// The one model: its served name (also as `root`: the file path stays private).
-fn model_card(st: &AppState) -> Value {
-    let s = &st.0;
-    json!({
-        "id": s.model_name,
+/// A model's card: its served name (also as `root`: the file path stays private). A server
+/// of several models adds llama-server router mode's `status` (`loaded`, `loading`,
+/// `unloaded`); `max_model_len` is known only while it is loaded.
+fn model_card(st: &AppState, e: &ModelEntry, loaded: Option<&Served>) -> Value {
+    let mut card = json!({
+        "id": e.name,
         "object": "model",
-        "created": s.started,
+        "created": st.0.started,
         "owned_by": "folio",
-        "root": s.model_name,
+        "root": e.name,
         "parent": null,
-        "max_model_len": st.capacity().max_model_len(),
+        "max_model_len": loaded.map(|m| m.capacity().max_model_len()),
         "permission": [],
-    })
-}
-
-/// The served model, then its LoRA adapters (`parent`: the served model).
-pub async fn models(State(st): State<AppState>) -> Json<Value> {
-    let mut data = vec![model_card(&st)];
-    data.extend(crate::lora::model_cards(&st));
-    Json(json!({"object": "list", "data": data}))
-}
-
-/// `/v1/models/{id}`: the card of the served model or an adapter, 404 for any other id.
-pub async fn model(State(st): State<AppState>, Path(id): Path<String>) -> Response {
-    if id == st.0.model_name {
-        return Json(model_card(&st)).into_response();
+    });
+    if !st.0.models.is_single() {
+        card["status"] = json!({"value": e.status.as_str()});
     }
-    match crate::lora::model_cards(&st)
+    card
+}
+
+/// Every known model, each followed by its LoRA adapters when loaded (`parent`: the model).
+fn model_cards(st: &AppState) -> Vec<Value> {
+    let loaded = st.0.models.loaded();
+    let mut data = Vec::new();
+    for e in st.model_list() {
+        let m = loaded.iter().find(|m| m.name == e.name);
+        data.push(model_card(st, &e, m.map(|m| &**m)));
+        if let Some(m) = m {
+            data.extend(crate::lora::model_cards(st, m));
+        }
+    }
+    data
+}
+
+/// `/v1/models` and `/models`: the served models, then their LoRA adapters.
+pub async fn models(State(st): State<AppState>) -> Json<Value> {
+    Json(json!({"object": "list", "data": model_cards(&st)}))
+}
+
+/// `/v1/models/{id}`: the card of a model or an adapter, 404 for any other id.
+pub async fn model(State(st): State<AppState>, Path(id): Path<String>) -> Response {
+    match model_cards(&st)
         .into_iter()
         .find(|c| c["id"] == id.as_str())
     {
         Some(card) => Json(card).into_response(),
-        None => ApiError::model_not_found(&id, &st.0.model_name).into_response(),
+        None => {
+            let names: Vec<String> = st.model_list().into_iter().map(|e| e.name).collect();
+            ApiError::model_not_found(&id, &names.join("`, `")).into_response()
+        }
     }
+}
+
+/// The model whose tokenizer `/tokenize` and `/detokenize` use: the body's `model` on a
+/// server of several models; the single-model server ignores it, as it always did.
+fn tokenizer_model<'a>(st: &AppState, f: &Fields<'a>) -> Result<Option<&'a str>, ApiError> {
+    if st.0.models.is_single() {
+        return Ok(None);
+    }
+    crate::lora::model_field(f)
 }
 
 /// `{prompt}` or `{messages}` → `{count, max_model_len, tokens}` (vLLM's shape).
@@ -71,7 +98,6 @@ pub async fn tokenize(
     State(st): State<AppState>,
     JsonObject(mut body): JsonObject,
 ) -> Result<Json<Value>, ApiError> {
-    let s = &st.0;
     let messages = body.remove("messages").filter(|m| !m.is_null());
     let prompt = body.remove("prompt").filter(|p| !p.is_null());
     let f = Fields::new(&body);
@@ -92,6 +118,7 @@ pub async fn tokenize(
         }
     };
     let add_special = f.bool("add_special_tokens", true)?;
+    let s = st.lease(tokenizer_model(&st, &f)?).await?;
     let tok = s.engine.tokenizer.clone();
     // Counting runs nothing, so only the context bounds it (not the KV pool); text that
     // cannot fit the context is refused from its length before it is tokenized.
@@ -116,7 +143,7 @@ pub async fn tokenize(
         tokens.remove(0);
     }
     Ok(Json(
-        json!({"count": tokens.len(), "max_model_len": st.capacity().max_model_len(), "tokens": tokens}),
+        json!({"count": tokens.len(), "max_model_len": s.capacity().max_model_len(), "tokens": tokens}),
     ))
 }
 
@@ -125,9 +152,9 @@ pub async fn detokenize(
     State(st): State<AppState>,
     JsonObject(body): JsonObject,
 ) -> Result<Json<Value>, ApiError> {
-    let s = &st.0;
-    let vocab = s.engine.info.vocab_size;
     let f = Fields::new(&body);
+    let s = st.lease(tokenizer_model(&st, &f)?).await?;
+    let vocab = s.engine.info.vocab_size;
     let Some(Value::Array(items)) = f.get("tokens") else {
         let got = f.get("tokens").map_or("nothing".to_string(), show);
         return Err(ApiError::param(
@@ -161,12 +188,31 @@ pub async fn health(State(st): State<AppState>) -> Response {
     }
 }
 
+/// One page per loaded model (the single-model server's page as it always was); several
+/// are joined with `model_name` labels (see `models::metrics_page`).
 pub async fn metrics(State(st): State<AppState>) -> Response {
     let s = &st.0;
-    let mut text = s
-        .metrics
-        .render(&s.engine.info, &s.engine.metrics, &s.model_name);
-    crate::lora::render_metrics(&st, &mut text);
+    let page = |m: &Served| {
+        let mut text = m
+            .metrics
+            .render(&m.engine.info, &m.engine.metrics, &m.name, &s.rejections);
+        crate::lora::render_metrics(m, &mut text);
+        text
+    };
+    let loaded = s.models.loaded();
+    let text = match (s.models.is_single(), loaded.as_slice()) {
+        (true, [m]) => page(m),
+        (_, []) => {
+            let mut text = String::new();
+            s.rejections.render(&mut text);
+            text
+        }
+        _ => {
+            let pages: Vec<(String, String)> =
+                loaded.iter().map(|m| (m.name.clone(), page(m))).collect();
+            crate::models::metrics_page::join(&pages, &crate::metrics::SERVER_WIDE)
+        }
+    };
     (
         [(
             header::CONTENT_TYPE,

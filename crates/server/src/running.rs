@@ -41,6 +41,8 @@ pub struct Running {
     pub _active: Slots,
     /// The accepted-and-ignored fields the request sent (for the `Warning` header).
     pub ignored: Vec<&'static str>,
+    /// Its model, kept loaded until the answer ends (last: dropped after `choices`).
+    pub model: crate::models::Lease,
 }
 
 impl Running {
@@ -86,7 +88,7 @@ impl Running {
         }) {
             return Err(ApiError::generation_failed(&m));
         }
-        sink.answer(self.job, states, &self.st.0.engine.tokenizer)
+        sink.answer(self.job, states, &self.model.engine.tokenizer)
     }
 
     /// Reads the engine's events into `states` and `sink` until every choice ended (None)
@@ -105,10 +107,11 @@ impl Running {
             choices,
             deadline,
             queued,
+            model,
             ..
         } = self;
         let s = &st.0;
-        let tok = &s.engine.tokenizer;
+        let tok = &model.engine.tokenizer;
         if let Some(tx) = tx {
             if !send(tx, sink.opened(job)).await {
                 return Some(DISCONNECTED);
@@ -146,7 +149,7 @@ impl Running {
                 _ = until(deadline.map(|c| c.at)) => {
                     let reason = deadline.map_or(TIMEOUT, |c| c.reason);
                     for i in choices.abort() {
-                        states[i].cut_off(reason, &s.metrics);
+                        states[i].cut_off(reason, &model.metrics);
                         let b = sink.cut(job, i, reason);
                         if tx.is_some() {
                             out.push(b);
@@ -167,7 +170,7 @@ impl Running {
                             (String::new(), Vec::new())
                         }
                     };
-                    let chunk = states[i].apply(i, ev, job, tok, &s.metrics);
+                    let chunk = states[i].apply(i, ev, job, tok, &model.metrics);
                     let u = Update {
                         index: i,
                         text: &text,
@@ -187,7 +190,7 @@ impl Running {
                 "stream cut: its client fell behind by more than --stream-buffer-bytes"
             );
             for i in choices.abort() {
-                states[i].cut_off(SLOW_READER, &s.metrics);
+                states[i].cut_off(SLOW_READER, &model.metrics);
                 out.push(sink.cut(job, i, SLOW_READER));
             }
             return None;

@@ -1,8 +1,11 @@
-//! What every handler shares: the engine handle, the options, the server's metrics, and
-//! the counters behind the queue limit and the drain.
+//! What every handler shares: the options, the models (reached only through
+//! [`AppState::lease`]), the server-wide refusal counters, and the counters behind the
+//! queue limit and the drain. What belongs to one model (its engine, name and request
+//! metrics) is in `models::Served`.
 
-use crate::metrics::ServerMetrics;
-use crate::params::Limits;
+use crate::error::ApiError;
+use crate::metrics::Rejections;
+use crate::models::{Lease, ModelEntry, Registry};
 use crate::ServerOptions;
 use folio_engine::EngineHandle;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -13,13 +16,13 @@ use std::sync::Arc;
 pub struct AppState(pub Arc<Shared>);
 
 pub struct Shared {
-    pub engine: EngineHandle,
+    /// The known models, loaded and not.
+    pub models: Arc<Registry>,
     pub opts: ServerOptions,
     /// Which Host headers are accepted (from `opts.allowed_hosts` and the bound address).
     pub hosts: crate::guard::HostPolicy,
-    /// The name clients see in `model` fields and /v1/models: the engine's served name.
-    pub model_name: String,
-    pub metrics: ServerMetrics,
+    /// Requests refused with 429/503 (`/metrics`).
+    pub rejections: Rejections,
     /// Unix seconds at startup (the `created` of /v1/models).
     pub started: u64,
     /// Set by the shutdown signal: /health answers 503, new generation requests 503.
@@ -80,16 +83,23 @@ fn prompt_workers() -> usize {
 }
 
 impl AppState {
-    /// `bound`: the address the server listens on (it decides the Host policy).
+    /// The single-model server. `bound`: the address the server listens on (it decides
+    /// the Host policy).
     pub fn new(engine: EngineHandle, opts: ServerOptions, bound: std::net::IpAddr) -> AppState {
-        let model_name = engine.info.model_name.clone();
-        let metrics = ServerMetrics::new(engine.info.context_length);
+        AppState::with_models(Registry::single(engine), opts, bound)
+    }
+
+    /// A server of the models in `models`.
+    pub fn with_models(
+        models: Arc<Registry>,
+        opts: ServerOptions,
+        bound: std::net::IpAddr,
+    ) -> AppState {
         let hosts = crate::guard::HostPolicy::new(bound, &opts.allowed_hosts);
         AppState(Arc::new(Shared {
-            engine,
+            models,
             hosts,
-            model_name,
-            metrics,
+            rejections: Rejections::default(),
             started: crate::api::unix_now(),
             draining: AtomicBool::new(false),
             queued: Arc::new(AtomicUsize::new(0)),
@@ -128,33 +138,64 @@ impl AppState {
         self.0.draining.load(Ordering::Relaxed)
     }
 
+    /// The model `model` names for one request (`None`: the default model: the first
+    /// `--model`, or the only one), loaded first if it is not (waiting up to
+    /// `--load-timeout`). An unknown name is a 404 naming it; a LoRA adapter's name gives
+    /// its base model. The model is not unloaded while the lease lives.
+    pub async fn lease(&self, model: Option<&str>) -> Result<Lease, ApiError> {
+        self.0.models.lease(model).await
+    }
+
+    /// Every known model, loaded or not.
+    pub fn model_list(&self) -> Vec<ModelEntry> {
+        self.0.models.list()
+    }
+
+    /// Loads `name` (waiting for it).
+    pub async fn load_model(&self, name: &str) -> Result<(), ApiError> {
+        self.0.models.load(name).await
+    }
+
+    /// Unloads `name` now if idle, else as soon as its running requests end.
+    pub fn unload_model(&self, name: &str) -> Result<(), ApiError> {
+        self.0.models.unload(name)
+    }
+
+    /// Ollama's per-request `keep_alive`: this model's idle lifetime from now on (0 =
+    /// unload when idle).
+    #[allow(dead_code)] // the Ollama routes call it (`keep_alive` per request)
+    pub fn keep_alive(&self, name: &str, d: std::time::Duration) {
+        self.0.models.keep_alive(name, d)
+    }
+
     /// A request the engine refused (before its first token): counted, and its answer.
     pub fn refused(&self, reason: folio_engine::FinishReason) -> crate::error::ApiError {
         let e = crate::error::ApiError::refusal(reason);
-        self.0.metrics.rejected(e.status.as_u16());
+        self.0.rejections.rejected(e.status.as_u16());
         let ahead = self.0.queued.load(Ordering::Relaxed);
         e.retry_after(self.retry_after(ahead))
     }
 
-    /// A submit the engine refused after `submitted` (earlier prompts of the same
-    /// request) went in: those are aborted, the refusal counted.
+    /// A submit `engine` refused after `submitted` (earlier prompts of the same request)
+    /// went in: those are aborted, the refusal counted.
     pub fn submit_failed(
         &self,
+        engine: &EngineHandle,
         submitted: &[folio_engine::RequestStream],
         e: folio_engine::SubmitError,
     ) -> crate::error::ApiError {
         for rs in submitted {
-            self.0.engine.abort(rs.id);
+            engine.abort(rs.id);
         }
         let e = crate::error::ApiError::from(e);
-        self.0.metrics.rejected(e.status.as_u16());
+        self.0.rejections.rejected(e.status.as_u16());
         e
     }
 
     /// A new request's first check: while draining it is refused (503, counted).
     pub fn refuse_if_draining(&self) -> Result<(), crate::error::ApiError> {
         if self.draining() {
-            self.0.metrics.rejected(503);
+            self.0.rejections.rejected(503);
             return Err(crate::error::ApiError::shutting_down());
         }
         Ok(())
@@ -187,24 +228,34 @@ impl AppState {
         let (slots, before) = Slots::take(&s.queued, n);
         if before + n > max {
             drop(slots);
-            s.metrics.rejected(429);
+            s.rejections.rejected(429);
             let e: crate::ApiError = crate::error::Error::Overloaded(format!("server overloaded: {before} requests queued, {n} more would exceed the limit of {max} (--max-queued-requests); retry later")).into();
             return Err(e.retry_after(self.retry_after(before + n)));
         }
         Ok(slots)
     }
 
-    /// What one request can use (context vs. KV pool).
-    pub fn capacity(&self) -> crate::capacity::Capacity {
-        crate::capacity::Capacity::of(&self.0.engine.info)
-    }
-
-    pub fn limits(&self) -> Limits {
-        let info = &self.0.engine.info;
-        Limits {
-            context_length: info.context_length,
-            vocab_size: info.vocab_size,
-            max_n: self.0.opts.max_n,
+    /// The JSON parse budget of a body (see `json_budget`), read before its model is
+    /// known: the single-model server's limits; with several models, the widest of the
+    /// loaded models' and at least 128 Ki tokens of context and a 256 Ki vocabulary (the
+    /// model a body names may not be loaded yet).
+    pub fn body_budget(&self) -> crate::json_budget::JsonBudget {
+        let loaded = self.0.models.loaded();
+        if let (true, [m]) = (self.0.models.is_single(), loaded.as_slice()) {
+            let info = &m.engine.info;
+            return crate::json_budget::JsonBudget::new(
+                info.context_length,
+                info.vocab_size,
+                m.capacity().max_model_len(),
+            );
         }
+        let widest = |f: &dyn Fn(&crate::models::Served) -> usize, floor: usize| {
+            loaded.iter().map(|m| f(m)).max().unwrap_or(0).max(floor)
+        };
+        crate::json_budget::JsonBudget::new(
+            widest(&|m| m.engine.info.context_length, 1 << 17),
+            widest(&|m| m.engine.info.vocab_size, 1 << 18),
+            widest(&|m| m.capacity().max_model_len(), 1 << 17),
+        )
     }
 }

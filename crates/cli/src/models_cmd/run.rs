@@ -33,7 +33,7 @@ pub struct RunArgs {
 }
 
 pub fn run(mut args: RunArgs) -> Result<()> {
-    if args.engine.model.is_some() {
+    if !args.engine.model.is_empty() {
         bail!("folio run takes the model as its NAME argument, not --model");
     }
     let prompt = if !args.prompt.is_empty() {
@@ -87,6 +87,6 @@ fn pick(rt: &tokio::runtime::Runtime, args: &mut RunArgs) -> Result<Backend> {
             args.name
         );
     }
-    args.engine.model = Some(args.name.clone().into());
+    args.engine.model = vec![args.name.clone().into()];
     Ok(Backend::Local(args.engine.start()?))
 }

@@ -245,7 +245,7 @@ pub fn spawn_engine_with_draft(
             .clone()
             .map(|tx| crate::kv_events::KvEventTap::new(tx, cfg.block_size)),
     };
-    std::thread::Builder::new()
+    let thread = std::thread::Builder::new()
         .name("folio-engine".into())
         .spawn(move || {
             engine.learn_costs();
@@ -259,5 +259,6 @@ pub fn spawn_engine_with_draft(
         tokenizer,
         lora: Arc::new(std::sync::Mutex::new(lora)),
         grammars,
+        thread: Arc::new(std::sync::Mutex::new(Some(thread))),
     })
 }

@@ -54,7 +54,7 @@ async fn answer(
 
 /// The tokenizer of the model that runs `req` (it decodes the tokens that stopped it).
 fn tokenizer(req: &Running) -> std::sync::Arc<folio_tokenizer::Tokenizer> {
-    req.st.0.engine.tokenizer.clone()
+    req.model.engine.tokenizer.clone()
 }
 
 /// `{"input_tokens": n}`: the prompt's tokens as `/v1/messages` would run it (the chat
