@@ -37,6 +37,8 @@
 //!   render`): a prompt's token ids, which `vllm-router --policy kv_aware` scores.
 //! - [`kv_events`] + `kv_wire`: the ZMQ PUB socket of `--kv-events-endpoint` and vLLM's
 //!   msgpack `KVEventBatch` it sends.
+//! - `ollama`: Ollama's API (`/api/chat`, `/api/generate`, `/api/tags`, `/api/show`,
+//!   `/api/ps`, `/api/embed`, `/api/pull`, …) over the same engine path, NDJSON out.
 //! - [`ApiError`]: the one error type, rendered as OpenAI's error JSON.
 
 mod api;
@@ -67,6 +69,10 @@ mod logit_fields;
 mod lora;
 mod lora_path;
 pub mod metrics;
+mod models_shim;
+/// The per-model registry's API (see REGISTRY_API): a one-model stand-in until it lands.
+use models_shim as models;
+mod ollama;
 mod openai;
 mod outbox;
 pub mod params;
@@ -319,7 +325,8 @@ fn app(state: state::AppState) -> Router {
         .route("/tokenize", post(routes::tokenize))
         .route("/detokenize", post(routes::detokenize))
         .route("/health", get(routes::health))
-        .route("/metrics", get(routes::metrics));
+        .route("/metrics", get(routes::metrics))
+        .merge(ollama::routes());
     for path in NOT_IMPLEMENTED {
         r = r.route(path, any(routes::not_implemented));
     }
