@@ -21,8 +21,17 @@ fn name(s: &Server) -> String {
 /// The fields of the last (done) object, chat or generate.
 fn done_keys(output: &str) -> BTreeSet<String> {
     [
-        "model", "created_at", output, "done", "done_reason", "total_duration", "load_duration",
-        "prompt_eval_count", "prompt_eval_duration", "eval_count", "eval_duration",
+        "model",
+        "created_at",
+        output,
+        "done",
+        "done_reason",
+        "total_duration",
+        "load_duration",
+        "prompt_eval_count",
+        "prompt_eval_duration",
+        "eval_count",
+        "eval_duration",
     ]
     .iter()
     .map(|s| s.to_string())
@@ -69,9 +78,15 @@ fn check_done(v: &Value, output: &str, finish: &str, usage: &Value, model: &str)
     assert_eq!(v["prompt_eval_count"], usage["prompt_tokens"]);
     assert_eq!(v["eval_count"], usage["completion_tokens"]);
     let ns = |k: &str| v[k].as_u64().unwrap_or_else(|| panic!("{k}: {v}"));
-    assert!(ns("total_duration") >= ns("prompt_eval_duration") + ns("eval_duration"), "{v}");
+    assert!(
+        ns("total_duration") >= ns("prompt_eval_duration") + ns("eval_duration"),
+        "{v}"
+    );
     let t = v["created_at"].as_str().unwrap();
-    assert!(t.len() == 30 && t.ends_with('Z') && &t[10..11] == "T", "{t}");
+    assert!(
+        t.len() == 30 && t.ends_with('Z') && &t[10..11] == "T",
+        "{t}"
+    );
 }
 
 #[test]
@@ -93,10 +108,22 @@ fn chat_gives_the_openai_greedy_text_streamed_and_not() {
     let (last, pieces) = ls.split_last().unwrap();
     assert!(!pieces.is_empty());
     for p in pieces {
-        assert_eq!(keys(p), ["created_at", "done", "message", "model"].map(String::from).into(), "{p}");
-        assert_eq!((p["done"].clone(), p["message"]["role"].clone()), (json!(false), json!("assistant")));
+        assert_eq!(
+            keys(p),
+            ["created_at", "done", "message", "model"]
+                .map(String::from)
+                .into(),
+            "{p}"
+        );
+        assert_eq!(
+            (p["done"].clone(), p["message"]["role"].clone()),
+            (json!(false), json!("assistant"))
+        );
     }
-    let streamed: String = pieces.iter().map(|p| p["message"]["content"].as_str().unwrap()).collect();
+    let streamed: String = pieces
+        .iter()
+        .map(|p| p["message"]["content"].as_str().unwrap())
+        .collect();
     assert_eq!(streamed, text);
     check_done(last, "message", &finish, &usage, &name(s));
     assert_eq!(last["message"], json!({"role": "assistant", "content": ""}));
@@ -121,13 +148,20 @@ fn generate_is_a_one_message_chat_and_raw_is_a_completion() {
     streamed["stream"] = json!(true);
     let ls = lines(&post(s.addr, "/api/generate", &streamed));
     let (last, pieces) = ls.split_last().unwrap();
-    let joined: String = pieces.iter().map(|p| p["response"].as_str().unwrap()).collect();
+    let joined: String = pieces
+        .iter()
+        .map(|p| p["response"].as_str().unwrap())
+        .collect();
     assert_eq!(joined, text);
     assert_eq!(last["response"], "");
     check_done(last, "response", &finish, &usage, &name(s));
 
     let raw = "The capital of France is";
-    let c = post_ok(s.addr, "/v1/completions", &json!({"prompt": raw, "temperature": 0, "max_tokens": 8}));
+    let c = post_ok(
+        s.addr,
+        "/v1/completions",
+        &json!({"prompt": raw, "temperature": 0, "max_tokens": 8}),
+    );
     let v = post_ok(
         s.addr,
         "/api/generate",
@@ -183,14 +217,20 @@ fn a_tool_call_has_ollamas_shape() {
     let calls = m["tool_calls"].as_array().unwrap();
     assert_eq!(calls.len(), 1, "{v}");
     assert_eq!(keys(&calls[0]), ["function"].map(String::from).into());
-    assert_eq!(keys(&calls[0]["function"]), ["arguments", "name"].map(String::from).into());
+    assert_eq!(
+        keys(&calls[0]["function"]),
+        ["arguments", "name"].map(String::from).into()
+    );
     assert_eq!(calls[0]["function"]["name"], "get_weather");
     assert!(calls[0]["function"]["arguments"]["city"].is_string(), "{v}");
     // Streamed: the same call on one line, then the done line.
     let mut streamed = body.clone();
     streamed["stream"] = json!(true);
     let ls = lines(&post(s.addr, "/api/chat", &streamed));
-    let with_calls: Vec<&Value> = ls.iter().filter(|l| l["message"].get("tool_calls").is_some()).collect();
+    let with_calls: Vec<&Value> = ls
+        .iter()
+        .filter(|l| l["message"].get("tool_calls").is_some())
+        .collect();
     assert_eq!(with_calls.len(), 1, "{ls:?}");
     assert_eq!(with_calls[0]["message"]["tool_calls"], m["tool_calls"]);
     assert_eq!(ls.last().unwrap()["done_reason"], "stop");
@@ -207,21 +247,61 @@ fn a_tool_call_has_ollamas_shape() {
 #[test]
 fn load_requests_and_errors_in_ollamas_shape() {
     let Some(s) = server() else { return };
-    let v = post_ok(s.addr, "/api/chat", &json!({"model": name(s), "messages": []}));
-    assert_eq!(keys(&v), ["created_at", "done", "done_reason", "message", "model"].map(String::from).into());
-    assert_eq!((v["done"].clone(), v["done_reason"].clone()), (json!(true), json!("load")));
-    let v = post_ok(s.addr, "/api/generate", &json!({"model": name(s), "keep_alive": 0}));
-    assert_eq!((v["response"].clone(), v["done_reason"].clone()), (json!(""), json!("unload")));
+    let v = post_ok(
+        s.addr,
+        "/api/chat",
+        &json!({"model": name(s), "messages": []}),
+    );
+    assert_eq!(
+        keys(&v),
+        ["created_at", "done", "done_reason", "message", "model"]
+            .map(String::from)
+            .into()
+    );
+    assert_eq!(
+        (v["done"].clone(), v["done_reason"].clone()),
+        (json!(true), json!("load"))
+    );
+    let v = post_ok(
+        s.addr,
+        "/api/generate",
+        &json!({"model": name(s), "keep_alive": 0}),
+    );
+    assert_eq!(
+        (v["response"].clone(), v["done_reason"].clone()),
+        (json!(""), json!("unload"))
+    );
 
     let cases = [
-        ("/api/generate", json!({"model": name(s), "prompt": "hi", "images": ["aGk="]}), 400,
-         "images: images are not supported: folio serves text-only models; got 1 image(s)".to_string()),
-        ("/api/chat", json!({"model": "nope:7b", "messages": [{"role": "user", "content": "hi"}]}), 404,
-         format!("The model `nope:7b` does not exist; this server serves `{}`.", name(s))),
-        ("/api/chat", json!({"model": name(s), "messages": [{"role": "user", "content": "hi"}], "options": {"top_k": 50000}}), 400,
-         "options.top_k: must be an integer in [-1, 49152], got 50000".to_string()),
-        ("/api/chat", json!({"model": name(s), "messages": [{"role": "user", "content": "hi"}], "options": {"mirostat": 2}}), 400,
-         "options.mirostat: folio has no such sampler; only 0 (off) is accepted, got 2".to_string()),
+        (
+            "/api/generate",
+            json!({"model": name(s), "prompt": "hi", "images": ["aGk="]}),
+            400,
+            "images: images are not supported: folio serves text-only models; got 1 image(s)"
+                .to_string(),
+        ),
+        (
+            "/api/chat",
+            json!({"model": "nope:7b", "messages": [{"role": "user", "content": "hi"}]}),
+            404,
+            format!(
+                "The model `nope:7b` does not exist; this server serves `{}`.",
+                name(s)
+            ),
+        ),
+        (
+            "/api/chat",
+            json!({"model": name(s), "messages": [{"role": "user", "content": "hi"}], "options": {"top_k": 50000}}),
+            400,
+            "options.top_k: must be an integer in [-1, 49152], got 50000".to_string(),
+        ),
+        (
+            "/api/chat",
+            json!({"model": name(s), "messages": [{"role": "user", "content": "hi"}], "options": {"mirostat": 2}}),
+            400,
+            "options.mirostat: folio has no such sampler; only 0 (off) is accepted, got 2"
+                .to_string(),
+        ),
     ];
     for (path, body, status, msg) in cases {
         let r = post(s.addr, path, &body);

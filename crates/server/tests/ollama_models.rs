@@ -28,7 +28,10 @@ fn smollm2_details() -> Value {
 }
 
 fn is_smollm2(s: &Server) -> bool {
-    s.engine.info.model_path.ends_with("SmolLM2-135M-Instruct.Q4_1.gguf")
+    s.engine
+        .info
+        .model_path
+        .ends_with("SmolLM2-135M-Instruct.Q4_1.gguf")
 }
 
 #[test]
@@ -40,28 +43,53 @@ fn version_tags_show_and_ps() {
     let models = tags["models"].as_array().unwrap();
     assert_eq!(models.len(), 1, "{tags}");
     let m = &models[0];
-    assert_eq!((m["name"].as_str(), m["model"].as_str()), (Some(name(s).as_str()), Some(name(s).as_str())));
+    assert_eq!(
+        (m["name"].as_str(), m["model"].as_str()),
+        (Some(name(s).as_str()), Some(name(s).as_str()))
+    );
     assert_eq!(m["size"], size);
     if is_smollm2(s) {
         assert_eq!(m["details"], smollm2_details());
         assert_eq!(m["digest"].as_str().unwrap().len(), "sha256:".len() + 64);
     }
     let modified = m["modified_at"].as_str().unwrap();
-    assert!(modified.ends_with('Z') && modified.len() == 30, "{modified}");
+    assert!(
+        modified.ends_with('Z') && modified.len() == 30,
+        "{modified}"
+    );
 
     let show = post_ok(s.addr, "/api/show", &json!({"model": name(s)}));
     assert_eq!(show["details"], m["details"]);
-    assert_eq!(show["model_info"]["general.architecture"], m["details"]["family"]);
+    assert_eq!(
+        show["model_info"]["general.architecture"],
+        m["details"]["family"]
+    );
     let f = folio_gguf::GgufFile::open(std::path::Path::new(&s.engine.info.model_path)).unwrap();
     let params: u64 = f.tensors().iter().map(|t| t.n_elements()).sum();
     assert_eq!(show["model_info"]["general.parameter_count"], params);
     // The vocabulary is left out unless verbose.
     assert_eq!(show["model_info"]["tokenizer.ggml.tokens"], Value::Null);
-    let verbose = post_ok(s.addr, "/api/show", &json!({"model": name(s), "verbose": true}));
-    assert_eq!(verbose["model_info"]["tokenizer.ggml.tokens"].as_array().unwrap().len(), s.engine.info.vocab_size);
-    assert_eq!(show["template"], f.get_str("tokenizer.chat_template").unwrap());
+    let verbose = post_ok(
+        s.addr,
+        "/api/show",
+        &json!({"model": name(s), "verbose": true}),
+    );
+    assert_eq!(
+        verbose["model_info"]["tokenizer.ggml.tokens"]
+            .as_array()
+            .unwrap()
+            .len(),
+        s.engine.info.vocab_size
+    );
+    assert_eq!(
+        show["template"],
+        f.get_str("tokenizer.chat_template").unwrap()
+    );
     assert_eq!(show["capabilities"][0], "completion");
-    assert!(show["modelfile"].as_str().unwrap().contains(&format!("FROM {}", s.engine.info.model_path)));
+    assert!(show["modelfile"]
+        .as_str()
+        .unwrap()
+        .contains(&format!("FROM {}", s.engine.info.model_path)));
     let r = post(s.addr, "/api/show", &json!({"model": "llama3:8b"}));
     assert_eq!(r.status, 404);
 
@@ -80,7 +108,11 @@ fn embed_gives_the_v1_vectors() {
     let Some(s) = server() else { return };
     let texts = ["The cat sat on the mat.", "Paris is the capital of France."];
     let v1 = post_ok(s.addr, "/v1/embeddings", &json!({"input": texts}));
-    let e = post_ok(s.addr, "/api/embed", &json!({"model": name(s), "input": texts}));
+    let e = post_ok(
+        s.addr,
+        "/api/embed",
+        &json!({"model": name(s), "input": texts}),
+    );
     let dims = s.engine.info.hidden_size;
     let embs = e["embeddings"].as_array().unwrap();
     assert_eq!(embs.len(), 2);
@@ -91,12 +123,23 @@ fn embed_gives_the_v1_vectors() {
     assert_eq!(e["model"], name(s).as_str());
     assert_eq!(e["prompt_eval_count"], v1["usage"]["prompt_tokens"]);
     assert!(e["total_duration"].as_u64().unwrap() >= e["load_duration"].as_u64().unwrap());
-    let one = post_ok(s.addr, "/api/embed", &json!({"model": name(s), "input": texts[0]}));
+    let one = post_ok(
+        s.addr,
+        "/api/embed",
+        &json!({"model": name(s), "input": texts[0]}),
+    );
     assert_eq!(one["embeddings"][0], v1["data"][0]["embedding"]);
-    let legacy = post_ok(s.addr, "/api/embeddings", &json!({"model": name(s), "prompt": texts[1]}));
+    let legacy = post_ok(
+        s.addr,
+        "/api/embeddings",
+        &json!({"model": name(s), "prompt": texts[1]}),
+    );
     assert_eq!(legacy, json!({"embedding": v1["data"][1]["embedding"]}));
     let r = post(s.addr, "/api/embed", &json!({"model": name(s)}));
-    assert_eq!((r.status, r.json()), (400, json!({"error": "input: required, got nothing"})));
+    assert_eq!(
+        (r.status, r.json()),
+        (400, json!({"error": "input: required, got nothing"}))
+    );
 }
 
 #[test]
@@ -104,13 +147,20 @@ fn pull_streams_ollamas_progress_lines() {
     let Some(s) = server() else { return };
     let entry = folio_fetch::catalog::default_entry();
     if folio_fetch::state(entry) == folio_fetch::State::Missing {
-        eprintln!("SKIPPED: {} is not cached (a pull would download it)", entry.name);
+        eprintln!(
+            "SKIPPED: {} is not cached (a pull would download it)",
+            entry.name
+        );
         return;
     }
     let r = post(s.addr, "/api/pull", &json!({"model": entry.name}));
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.header("content-type"), Some("application/x-ndjson"));
-    let lines: Vec<Value> = r.text().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let lines: Vec<Value> = r
+        .text()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     let digest = format!("sha256:{}", entry.sha256);
     assert_eq!(
         lines,
@@ -123,7 +173,11 @@ fn pull_streams_ollamas_progress_lines() {
             json!({"status": "success"}),
         ]
     );
-    let v = post_ok(s.addr, "/api/pull", &json!({"model": format!("{}:latest", entry.name), "stream": false}));
+    let v = post_ok(
+        s.addr,
+        "/api/pull",
+        &json!({"model": format!("{}:latest", entry.name), "stream": false}),
+    );
     assert_eq!(v, json!({"status": "success"}));
 }
 
@@ -149,7 +203,12 @@ fn pull_and_delete_refusals() {
         .iter()
         .find(|e| !folio_fetch::model_path(e).exists())
     {
-        let r = request(s.addr, "DELETE", "/api/delete", json!({"model": e.name}).to_string().as_bytes());
+        let r = request(
+            s.addr,
+            "DELETE",
+            "/api/delete",
+            json!({"model": e.name}).to_string().as_bytes(),
+        );
         assert_eq!(r.status, 404, "{}", r.text());
         assert_eq!(
             r.json(),

@@ -26,7 +26,11 @@ pub struct Details {
 pub fn read(path: &Path, verbose: bool) -> Result<Details, String> {
     let f = GgufFile::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let params: u64 = f.tensors().iter().map(|t| t.n_elements()).sum();
-    let arch = f.get("general.architecture").and_then(G::as_str).unwrap_or("").to_string();
+    let arch = f
+        .get("general.architecture")
+        .and_then(G::as_str)
+        .unwrap_or("")
+        .to_string();
     let mut model_info = Map::new();
     for (k, v) in f.metadata() {
         // The template is `template`; the vocabulary is not "info".
@@ -34,10 +38,21 @@ pub fn read(path: &Path, verbose: bool) -> Result<Details, String> {
             continue;
         }
         let long = matches!(v, G::Array(a) if a.len() > SHORT_ARRAY);
-        model_info.insert(k.clone(), if long && !verbose { Value::Null } else { to_json(v) });
+        model_info.insert(
+            k.clone(),
+            if long && !verbose {
+                Value::Null
+            } else {
+                to_json(v)
+            },
+        );
     }
     model_info.insert("general.parameter_count".into(), json!(params));
-    let template = f.get("tokenizer.chat_template").and_then(G::as_str).unwrap_or("").to_string();
+    let template = f
+        .get("tokenizer.chat_template")
+        .and_then(G::as_str)
+        .unwrap_or("")
+        .to_string();
     let mut capabilities = vec!["completion"];
     if template.contains("tools") {
         capabilities.push("tools");
@@ -59,7 +74,10 @@ pub fn read(path: &Path, verbose: bool) -> Result<Details, String> {
         template,
         capabilities,
         digest: digest(path),
-        modified_at: meta.modified().map(super::clock::rfc3339).unwrap_or_default(),
+        modified_at: meta
+            .modified()
+            .map(super::clock::rfc3339)
+            .unwrap_or_default(),
         size: meta.len(),
     })
 }
@@ -71,7 +89,11 @@ fn to_json(v: &G) -> Value {
         G::F32(x) => json!(x),
         G::F64(x) => json!(x),
         G::Array(a) => Value::Array(a.iter().map(to_json).collect()),
-        other => other.as_i64().map(Value::from).or_else(|| other.as_u64().map(Value::from)).unwrap_or(Value::Null),
+        other => other
+            .as_i64()
+            .map(Value::from)
+            .or_else(|| other.as_u64().map(Value::from))
+            .unwrap_or(Value::Null),
     }
 }
 
@@ -92,12 +114,36 @@ pub fn human(n: u64) -> String {
 /// llama.cpp's name for `general.file_type`, else the most common tensor type.
 fn quantization(f: &GgufFile) -> String {
     const FTYPES: &[(u64, &str)] = &[
-        (0, "F32"), (1, "F16"), (2, "Q4_0"), (3, "Q4_1"), (7, "Q8_0"), (8, "Q5_0"), (9, "Q5_1"),
-        (10, "Q2_K"), (11, "Q3_K_S"), (12, "Q3_K_M"), (13, "Q3_K_L"), (14, "Q4_K_S"),
-        (15, "Q4_K_M"), (16, "Q5_K_S"), (17, "Q5_K_M"), (18, "Q6_K"), (19, "IQ2_XXS"),
-        (20, "IQ2_XS"), (21, "Q2_K_S"), (22, "IQ3_XS"), (23, "IQ3_XXS"), (24, "IQ1_S"),
-        (25, "IQ4_NL"), (26, "IQ3_S"), (27, "IQ3_M"), (28, "IQ2_S"), (29, "IQ2_M"),
-        (30, "IQ4_XS"), (31, "IQ1_M"), (32, "BF16"),
+        (0, "F32"),
+        (1, "F16"),
+        (2, "Q4_0"),
+        (3, "Q4_1"),
+        (7, "Q8_0"),
+        (8, "Q5_0"),
+        (9, "Q5_1"),
+        (10, "Q2_K"),
+        (11, "Q3_K_S"),
+        (12, "Q3_K_M"),
+        (13, "Q3_K_L"),
+        (14, "Q4_K_S"),
+        (15, "Q4_K_M"),
+        (16, "Q5_K_S"),
+        (17, "Q5_K_M"),
+        (18, "Q6_K"),
+        (19, "IQ2_XXS"),
+        (20, "IQ2_XS"),
+        (21, "Q2_K_S"),
+        (22, "IQ3_XS"),
+        (23, "IQ3_XXS"),
+        (24, "IQ1_S"),
+        (25, "IQ4_NL"),
+        (26, "IQ3_S"),
+        (27, "IQ3_M"),
+        (28, "IQ2_S"),
+        (29, "IQ2_M"),
+        (30, "IQ4_XS"),
+        (31, "IQ1_M"),
+        (32, "BF16"),
     ];
     if let Some(t) = f.get("general.file_type").and_then(G::as_u64) {
         if let Some((_, name)) = FTYPES.iter().find(|(id, _)| *id == t) {
@@ -112,7 +158,10 @@ fn quantization(f: &GgufFile) -> String {
             None => counts.push((name, 1)),
         }
     }
-    counts.into_iter().max_by_key(|c| c.1).map_or_else(String::new, |c| c.0.to_string())
+    counts
+        .into_iter()
+        .max_by_key(|c| c.1)
+        .map_or_else(String::new, |c| c.0.to_string())
 }
 
 /// The file's SHA-256 when folio knows it without reading the file: the one `folio_fetch`
@@ -120,10 +169,16 @@ fn quantization(f: &GgufFile) -> String {
 fn digest(path: &Path) -> String {
     let mut marker = path.as_os_str().to_owned();
     marker.push(".sha256-ok");
-    let known = std::fs::read_to_string(&marker).ok().map(|s| s.trim().to_string()).or_else(|| {
-        let name = path.file_name()?.to_str()?;
-        folio_fetch::catalog::CATALOG.iter().find(|e| e.file_name == name).map(|e| e.sha256.to_string())
-    });
+    let known = std::fs::read_to_string(&marker)
+        .ok()
+        .map(|s| s.trim().to_string())
+        .or_else(|| {
+            let name = path.file_name()?.to_str()?;
+            folio_fetch::catalog::CATALOG
+                .iter()
+                .find(|e| e.file_name == name)
+                .map(|e| e.sha256.to_string())
+        });
     match known {
         Some(h) if h.len() == 64 => format!("sha256:{h}"),
         _ => String::new(),

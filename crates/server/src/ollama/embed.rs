@@ -14,15 +14,35 @@ use std::time::Instant;
 
 /// Top-level fields of /api/embed (`truncate`: folio refuses an input that does not fit
 /// instead of cutting it, so `true` and `false` answer alike for inputs that fit).
-const EMBED: &[&str] = &["model", "input", "truncate", "options", "keep_alive", "dimensions"];
+const EMBED: &[&str] = &[
+    "model",
+    "input",
+    "truncate",
+    "options",
+    "keep_alive",
+    "dimensions",
+];
 const EMBEDDINGS: &[&str] = &["model", "prompt", "options", "keep_alive"];
 
 /// The OpenAI embeddings body of an Ollama one, after its fields are checked.
-async fn run(st: &AppState, body: &Map<String, Value>, own: &[&str], input: Value) -> Result<(crate::embeddings::Embedded, u64, u64)> {
+async fn run(
+    st: &AppState,
+    body: &Map<String, Value>,
+    own: &[&str],
+    input: Value,
+) -> Result<(crate::embeddings::Embedded, u64, u64)> {
     let arrival = Instant::now();
     for (k, v) in body {
         if !own.contains(&k.as_str()) {
-            return Err(ApiError::param(k.as_str(), format!("unknown field, got {}; this endpoint reads {}", show(v), own.join(", "))).into());
+            return Err(ApiError::param(
+                k.as_str(),
+                format!(
+                    "unknown field, got {}; this endpoint reads {}",
+                    show(v),
+                    own.join(", ")
+                ),
+            )
+            .into());
         }
     }
     let f = Fields::new(body);
@@ -47,11 +67,22 @@ async fn run(st: &AppState, body: &Map<String, Value>, own: &[&str], input: Valu
     Ok((e, ns(arrival.elapsed()), ns(load)))
 }
 
-pub async fn embed(State(st): State<AppState>, JsonObject(body): JsonObject) -> Result<Json<Value>> {
+pub async fn embed(
+    State(st): State<AppState>,
+    JsonObject(body): JsonObject,
+) -> Result<Json<Value>> {
     let input = match body.get("input") {
-        None | Some(Value::Null) => return Err(ApiError::param("input", "required, got nothing").into()),
+        None | Some(Value::Null) => {
+            return Err(ApiError::param("input", "required, got nothing").into())
+        }
         Some(v @ (Value::String(_) | Value::Array(_))) => v.clone(),
-        Some(v) => return Err(ApiError::param("input", format!("must be a string or an array of strings, got {}", show(v))).into()),
+        Some(v) => {
+            return Err(ApiError::param(
+                "input",
+                format!("must be a string or an array of strings, got {}", show(v)),
+            )
+            .into())
+        }
     };
     let (e, total, load) = run(&st, &body, EMBED, input).await?;
     Ok(Json(json!({
@@ -63,11 +94,20 @@ pub async fn embed(State(st): State<AppState>, JsonObject(body): JsonObject) -> 
     })))
 }
 
-pub async fn embeddings(State(st): State<AppState>, JsonObject(body): JsonObject) -> Result<Json<Value>> {
+pub async fn embeddings(
+    State(st): State<AppState>,
+    JsonObject(body): JsonObject,
+) -> Result<Json<Value>> {
     let prompt = match body.get("prompt") {
         Some(Value::String(s)) => s.clone(),
-        None | Some(Value::Null) => return Err(ApiError::param("prompt", "required, got nothing").into()),
-        Some(v) => return Err(ApiError::param("prompt", format!("must be a string, got {}", show(v))).into()),
+        None | Some(Value::Null) => {
+            return Err(ApiError::param("prompt", "required, got nothing").into())
+        }
+        Some(v) => {
+            return Err(
+                ApiError::param("prompt", format!("must be a string, got {}", show(v))).into(),
+            )
+        }
     };
     let (e, _, _) = run(&st, &body, EMBEDDINGS, json!(prompt)).await?;
     let v = e.vectors.into_iter().next().unwrap_or_default();

@@ -45,8 +45,14 @@ mod tests {
 
     #[test]
     fn error_is_one_string_with_the_status_kept() {
-        let e = OllamaError(ApiError::param("options.top_k", "must be an integer in [0, 1000], got -3"));
-        assert_eq!(e.body(), json!({"error": "options.top_k: must be an integer in [0, 1000], got -3"}));
+        let e = OllamaError(ApiError::param(
+            "options.top_k",
+            "must be an integer in [0, 1000], got -3",
+        ));
+        assert_eq!(
+            e.body(),
+            json!({"error": "options.top_k: must be an integer in [0, 1000], got -3"})
+        );
         assert_eq!(e.into_response().status(), 400);
     }
 }

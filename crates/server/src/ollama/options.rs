@@ -79,7 +79,10 @@ pub fn apply(options: Option<&Value>, chat: &mut Map<String, Value>) -> Result<(
             if v.as_f64() != Some(*off) {
                 return Err(ApiError::param(
                     format!("options.{name}"),
-                    format!("folio has no such sampler; only {off} (off) is accepted, got {}", show(v)),
+                    format!(
+                        "folio has no such sampler; only {off} (off) is accepted, got {}",
+                        show(v)
+                    ),
                 ));
             }
         } else {
@@ -88,7 +91,11 @@ pub fn apply(options: Option<&Value>, chat: &mut Map<String, Value>) -> Result<(
                 format!(
                     "unknown option, got {}; folio reads {}",
                     show(v),
-                    MAPPED.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
+                    MAPPED
+                        .iter()
+                        .map(|(n, _)| *n)
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 ),
             ));
         }
@@ -137,9 +144,11 @@ mod tests {
 
     #[test]
     fn options_map_to_chat_fields() {
-        let got = run(json!({"num_predict": 8, "temperature": 0, "top_k": 1, "top_p": 0.9,
+        let got = run(
+            json!({"num_predict": 8, "temperature": 0, "top_k": 1, "top_p": 0.9,
             "min_p": 0.1, "repeat_penalty": 1.1, "seed": 3, "stop": ["\n"], "num_ctx": 4096,
-            "num_gpu": 99, "typical_p": 1.0, "mirostat": 0}))
+            "num_gpu": 99, "typical_p": 1.0, "mirostat": 0}),
+        )
         .unwrap();
         assert_eq!(
             got,
@@ -158,13 +167,22 @@ mod tests {
         assert!(run(json!({"temprature": 1}))
             .unwrap_err()
             .starts_with("options.temprature: unknown option, got 1; folio reads num_predict, "));
-        assert_eq!(run(json!(3)).unwrap_err(), "options: must be an object, got 3");
+        assert_eq!(
+            run(json!(3)).unwrap_err(),
+            "options: must be an object, got 3"
+        );
     }
 
     #[test]
     fn chat_errors_are_renamed() {
-        let e = renamed(ApiError::param("max_tokens", "must be an integer in [1, 9], got 0"));
-        assert_eq!(e.message, "options.num_predict: must be an integer in [1, 9], got 0");
+        let e = renamed(ApiError::param(
+            "max_tokens",
+            "must be an integer in [1, 9], got 0",
+        ));
+        assert_eq!(
+            e.message,
+            "options.num_predict: must be an integer in [1, 9], got 0"
+        );
         assert_eq!(e.param.as_deref(), Some("options.num_predict"));
         let e = renamed(ApiError::param("response_format.json_schema", "bad"));
         assert_eq!(e.message, "format.json_schema: bad");

@@ -67,7 +67,10 @@ fn line(v: Value) -> Bytes {
 
 /// `sha256:…` and the short form Ollama's status lines show.
 fn digests(e: &Entry) -> (String, String) {
-    (format!("sha256:{}", e.sha256), format!("pulling {}", &e.sha256[..12]))
+    (
+        format!("sha256:{}", e.sha256),
+        format!("pulling {}", &e.sha256[..12]),
+    )
 }
 
 pub async fn pull(State(_st): State<AppState>, JsonObject(body): JsonObject) -> Result<Response> {
@@ -115,7 +118,9 @@ pub async fn pull(State(_st): State<AppState>, JsonObject(body): JsonObject) -> 
                 json!({"status": "success"}),
             ],
             Ok(Err(err)) => vec![json!({"error": format!("pulling {}: {err}", e.name)})],
-            Err(err) => vec![json!({"error": format!("pulling {}: the fetch task failed: {err}", e.name)})],
+            Err(err) => {
+                vec![json!({"error": format!("pulling {}: the fetch task failed: {err}", e.name)})]
+            }
         };
         for l in lines {
             if !send(l).await {
@@ -123,8 +128,10 @@ pub async fn pull(State(_st): State<AppState>, JsonObject(body): JsonObject) -> 
             }
         }
     });
-    r.headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/x-ndjson"));
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/x-ndjson"),
+    );
     Ok(r)
 }
 
@@ -132,7 +139,11 @@ pub async fn pull(State(_st): State<AppState>, JsonObject(body): JsonObject) -> 
 async fn fetch(e: &'static Entry) -> std::result::Result<PathBuf, ApiError> {
     tokio::task::spawn_blocking(move || folio_fetch::ensure(e))
         .await
-        .map_err(|err| ApiError::from(crate::error::Error::Internal(format!("the fetch task failed: {err}"))))?
+        .map_err(|err| {
+            ApiError::from(crate::error::Error::Internal(format!(
+                "the fetch task failed: {err}"
+            )))
+        })?
         .map_err(|err| crate::error::Error::Internal(format!("pulling {}: {err}", e.name)).into())
 }
 
@@ -149,7 +160,11 @@ pub async fn delete(State(st): State<AppState>, JsonObject(body): JsonObject) ->
     let e = entry(field, &asked)?;
     let path = folio_fetch::model_path(e);
     if !path.is_file() {
-        return Err(not_found(format!("model {asked:?} not found: it is not downloaded ({} is absent)", path.display())).into());
+        return Err(not_found(format!(
+            "model {asked:?} not found: it is not downloaded ({} is absent)",
+            path.display()
+        ))
+        .into());
     }
     for m in st.model_list() {
         let same = m.path.as_ref().and_then(|p| p.canonicalize().ok()) == path.canonicalize().ok();
@@ -158,7 +173,10 @@ pub async fn delete(State(st): State<AppState>, JsonObject(body): JsonObject) ->
         }
     }
     std::fs::remove_file(&path).map_err(|err| {
-        ApiError::from(crate::error::Error::Internal(format!("removing {}: {err}", path.display())))
+        ApiError::from(crate::error::Error::Internal(format!(
+            "removing {}: {err}",
+            path.display()
+        )))
     })?;
     let mut marker = path.into_os_string();
     marker.push(".sha256-ok");

@@ -44,14 +44,36 @@ pub struct Ask {
 
 /// Top-level fields of /api/chat.
 const CHAT: &[&str] = &[
-    "model", "messages", "tools", "format", "options", "stream", "keep_alive", "think",
-    "logprobs", "top_logprobs", "tool_choice",
+    "model",
+    "messages",
+    "tools",
+    "format",
+    "options",
+    "stream",
+    "keep_alive",
+    "think",
+    "logprobs",
+    "top_logprobs",
+    "tool_choice",
 ];
 
 /// Top-level fields of /api/generate.
 const GENERATE: &[&str] = &[
-    "model", "prompt", "system", "raw", "format", "options", "stream", "keep_alive", "think",
-    "logprobs", "top_logprobs", "images", "template", "suffix", "context",
+    "model",
+    "prompt",
+    "system",
+    "raw",
+    "format",
+    "options",
+    "stream",
+    "keep_alive",
+    "think",
+    "logprobs",
+    "top_logprobs",
+    "images",
+    "template",
+    "suffix",
+    "context",
 ];
 
 /// Accepted on both and ignored: Ollama's `truncate` and `shift` say what to do with a
@@ -76,7 +98,11 @@ pub fn read(endpoint: Endpoint, body: &Map<String, Value>) -> Result<Ask, ApiErr
         }
         return Err(ApiError::param(
             k.as_str(),
-            format!("unknown field, got {}; this endpoint reads {}", show(v), own.join(", ")),
+            format!(
+                "unknown field, got {}; this endpoint reads {}",
+                show(v),
+                own.join(", ")
+            ),
         ));
     }
     let f = Fields::new(body);
@@ -99,7 +125,10 @@ pub fn read(endpoint: Endpoint, body: &Map<String, Value>) -> Result<Ask, ApiErr
         Some(v) => {
             return Err(ApiError::param(
                 "think",
-                format!("must be a boolean or one of high, medium, low; got {}", show(v)),
+                format!(
+                    "must be a boolean or one of high, medium, low; got {}",
+                    show(v)
+                ),
             ))
         }
     };
@@ -111,7 +140,12 @@ pub fn read(endpoint: Endpoint, body: &Map<String, Value>) -> Result<Ask, ApiErr
                 chat.insert("top_logprobs".into(), n.clone());
             }
         }
-        Some(v) => return Err(ApiError::param("logprobs", format!("must be a boolean, got {}", show(v)))),
+        Some(v) => {
+            return Err(ApiError::param(
+                "logprobs",
+                format!("must be a boolean, got {}", show(v)),
+            ))
+        }
     }
     let keep_alive = keep_alive(f.get("keep_alive"))?;
     let (api, empty) = match endpoint {
@@ -138,7 +172,15 @@ pub fn read(endpoint: Endpoint, body: &Map<String, Value>) -> Result<Ask, ApiErr
             chat.insert("chat_template_kwargs".into(), json!({"enable_thinking": t}));
         }
     }
-    Ok(Ask { api, body: chat, model, stream, think, keep_alive, empty })
+    Ok(Ask {
+        api,
+        body: chat,
+        model,
+        stream,
+        think,
+        keep_alive,
+        empty,
+    })
 }
 
 /// `prompt`, `system`, `raw` → chat `messages` or a completions `prompt`.
@@ -154,7 +196,10 @@ fn generate_prompt(f: &Fields, chat: &mut Map<String, Value>) -> Result<(Api, bo
     ] {
         if let Some(s) = f.str(name)? {
             if !s.is_empty() {
-                return Err(ApiError::param(name, format!("not supported: {why}; got {}", show(&json!(s)))));
+                return Err(ApiError::param(
+                    name,
+                    format!("not supported: {why}; got {}", show(&json!(s))),
+                ));
             }
         }
     }
@@ -170,7 +215,10 @@ fn generate_prompt(f: &Fields, chat: &mut Map<String, Value>) -> Result<(Api, bo
     let system = f.str("system")?.filter(|s| !s.is_empty());
     if f.bool("raw", false)? {
         if system.is_some() {
-            return Err(ApiError::param("system", "not applied with raw: true (the prompt is sent as is); put it into the prompt"));
+            return Err(ApiError::param(
+                "system",
+                "not applied with raw: true (the prompt is sent as is); put it into the prompt",
+            ));
         }
         chat.insert("prompt".into(), json!(prompt));
         return Ok((Api::Completions, prompt.is_empty()));
@@ -197,7 +245,10 @@ fn messages(v: Option<&Value>) -> Result<Vec<Value>, ApiError> {
         None => return Ok(Vec::new()),
         Some(Value::Array(a)) => a,
         Some(v) => {
-            return Err(ApiError::param("messages", format!("must be an array of messages, got {}", show(v))))
+            return Err(ApiError::param(
+                "messages",
+                format!("must be an array of messages, got {}", show(v)),
+            ))
         }
     };
     items
@@ -205,7 +256,10 @@ fn messages(v: Option<&Value>) -> Result<Vec<Value>, ApiError> {
         .enumerate()
         .map(|(i, m)| {
             let Value::Object(o) = m else {
-                return Err(ApiError::param(format!("messages[{i}]"), format!("must be an object, got {}", show(m))));
+                return Err(ApiError::param(
+                    format!("messages[{i}]"),
+                    format!("must be an object, got {}", show(m)),
+                ));
             };
             let mut out = Map::new();
             for (k, v) in o {
@@ -213,8 +267,15 @@ fn messages(v: Option<&Value>) -> Result<Vec<Value>, ApiError> {
                     "images" => match v {
                         Value::Null => {}
                         Value::Array(a) if a.is_empty() => {}
-                        Value::Array(a) => return Err(images_error(&format!("messages[{i}].images"), a.len())),
-                        v => return Err(images_error(&format!("messages[{i}].images"), usize::from(!v.is_null()))),
+                        Value::Array(a) => {
+                            return Err(images_error(&format!("messages[{i}].images"), a.len()))
+                        }
+                        v => {
+                            return Err(images_error(
+                                &format!("messages[{i}].images"),
+                                usize::from(!v.is_null()),
+                            ))
+                        }
                     },
                     // An earlier turn's thought: templates drop it, so does folio.
                     "thinking" => {}
@@ -241,7 +302,10 @@ fn format(v: Option<&Value>) -> Result<Option<Value>, ApiError> {
             "type": "json_schema",
             "json_schema": {"name": "format", "schema": schema},
         }))),
-        Some(v) => Err(ApiError::param("format", format!("must be \"json\" or a JSON schema object, got {}", show(v)))),
+        Some(v) => Err(ApiError::param(
+            "format",
+            format!("must be \"json\" or a JSON schema object, got {}", show(v)),
+        )),
     }
 }
 
@@ -251,7 +315,10 @@ pub fn keep_alive(v: Option<&Value>) -> Result<Option<Duration>, ApiError> {
     let bad = |v: &Value| {
         ApiError::param(
             "keep_alive",
-            format!("must be seconds or a duration such as \"5m\", \"1h30m\", \"0\" or \"-1\", got {}", show(v)),
+            format!(
+                "must be seconds or a duration such as \"5m\", \"1h30m\", \"0\" or \"-1\", got {}",
+                show(v)
+            ),
         )
     };
     let secs = match v {
@@ -263,7 +330,9 @@ pub fn keep_alive(v: Option<&Value>) -> Result<Option<Duration>, ApiError> {
     if secs < 0.0 {
         return Ok(Some(Duration::MAX));
     }
-    Duration::try_from_secs_f64(secs).map(Some).map_err(|_| bad(v.unwrap()))
+    Duration::try_from_secs_f64(secs)
+        .map(Some)
+        .map_err(|_| bad(v.unwrap()))
 }
 
 /// Seconds of a Go duration string (`1h2m3.5s`, `300ms`, `-1`, a bare number of seconds).
@@ -284,7 +353,9 @@ fn go_duration(s: &str) -> Option<f64> {
         let num_end = rest.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
         let x: f64 = rest[..num_end].parse().ok()?;
         rest = &rest[num_end..];
-        let unit_end = rest.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(rest.len());
+        let unit_end = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
         let scale = match &rest[..unit_end] {
             "ns" => 1e-9,
             "us" | "µs" => 1e-6,
@@ -321,7 +392,10 @@ mod tests {
               "keep_alive": "5m"}),
         )
         .unwrap();
-        assert_eq!((a.api, a.stream, a.think, a.empty), (Api::Chat, true, Some(false), false));
+        assert_eq!(
+            (a.api, a.stream, a.think, a.empty),
+            (Api::Chat, true, Some(false), false)
+        );
         assert_eq!(a.keep_alive, Some(Duration::from_secs(300)));
         assert_eq!(
             Value::Object(a.body),
@@ -351,7 +425,11 @@ mod tests {
                    "response_format": {"type": "json_schema", "json_schema": {"name": "format", "schema": {"type": "object"}}},
                    "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Why?"}]})
         );
-        let a = read_json(Endpoint::Generate, json!({"model": "m", "prompt": "Once", "raw": true})).unwrap();
+        let a = read_json(
+            Endpoint::Generate,
+            json!({"model": "m", "prompt": "Once", "raw": true}),
+        )
+        .unwrap();
         assert_eq!(a.api, Api::Completions);
         assert_eq!(a.body["prompt"], "Once");
         let a = read_json(Endpoint::Generate, json!({"model": "m"})).unwrap();
@@ -371,9 +449,13 @@ mod tests {
         for (e, body, msg) in cases {
             assert_eq!(read_json(e, body).unwrap_err(), msg);
         }
-        assert!(read_json(Endpoint::Chat, json!({"messages": [], "prompt": "x"}))
-            .unwrap_err()
-            .starts_with("prompt: unknown field, got string \"x\"; this endpoint reads model, messages,"));
+        assert!(
+            read_json(Endpoint::Chat, json!({"messages": [], "prompt": "x"}))
+                .unwrap_err()
+                .starts_with(
+                    "prompt: unknown field, got string \"x\"; this endpoint reads model, messages,"
+                )
+        );
     }
 
     #[test]

@@ -20,11 +20,15 @@ use std::time::Instant;
 pub const OLLAMA_VERSION: &str = "0.9.0";
 
 pub async fn chat(State(st): State<AppState>, JsonObject(body): JsonObject) -> Response {
-    run(st, Endpoint::Chat, body).await.unwrap_or_else(IntoResponse::into_response)
+    run(st, Endpoint::Chat, body)
+        .await
+        .unwrap_or_else(IntoResponse::into_response)
 }
 
 pub async fn generate(State(st): State<AppState>, JsonObject(body): JsonObject) -> Response {
-    run(st, Endpoint::Generate, body).await.unwrap_or_else(IntoResponse::into_response)
+    run(st, Endpoint::Generate, body)
+        .await
+        .unwrap_or_else(IntoResponse::into_response)
 }
 
 pub async fn version() -> Json<Value> {
@@ -42,7 +46,12 @@ async fn run(st: AppState, endpoint: Endpoint, body: Map<String, Value>) -> Resu
         st.keep_alive(&name, d);
     }
     if ask.empty {
-        return Ok(Json(loaded(endpoint, &name, ask.keep_alive.is_some_and(|d| d.is_zero()))).into_response());
+        return Ok(Json(loaded(
+            endpoint,
+            &name,
+            ask.keep_alive.is_some_and(|d| d.is_zero()),
+        ))
+        .into_response());
     }
     ask.body.insert("model".into(), json!(name));
     let mut req = crate::generate::start(st.clone(), ask.api, ask.body, arrival)
@@ -51,7 +60,10 @@ async fn run(st: AppState, endpoint: Endpoint, body: Map<String, Value>) -> Resu
     if ask.api == Api::Chat {
         match ask.think {
             Some(true) => {
-                req.job.reasoning = st.0.opts.reasoning().or(Some(crate::reasoning::Parser::Qwen3))
+                req.job.reasoning =
+                    st.0.opts
+                        .reasoning()
+                        .or(Some(crate::reasoning::Parser::Qwen3))
             }
             Some(false) => req.job.reasoning = None,
             None => {}
@@ -60,8 +72,10 @@ async fn run(st: AppState, endpoint: Endpoint, body: Map<String, Value>) -> Resu
     let sink = NdjsonSink::new(endpoint, &req.job, load, Some(lease));
     let mut r = req.drive(sink).await?;
     if ask.stream {
-        r.headers_mut()
-            .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/x-ndjson"));
+        r.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/x-ndjson"),
+        );
     }
     Ok(r)
 }

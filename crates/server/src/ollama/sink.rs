@@ -66,7 +66,10 @@ struct Piece {
 
 impl Piece {
     fn is_empty(&self) -> bool {
-        self.content.is_empty() && self.thinking.is_empty() && self.tool_calls.is_empty() && self.logprobs.is_empty()
+        self.content.is_empty()
+            && self.thinking.is_empty()
+            && self.tool_calls.is_empty()
+            && self.logprobs.is_empty()
     }
 
     /// The chat chunk or completion chunk `c`'s output (its finish is read elsewhere).
@@ -75,23 +78,40 @@ impl Piece {
         let d = &ch["delta"];
         let text = |v: &Value| v.as_str().unwrap_or("").to_string();
         let logprobs = match &ch["logprobs"] {
-            Value::Object(o) => o.get("content").and_then(Value::as_array).cloned().unwrap_or_default(),
+            Value::Object(o) => o
+                .get("content")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default(),
             _ => Vec::new(),
         };
         Piece {
-            content: if d.is_null() { text(&ch["text"]) } else { text(&d["content"]) },
+            content: if d.is_null() {
+                text(&ch["text"])
+            } else {
+                text(&d["content"])
+            },
             thinking: text(&d["reasoning_content"]),
-            tool_calls: d["tool_calls"].as_array().map(|a| a.iter().map(tool_call).collect()).unwrap_or_default(),
+            tool_calls: d["tool_calls"]
+                .as_array()
+                .map(|a| a.iter().map(tool_call).collect())
+                .unwrap_or_default(),
             logprobs,
         }
     }
 }
 
 impl NdjsonSink {
-    pub fn new(endpoint: Endpoint, job: &Job, load: Duration, lease: Option<crate::models::Lease>) -> Self {
+    pub fn new(
+        endpoint: Endpoint,
+        job: &Job,
+        load: Duration,
+        lease: Option<crate::models::Lease>,
+    ) -> Self {
         NdjsonSink {
             endpoint,
-            filter: (job.api == Api::Chat && job.stream).then(|| ChunkFilter::new(1, job.reasoning, job.tools)),
+            filter: (job.api == Api::Chat && job.stream)
+                .then(|| ChunkFilter::new(1, job.reasoning, job.tools)),
             last_at: None,
             load,
             _lease: lease,
@@ -140,14 +160,23 @@ impl NdjsonSink {
             r => r,
         };
         o.insert("done_reason".into(), json!(reason));
-        o.insert("total_duration".into(), json!(ns(job.arrival.elapsed() + self.load)));
+        o.insert(
+            "total_duration".into(),
+            json!(ns(job.arrival.elapsed() + self.load)),
+        );
         o.insert("load_duration".into(), json!(ns(self.load)));
         o.insert("prompt_eval_count".into(), json!(u.prompt_tokens));
-        o.insert("prompt_eval_duration".into(), json!(ns(first.saturating_duration_since(job.arrival))));
+        o.insert(
+            "prompt_eval_duration".into(),
+            json!(ns(first.saturating_duration_since(job.arrival))),
+        );
         o.insert("eval_count".into(), json!(u.completion_tokens));
         o.insert(
             "eval_duration".into(),
-            json!(ns(self.last_at.unwrap_or(first).saturating_duration_since(first))),
+            json!(ns(self
+                .last_at
+                .unwrap_or(first)
+                .saturating_duration_since(first))),
         );
         Value::Object(o)
     }
@@ -203,7 +232,12 @@ impl Sink for NdjsonSink {
         concat(out)
     }
 
-    fn answer(self, job: Job, mut states: Vec<ChoiceState>, tok: &Tokenizer) -> Result<Response, ApiError> {
+    fn answer(
+        self,
+        job: Job,
+        mut states: Vec<ChoiceState>,
+        tok: &Tokenizer,
+    ) -> Result<Response, ApiError> {
         let usage = usage_sum(&job, &states);
         let c = &mut states[0];
         let lp = c.final_logprobs(&job, tok);
@@ -219,11 +253,22 @@ impl Sink for NdjsonSink {
         let m = &ch["message"];
         let s = |v: &Value| v.as_str().unwrap_or("").to_string();
         let p = Piece {
-            content: if job.api == Api::Chat { s(&m["content"]) } else { s(&ch["text"]) },
+            content: if job.api == Api::Chat {
+                s(&m["content"])
+            } else {
+                s(&ch["text"])
+            },
             thinking: s(&m["reasoning_content"]),
-            tool_calls: m["tool_calls"].as_array().map(|a| a.iter().map(tool_call).collect()).unwrap_or_default(),
+            tool_calls: m["tool_calls"]
+                .as_array()
+                .map(|a| a.iter().map(tool_call).collect())
+                .unwrap_or_default(),
             logprobs: match &ch["logprobs"] {
-                Value::Object(o) => o.get("content").and_then(Value::as_array).cloned().unwrap_or_default(),
+                Value::Object(o) => o
+                    .get("content")
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default(),
                 _ => Vec::new(),
             },
         };
@@ -240,7 +285,10 @@ mod tests {
     fn tool_calls_get_object_arguments() {
         let c = json!({"index": 0, "id": "call_1", "type": "function",
                        "function": {"name": "f", "arguments": "{\"x\": 1}"}});
-        assert_eq!(tool_call(&c), json!({"function": {"name": "f", "arguments": {"x": 1}}}));
+        assert_eq!(
+            tool_call(&c),
+            json!({"function": {"name": "f", "arguments": {"x": 1}}})
+        );
     }
 
     #[test]
