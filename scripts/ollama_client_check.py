@@ -3,8 +3,8 @@
 
 Chat (streamed and not), generate, tags, show, ps, embed, pull with progress (the catalogue
 default, `smollm2-135m`: already cached, so quick), `format` as a JSON schema whose output
-must parse and follow it, and a tool call (the call's shape when the model makes one; a
-follow-up turn with a call and its result either way).
+must parse and follow it, and a tool call (`arguments` an object) with a follow-up turn
+carrying its result.
 
 Usage: ollama_client_check.py [HOST]   (default: $OLLAMA_HOST or http://127.0.0.1:8000)
 """
@@ -71,26 +71,26 @@ def main() -> int:
     check(set(out) == {"city", "country"} and all(isinstance(v, str) for v in out.values()), f"format schema: {out}")
     print(f"format: {out}")
 
-    def get_weather(city: str) -> str:
-        """Get the current weather in a city.
-
-        Args:
-          city: The city's name.
-        """
-        return "18 degrees and sunny"
-
-    ask = [{"role": "user", "content": "What is the weather in Paris? Use the get_weather tool."}]
-    r = client.chat(model=model, messages=ask, tools=[get_weather], options={"temperature": 0, "num_predict": 64})
+    # SmolLM2-135M answers this with a Hermes `<tool_call>` (folio describes the tools in a
+    # system message); stopping at `</tool_call>` ends the turn there, as a tool-calling
+    # client would want.
+    weather = {"type": "function", "function": {
+        "name": "get_weather", "description": "Get the current weather in a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+    ask = [{"role": "user", "content": "Call the get_weather tool with city Paris."}]
+    r = client.chat(model=model, messages=ask, tools=[weather],
+                    options={"temperature": 0, "num_predict": 128, "stop": ["</tool_call>"]})
     calls = r.message.tool_calls or []
-    for c in calls:
-        check(c.function.name == "get_weather" and isinstance(c.function.arguments, dict), f"tool call shape: {c}")
-    print(f"tools: {len(calls)} call(s) {[(c.function.name, dict(c.function.arguments)) for c in calls]}, content {r.message.content!r}")
-    call = {"function": {"name": "get_weather", "arguments": {"city": "Paris"}}}
+    check(len(calls) == 1, f"one tool call: {r.message}")
+    check(calls[0].function.name == "get_weather" and isinstance(calls[0].function.arguments, dict),
+          f"tool call shape: {calls[0]}")
+    check(r.done_reason == "stop" and not r.message.content, f"a tool-call turn: {r}")
+    print(f"tools: {calls[0].function.name}({dict(calls[0].function.arguments)})")
     follow = ask + [
-        {"role": "assistant", "content": "", "tool_calls": [call]},
-        {"role": "tool", "content": get_weather("Paris"), "tool_name": "get_weather"},
+        {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]},
+        {"role": "tool", "content": "18 degrees and sunny", "tool_name": "get_weather"},
     ]
-    r = client.chat(model=model, messages=follow, tools=[get_weather], options={"num_predict": 24})
+    r = client.chat(model=model, messages=follow, tools=[weather], options={"num_predict": 24})
     check(r.done and r.message.content is not None, "a follow-up turn with a tool result")
 
     e = client.embed(model=model, input=["The cat sat on the mat.", "Paris is the capital of France."])
