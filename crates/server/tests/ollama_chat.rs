@@ -309,3 +309,63 @@ fn load_requests_and_errors_in_ollamas_shape() {
         assert_eq!(r.json(), json!({"error": msg}));
     }
 }
+
+/// `think: true` splits `<think>…</think>` into `message.thinking`, streamed and not, and
+/// a stream sends only JSON lines even when keep-alives fall due between tokens (1 ms
+/// here: chat streams would send `: keep-alive` comments). The model does not think, so a
+/// schema (one string) makes it write the tags, cut into several tokens.
+#[test]
+fn think_splits_thinking_and_streams_only_json_lines() {
+    let Some(shared) = server() else { return };
+    let s = common::start(
+        shared.engine.clone(),
+        folio_server::ServerOptions {
+            keep_alive: std::time::Duration::from_millis(1),
+            ..Default::default()
+        },
+    );
+    let schema = json!({"enum": ["<think>the sky is clear today</think>Blue"]});
+    let messages =
+        json!([{"role": "user", "content": "Think about the sky, then name its colour."}]);
+    let raw = post_ok(
+        s.addr,
+        "/v1/chat/completions",
+        &json!({"messages": messages, "temperature": 0, "max_tokens": 80,
+                "response_format": {"type": "json_schema", "json_schema": {"name": "t", "schema": schema}}}),
+    );
+    let raw = raw["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let (before, rest) = raw
+        .split_once("<think>")
+        .unwrap_or_else(|| panic!("{raw:?}"));
+    let (thought, after) = rest.split_once("</think>").unwrap();
+    assert_eq!(
+        (before, thought, after),
+        ("\"", "the sky is clear today", "Blue\"")
+    );
+    let content = format!("{before}{after}");
+    let body = json!({"model": name(&s), "messages": messages, "think": true, "stream": false,
+                      "format": schema, "options": {"temperature": 0, "num_predict": 80}});
+    let v = post_ok(s.addr, "/api/chat", &body);
+    assert_eq!(
+        v["message"],
+        json!({"role": "assistant", "content": content, "thinking": thought})
+    );
+    let mut streamed = body.clone();
+    streamed["stream"] = json!(true);
+    let ls = lines(&post(s.addr, "/api/chat", &streamed));
+    let joined =
+        |k: &str| -> String { ls.iter().filter_map(|l| l["message"][k].as_str()).collect() };
+    assert_eq!(
+        (joined("thinking"), joined("content")),
+        (thought.to_string(), content.clone())
+    );
+    assert_eq!(ls.last().unwrap()["done"], true);
+    // `think: false`: the text as the model wrote it.
+    let mut off = body.clone();
+    off["think"] = json!(false);
+    let v = post_ok(s.addr, "/api/chat", &off);
+    assert_eq!(v["message"], json!({"role": "assistant", "content": raw}));
+}
