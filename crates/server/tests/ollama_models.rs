@@ -198,6 +198,16 @@ fn pull_and_delete_refusals() {
         assert_eq!(r.status, status, "{}", r.text());
         assert_eq!(r.json(), json!({"error": msg}));
     }
+    let r = post(
+        s.addr,
+        "/api/copy",
+        &json!({"source": "a", "destination": "b"}),
+    );
+    assert_eq!(r.status, 501);
+    assert_eq!(
+        r.json(),
+        json!({"error": "/api/copy is not implemented by folio: it serves GGUF files as they are (no Modelfiles, blobs or registry pushes); use /api/pull for its catalogue models or `folio serve --model PATH`"})
+    );
     // A catalogue model that is not on disk: 404 naming the missing file.
     if let Some(e) = folio_fetch::catalog::CATALOG
         .iter()

@@ -1,7 +1,8 @@
 //! Ollama's API on folio's port, for the many tools that speak only it: `/api/chat` and
 //! `/api/generate` (NDJSON streams, or one object with `"stream": false`), `/api/tags`,
 //! `/api/show`, `/api/ps`, `/api/embed` (and the older `/api/embeddings`), `/api/pull`,
-//! `/api/delete` and `/api/version`.
+//! `/api/delete` and `/api/version`. Ollama's model-building and registry routes
+//! (`/api/create`, `/api/copy`, `/api/push`, `/api/blobs`) are 501s saying so.
 //!
 //! Generation is the chat path's: `request` turns an Ollama body into a chat (or, for a
 //! `raw` generate, a completions) body, `generate::start` validates, tokenizes and submits
@@ -25,7 +26,7 @@ mod routes;
 mod sink;
 
 use crate::state::AppState;
-use axum::routing::{delete, get, post};
+use axum::routing::{any, delete, get, post};
 use axum::Router;
 
 /// The Ollama routes.
@@ -41,6 +42,10 @@ pub fn routes() -> Router<AppState> {
         .route("/api/embeddings", post(embed::embeddings))
         .route("/api/pull", post(pull::pull))
         .route("/api/delete", delete(pull::delete))
+        .route("/api/create", any(routes::unsupported))
+        .route("/api/copy", any(routes::unsupported))
+        .route("/api/push", any(routes::unsupported))
+        .route("/api/blobs/{digest}", any(routes::unsupported))
 }
 
 /// The registry's name for what an Ollama client sent: Ollama names carry a tag, and

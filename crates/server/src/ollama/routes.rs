@@ -35,6 +35,21 @@ pub async fn version() -> Json<Value> {
     Json(json!({"version": OLLAMA_VERSION}))
 }
 
+/// Ollama's routes that build or publish models (Modelfiles, blobs, its registry): folio
+/// serves GGUF files as they are.
+pub async fn unsupported(uri: axum::http::Uri) -> super::error::OllamaError {
+    crate::error::ApiError {
+        status: axum::http::StatusCode::NOT_IMPLEMENTED,
+        message: format!(
+            "{} is not implemented by folio: it serves GGUF files as they are (no Modelfiles, blobs or registry pushes); use /api/pull for its catalogue models or `folio serve --model PATH`",
+            uri.path()
+        ),
+        param: None,
+        code: "not_implemented",
+    }
+    .into()
+}
+
 async fn run(st: AppState, endpoint: Endpoint, body: Map<String, Value>) -> Result<Response> {
     let arrival = Instant::now();
     let mut ask = request::read(endpoint, &body)?;
