@@ -369,3 +369,30 @@ fn think_splits_thinking_and_streams_only_json_lines() {
     let v = post_ok(s.addr, "/api/chat", &off);
     assert_eq!(v["message"], json!({"role": "assistant", "content": raw}));
 }
+
+/// `logprobs` / `top_logprobs`: the chat path's entries (`token`, `logprob`, `bytes`,
+/// `top_logprobs`), one per generated token, streamed on the line of their text.
+#[test]
+fn logprobs_are_the_chat_paths() {
+    let Some(s) = server() else { return };
+    let messages = json!([{"role": "user", "content": ASK}]);
+    let v1 = post_ok(
+        s.addr,
+        "/v1/chat/completions",
+        &json!({"messages": messages, "temperature": 0, "max_tokens": 6, "logprobs": true, "top_logprobs": 2}),
+    );
+    let want = &v1["choices"][0]["logprobs"]["content"];
+    assert_eq!(want.as_array().unwrap().len(), 6);
+    let body = json!({"model": name(s), "messages": messages, "stream": false, "logprobs": true,
+                      "top_logprobs": 2, "options": {"temperature": 0, "num_predict": 6}});
+    let v = post_ok(s.addr, "/api/chat", &body);
+    assert_eq!(&v["logprobs"], want);
+    let mut streamed = body.clone();
+    streamed["stream"] = json!(true);
+    let ls = lines(&post(s.addr, "/api/chat", &streamed));
+    let got: Vec<Value> = ls
+        .iter()
+        .flat_map(|l| l["logprobs"].as_array().cloned().unwrap_or_default())
+        .collect();
+    assert_eq!(&Value::Array(got), want);
+}
