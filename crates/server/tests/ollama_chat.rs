@@ -79,7 +79,8 @@ fn check_done(v: &Value, output: &str, finish: &str, usage: &Value, model: &str)
     assert_eq!(v["eval_count"], usage["completion_tokens"]);
     let ns = |k: &str| v[k].as_u64().unwrap_or_else(|| panic!("{k}: {v}"));
     assert!(
-        ns("total_duration") >= ns("prompt_eval_duration") + ns("eval_duration"),
+        ns("total_duration")
+            >= ns("load_duration") + ns("prompt_eval_duration") + ns("eval_duration"),
         "{v}"
     );
     let t = v["created_at"].as_str().unwrap();
@@ -303,6 +304,17 @@ fn load_requests_and_errors_in_ollamas_shape() {
                 .to_string(),
         ),
     ];
+    let long = "word ".repeat(20_000);
+    let r = post(
+        s.addr,
+        "/api/generate",
+        &json!({"model": name(s), "prompt": long}),
+    );
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(
+        r.json(),
+        json!({"error": "prompt: 20031 tokens, but the context length is 8192 tokens (at most 8191 prompt tokens fit)"})
+    );
     for (path, body, status, msg) in cases {
         let r = post(s.addr, path, &body);
         assert_eq!(r.status, status, "{}", r.text());

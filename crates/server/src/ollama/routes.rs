@@ -71,7 +71,7 @@ async fn run(st: AppState, endpoint: Endpoint, body: Map<String, Value>) -> Resu
     ask.body.insert("model".into(), json!(name));
     let mut req = crate::generate::start(st.clone(), ask.api, ask.body, arrival)
         .await
-        .map_err(super::options::renamed)?;
+        .map_err(|e| prompt_named(endpoint, super::options::renamed(e)))?;
     if ask.api == Api::Chat {
         match ask.think {
             Some(true) => {
@@ -93,6 +93,17 @@ async fn run(st: AppState, endpoint: Endpoint, body: Map<String, Value>) -> Resu
         );
     }
     Ok(r)
+}
+
+/// A generate's prompt went in as chat `messages`: errors about it name `prompt`.
+fn prompt_named(endpoint: Endpoint, mut e: crate::error::ApiError) -> crate::error::ApiError {
+    if endpoint == Endpoint::Generate && e.param.as_deref() == Some("messages") {
+        e.param = Some("prompt".into());
+        if let Some(rest) = e.message.strip_prefix("messages") {
+            e.message = format!("prompt{rest}");
+        }
+    }
+    e
 }
 
 /// The answer to a request without messages or prompt: Ollama's way to load a model

@@ -28,7 +28,7 @@ pub struct NdjsonSink {
     filter: Option<ChunkFilter>,
     /// When the last token arrived (the end of `eval_duration`).
     last_at: Option<Instant>,
-    /// How long the model took to load for this request (`load_duration`).
+    /// How long the request waited for its model (`load_duration`), from its arrival.
     load: Duration,
     /// Held while the request runs, so the model is never unloaded under it.
     _lease: Option<crate::models::Lease>,
@@ -160,15 +160,16 @@ impl NdjsonSink {
             r => r,
         };
         o.insert("done_reason".into(), json!(reason));
-        o.insert(
-            "total_duration".into(),
-            json!(ns(job.arrival.elapsed() + self.load)),
-        );
+        // `job.arrival` is the request's: the load (waiting for the model) is inside
+        // the total and before the prompt's evaluation.
+        o.insert("total_duration".into(), json!(ns(job.arrival.elapsed())));
         o.insert("load_duration".into(), json!(ns(self.load)));
         o.insert("prompt_eval_count".into(), json!(u.prompt_tokens));
         o.insert(
             "prompt_eval_duration".into(),
-            json!(ns(first.saturating_duration_since(job.arrival))),
+            json!(ns(first
+                .saturating_duration_since(job.arrival)
+                .saturating_sub(self.load))),
         );
         o.insert("eval_count".into(), json!(u.completion_tokens));
         o.insert(
