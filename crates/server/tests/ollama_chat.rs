@@ -311,9 +311,16 @@ fn load_requests_and_errors_in_ollamas_shape() {
         &json!({"model": name(s), "prompt": long}),
     );
     assert_eq!(r.status, 400, "{}", r.text());
+    let count = post_ok(
+        s.addr,
+        "/tokenize",
+        &json!({"messages": [{"role": "user", "content": long}]}),
+    )["count"]
+        .clone();
+    let ctx = s.engine.info.context_length;
     assert_eq!(
         r.json(),
-        json!({"error": "prompt: 20031 tokens, but the context length is 8192 tokens (at most 8191 prompt tokens fit)"})
+        json!({"error": format!("prompt: {count} tokens, but the context length is {ctx} tokens (at most {} prompt tokens fit)", ctx - 1)})
     );
     for (path, body, status, msg) in cases {
         let r = post(s.addr, path, &body);
