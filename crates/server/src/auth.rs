@@ -21,6 +21,8 @@ pub fn protected(path: &str, metrics_too: bool) -> bool {
         || path == "/models"
         || path.starts_with("/models/")
         || path.starts_with("/lora-adapters/")
+        // Ollama's API generates and pulls as /v1 does.
+        || path.starts_with("/api/")
         || (metrics_too && path == "/metrics")
 }
 

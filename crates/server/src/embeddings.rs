@@ -41,20 +41,11 @@ enum Encoding {
 
 async fn answer(
     st: AppState,
-    mut body: Map<String, Value>,
+    body: Map<String, Value>,
     arrival: Instant,
 ) -> Result<Response, ApiError> {
-    let s = &st.0;
-    st.refuse_if_draining()?;
     crate::known_fields::check_embeddings(&body)?;
-    // The inputs leave the body (moved, not copied: they may be megabytes).
-    let input = body.remove("input");
-    let f = Fields::new(&body);
-    let m = st.lease(crate::lora::model_field(&f)?).await?;
-    let (lora, model_name) = crate::lora::request_adapters(&m, &f)?;
-    let info = &m.engine.info;
-    let width = info.hidden_size;
-    let encoding = match f.str("encoding_format")? {
+    let encoding = match Fields::new(&body).str("encoding_format")? {
         None | Some("float") => Encoding::Float,
         Some("base64") => Encoding::Base64,
         Some(other) => {
@@ -64,6 +55,46 @@ async fn answer(
             ))
         }
     };
+    let e = vectors(st, body, arrival).await?;
+    let data: Vec<Value> = e
+        .vectors
+        .iter()
+        .enumerate()
+        .map(|(index, v)| json!({"object": "embedding", "index": index, "embedding": encode(v, encoding)}))
+        .collect();
+    Ok(axum::Json(json!({
+        "object": "list",
+        "data": data,
+        "model": e.model,
+        "usage": {"prompt_tokens": e.prompt_tokens, "total_tokens": e.prompt_tokens},
+    }))
+    .into_response())
+}
+
+/// The vectors of one (field-checked) embeddings body, in input order.
+pub struct Embedded {
+    pub vectors: Vec<Vec<f32>>,
+    pub prompt_tokens: usize,
+    /// The model (or adapter) name the answer reports.
+    pub model: String,
+}
+
+/// Runs the inputs of an embeddings body (OpenAI's fields; /api/embed comes through here
+/// too) through the engine.
+pub async fn vectors(
+    st: AppState,
+    mut body: Map<String, Value>,
+    arrival: Instant,
+) -> Result<Embedded, ApiError> {
+    let s = &st.0;
+    st.refuse_if_draining()?;
+    // The inputs leave the body (moved, not copied: they may be megabytes).
+    let input = body.remove("input");
+    let f = Fields::new(&body);
+    let m = st.lease(crate::lora::model_field(&f)?).await?;
+    let (lora, model_name) = crate::lora::request_adapters(&m, &f)?;
+    let info = &m.engine.info;
+    let width = info.hidden_size;
     if let Some(d) = f.int("dimensions", 1, i64::MAX)? {
         if d as usize != width {
             return Err(ApiError::param(
@@ -181,9 +212,7 @@ async fn answer(
                 fields[index]
             )))
         })?;
-        data.push(
-            json!({"object": "embedding", "index": index, "embedding": encode(&v, encoding)}),
-        );
+        data.push(v);
     }
     tracing::info!(
         inputs = n,
@@ -192,13 +221,11 @@ async fn answer(
         e2e_ms = arrival.elapsed().as_secs_f64() * 1e3,
         "embeddings finished"
     );
-    Ok(axum::Json(json!({
-        "object": "list",
-        "data": data,
-        "model": model_name,
-        "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens},
-    }))
-    .into_response())
+    Ok(Embedded {
+        vectors: data,
+        prompt_tokens,
+        model: model_name,
+    })
 }
 
 fn encode(v: &[f32], e: Encoding) -> Value {

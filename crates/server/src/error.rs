@@ -55,6 +55,13 @@ pub enum Error {
     },
     #[error("{0} is not implemented by folio (it serves /v1/completions, /v1/chat/completions, /v1/responses, /v1/embeddings and /v1/models)")]
     NotImplemented(String),
+    /// A route of another API that folio answers without serving (Ollama's Modelfile and
+    /// registry routes); the text says what to use instead.
+    #[error("{0}")]
+    Unsupported(String),
+    /// A model that is not on disk (Ollama's `/api/delete`, `/api/show` of a missing file).
+    #[error("{0}")]
+    ModelMissing(String),
     #[error("method {method} is not allowed on {path}")]
     MethodNotAllowed { method: String, path: String },
     /// The body did not arrive in time.
@@ -145,7 +152,10 @@ impl Error {
                 },
                 field.map(String::from),
             ),
-            Error::NotImplemented(_) => (S::NOT_IMPLEMENTED, "not_implemented", None),
+            Error::NotImplemented(_) | Error::Unsupported(_) => {
+                (S::NOT_IMPLEMENTED, "not_implemented", None)
+            }
+            Error::ModelMissing(_) => (S::NOT_FOUND, "model_not_found", Some("model".into())),
             Error::MethodNotAllowed { .. } => (S::METHOD_NOT_ALLOWED, "method_not_allowed", None),
             Error::BodyTimeout(_) => (S::REQUEST_TIMEOUT, "body_timeout", None),
             Error::BodyTooLarge(_) => (S::PAYLOAD_TOO_LARGE, "body_too_large", None),

@@ -40,6 +40,8 @@
 //!   render`): a prompt's token ids, which `vllm-router --policy kv_aware` scores.
 //! - [`kv_events`] + `kv_wire`: the ZMQ PUB socket of `--kv-events-endpoint` and vLLM's
 //!   msgpack `KVEventBatch` it sends.
+//! - `ollama`: Ollama's API (`/api/chat`, `/api/generate`, `/api/tags`, `/api/show`,
+//!   `/api/ps`, `/api/embed`, `/api/pull`, …) over the same engine path, NDJSON out.
 //! - [`ApiError`]: the one error type, rendered as OpenAI's error JSON.
 
 mod anthropic;
@@ -73,6 +75,7 @@ mod lora;
 mod lora_path;
 pub mod metrics;
 pub mod models;
+mod ollama;
 mod openai;
 mod outbox;
 mod page;
@@ -358,7 +361,8 @@ fn app(state: state::AppState) -> Router {
         .route("/metrics", get(routes::metrics))
         .route("/", get(page::index))
         .route("/index.html", get(page::index))
-        .route("/app.js", get(page::app_js));
+        .route("/app.js", get(page::app_js))
+        .merge(ollama::routes());
     for path in NOT_IMPLEMENTED {
         r = r.route(path, any(routes::not_implemented));
     }

@@ -17,7 +17,7 @@ use crate::error::ApiError;
 use crate::openai::Job;
 use crate::outbox::Outbox;
 use crate::sink::{Sink, Update};
-use crate::sse::{drain, event_stream, keep_alive_frame, wait_admitted, Waited};
+use crate::sse::{drain, event_stream, wait_admitted, Waited};
 use crate::state::{AppState, Slots};
 use axum::body::Bytes;
 use axum::response::Response;
@@ -118,7 +118,8 @@ impl Running {
             }
             if let Some(q) = queued.take() {
                 let at = deadline.map(|c| c.at);
-                let waited = wait_admitted(choices, tx, s.opts.keep_alive, at).await;
+                let ping = sink.keep_alive();
+                let waited = wait_admitted(choices, tx, s.opts.keep_alive, ping, at).await;
                 drop(q);
                 match waited {
                     Waited::Admitted | Waited::TimedOut => {}
@@ -160,7 +161,7 @@ impl Running {
                 r = tokio::time::timeout(s.opts.keep_alive, choices.next()) => r,
             };
             let bytes = match next {
-                Err(_) if out.is_empty() && tx.is_some() => keep_alive_frame(),
+                Err(_) if out.is_empty() && tx.is_some() => sink.keep_alive(),
                 Err(_) => continue,
                 Ok(None) => return None,
                 Ok(Some((i, ev))) => {

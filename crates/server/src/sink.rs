@@ -41,6 +41,12 @@ pub trait Sink: Send + 'static {
         Bytes::new()
     }
 
+    /// What a stream sends while nothing else happens (queued, or a long prefill), so
+    /// that proxies see bytes and a gone client is noticed; empty: nothing.
+    fn keep_alive(&mut self) -> Bytes {
+        crate::sse::keep_alive_frame()
+    }
+
     /// The last frames of a stream the engine refused after its headers went out.
     fn refused(&mut self, e: &ApiError) -> Bytes;
 

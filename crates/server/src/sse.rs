@@ -58,12 +58,13 @@ pub enum Waited {
     Disconnected,
 }
 
-/// Waits for the engine to admit the request, sending a keep-alive comment every
-/// `keep_alive` so that proxies see bytes while it is queued.
+/// Waits for the engine to admit the request, sending `ping` (the sink's keep-alive; none
+/// when empty) every `keep_alive` so that proxies see bytes while it is queued.
 pub async fn wait_admitted(
     choices: &mut Choices,
     tx: &mpsc::Sender<Bytes>,
     keep_alive: std::time::Duration,
+    ping: Bytes,
     deadline: Option<std::time::Instant>,
 ) -> Waited {
     let start = tokio::time::Instant::now();
@@ -78,8 +79,8 @@ pub async fn wait_admitted(
             },
             _ = until(deadline) => return Waited::TimedOut,
             _ = tx.closed() => return Waited::Disconnected,
-            _ = tick.tick() => {
-                if tx.send(keep_alive_frame()).await.is_err() {
+            _ = tick.tick(), if !ping.is_empty() => {
+                if tx.send(ping.clone()).await.is_err() {
                     return Waited::Disconnected;
                 }
             }

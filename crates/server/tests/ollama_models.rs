@@ -1,0 +1,228 @@
+//! Ollama's model endpoints over real HTTP on the real model: `/api/version`, `/api/tags`,
+//! `/api/show` (details and metadata from the GGUF header), `/api/ps`, `/api/embed` and
+//! `/api/embeddings` (the `/v1/embeddings` vectors), `/api/pull` of the cached catalogue
+//! default with Ollama's progress lines, and the 400/404s of pull and delete.
+
+use folio_testkit::http as common;
+
+use common::{get, post, post_ok, request, Server};
+use serde_json::{json, Value};
+
+fn server() -> Option<&'static Server> {
+    common::shared()
+}
+
+fn name(s: &Server) -> String {
+    s.engine.info.model_name.clone()
+}
+
+fn ok(r: common::Resp) -> Value {
+    assert_eq!(r.status, 200, "{}", r.text());
+    r.json()
+}
+
+/// SmolLM2-135M-Instruct Q4_1's details as Ollama writes them.
+fn smollm2_details() -> Value {
+    json!({"parent_model": "", "format": "gguf", "family": "llama", "families": ["llama"],
+           "parameter_size": "134.52M", "quantization_level": "Q4_1"})
+}
+
+fn is_smollm2(s: &Server) -> bool {
+    s.engine
+        .info
+        .model_path
+        .ends_with("SmolLM2-135M-Instruct.Q4_1.gguf")
+}
+
+#[test]
+fn version_tags_show_and_ps() {
+    let Some(s) = server() else { return };
+    assert_eq!(ok(get(s.addr, "/api/version")), json!({"version": "0.9.0"}));
+    let size = std::fs::metadata(&s.engine.info.model_path).unwrap().len();
+    let tags = ok(get(s.addr, "/api/tags"));
+    let models = tags["models"].as_array().unwrap();
+    assert_eq!(models.len(), 1, "{tags}");
+    let m = &models[0];
+    assert_eq!(
+        (m["name"].as_str(), m["model"].as_str()),
+        (Some(name(s).as_str()), Some(name(s).as_str()))
+    );
+    assert_eq!(m["size"], size);
+    if is_smollm2(s) {
+        assert_eq!(m["details"], smollm2_details());
+        assert_eq!(m["digest"].as_str().unwrap().len(), "sha256:".len() + 64);
+    }
+    let modified = m["modified_at"].as_str().unwrap();
+    assert!(
+        modified.ends_with('Z') && modified.len() == 30,
+        "{modified}"
+    );
+
+    let show = post_ok(s.addr, "/api/show", &json!({"model": name(s)}));
+    assert_eq!(show["details"], m["details"]);
+    assert_eq!(
+        show["model_info"]["general.architecture"],
+        m["details"]["family"]
+    );
+    let f = folio_gguf::GgufFile::open(std::path::Path::new(&s.engine.info.model_path)).unwrap();
+    let params: u64 = f.tensors().iter().map(|t| t.n_elements()).sum();
+    assert_eq!(show["model_info"]["general.parameter_count"], params);
+    // The vocabulary is left out unless verbose.
+    assert_eq!(show["model_info"]["tokenizer.ggml.tokens"], Value::Null);
+    let verbose = post_ok(
+        s.addr,
+        "/api/show",
+        &json!({"model": name(s), "verbose": true}),
+    );
+    assert_eq!(
+        verbose["model_info"]["tokenizer.ggml.tokens"]
+            .as_array()
+            .unwrap()
+            .len(),
+        s.engine.info.vocab_size
+    );
+    assert_eq!(
+        show["template"],
+        f.get_str("tokenizer.chat_template").unwrap()
+    );
+    assert_eq!(show["capabilities"][0], "completion");
+    assert!(show["modelfile"]
+        .as_str()
+        .unwrap()
+        .contains(&format!("FROM {}", s.engine.info.model_path)));
+    let r = post(s.addr, "/api/show", &json!({"model": "llama3:8b"}));
+    assert_eq!(r.status, 404);
+
+    let ps = ok(get(s.addr, "/api/ps"));
+    let p = &ps["models"][0];
+    assert_eq!(p["name"], name(s).as_str());
+    assert_eq!(p["context_length"], s.engine.info.context_length);
+    assert_eq!(p["size_vram"], 0);
+    assert_eq!(p["details"], m["details"]);
+    let kv = (s.engine.info.num_blocks * s.engine.info.kv_block_bytes) as u64;
+    assert_eq!(p["size"], size + kv);
+}
+
+#[test]
+fn embed_gives_the_v1_vectors() {
+    let Some(s) = server() else { return };
+    let texts = ["The cat sat on the mat.", "Paris is the capital of France."];
+    let v1 = post_ok(s.addr, "/v1/embeddings", &json!({"input": texts}));
+    let e = post_ok(
+        s.addr,
+        "/api/embed",
+        &json!({"model": name(s), "input": texts}),
+    );
+    let dims = s.engine.info.hidden_size;
+    let embs = e["embeddings"].as_array().unwrap();
+    assert_eq!(embs.len(), 2);
+    for (i, emb) in embs.iter().enumerate() {
+        assert_eq!(emb.as_array().unwrap().len(), dims);
+        assert_eq!(emb, &v1["data"][i]["embedding"]);
+    }
+    assert_eq!(e["model"], name(s).as_str());
+    assert_eq!(e["prompt_eval_count"], v1["usage"]["prompt_tokens"]);
+    assert!(e["total_duration"].as_u64().unwrap() >= e["load_duration"].as_u64().unwrap());
+    let one = post_ok(
+        s.addr,
+        "/api/embed",
+        &json!({"model": name(s), "input": texts[0]}),
+    );
+    assert_eq!(one["embeddings"][0], v1["data"][0]["embedding"]);
+    let legacy = post_ok(
+        s.addr,
+        "/api/embeddings",
+        &json!({"model": name(s), "prompt": texts[1]}),
+    );
+    assert_eq!(legacy, json!({"embedding": v1["data"][1]["embedding"]}));
+    let r = post(s.addr, "/api/embed", &json!({"model": name(s)}));
+    assert_eq!(
+        (r.status, r.json()),
+        (400, json!({"error": "input: required, got nothing"}))
+    );
+}
+
+#[test]
+fn pull_streams_ollamas_progress_lines() {
+    let Some(s) = server() else { return };
+    let entry = folio_fetch::catalog::default_entry();
+    if folio_fetch::state(entry) == folio_fetch::State::Missing {
+        eprintln!(
+            "SKIPPED: {} is not cached (a pull would download it)",
+            entry.name
+        );
+        return;
+    }
+    let r = post(s.addr, "/api/pull", &json!({"model": entry.name}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.header("content-type"), Some("application/x-ndjson"));
+    let lines: Vec<Value> = r
+        .text()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let digest = format!("sha256:{}", entry.sha256);
+    assert_eq!(
+        lines,
+        vec![
+            json!({"status": "pulling manifest"}),
+            json!({"status": format!("pulling {}", &entry.sha256[..12]), "digest": digest,
+                   "total": entry.size, "completed": entry.size}),
+            json!({"status": "verifying sha256 digest"}),
+            json!({"status": "writing manifest"}),
+            json!({"status": "success"}),
+        ]
+    );
+    let v = post_ok(
+        s.addr,
+        "/api/pull",
+        &json!({"model": format!("{}:latest", entry.name), "stream": false}),
+    );
+    assert_eq!(v, json!({"status": "success"}));
+}
+
+#[test]
+fn pull_and_delete_refusals() {
+    let Some(s) = server() else { return };
+    let names = folio_fetch::catalog::names();
+    let cases = [
+        ("POST", "/api/pull", json!({"model": "hf:bartowski/SmolLM2-135M-Instruct-GGUF"}), 400,
+         format!("model: \"hf:bartowski/SmolLM2-135M-Instruct-GGUF\": Hugging Face Hub models cannot be pulled yet; folio pulls its catalogue models: {names}")),
+        ("POST", "/api/pull", json!({"model": "llama3.2"}), 404,
+         format!("model \"llama3.2\" is not in folio's catalogue ({names}); Ollama's registry is not used")),
+        ("DELETE", "/api/delete", json!({"model": "llama3.2"}), 404,
+         format!("model \"llama3.2\" is not in folio's catalogue ({names}); Ollama's registry is not used")),
+    ];
+    for (method, path, body, status, msg) in cases {
+        let r = request(s.addr, method, path, body.to_string().as_bytes());
+        assert_eq!(r.status, status, "{}", r.text());
+        assert_eq!(r.json(), json!({"error": msg}));
+    }
+    let r = post(
+        s.addr,
+        "/api/copy",
+        &json!({"source": "a", "destination": "b"}),
+    );
+    assert_eq!(r.status, 501);
+    assert_eq!(
+        r.json(),
+        json!({"error": "/api/copy is not implemented by folio: it serves GGUF files as they are (no Modelfiles, blobs or registry pushes); use /api/pull for its catalogue models or `folio serve --model PATH`"})
+    );
+    // A catalogue model that is not on disk: 404 naming the missing file.
+    if let Some(e) = folio_fetch::catalog::CATALOG
+        .iter()
+        .find(|e| !folio_fetch::model_path(e).exists())
+    {
+        let r = request(
+            s.addr,
+            "DELETE",
+            "/api/delete",
+            json!({"model": e.name}).to_string().as_bytes(),
+        );
+        assert_eq!(r.status, 404, "{}", r.text());
+        assert_eq!(
+            r.json(),
+            json!({"error": format!("model {:?} not found: it is not downloaded ({} is absent)", e.name, folio_fetch::model_path(e).display())})
+        );
+    }
+}
