@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Agent clients against folio's Responses API and error wording
-(pip install openai-agents litellm).
+"""Agent clients against folio's Responses API
+(pip install openai-agents).
 
 1. openai-agents: an `Agent` with one `@function_tool`, over the Responses API
    (`OpenAIResponsesModel` on an `AsyncOpenAI` pointed at folio), completes a tool round
@@ -9,10 +9,7 @@
    then disabled: SmolLM2 would call it again whenever it is offered).
 2. The raw `openai` client: `previous_response_id` continues a stored response (the
    second prompt holds the first turn), `retrieve`, `input_items.list`, `delete`.
-3. litellm's `Router` with `context_window_fallbacks`: two deployments on the same folio
-   server, the first asking for more tokens than the context holds; folio's overflow
-   error must read as OpenAI's ("This model's maximum context length is …") so that
-   litellm raises `ContextWindowExceededError` and falls back to the second.
+(litellm's context-window fallback is scripts/litellm_overflow_check.py.)
 
 Usage: agents_check.py [BASE_URL]   (default: $FOLIO_BASE_URL or http://127.0.0.1:8000/v1)
 """
@@ -20,8 +17,6 @@ import asyncio
 import os
 import sys
 
-# litellm fetches its price list from GitHub at import unless told to use its own copy.
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 from openai import AsyncOpenAI, NotFoundError, OpenAI  # noqa: E402
 
@@ -103,45 +98,11 @@ def previous_response(base_url: str, model: str) -> None:
     print(f"stored responses: retrieve, input_items {roles}, delete ok")
 
 
-def litellm_fallback(base_url: str, model: str) -> None:
-    import litellm
-    from litellm import Router
-
-    litellm.suppress_debug_info = True
-
-    def deployment(name: str, max_tokens: int) -> dict:
-        return {"model_name": name,
-                "litellm_params": {"model": f"openai/{model}", "api_base": base_url, "api_key": API_KEY,
-                                   "max_tokens": max_tokens}}
-
-    # "small" asks for more tokens than the context holds next to the prompt; "big"
-    # asks for few. Both are the same folio server.
-    router = Router(model_list=[deployment("small", 8150), deployment("big", 8)],
-                    context_window_fallbacks=[{"small": ["big"]}], num_retries=0)
-    prompt = "Summarise: " + "the cat sat on the mat. " * 60
-    try:
-        litellm.completion(model=f"openai/{model}", api_base=base_url, api_key=API_KEY,
-                           messages=[{"role": "user", "content": prompt}], max_tokens=8150, num_retries=0)
-        raise AssertionError("max_tokens past the context must be refused")
-    except litellm.ContextWindowExceededError:
-        pass
-    except litellm.BadRequestError as e:
-        raise AssertionError(
-            "folio's overflow error is not recognised by litellm as a context-window error "
-            f"(it needs OpenAI's wording \"This model's maximum context length is …\"): {e}") from e
-    resp = router.completion(model="small", messages=[{"role": "user", "content": prompt}], temperature=0)
-    used = resp._hidden_params.get("model_group") or resp.model
-    print(f"litellm fallback: answered by {used!r}: {resp.choices[0].message.content!r}")
-    assert resp.choices[0].message.content is not None, resp
-    assert resp.usage.completion_tokens <= 8, resp.usage
-
-
 def main() -> int:
     base_url = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("FOLIO_BASE_URL", "http://127.0.0.1:8000/v1")
     model = OpenAI(base_url=base_url, api_key=API_KEY).models.list().data[0].id
     agent_round_trip(base_url, model)
     previous_response(base_url, model)
-    litellm_fallback(base_url, model)
     print("agents check: ok")
     return 0
 

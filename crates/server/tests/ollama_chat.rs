@@ -298,9 +298,9 @@ fn load_requests_and_errors_in_ollamas_shape() {
         ),
         (
             "/api/chat",
-            json!({"model": name(s), "messages": [{"role": "user", "content": "hi"}], "options": {"mirostat": 2}}),
+            json!({"model": name(s), "messages": [{"role": "user", "content": "hi"}], "options": {"tfs_z": 0.5}}),
             400,
-            "options.mirostat: folio has no such sampler; only 0 (off) is accepted, got 2"
+            "options.tfs_z: folio has no such sampler; only 1 (off) is accepted, got 0.5"
                 .to_string(),
         ),
     ];
@@ -320,7 +320,7 @@ fn load_requests_and_errors_in_ollamas_shape() {
     let ctx = s.engine.info.context_length;
     assert_eq!(
         r.json(),
-        json!({"error": format!("prompt: {count} tokens, but the context length is {ctx} tokens (at most {} prompt tokens fit)", ctx - 1)})
+        json!({"error": format!("prompt: {count} tokens, but the context length is {ctx} tokens (at most {} prompt tokens fit). This model's maximum context length is {ctx} tokens. However, you requested {count} tokens ({count} in the messages, 0 in the completion). Please reduce the length of the messages or completion.", ctx - 1)})
     );
     for (path, body, status, msg) in cases {
         let r = post(s.addr, path, &body);

@@ -130,11 +130,15 @@ enum NoRoom {
 impl Registry {
     /// The single-model server: one engine, loaded for the server's lifetime.
     pub fn single(engine: EngineHandle) -> Arc<Registry> {
-        let served = Served::new(engine, 0);
+        // The file it was loaded from (Ollama's /api/tags, /api/show read its header); an
+        // engine built in memory (tests) has none on disk.
+        let path = std::path::PathBuf::from(&engine.info.model_path);
+        let size_bytes = std::fs::metadata(&path).map_or(0, |m| m.len());
+        let served = Served::new(engine, size_bytes);
         let source = ModelSource {
             name: served.name.clone(),
-            path: None,
-            size_bytes: 0,
+            path: path.is_file().then_some(path),
+            size_bytes,
             kv_bytes: 0,
         };
         let default = Some(served.name.clone());

@@ -3,7 +3,7 @@
 //! renamed back to `options.…` by [`renamed`]); the runtime knobs of Ollama's llama.cpp
 //! runner (GPU layers, threads, mmap, batch) do not change what is generated and are
 //! accepted and ignored; samplers folio does not have are accepted only at their
-//! neutral value; any other name is a 400 naming it.
+//! neutral value (`tfs_z`); any other name is a 400 naming it.
 
 use crate::error::ApiError;
 use crate::fields::show;
@@ -21,6 +21,11 @@ pub const MAPPED: &[(&str, &str)] = &[
     ("frequency_penalty", "frequency_penalty"),
     ("seed", "seed"),
     ("stop", "stop"),
+    ("typical_p", "typical_p"),
+    ("repeat_last_n", "repeat_last_n"),
+    ("mirostat", "mirostat"),
+    ("mirostat_tau", "mirostat_tau"),
+    ("mirostat_eta", "mirostat_eta"),
 ];
 
 /// Accepted and ignored, and why ignoring them cannot change the answer (or what folio
@@ -28,7 +33,6 @@ pub const MAPPED: &[(&str, &str)] = &[
 pub const IGNORED: &[(&str, &str)] = &[
     ("num_ctx", "the context is the one the model was loaded with (`context_length` in /api/ps); a prompt that does not fit is a 400, not truncated"),
     ("num_keep", "folio does not shift the context; a prompt that does not fit is a 400"),
-    ("repeat_last_n", "the penalties cover the whole output"),
     ("penalize_newline", "deprecated in Ollama, which ignores it too"),
     ("num_batch", "the engine batches by its own token budget"),
     ("num_gpu", "runtime placement"),
@@ -44,11 +48,9 @@ pub const IGNORED: &[(&str, &str)] = &[
     ("embedding_only", "runtime loading"),
 ];
 
-/// Samplers folio does not have: accepted at the value that turns them off.
-const NEUTRAL: &[(&str, f64)] = &[("typical_p", 1.0), ("tfs_z", 1.0), ("mirostat", 0.0)];
-
-/// Parameters of a sampler folio does not have, meaningful only with it on.
-const WITH_MIROSTAT: &[&str] = &["mirostat_tau", "mirostat_eta"];
+/// Samplers folio does not have (tail-free sampling, gone from llama.cpp too): accepted
+/// at the value that turns them off.
+const NEUTRAL: &[(&str, f64)] = &[("tfs_z", 1.0)];
 
 /// Writes `options` into the chat body `chat`.
 pub fn apply(options: Option<&Value>, chat: &mut Map<String, Value>) -> Result<(), ApiError> {
@@ -74,7 +76,7 @@ pub fn apply(options: Option<&Value>, chat: &mut Map<String, Value>) -> Result<(
                 continue;
             }
             chat.insert(to.to_string(), v.clone());
-        } else if IGNORED.iter().any(|(n, _)| n == name) || WITH_MIROSTAT.contains(&name.as_str()) {
+        } else if IGNORED.iter().any(|(n, _)| n == name) {
         } else if let Some((_, off)) = NEUTRAL.iter().find(|(n, _)| n == name) {
             if v.as_f64() != Some(*off) {
                 return Err(ApiError::param(
@@ -147,13 +149,15 @@ mod tests {
         let got = run(
             json!({"num_predict": 8, "temperature": 0, "top_k": 1, "top_p": 0.9,
             "min_p": 0.1, "repeat_penalty": 1.1, "seed": 3, "stop": ["\n"], "num_ctx": 4096,
-            "num_gpu": 99, "typical_p": 1.0, "mirostat": 0}),
+            "num_gpu": 99, "typical_p": 0.9, "mirostat": 2, "mirostat_tau": 4, "tfs_z": 1.0,
+            "repeat_last_n": 32}),
         )
         .unwrap();
         assert_eq!(
             got,
             json!({"max_tokens": 8, "temperature": 0, "top_k": 1, "top_p": 0.9, "min_p": 0.1,
-                   "repetition_penalty": 1.1, "seed": 3, "stop": ["\n"]})
+                   "repetition_penalty": 1.1, "seed": 3, "stop": ["\n"], "typical_p": 0.9,
+                   "mirostat": 2, "mirostat_tau": 4, "repeat_last_n": 32})
         );
         assert_eq!(run(json!({"num_predict": -1})).unwrap(), json!({}));
     }
@@ -161,8 +165,8 @@ mod tests {
     #[test]
     fn unknown_and_non_neutral_options_name_the_field() {
         assert_eq!(
-            run(json!({"mirostat": 2})).unwrap_err(),
-            "options.mirostat: folio has no such sampler; only 0 (off) is accepted, got 2"
+            run(json!({"tfs_z": 0.5})).unwrap_err(),
+            "options.tfs_z: folio has no such sampler; only 1 (off) is accepted, got 0.5"
         );
         assert!(run(json!({"temprature": 1}))
             .unwrap_err()

@@ -32,6 +32,8 @@ pub struct NdjsonSink {
     load: Duration,
     /// Held while the request runs, so the model is never unloaded under it.
     _lease: Option<crate::models::Lease>,
+    /// Tool calls being streamed, sent whole before the `done` line.
+    calls: Calls,
 }
 
 /// One NDJSON line.
@@ -92,12 +94,44 @@ impl Piece {
                 text(&d["content"])
             },
             thinking: text(&d["reasoning_content"]),
-            tool_calls: d["tool_calls"]
-                .as_array()
-                .map(|a| a.iter().map(tool_call).collect())
-                .unwrap_or_default(),
+            // Streamed calls come as OpenAI deltas: `Calls` gathers them.
+            tool_calls: Vec::new(),
             logprobs,
         }
+    }
+}
+
+/// Streamed tool calls gathered from OpenAI's deltas (name first, then argument
+/// fragments): Ollama sends each call whole, with its arguments as an object.
+#[derive(Default)]
+struct Calls(Vec<(Value, String)>);
+
+impl Calls {
+    fn absorb(&mut self, chunk: &Value) {
+        let Some(deltas) = chunk["choices"][0]["delta"]["tool_calls"].as_array() else {
+            return;
+        };
+        for d in deltas {
+            let f = &d["function"];
+            let i = d["index"].as_u64().map_or(self.0.len().max(1) - 1, |i| i as usize);
+            while self.0.len() <= i {
+                self.0.push((Value::Null, String::new()));
+            }
+            if f["name"].is_string() {
+                self.0[i].0 = f["name"].clone();
+            }
+            if let Some(a) = f["arguments"].as_str() {
+                self.0[i].1.push_str(a);
+            }
+        }
+    }
+
+    /// The whole calls so far, in Ollama's shape.
+    fn take(&mut self) -> Vec<Value> {
+        self.0
+            .drain(..)
+            .map(|(name, args)| tool_call(&json!({"function": {"name": name, "arguments": args}})))
+            .collect()
     }
 }
 
@@ -115,6 +149,7 @@ impl NdjsonSink {
             last_at: None,
             load,
             _lease: lease,
+            calls: Calls::default(),
         }
     }
 
@@ -188,6 +223,9 @@ impl NdjsonSink {
             Some(f) => f.apply(0, c),
             None => vec![c],
         };
+        for c in &chunks {
+            self.calls.absorb(c);
+        }
         let out = chunks
             .iter()
             .map(Piece::of_chunk)
@@ -227,6 +265,14 @@ impl Sink for NdjsonSink {
         let mut out = Vec::new();
         for &i in unfinished {
             out.push(self.lines(job, job.chunk(i, "", None, Some("abort"))));
+        }
+        let tool_calls = self.calls.take();
+        if !tool_calls.is_empty() {
+            let p = Piece {
+                tool_calls,
+                ..Piece::default()
+            };
+            out.push(line(&Value::Object(self.object(job, p, false))));
         }
         let o = self.object(job, Piece::default(), true);
         out.push(line(&self.finish(job, states, o)));
