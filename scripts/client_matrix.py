@@ -321,7 +321,7 @@ def pydantic_ai_sdk(m):
     def stream():
         async def go():
             async with Agent(model).run_stream("Say hello in five words.", model_settings={"max_tokens": 16}) as s:
-                return [t async for t in s.stream_text(delta=True)]
+                return [t async for t in s.stream_text(delta=True, debounce_by=None)]
         parts = asyncio.run(go())
         assert len([p for p in parts if p]) > 1, parts
 
