@@ -309,6 +309,36 @@ impl ApiError {
     }
 
     /// 500 for a tokenizer task (run off the async threads) that panicked or was cancelled.
+    /// This error under another name of its field: `param` becomes `new`, and so does the
+    /// message's leading field name; status and code unchanged. The Responses, Anthropic
+    /// and Ollama routes run the chat path and answer in their own field names.
+    pub fn with_param(mut self, new: String) -> ApiError {
+        if let Some(param) = &self.param {
+            if let Some(rest) = self.message.strip_prefix(param.as_str()) {
+                self.message = format!("{new}{rest}");
+            }
+        }
+        self.param = Some(new);
+        self
+    }
+
+    /// [`ApiError::with_param`] by a table of `(chat field, this API's field)`: a `param`
+    /// that is a chat field, or starts with it followed by `.` or `[`, takes the other
+    /// name (the first match wins; the rest of the path is kept).
+    pub fn renamed<'a>(self, table: impl IntoIterator<Item = (&'a str, &'a str)>) -> ApiError {
+        let Some(param) = self.param.clone() else {
+            return self;
+        };
+        for (chat, ours) in table {
+            if let Some(rest) = param.strip_prefix(chat) {
+                if rest.is_empty() || rest.starts_with(['.', '[']) {
+                    return self.with_param(format!("{ours}{rest}"));
+                }
+            }
+        }
+        self
+    }
+
     pub fn tokenizer_task(e: tokio::task::JoinError) -> ApiError {
         Error::Internal(format!("tokenizer task failed: {e}")).into()
     }

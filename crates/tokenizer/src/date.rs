@@ -25,8 +25,9 @@ const DAYS: [&str; 7] = [
     "Sunday",
 ];
 
-/// Civil date from days since 1970-01-01 (Howard Hinnant's `civil_from_days`).
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
+/// Civil date from days since 1970-01-01 (Howard Hinnant's `civil_from_days`); also the
+/// server's RFC 3339 clock (Ollama's `created_at`).
+pub fn civil_from_days(z: i64) -> (i64, u32, u32) {
     let z = z + 719_468;
     let era = z.div_euclid(146_097);
     let doe = z.rem_euclid(146_097);

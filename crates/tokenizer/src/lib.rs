@@ -19,6 +19,7 @@
 mod byte_level;
 mod chat;
 mod date;
+pub use date::civil_from_days;
 mod error;
 mod incremental;
 mod pretokenize;

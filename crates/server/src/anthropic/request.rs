@@ -484,7 +484,7 @@ fn thinking(v: Option<&Value>) -> Result<Option<bool>, ApiError> {
 /// A chat-path error in Anthropic's field names: `stop` → `stop_sequences`,
 /// `tools[i].function.parameters` → `tools[i].input_schema`, `tools[i].function.name` →
 /// `tools[i].name`.
-pub fn renamed(mut e: ApiError) -> ApiError {
+pub fn renamed(e: ApiError) -> ApiError {
     let Some(param) = e.param.clone() else {
         return e;
     };
@@ -499,11 +499,7 @@ pub fn renamed(mut e: ApiError) -> ApiError {
     } else {
         return e;
     };
-    if let Some(rest) = e.message.strip_prefix(&param) {
-        e.message = format!("{new}{rest}");
-    }
-    e.param = Some(new);
-    e
+    e.with_param(new)
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@ pub fn rfc3339(t: SystemTime) -> String {
     let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
     let secs = d.as_secs();
     let (days, rest) = (secs / 86_400, secs % 86_400);
-    let (y, m, day) = civil(days as i64);
+    let (y, m, day) = folio_tokenizer::civil_from_days(days as i64);
     format!(
         "{y:04}-{m:02}-{day:02}T{:02}:{:02}:{:02}.{:09}Z",
         rest / 3600,
@@ -21,20 +21,6 @@ pub fn rfc3339(t: SystemTime) -> String {
 /// Now, as [`rfc3339`].
 pub fn now() -> String {
     rfc3339(SystemTime::now())
-}
-
-/// Year, month, day of `days` since 1970-01-01 (Howard Hinnant's `civil_from_days`).
-fn civil(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d)
 }
 
 #[cfg(test)]

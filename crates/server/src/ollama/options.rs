@@ -107,30 +107,17 @@ pub fn apply(options: Option<&Value>, chat: &mut Map<String, Value>) -> Result<(
 
 /// An error of the chat path renamed to the Ollama field the client sent: `max_tokens` is
 /// `options.num_predict`, `response_format` is `format`, and so on.
-pub fn renamed(mut e: ApiError) -> ApiError {
-    let mut names: Vec<(String, String)> = MAPPED
+pub fn renamed(e: ApiError) -> ApiError {
+    let options: Vec<(&str, String)> = MAPPED
         .iter()
-        .map(|(ours, chat)| (chat.to_string(), format!("options.{ours}")))
+        .map(|(ours, chat)| (*chat, format!("options.{ours}")))
         .collect();
-    names.push(("response_format".into(), "format".into()));
-    let Some(param) = e.param.clone() else {
-        return e;
-    };
-    for (chat, ours) in names {
-        let Some(rest) = param.strip_prefix(&chat) else {
-            continue;
-        };
-        if !(rest.is_empty() || rest.starts_with(['.', '['])) {
-            continue;
-        }
-        let new = format!("{ours}{rest}");
-        if let Some(m) = e.message.strip_prefix(&param) {
-            e.message = format!("{new}{m}");
-        }
-        e.param = Some(new);
-        break;
-    }
-    e
+    e.renamed(
+        options
+            .iter()
+            .map(|(chat, ours)| (*chat, ours.as_str()))
+            .chain([("response_format", "format")]),
+    )
 }
 
 #[cfg(test)]

@@ -183,21 +183,8 @@ fn response_format(format: &Value) -> Result<Option<Value>, ApiError> {
 
 /// A chat-path error under the Responses name of its field: the `param` (and the
 /// message, which starts with it) renamed by [`RENAMED`]; status and code unchanged.
-pub fn renamed(mut e: ApiError) -> ApiError {
-    let Some(param) = e.param.clone() else {
-        return e;
-    };
-    for (ours, chat) in RENAMED {
-        if let Some(rest) = param.strip_prefix(chat) {
-            let new = format!("{ours}{rest}");
-            if let Some(m) = e.message.strip_prefix(&param) {
-                e.message = format!("{new}{m}");
-            }
-            e.param = Some(new);
-            break;
-        }
-    }
-    e
+pub fn renamed(e: ApiError) -> ApiError {
+    e.renamed(RENAMED.iter().map(|(ours, chat)| (*chat, *ours)))
 }
 
 #[cfg(test)]
