@@ -10,6 +10,7 @@
 pub mod cache;
 pub mod catalog;
 mod error;
+pub mod table;
 
 pub use cache::{cached, pull, remove, Cached};
 use catalog::{Entry, Part};
@@ -456,7 +457,7 @@ pub fn human_size(bytes: u64) -> String {
 
 /// The catalogue as a table: name, size, whether downloaded, path, description.
 pub fn catalogue_table() -> String {
-    let rows: Vec<[String; 5]> = catalog::CATALOG
+    let rows: Vec<Vec<String>> = catalog::CATALOG
         .iter()
         .map(|e| {
             let mut name = e.name.to_string();
@@ -468,7 +469,7 @@ pub fn catalogue_table() -> String {
                 State::Unverified => "yes (unverified)",
                 State::Missing => "no",
             };
-            [
+            vec![
                 name,
                 human_size(e.size),
                 downloaded.to_string(),
@@ -477,27 +478,7 @@ pub fn catalogue_table() -> String {
             ]
         })
         .collect();
-    let header = ["NAME", "SIZE", "DOWNLOADED", "PATH", "DESCRIPTION"].map(String::from);
-    let mut width = [0usize; 5];
-    for row in std::iter::once(&header).chain(&rows) {
-        for (w, cell) in width.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    let mut out = String::new();
-    for row in std::iter::once(&header).chain(&rows) {
-        let mut line = String::new();
-        for (i, cell) in row.iter().enumerate() {
-            if i + 1 == row.len() {
-                line.push_str(cell);
-            } else {
-                line.push_str(&format!("{cell:<w$}  ", w = width[i]));
-            }
-        }
-        out.push_str(line.trim_end());
-        out.push('\n');
-    }
-    out
+    table::render(&["NAME", "SIZE", "DOWNLOADED", "PATH", "DESCRIPTION"], &rows)
 }
 
 #[cfg(test)]

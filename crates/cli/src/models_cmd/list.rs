@@ -1,7 +1,6 @@
 //! `folio list`: the models in the cache, as `ollama list` shows its own: name, size, and
 //! when the file last changed.
 
-use super::table;
 use anyhow::Result;
 use std::time::{Duration, SystemTime};
 
@@ -22,7 +21,7 @@ pub fn render(models: &[folio_fetch::Cached], now: SystemTime) -> String {
             ]
         })
         .collect();
-    table::render(&["NAME", "SIZE", "MODIFIED"], &rows)
+    folio_fetch::table::render(&["NAME", "SIZE", "MODIFIED"], &rows)
 }
 
 /// `3 days ago`: Docker's and Ollama's human durations (a file from the future is

@@ -12,7 +12,6 @@ mod answer;
 mod chat;
 mod interrupt;
 mod remote;
-mod table;
 
 /// Where a running `folio serve` listens (`ps`, `run`): serve's defaults.
 #[derive(clap::Args, Clone, Debug)]

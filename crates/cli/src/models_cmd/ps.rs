@@ -2,7 +2,7 @@
 //! loaded), from its `GET /v1/models`.
 
 use super::remote::{self, Server};
-use super::{table, ServerArgs};
+use super::ServerArgs;
 use anyhow::{bail, Context, Result};
 use serde_json::Value;
 
@@ -37,7 +37,7 @@ pub fn render(cards: &[Value]) -> String {
             ])
         })
         .collect();
-    table::render(&["NAME", "STATUS", "CONTEXT"], &rows)
+    folio_fetch::table::render(&["NAME", "STATUS", "CONTEXT"], &rows)
 }
 
 #[cfg(test)]

@@ -1,4 +1,5 @@
-//! Plain text tables for `list` and `ps`: left-aligned columns two spaces apart.
+//! Plain text tables for the model listings (`folio models`, `list`, `ps`): left-aligned
+//! columns two spaces apart.
 
 /// `header` and `rows` as aligned lines (the last column unpadded, no trailing spaces).
 pub fn render(header: &[&str], rows: &[Vec<String>]) -> String {
