@@ -493,7 +493,10 @@ mod tests {
         let (mut g, env) = guide(&Constraint::Lark(g));
         // Free text: anything, "<tool" too, and the end.
         let free = allowed_text(&mut g, &env);
-        assert!(free.len() > 90 && free.contains(&"EOS".to_string()), "{free:?}");
+        assert!(
+            free.len() > 90 && free.contains(&"EOS".to_string()),
+            "{free:?}"
+        );
         let t = toks("Hi <tool <tool_call>\n");
         assert_eq!(g.commit_all(&t), t.len());
         // Inside the call: the schema's JSON only.
@@ -502,15 +505,24 @@ mod tests {
         assert_eq!(g.commit_all(&t), t.len());
         // No other key may follow "a": digits or the object's end.
         let after = allowed_text(&mut g, &env);
-        assert!(!after.contains(&",".to_string()) && after.contains(&"}".to_string()), "{after:?}");
+        assert!(
+            !after.contains(&",".to_string()) && after.contains(&"}".to_string()),
+            "{after:?}"
+        );
         assert_eq!(g.valid_prefix(&[u32::from(b',')]), 0);
         let t = toks("}}\n</tool_call>");
         assert_eq!(g.commit_all(&t), t.len());
         // Free text again, and the end.
         let free = allowed_text(&mut g, &env);
-        assert!(free.len() > 90 && free.contains(&"EOS".to_string()), "{free:?}");
+        assert!(
+            free.len() > 90 && free.contains(&"EOS".to_string()),
+            "{free:?}"
+        );
         // An answer that starts as bare JSON, fenced or not, is one call.
-        for text in ["{\"name\": \"f\", \"arguments\": {\"a\": 1", "```json\n{\"name\": \"f\", \"arguments\": {\"a\": 1"] {
+        for text in [
+            "{\"name\": \"f\", \"arguments\": {\"a\": 1",
+            "```json\n{\"name\": \"f\", \"arguments\": {\"a\": 1",
+        ] {
             let lark = crate::tool_grammar::lazy_calls("<tool_call>", "</tool_call>", &schema);
             let (mut g, env) = guide(&Constraint::Lark(lark));
             let t = toks(text);
@@ -518,7 +530,10 @@ mod tests {
             assert_eq!(g.valid_prefix(&[u32::from(b',')]), 0, "{text}");
             let t = toks("}}");
             assert_eq!(g.commit_all(&t), t.len(), "{text}");
-            assert!(allowed_text(&mut g, &env).contains(&"EOS".to_string()), "{text}");
+            assert!(
+                allowed_text(&mut g, &env).contains(&"EOS".to_string()),
+                "{text}"
+            );
         }
         // Other fences and text are free.
         let lark = crate::tool_grammar::lazy_calls("<tool_call>", "</tool_call>", &schema);

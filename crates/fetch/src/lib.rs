@@ -478,7 +478,10 @@ pub fn catalogue_table() -> String {
             ]
         })
         .collect();
-    table::render(&["NAME", "SIZE", "DOWNLOADED", "PATH", "DESCRIPTION"], &rows)
+    table::render(
+        &["NAME", "SIZE", "DOWNLOADED", "PATH", "DESCRIPTION"],
+        &rows,
+    )
 }
 
 #[cfg(test)]

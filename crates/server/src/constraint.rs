@@ -51,7 +51,10 @@ pub fn parse(f: &Fields) -> Result<Option<Structured>, ApiError> {
         add(field, c);
     }
     if let Some(v) = f.get("guided_json") {
-        add("guided_json".into(), Some(json_schema("guided_json", v, true)?));
+        add(
+            "guided_json".into(),
+            Some(json_schema("guided_json", v, true)?),
+        );
     }
     if let Some(v) = f.get("guided_regex") {
         add("guided_regex".into(), Some(regex("guided_regex", v)?));
@@ -69,7 +72,10 @@ pub fn parse(f: &Fields) -> Result<Option<Structured>, ApiError> {
         add("grammar".into(), Some(grammar("grammar", v, true)?));
     }
     if let Some(v) = f.get("json_schema") {
-        add("json_schema".into(), Some(json_schema("json_schema", v, true)?));
+        add(
+            "json_schema".into(),
+            Some(json_schema("json_schema", v, true)?),
+        );
     }
     if found.len() > 1 {
         let names: Vec<&str> = found.iter().map(|s| s.field.as_str()).collect();
@@ -295,7 +301,10 @@ mod tests {
             ),
             (
                 json!({"structured_outputs": {"json": schema}}),
-                Some(("structured_outputs.json", Constraint::JsonSchema(closed.clone()))),
+                Some((
+                    "structured_outputs.json",
+                    Constraint::JsonSchema(closed.clone()),
+                )),
             ),
             (
                 json!({"structured_outputs": {"regex": "[0-9]+"}}),

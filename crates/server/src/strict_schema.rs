@@ -25,11 +25,23 @@ pub const MAX_SAFE_INTEGER: i64 = (1 << 53) - 1;
 pub const MAX_BOUNDED_INTEGERS: usize = 64;
 
 /// Keywords whose value is one subschema.
-const ONE: [&str; 5] = ["items", "additionalProperties", "additionalItems", "not", "contains"];
+const ONE: [&str; 5] = [
+    "items",
+    "additionalProperties",
+    "additionalItems",
+    "not",
+    "contains",
+];
 /// Keywords whose value is a list of subschemas (`allOf` apart: see [`close`]).
 const LIST: [&str; 4] = ["anyOf", "oneOf", "prefixItems", "items"];
 /// Keywords whose value maps names to subschemas.
-const MAP: [&str; 5] = ["properties", "patternProperties", "$defs", "definitions", "dependentSchemas"];
+const MAP: [&str; 5] = [
+    "properties",
+    "patternProperties",
+    "$defs",
+    "definitions",
+    "dependentSchemas",
+];
 
 /// `schema` with every object schema that does not set `additionalProperties` closed
 /// (`"additionalProperties": false`), and unbounded strings and integers bounded, at any

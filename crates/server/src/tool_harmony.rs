@@ -41,7 +41,9 @@ pub fn read(text: &str, done: bool) -> Harmony {
     let Some(first) = first else { return out };
     rest = &rest[first..];
     loop {
-        let Some(m) = rest.find(MESSAGE) else { return out };
+        let Some(m) = rest.find(MESSAGE) else {
+            return out;
+        };
         let header = &rest[..m];
         let body_all = &rest[m + MESSAGE.len()..];
         let end = ENDS.iter().filter_map(|e| body_all.find(e)).min();
@@ -121,7 +123,10 @@ mod tests {
             }]
         );
         let h = read("<|channel|>analysis<|message|>Easy.<|end|><|start|>assistant<|channel|>final<|message|>Hi there.", true);
-        assert_eq!((h.reasoning.as_str(), h.content.as_str()), ("Easy.", "Hi there."));
+        assert_eq!(
+            (h.reasoning.as_str(), h.content.as_str()),
+            ("Easy.", "Hi there.")
+        );
         assert!(h.calls.is_empty());
         // The recipient before the channel.
         let h = read("<|channel|>analysis<|message|>x<|end|><|start|>assistant to=functions.f<|channel|>commentary json<|message|>{}<|call|>", true);

@@ -227,7 +227,9 @@ pub fn read(parser: Parser, text: &str) -> Vec<PartialCall> {
             .map(|(b, _)| deepseek(b))
             .collect(),
         Parser::KimiK2 if marked(KIMI_CALLS) || marked(KIMI_CALL) => {
-            blocks(text, KIMI_CALL, KIMI_END).map(|(b, _)| kimi(b)).collect()
+            blocks(text, KIMI_CALL, KIMI_END)
+                .map(|(b, _)| kimi(b))
+                .collect()
         }
         _ => bare(text),
     }
@@ -235,7 +237,11 @@ pub fn read(parser: Parser, text: &str) -> Vec<PartialCall> {
 
 /// The text of each `open … close` block of `text` (the last one maybe unclosed), and
 /// whether it was closed.
-fn blocks<'a>(text: &'a str, open: &'a str, close: &'a str) -> impl Iterator<Item = (&'a str, bool)> {
+fn blocks<'a>(
+    text: &'a str,
+    open: &'a str,
+    close: &'a str,
+) -> impl Iterator<Item = (&'a str, bool)> {
     let mut rest = text;
     std::iter::from_fn(move || {
         let i = rest.find(open)?;
@@ -269,7 +275,10 @@ fn json_calls(text: &str) -> Vec<PartialCall> {
 /// `arguments` or `parameters`, so that JSON answers are not taken for calls.
 fn bare(text: &str) -> Vec<PartialCall> {
     let mut text = text.trim_start();
-    text = text.strip_prefix("<|python_tag|>").unwrap_or(text).trim_start();
+    text = text
+        .strip_prefix("<|python_tag|>")
+        .unwrap_or(text)
+        .trim_start();
     if let Some(t) = text.strip_prefix("```") {
         if !t.contains('\n') && "json".starts_with(t.trim()) {
             return Vec::new();
@@ -329,12 +338,18 @@ fn glm45(body: &str, closed: bool) -> PartialCall {
     let mut rest = &body[end..];
     while let Some(i) = rest.find("<arg_key>") {
         let after = &rest[i + "<arg_key>".len()..];
-        let Some(k) = after.find("</arg_key>") else { break };
+        let Some(k) = after.find("</arg_key>") else {
+            break;
+        };
         let key = after[..k].trim().to_string();
         let after = &after[k + "</arg_key>".len()..];
-        let Some(v) = after.find("<arg_value>") else { break };
+        let Some(v) = after.find("<arg_value>") else {
+            break;
+        };
         let after = &after[v + "<arg_value>".len()..];
-        let Some(e) = after.find("</arg_value>") else { break };
+        let Some(e) = after.find("</arg_value>") else {
+            break;
+        };
         pairs.push((key, after[..e].to_string()));
         rest = &after[e + "</arg_value>".len()..];
     }
@@ -343,7 +358,13 @@ fn glm45(body: &str, closed: bool) -> PartialCall {
 
 /// The complete `open key sep value close` pairs of `text`; `trim_newline` drops one
 /// newline on each side of a value (Qwen3-Coder writes values on lines of their own).
-fn xml_pairs(text: &str, open: &str, sep: &str, close: &str, trim_newline: bool) -> Vec<(String, String)> {
+fn xml_pairs(
+    text: &str,
+    open: &str,
+    sep: &str,
+    close: &str,
+    trim_newline: bool,
+) -> Vec<(String, String)> {
     let mut out = Vec::new();
     let mut rest = text;
     while let Some(i) = rest.find(open) {
@@ -396,7 +417,10 @@ fn xml_value(v: &str) -> String {
 
 /// `function<｜tool▁sep｜>name\n```json\n{…}\n```` or V3.1's `name<｜tool▁sep｜>{…}`.
 fn deepseek(body: &str) -> PartialCall {
-    let (name, args) = if let Some(rest) = body.strip_prefix("function").and_then(|r| r.strip_prefix(DS_SEP)) {
+    let (name, args) = if let Some(rest) = body
+        .strip_prefix("function")
+        .and_then(|r| r.strip_prefix(DS_SEP))
+    {
         let Some(nl) = rest.find('\n') else {
             return PartialCall::default();
         };
@@ -408,7 +432,10 @@ fn deepseek(body: &str) -> PartialCall {
                 ..PartialCall::default()
             };
         }
-        let args = args.strip_prefix("```json").or_else(|| args.strip_prefix("```")).unwrap_or(args);
+        let args = args
+            .strip_prefix("```json")
+            .or_else(|| args.strip_prefix("```"))
+            .unwrap_or(args);
         (rest[..nl].trim(), args)
     } else {
         let Some(sep) = body.find(DS_SEP) else {
@@ -509,7 +536,8 @@ pub(crate) mod tests {
     }
 
     /// Each new format's text, the content before its calls and the calls.
-    pub(crate) fn new_formats() -> Vec<(Parser, &'static str, Option<&'static str>, Vec<ParsedCall>)> {
+    pub(crate) fn new_formats() -> Vec<(Parser, &'static str, Option<&'static str>, Vec<ParsedCall>)>
+    {
         let w = |a: &str| c("get_weather", a);
         vec![
             (
@@ -556,7 +584,10 @@ pub(crate) mod tests {
         }
         // An unfinished call is no call: the text stays content.
         let cut = "<tool_call>\n<function=get_weather>\n<parameter=city>\nPar";
-        assert_eq!(parse(Parser::Qwen3Coder, cut), (Some(cut.to_string()), vec![]));
+        assert_eq!(
+            parse(Parser::Qwen3Coder, cut),
+            (Some(cut.to_string()), vec![])
+        );
     }
 
     #[test]

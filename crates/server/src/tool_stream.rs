@@ -29,9 +29,16 @@ pub enum Piece {
     /// Harmony's `analysis` channel.
     Reasoning(String),
     /// A call begins: its index among the choice's calls, a fresh id, the function name.
-    CallStart { index: usize, id: String, name: String },
+    CallStart {
+        index: usize,
+        id: String,
+        name: String,
+    },
     /// More of call `index`'s arguments.
-    CallArgs { index: usize, fragment: String },
+    CallArgs {
+        index: usize,
+        fragment: String,
+    },
 }
 
 /// A call announced so far.
@@ -290,7 +297,10 @@ mod tests {
             Parser::Hermes,
             "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}",
             None,
-            vec![ParsedCall { name: "get_weather".into(), arguments: "{\"city\":\"Paris\"}".into() }],
+            vec![ParsedCall {
+                name: "get_weather".into(),
+                arguments: "{\"city\":\"Paris\"}".into(),
+            }],
         ));
         for (p, text, content, calls) in cases {
             for step in [1, 3, 7, 1000] {
@@ -313,7 +323,10 @@ mod tests {
         let text = "<|channel|>analysis<|message|>User wants weather.<|end|><|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\": \"Paris\"}<|call|>";
         for step in [1, 4, 1000] {
             let (content, reasoning, calls) = collect(&stream(tc(Parser::Harmony), text, step));
-            assert_eq!((content.as_str(), reasoning.as_str()), ("", "User wants weather."));
+            assert_eq!(
+                (content.as_str(), reasoning.as_str()),
+                ("", "User wants weather.")
+            );
             assert_eq!(calls.len(), 1);
             assert_eq!(calls[0].0, "get_weather");
             assert_eq!(calls[0].1.concat(), "{\"city\":\"Paris\"}");
@@ -323,16 +336,23 @@ mod tests {
             "<|channel|>analysis<|message|>Hm.<|end|><|start|>assistant<|channel|>final<|message|>Hello <|there",
             2,
         ));
-        assert_eq!((content.as_str(), reasoning.as_str()), ("Hello <|there", "Hm."));
+        assert_eq!(
+            (content.as_str(), reasoning.as_str()),
+            ("Hello <|there", "Hm.")
+        );
         assert!(calls.is_empty());
     }
 
     #[test]
     fn text_that_is_no_call_is_content_and_one_call_is_kept_when_not_parallel() {
-        let (content, _, calls) = collect(&stream(tc(Parser::Hermes), "{\"name\": \"just data\"}", 2));
+        let (content, _, calls) =
+            collect(&stream(tc(Parser::Hermes), "{\"name\": \"just data\"}", 2));
         assert_eq!(content, "{\"name\": \"just data\"}");
         assert!(calls.is_empty());
-        let one = ToolCalling { parser: Parser::KimiK2, parallel: false };
+        let one = ToolCalling {
+            parser: Parser::KimiK2,
+            parallel: false,
+        };
         let text = crate::tool_parse::tests::new_formats()[4].1;
         let (_, _, calls) = collect(&stream(one, text, 5));
         assert_eq!(calls.len(), 1);

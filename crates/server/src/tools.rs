@@ -77,9 +77,9 @@ impl Tools {
         GrammarLimits::default()
             .check_schema(&schema)
             .map_err(|e| ApiError::param("tools", e))?;
-        Ok(Some(Constraint::Lark(folio_engine::tool_grammar::lazy_calls(
-            open, close, &schema,
-        ))))
+        Ok(Some(Constraint::Lark(
+            folio_engine::tool_grammar::lazy_calls(open, close, &schema),
+        )))
     }
 
     fn any_call_schema(&self) -> Value {

@@ -12,33 +12,73 @@ use serde_json::{json, Value};
 fn schemas() -> Vec<Value> {
     let s = |v: Value| v;
     vec![
-        s(json!({"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]})),
-        s(json!({"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}}, "required": ["name", "age"]})),
-        s(json!({"type": "object", "properties": {"city": {"type": "string"}, "country": {"type": "string"}}})),
+        s(
+            json!({"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}),
+        ),
+        s(
+            json!({"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}}, "required": ["name", "age"]}),
+        ),
+        s(
+            json!({"type": "object", "properties": {"city": {"type": "string"}, "country": {"type": "string"}}}),
+        ),
         s(json!({"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]})),
-        s(json!({"type": "object", "properties": {"score": {"type": "number"}, "label": {"enum": ["good", "bad"]}}, "required": ["score", "label"]})),
-        s(json!({"type": "object", "properties": {"address": {"type": "object", "properties": {"street": {"type": "string"}, "zip": {"type": "string"}}, "required": ["street"]}}, "required": ["address"]})),
-        s(json!({"type": "object", "properties": {"tags": {"type": "array", "items": {"type": "string"}, "maxItems": 4}}, "required": ["tags"]})),
-        s(json!({"type": "object", "properties": {"people": {"type": "array", "maxItems": 3, "items": {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}}}, "required": ["people"]})),
-        s(json!({"type": "object", "properties": {"meta": {"type": "object"}}, "required": ["meta"]})),
-        s(json!({"type": "object", "properties": {"o1": {"type": "object", "properties": {"o2": {"type": "object", "properties": {"v": {"type": "integer"}}}}}}, "required": ["o1"]})),
-        s(json!({"type": "object", "properties": {"title": {"type": "string"}, "year": {"type": "integer", "minimum": 1900, "maximum": 2100}}, "required": ["title", "year"]})),
-        s(json!({"type": "object", "properties": {"value": {"anyOf": [{"type": "string"}, {"type": "object", "properties": {"n": {"type": "integer"}}}]}}, "required": ["value"]})),
-        s(json!({"type": "object", "$defs": {"pt": {"type": "object", "properties": {"x": {"type": "number"}, "y": {"type": "number"}}, "required": ["x", "y"]}}, "properties": {"a": {"$ref": "#/$defs/pt"}, "b": {"$ref": "#/$defs/pt"}}, "required": ["a", "b"]})),
-        s(json!({"type": "object", "properties": {"answer": {"type": "string", "enum": ["yes", "no", "maybe"]}, "why": {"type": "string"}}, "required": ["answer"]})),
-        s(json!({"type": "object", "properties": {"first": {"type": "string"}, "last": {"type": "string"}, "email": {"type": "string"}}, "required": ["first", "last", "email"]})),
-        s(json!({"type": "object", "properties": {"items": {"type": "array", "maxItems": 3, "items": {"type": "object", "properties": {"sku": {"type": "string"}, "qty": {"type": "integer"}}, "required": ["sku", "qty"]}}}, "required": ["items"]})),
-        s(json!({"type": "object", "properties": {"settings": {"type": "object", "properties": {"dark": {"type": "boolean"}, "size": {"type": "integer"}}}}})),
-        s(json!({"type": "object", "properties": {"id": {"type": "integer"}, "parent": {"type": ["integer", "null"]}}, "required": ["id", "parent"]})),
-        s(json!({"type": "object", "properties": {"summary": {"type": "string", "maxLength": 80}, "keywords": {"type": "array", "items": {"type": "string"}, "maxItems": 3}}, "required": ["summary", "keywords"]})),
-        s(json!({"type": "object", "properties": {"event": {"type": "object", "properties": {"name": {"type": "string"}, "when": {"type": "object", "properties": {"day": {"type": "integer"}, "month": {"type": "integer"}}}}}}, "required": ["event"]})),
+        s(
+            json!({"type": "object", "properties": {"score": {"type": "number"}, "label": {"enum": ["good", "bad"]}}, "required": ["score", "label"]}),
+        ),
+        s(
+            json!({"type": "object", "properties": {"address": {"type": "object", "properties": {"street": {"type": "string"}, "zip": {"type": "string"}}, "required": ["street"]}}, "required": ["address"]}),
+        ),
+        s(
+            json!({"type": "object", "properties": {"tags": {"type": "array", "items": {"type": "string"}, "maxItems": 4}}, "required": ["tags"]}),
+        ),
+        s(
+            json!({"type": "object", "properties": {"people": {"type": "array", "maxItems": 3, "items": {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}}}, "required": ["people"]}),
+        ),
+        s(
+            json!({"type": "object", "properties": {"meta": {"type": "object"}}, "required": ["meta"]}),
+        ),
+        s(
+            json!({"type": "object", "properties": {"o1": {"type": "object", "properties": {"o2": {"type": "object", "properties": {"v": {"type": "integer"}}}}}}, "required": ["o1"]}),
+        ),
+        s(
+            json!({"type": "object", "properties": {"title": {"type": "string"}, "year": {"type": "integer", "minimum": 1900, "maximum": 2100}}, "required": ["title", "year"]}),
+        ),
+        s(
+            json!({"type": "object", "properties": {"value": {"anyOf": [{"type": "string"}, {"type": "object", "properties": {"n": {"type": "integer"}}}]}}, "required": ["value"]}),
+        ),
+        s(
+            json!({"type": "object", "$defs": {"pt": {"type": "object", "properties": {"x": {"type": "number"}, "y": {"type": "number"}}, "required": ["x", "y"]}}, "properties": {"a": {"$ref": "#/$defs/pt"}, "b": {"$ref": "#/$defs/pt"}}, "required": ["a", "b"]}),
+        ),
+        s(
+            json!({"type": "object", "properties": {"answer": {"type": "string", "enum": ["yes", "no", "maybe"]}, "why": {"type": "string"}}, "required": ["answer"]}),
+        ),
+        s(
+            json!({"type": "object", "properties": {"first": {"type": "string"}, "last": {"type": "string"}, "email": {"type": "string"}}, "required": ["first", "last", "email"]}),
+        ),
+        s(
+            json!({"type": "object", "properties": {"items": {"type": "array", "maxItems": 3, "items": {"type": "object", "properties": {"sku": {"type": "string"}, "qty": {"type": "integer"}}, "required": ["sku", "qty"]}}}, "required": ["items"]}),
+        ),
+        s(
+            json!({"type": "object", "properties": {"settings": {"type": "object", "properties": {"dark": {"type": "boolean"}, "size": {"type": "integer"}}}}}),
+        ),
+        s(
+            json!({"type": "object", "properties": {"id": {"type": "integer"}, "parent": {"type": ["integer", "null"]}}, "required": ["id", "parent"]}),
+        ),
+        s(
+            json!({"type": "object", "properties": {"summary": {"type": "string", "maxLength": 80}, "keywords": {"type": "array", "items": {"type": "string"}, "maxItems": 3}}, "required": ["summary", "keywords"]}),
+        ),
+        s(
+            json!({"type": "object", "properties": {"event": {"type": "object", "properties": {"name": {"type": "string"}, "when": {"type": "object", "properties": {"day": {"type": "integer"}, "month": {"type": "integer"}}}}}}, "required": ["event"]}),
+        ),
     ]
 }
 
 /// Keys of `v` that `schema` (read strictly) has no place for, as paths.
 fn extra_keys(schema: &Value, root: &Value, v: &Value, path: &str, out: &mut Vec<String>) {
     if let Some(r) = schema.get("$ref").and_then(Value::as_str) {
-        let target = root.pointer(r.trim_start_matches('#')).expect("ref resolves");
+        let target = root
+            .pointer(r.trim_start_matches('#'))
+            .expect("ref resolves");
         return extra_keys(target, root, v, path, out);
     }
     if let Some(branches) = schema.get("anyOf").and_then(Value::as_array) {
@@ -107,7 +147,10 @@ pub fn check_all(addr: std::net::SocketAddr, max_tokens: u32) -> Vec<(f64, usize
                 serde_json::from_str(&text).unwrap_or_else(|e| panic!("schema {i}: {text:?}: {e}"));
             let mut extra = Vec::new();
             extra_keys(&schema, &schema, &out, "$", &mut extra);
-            assert!(extra.is_empty(), "schema {i} at t={temperature}: extra keys {extra:?} in {text}");
+            assert!(
+                extra.is_empty(),
+                "schema {i} at t={temperature}: extra keys {extra:?} in {text}"
+            );
         }
         figures.push((temperature, n, cut));
     }
@@ -143,7 +186,9 @@ fn strict_schemas_against_a_running_server() {
     let m = max_tokens();
     let figures = check_all(addr.parse().expect("host:port"), m);
     for (t, n, cut) in &figures {
-        println!("strict schemas, {addr}, max_tokens {m}, temperature {t}: {cut} of {n} ended by length");
+        println!(
+            "strict schemas, {addr}, max_tokens {m}, temperature {t}: {cut} of {n} ended by length"
+        );
     }
 }
 
@@ -151,9 +196,18 @@ fn strict_schemas_against_a_running_server() {
 fn unimplemented_schema_keywords_are_400s_naming_them() {
     let Some(s) = common::shared() else { return };
     for (schema, keyword) in [
-        (json!({"type": "array", "contains": {"type": "integer"}}), "contains"),
-        (json!({"type": "object", "properties": {"a": {"type": "string"}}, "unevaluatedProperties": false}), "unevaluatedProperties"),
-        (json!({"type": "object", "properties": {"n": {"type": "integer", "if": {"minimum": 3}, "then": {"maximum": 5}}}}), "if"),
+        (
+            json!({"type": "array", "contains": {"type": "integer"}}),
+            "contains",
+        ),
+        (
+            json!({"type": "object", "properties": {"a": {"type": "string"}}, "unevaluatedProperties": false}),
+            "unevaluatedProperties",
+        ),
+        (
+            json!({"type": "object", "properties": {"n": {"type": "integer", "if": {"minimum": 3}, "then": {"maximum": 5}}}}),
+            "if",
+        ),
     ] {
         let body = json!({"messages": [{"role": "user", "content": "x"}], "max_tokens": 4,
                           "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": schema, "strict": true}}});

@@ -268,10 +268,15 @@ fn streamed_calls(chunks: &[Value]) -> Vec<(Option<String>, Vec<String>)> {
                 assert!(d["id"].as_str().unwrap().starts_with("call_"), "{d}");
                 assert_eq!(d["type"], "function", "{d}");
                 assert_eq!(d["function"]["arguments"], "", "{d}");
-                calls.push((d["function"]["name"].as_str().map(str::to_string), Vec::new()));
+                calls.push((
+                    d["function"]["name"].as_str().map(str::to_string),
+                    Vec::new(),
+                ));
             } else {
                 assert!(d.get("id").is_none(), "{d}");
-                calls[i].1.push(d["function"]["arguments"].as_str().unwrap().to_string());
+                calls[i]
+                    .1
+                    .push(d["function"]["arguments"].as_str().unwrap().to_string());
             }
         }
     }
@@ -298,7 +303,11 @@ fn a_streamed_forced_call_arrives_in_argument_fragments() {
     let calls = streamed_calls(&chunks);
     assert_eq!(calls.len(), 1, "{chunks:?}");
     assert_eq!(calls[0].0.as_deref(), Some("get_weather"));
-    println!("forced call: {} argument fragments: {:?}", calls[0].1.len(), calls[0].1);
+    println!(
+        "forced call: {} argument fragments: {:?}",
+        calls[0].1.len(),
+        calls[0].1
+    );
     assert!(calls[0].1.len() > 1, "{:?}", calls[0].1);
     assert_eq!(calls[0].1.concat(), whole);
     assert_eq!(
@@ -347,7 +356,10 @@ fn strict_tool_under_auto(s: &Server, question: &str) -> usize {
             let args: Vec<String> = if stream {
                 let (chunks, done) = r.sse();
                 assert!(done);
-                streamed_calls(&chunks).into_iter().map(|(_, f)| f.concat()).collect()
+                streamed_calls(&chunks)
+                    .into_iter()
+                    .map(|(_, f)| f.concat())
+                    .collect()
             } else {
                 let v = r.json();
                 check_shape(&v);
@@ -370,4 +382,3 @@ fn strict_tool_under_auto(s: &Server, question: &str) -> usize {
     }
     made
 }
-

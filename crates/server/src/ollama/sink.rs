@@ -113,7 +113,9 @@ impl Calls {
         };
         for d in deltas {
             let f = &d["function"];
-            let i = d["index"].as_u64().map_or(self.0.len().max(1) - 1, |i| i as usize);
+            let i = d["index"]
+                .as_u64()
+                .map_or(self.0.len().max(1) - 1, |i| i as usize);
             while self.0.len() <= i {
                 self.0.push((Value::Null, String::new()));
             }
