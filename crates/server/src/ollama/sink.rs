@@ -57,6 +57,14 @@ fn tool_call(c: &Value) -> Value {
     json!({"function": {"name": c["function"]["name"], "arguments": args}})
 }
 
+/// A chat choice's (or chunk's) `logprobs.content` entries, which Ollama sends as they are.
+fn content_logprobs(choice: &Value) -> Vec<Value> {
+    choice["logprobs"]["content"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
 /// The parts of one piece of output.
 #[derive(Default)]
 struct Piece {
@@ -79,14 +87,7 @@ impl Piece {
         let ch = &c["choices"][0];
         let d = &ch["delta"];
         let text = |v: &Value| v.as_str().unwrap_or("").to_string();
-        let logprobs = match &ch["logprobs"] {
-            Value::Object(o) => o
-                .get("content")
-                .and_then(Value::as_array)
-                .cloned()
-                .unwrap_or_default(),
-            _ => Vec::new(),
-        };
+        let logprobs = content_logprobs(ch);
         Piece {
             content: if d.is_null() {
                 text(&ch["text"])
@@ -312,14 +313,7 @@ impl Sink for NdjsonSink {
                 .as_array()
                 .map(|a| a.iter().map(tool_call).collect())
                 .unwrap_or_default(),
-            logprobs: match &ch["logprobs"] {
-                Value::Object(o) => o
-                    .get("content")
-                    .and_then(Value::as_array)
-                    .cloned()
-                    .unwrap_or_default(),
-                _ => Vec::new(),
-            },
+            logprobs: content_logprobs(ch),
         };
         let o = self.object(&job, p, true);
         Ok(axum::Json(self.finish(&job, &states, o)).into_response())
