@@ -186,8 +186,10 @@ fn pull_and_delete_refusals() {
     let Some(s) = server() else { return };
     let names = folio_fetch::catalog::names();
     let cases = [
-        ("POST", "/api/pull", json!({"model": "hf:bartowski/SmolLM2-135M-Instruct-GGUF"}), 400,
-         format!("model: \"hf:bartowski/SmolLM2-135M-Instruct-GGUF\": Hugging Face Hub models cannot be pulled yet; folio pulls its catalogue models: {names}")),
+        ("POST", "/api/pull", json!({"model": "hf:bartowski"}), 400,
+         "model: \"hf:bartowski\": a Hugging Face Hub name is hf:ORG/REPO or hf:ORG/REPO:QUANT (e.g. hf:ggml-org/gemma-3-1b-it-GGUF:Q4_K_M)".to_string()),
+        ("DELETE", "/api/delete", json!({"model": "hf:bartowski/SmolLM2-135M-Instruct-GGUF"}), 400,
+         format!("model: \"hf:bartowski/SmolLM2-135M-Instruct-GGUF\": Hugging Face Hub models live in the Hugging Face cache ($HF_HOME/hub); delete them with `hf cache delete`; folio deletes its catalogue models: {names}")),
         ("POST", "/api/pull", json!({"model": "llama3.2"}), 404,
          format!("model \"llama3.2\" is not in folio's catalogue ({names}); Ollama's registry is not used")),
         ("DELETE", "/api/delete", json!({"model": "llama3.2"}), 404,
