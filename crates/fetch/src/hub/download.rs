@@ -67,11 +67,8 @@ fn fetch_blob(
                 last_error = "416 for the range".to_string();
                 continue;
             }
-            Err(f @ Failure::Unreachable(_)) if attempt + 1 < ATTEMPTS => {
-                last_error = match f {
-                    Failure::Unreachable(e) => e,
-                    _ => unreachable!(),
-                };
+            Err(Failure::Unreachable(e)) if attempt + 1 < ATTEMPTS => {
+                last_error = e;
                 std::thread::sleep(std::time::Duration::from_millis(200 << attempt));
                 continue;
             }
