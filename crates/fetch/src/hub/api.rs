@@ -41,6 +41,12 @@ pub struct FileMeta {
     pub size: Option<u64>,
 }
 
+impl Default for Client {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl Client {
     pub fn new() -> Self {
         let build = |redirects| {
