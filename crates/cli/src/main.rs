@@ -76,9 +76,10 @@ enum Cmd {
     Plan(plan_cmd::PlanArgs),
     /// The models `--model NAME` fetches on first use: name, size, whether downloaded, path.
     Models,
-    /// Fetch a catalogue model into the model cache (`hf:` names: not supported yet).
+    /// Fetch a catalogue model into the model cache, or `hf:ORG/REPO[:QUANT]` from the
+    /// Hugging Face Hub into its cache (`$HF_HOME/hub`).
     Pull {
-        /// A catalogue name (`folio models` lists them).
+        /// A catalogue name (`folio models` lists them) or `hf:ORG/REPO[:QUANT]`.
         name: String,
     },
     /// The models in the cache: name, size, when modified.

@@ -96,13 +96,11 @@ fn list_and_rm_work_on_the_cache_of_folio_home() {
 }
 
 #[test]
-fn pull_checks_a_file_already_there_and_refuses_hub_names() {
+fn pull_checks_a_file_already_there_and_refuses_malformed_names() {
     let home = scratch("pull");
-    let e = err(&folio(&home, &["pull", "hf:Qwen/Qwen3-0.6B-GGUF"]));
+    let e = err(&folio(&home, &["pull", "hf:Qwen"]));
     assert!(
-        e.contains(
-            "pulling from the Hugging Face Hub (hf:Qwen/Qwen3-0.6B-GGUF) is not supported yet"
-        ),
+        e.contains("\"hf:Qwen\": a Hugging Face Hub name is hf:ORG/REPO or hf:ORG/REPO:QUANT"),
         "{e}"
     );
     let e = err(&folio(&home, &["pull", "llama3"]));
@@ -136,5 +134,44 @@ fn pull_checks_a_file_already_there_and_refuses_hub_names() {
     ok(&folio(&home, &["rm", "smollm2-135m"]));
     assert!(!copy.exists());
     assert!(real.exists(), "the real cache is untouched");
+    let _ = std::fs::remove_dir_all(&home);
+}
+
+#[test]
+fn pull_of_a_hub_name_uses_the_hugging_face_cache_offline() {
+    let home = scratch("hub");
+    let hf = home.join("hf");
+    let repo = hf.join("hub").join("models--org--tiny-GGUF");
+    let snap = repo.join("snapshots").join("c0ffee");
+    std::fs::create_dir_all(&snap).unwrap();
+    std::fs::create_dir_all(repo.join("refs")).unwrap();
+    std::fs::write(repo.join("refs").join("main"), "c0ffee").unwrap();
+    std::fs::write(snap.join("tiny-Q4_K_M.gguf"), b"GGUF").unwrap();
+    let run = |name: &str| {
+        Command::new(env!("CARGO_BIN_EXE_folio"))
+            .env("FOLIO_HOME", &home)
+            .env("HF_HOME", &hf)
+            .env_remove("HF_HUB_CACHE")
+            .env("HF_HUB_OFFLINE", "1")
+            .env("HF_ENDPOINT", "http://127.0.0.1:9")
+            .args(["pull", name])
+            .output()
+            .expect("run folio")
+    };
+    let out = ok(&run("hf:org/tiny-GGUF"));
+    assert_eq!(
+        out.trim(),
+        format!(
+            "success: hf:org/tiny-GGUF at {} (4 B)",
+            snap.join("tiny-Q4_K_M.gguf").display()
+        )
+    );
+    let e = err(&run("hf:org/absent-GGUF"));
+    assert!(
+        e.contains(
+            "HF_HUB_OFFLINE is set, and no GGUF of org/absent-GGUF is in the Hugging Face cache"
+        ),
+        "{e}"
+    );
     let _ = std::fs::remove_dir_all(&home);
 }

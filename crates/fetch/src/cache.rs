@@ -111,14 +111,13 @@ pub fn remove(name: &str) -> Result<Cached> {
     Ok(found.clone())
 }
 
-/// Fetches the catalogue model `name` into the cache (checking a file already there) and
-/// returns its path. `hf:` names are refused: the Hugging Face Hub is not supported yet.
+/// Fetches the catalogue model `name`, or the Hub model `hf:ORG/REPO[:QUANT]` (into the
+/// Hugging Face cache, every part of a split GGUF), checking a file already there; the
+/// path (a split GGUF's first part).
 pub fn pull(name: &str) -> Result<PathBuf> {
-    if let Some(repo) = name.strip_prefix("hf:") {
-        bail!(
-            "{name:?}: pulling from the Hugging Face Hub (hf:{repo}) is not supported yet; the catalogue has: {} (`folio models` lists them), and --model takes a local GGUF file",
-            catalog::names()
-        );
+    if crate::hub::is_hub_name(name) {
+        let mut files = crate::hub::fetch(name)?;
+        return Ok(files.remove(0));
     }
     match catalog::find(name) {
         Some(e) => ensure(e),

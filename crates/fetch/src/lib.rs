@@ -10,6 +10,7 @@
 pub mod cache;
 pub mod catalog;
 mod error;
+pub mod hub;
 pub mod table;
 
 pub use cache::{cached, pull, remove, Cached};
@@ -377,6 +378,8 @@ pub enum Choice {
     Named(&'static Entry),
     /// `list`: print the catalogue.
     List,
+    /// A Hugging Face Hub name, `hf:ORG/REPO[:QUANT]`.
+    Hub(String),
 }
 
 /// What `arg` names, `is_file` telling which paths exist: an existing file wins, then a
@@ -388,6 +391,10 @@ pub fn choose(arg: &Path, is_file: impl Fn(&Path) -> bool) -> Result<Choice> {
     let s = arg.to_str().unwrap_or_default();
     if let Some(e) = catalog::find(s) {
         return Ok(Choice::Named(e));
+    }
+    if hub::is_hub_name(s) {
+        hub::parse(s)?;
+        return Ok(Choice::Hub(s.to_string()));
     }
     if s == "list" {
         return Ok(Choice::List);
@@ -421,8 +428,8 @@ pub fn resolve_model_or_list(arg: Option<&Path>) -> Result<PathBuf> {
     resolve_model(arg)
 }
 
-/// `--model PATH|NAME` if given (an existing file, else a catalogue model, fetched if
-/// needed), else the default model.
+/// `--model PATH|NAME` if given (an existing file, else a catalogue model or an
+/// `hf:ORG/REPO[:QUANT]` Hub model, fetched if needed), else the default model.
 pub fn resolve_model(arg: Option<&Path>) -> Result<PathBuf> {
     let Some(arg) = arg else {
         return default_model();
@@ -430,6 +437,7 @@ pub fn resolve_model(arg: Option<&Path>) -> Result<PathBuf> {
     match choose(arg, Path::is_file)? {
         Choice::File(p) => Ok(p),
         Choice::Named(e) => ensure(e),
+        Choice::Hub(name) => hub::model_file(&name),
         Choice::List => bail!("--model list prints the catalogue; run `folio models`"),
     }
 }

@@ -374,11 +374,11 @@ fn the_cache_lists_gguf_files_by_catalogue_or_file_name() {
 }
 
 #[test]
-fn pull_refuses_hub_names_and_unknown_names() {
-    let err = pull("hf:Qwen/Qwen3-0.6B-GGUF").unwrap_err().to_string();
+fn pull_refuses_malformed_hub_names_and_unknown_names() {
+    let err = pull("hf:Qwen").unwrap_err().to_string();
     assert_eq!(
         err,
-        "\"hf:Qwen/Qwen3-0.6B-GGUF\": pulling from the Hugging Face Hub (hf:Qwen/Qwen3-0.6B-GGUF) is not supported yet; the catalogue has: smollm2-135m, qwen2.5-coder-1.5b, gemma3-270m (`folio models` lists them), and --model takes a local GGUF file"
+        "\"hf:Qwen\": a Hugging Face Hub name is hf:ORG/REPO or hf:ORG/REPO:QUANT (e.g. hf:ggml-org/gemma-3-1b-it-GGUF:Q4_K_M)"
     );
     let err = pull("llama3").unwrap_err().to_string();
     assert_eq!(

@@ -1,7 +1,8 @@
 //! Ollama's model endpoints over real HTTP on the real model: `/api/version`, `/api/tags`,
 //! `/api/show` (details and metadata from the GGUF header), `/api/ps`, `/api/embed` and
 //! `/api/embeddings` (the `/v1/embeddings` vectors), `/api/pull` of the cached catalogue
-//! default with Ollama's progress lines, and the 400/404s of pull and delete.
+//! default with Ollama's progress lines, of an `hf:` name from the Hugging Face cache
+//! (offline), and the 400/404s of pull and delete.
 
 use folio_testkit::http as common;
 
@@ -186,8 +187,10 @@ fn pull_and_delete_refusals() {
     let Some(s) = server() else { return };
     let names = folio_fetch::catalog::names();
     let cases = [
-        ("POST", "/api/pull", json!({"model": "hf:bartowski/SmolLM2-135M-Instruct-GGUF"}), 400,
-         format!("model: \"hf:bartowski/SmolLM2-135M-Instruct-GGUF\": Hugging Face Hub models cannot be pulled yet; folio pulls its catalogue models: {names}")),
+        ("POST", "/api/pull", json!({"model": "hf:bartowski"}), 400,
+         "model: \"hf:bartowski\": a Hugging Face Hub name is hf:ORG/REPO or hf:ORG/REPO:QUANT (e.g. hf:ggml-org/gemma-3-1b-it-GGUF:Q4_K_M)".to_string()),
+        ("DELETE", "/api/delete", json!({"model": "hf:bartowski/SmolLM2-135M-Instruct-GGUF"}), 400,
+         format!("model: \"hf:bartowski/SmolLM2-135M-Instruct-GGUF\": Hugging Face Hub models live in the Hugging Face cache ($HF_HOME/hub); delete them with `hf cache delete`; folio deletes its catalogue models: {names}")),
         ("POST", "/api/pull", json!({"model": "llama3.2"}), 404,
          format!("model \"llama3.2\" is not in folio's catalogue ({names}); Ollama's registry is not used")),
         ("DELETE", "/api/delete", json!({"model": "llama3.2"}), 404,
@@ -225,4 +228,51 @@ fn pull_and_delete_refusals() {
             json!({"error": format!("model {:?} not found: it is not downloaded ({} is absent)", e.name, folio_fetch::model_path(e).display())})
         );
     }
+}
+
+#[test]
+fn pull_of_a_hub_name_from_the_hugging_face_cache_offline() {
+    let Some(s) = server() else { return };
+    // Only the Hub code reads these; the file is in the cache, so no request is made.
+    let hf = std::env::temp_dir().join(format!("folio-ollama-hf-{}", std::process::id()));
+    let repo = hf.join("hub").join("models--org--tiny-GGUF");
+    let snap = repo.join("snapshots").join("c0ffee");
+    std::fs::create_dir_all(&snap).unwrap();
+    std::fs::create_dir_all(repo.join("refs")).unwrap();
+    std::fs::write(repo.join("refs").join("main"), "c0ffee").unwrap();
+    std::fs::write(snap.join("tiny-Q4_K_M.gguf"), b"GGUF").unwrap();
+    std::env::set_var("HF_HOME", &hf);
+    std::env::remove_var("HF_HUB_CACHE");
+    std::env::set_var("HF_HUB_OFFLINE", "1");
+    let v = post_ok(
+        s.addr,
+        "/api/pull",
+        &json!({"model": "hf:org/tiny-GGUF", "stream": false}),
+    );
+    assert_eq!(v, json!({"status": "success"}));
+    let r = post(
+        s.addr,
+        "/api/pull",
+        &json!({"model": "hf:org/tiny-GGUF:Q8_0"}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let lines: Vec<Value> = r
+        .text()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(
+        lines,
+        vec![
+            json!({"status": "pulling manifest"}),
+            json!({"status": "success"})
+        ]
+    );
+    let r = post(s.addr, "/api/pull", &json!({"model": "hf:org/absent-GGUF"}));
+    let text = r.text();
+    assert!(
+        text.contains("pulling hf:org/absent-GGUF: hf:org/absent-GGUF: HF_HUB_OFFLINE is set, and no GGUF of org/absent-GGUF is in the Hugging Face cache"),
+        "{text}"
+    );
+    let _ = std::fs::remove_dir_all(&hf);
 }

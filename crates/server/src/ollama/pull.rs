@@ -2,8 +2,9 @@
 //! `folio_fetch`). A pull streams Ollama's progress lines: `pulling manifest`, then
 //! `{"status": "pulling <digest>", "digest", "total", "completed"}` as the file is
 //! assembled, `verifying sha256 digest`, `writing manifest`, `success` (one
-//! `{"status": "success"}` with `"stream": false`). `hf:` names are the Hub's, which the
-//! fetcher does not reach yet: a 400 saying so.
+//! `{"status": "success"}` with `"stream": false`). `hf:ORG/REPO[:QUANT]` names are fetched
+//! from the Hugging Face Hub into its cache (`folio_fetch::pull`, as `folio pull` does):
+//! `pulling manifest`, then `success` or the error; `/api/delete` leaves them to `hf cache`.
 
 use super::error::Result;
 use crate::body::JsonObject;
@@ -29,7 +30,7 @@ fn entry(field: &str, asked: &str) -> std::result::Result<&'static Entry, ApiErr
     if asked.starts_with("hf:") {
         return Err(ApiError::param(
             field,
-            format!("{asked:?}: Hugging Face Hub models cannot be pulled yet; folio pulls its catalogue models: {}", catalog::names()),
+            format!("{asked:?}: Hugging Face Hub models live in the Hugging Face cache ($HF_HOME/hub); delete them with `hf cache delete`; folio deletes its catalogue models: {}", catalog::names()),
         ));
     }
     let name = asked.strip_suffix(":latest").unwrap_or(asked);
@@ -71,6 +72,10 @@ fn digests(e: &Entry) -> (String, String) {
 pub async fn pull(State(_st): State<AppState>, JsonObject(body): JsonObject) -> Result<Response> {
     let f = Fields::new(&body);
     let (field, asked) = model_field(&f)?;
+    if folio_fetch::hub::is_hub_name(&asked) {
+        let stream = f.bool("stream", true)?;
+        return pull_hub(asked, stream).await;
+    }
     let e = entry(field, &asked)?;
     // `insecure` is about registries folio does not use.
     let stream = f.bool("stream", true)?;
@@ -122,6 +127,47 @@ pub async fn pull(State(_st): State<AppState>, JsonObject(body): JsonObject) -> 
                 return;
             }
         }
+    });
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/x-ndjson"),
+    );
+    Ok(r)
+}
+
+/// `/api/pull` of an `hf:` name: the Hub's files into the Hugging Face cache.
+async fn pull_hub(asked: String, stream: bool) -> Result<Response> {
+    folio_fetch::hub::parse(&asked).map_err(|e| ApiError::param("model", e.to_string()))?;
+    let name = asked.clone();
+    let job = tokio::task::spawn_blocking(move || folio_fetch::pull(&name));
+    if !stream {
+        job.await
+            .map_err(|err| {
+                ApiError::from(crate::error::Error::Internal(format!(
+                    "the fetch task failed: {err}"
+                )))
+            })?
+            .map_err(|err| {
+                ApiError::from(crate::error::Error::Internal(format!(
+                    "pulling {asked}: {err}"
+                )))
+            })?;
+        return Ok(Json(json!({"status": "success"})).into_response());
+    }
+    let mut r = crate::sse::event_stream(move |tx| async move {
+        if tx
+            .send(line(json!({"status": "pulling manifest"})))
+            .await
+            .is_err()
+        {
+            return;
+        }
+        let l = match job.await {
+            Ok(Ok(_)) => json!({"status": "success"}),
+            Ok(Err(err)) => json!({"error": format!("pulling {asked}: {err}")}),
+            Err(err) => json!({"error": format!("pulling {asked}: the fetch task failed: {err}")}),
+        };
+        let _ = tx.send(line(l)).await;
     });
     r.headers_mut().insert(
         header::CONTENT_TYPE,
