@@ -78,6 +78,11 @@ impl Engine {
             // Block when idle; otherwise take whatever commands arrived since the last step.
             if !self.sched.has_unfinished() {
                 if self.shutting_down {
+                    // Requests that arrived after the shutdown get their refusal rather
+                    // than a stream that just closes.
+                    while let Ok(cmd) = rx.try_recv() {
+                        self.command(cmd);
+                    }
                     return;
                 }
                 match rx.recv() {
