@@ -8,37 +8,10 @@
 use folio_testkit::http as common;
 
 use serde_json::json;
-use std::io::{BufRead, BufReader};
-use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::{Arc, Barrier};
-use std::time::{Duration, Instant};
 
-/// The spawned server, killed when the test ends (also on a failed assertion).
-struct Serve(Child);
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// A field of /proc/PID/status in bytes (`VmRSS`, `VmHWM`).
-fn status_bytes(pid: u32, field: &str) -> u64 {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("read status");
-    let line = text
-        .lines()
-        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
-        .unwrap_or_else(|| panic!("no {field} in {text}"));
-    let kb: u64 = line
-        .trim()
-        .trim_end_matches("kB")
-        .trim()
-        .parse()
-        .expect("a number of kB");
-    kb * 1024
-}
+use folio_testkit::child::status_bytes;
 
 const MB: u64 = 1 << 20;
 /// Prompt text per request.
@@ -54,36 +27,11 @@ fn forty_concurrent_large_prompts_get_400s_and_rss_stays_bounded() {
             return;
         }
     };
-    let mut child = Command::new(env!("CARGO_BIN_EXE_folio"))
-        .args(["serve", "--port", "0", "--kv-cache-bytes", "64m", "--model"])
-        .arg(&model)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("folio serve starts");
-    let pid = child.id();
-    let stdout = child.stdout.take().expect("stdout");
-    let serve = Serve(child);
-    // "folio: serving NAME at http://ADDR/v1 (context …, KV pool holds N tokens: …)"
-    let mut lines = BufReader::new(stdout).lines();
-    let line = lines
-        .by_ref()
-        .map_while(Result::ok)
-        .find(|l| l.starts_with("folio: serving"))
-        .expect("the serving line");
-    // The rest of its output is read (and dropped) so that the pipe never fills.
-    std::thread::spawn(move || lines.for_each(drop));
-    let addr: SocketAddr = line
-        .split("http://")
-        .nth(1)
-        .and_then(|r| r.split("/v1").next())
-        .and_then(|a| a.parse().ok())
-        .unwrap_or_else(|| panic!("no address in {line:?}"));
-    let start = Instant::now();
-    while common::get(addr, "/health").status != 200 {
-        assert!(start.elapsed() < Duration::from_secs(60), "not healthy");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_folio"));
+    cmd.args(["serve", "--port", "0", "--kv-cache-bytes", "64m", "--model"])
+        .arg(&model);
+    let serve = folio_testkit::child::serve(cmd);
+    let (pid, addr) = (serve.pid(), serve.addr);
     let max_model_len = common::get(addr, "/v1/models").json()["data"][0]["max_model_len"]
         .as_u64()
         .unwrap();

@@ -4,13 +4,12 @@
 //! and through a running server alike; Ctrl-C stops an answer and drops that turn,
 //! `/clear` forgets, `/bye` and Ctrl-D exit 0; `ps` lists the server's loaded model.
 
+use folio_testkit::child::Serve;
 use folio_testkit::http as common;
 use serde_json::{json, Value};
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Output};
 
 const BIN: &str = env!("CARGO_BIN_EXE_folio");
 const MODEL: &str = "smollm2-135m";
@@ -82,47 +81,10 @@ fn a_prompt_prints_the_same_greedy_answer_as_generate() {
     assert!(run.len() > 2 && run.ends_with('\n'), "{run:?}");
 }
 
-/// A spawned `folio serve`, killed when dropped.
-struct Serve {
-    child: Child,
-    addr: SocketAddr,
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 fn serve() -> Serve {
-    let mut child = Command::new(BIN)
-        .args(["serve", "--port", "0", "--model", MODEL])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("folio serve starts");
-    let stdout = child.stdout.take().expect("stdout");
-    // "folio: serving NAME at http://ADDR/v1 (…)"
-    let mut lines = BufReader::new(stdout).lines();
-    let line = lines
-        .by_ref()
-        .map_while(Result::ok)
-        .find(|l| l.starts_with("folio: serving"))
-        .expect("the serving line");
-    std::thread::spawn(move || lines.for_each(drop));
-    let addr: SocketAddr = line
-        .split("http://")
-        .nth(1)
-        .and_then(|r| r.split("/v1").next())
-        .and_then(|a| a.parse().ok())
-        .unwrap_or_else(|| panic!("no address in {line:?}"));
-    let start = Instant::now();
-    while common::get(addr, "/health").status != 200 {
-        assert!(start.elapsed() < Duration::from_secs(60), "not healthy");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    Serve { child, addr }
+    let mut cmd = Command::new(BIN);
+    cmd.args(["serve", "--port", "0", "--model", MODEL]);
+    folio_testkit::child::serve(cmd)
 }
 
 /// Runs `folio run MODEL --max-tokens 64 --port PORT` in a pseudo-terminal through `steps`.

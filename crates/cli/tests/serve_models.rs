@@ -7,30 +7,12 @@
 
 use folio_testkit::http as common;
 use serde_json::json;
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-/// The spawned server, killed when the test ends (also on a failed assertion).
-struct Serve(Child);
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 fn rss(pid: u32) -> u64 {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("read status");
-    let kb: u64 = text
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .expect("VmRSS");
-    kb * 1024
+    folio_testkit::child::status_bytes(pid, "VmRSS")
 }
 
 fn status(addr: SocketAddr, model: &str) -> String {
@@ -54,46 +36,23 @@ fn named_models_load_on_use_and_unload_after_keep_alive_zero() {
             return;
         }
     };
-    let mut child = Command::new(env!("CARGO_BIN_EXE_folio"))
-        .args([
-            "serve",
-            "--port",
-            "0",
-            "--kv-cache-bytes",
-            "64m",
-            "--keep-alive",
-            "0",
-        ])
-        .arg("--model")
-        .arg(format!("smol={}", model.display()))
-        .arg("--model")
-        .arg(format!("again={}", model.display()))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("folio serve starts");
-    let pid = child.id();
-    let stdout = child.stdout.take().expect("stdout");
-    let _serve = Serve(child);
-    let mut lines = BufReader::new(stdout).lines();
-    let line = lines
-        .by_ref()
-        .map_while(Result::ok)
-        .find(|l| l.starts_with("folio: serving"))
-        .expect("the serving line");
-    std::thread::spawn(move || lines.for_each(drop));
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_folio"));
+    cmd.args([
+        "serve",
+        "--port",
+        "0",
+        "--kv-cache-bytes",
+        "64m",
+        "--keep-alive",
+        "0",
+    ])
+    .arg("--model")
+    .arg(format!("smol={}", model.display()))
+    .arg("--model")
+    .arg(format!("again={}", model.display()));
+    let serve = folio_testkit::child::serve(cmd);
+    let (pid, addr, line) = (serve.pid(), serve.addr, &serve.line);
     assert!(line.ends_with("loaded on first use: smol, again"), "{line}");
-    let addr: SocketAddr = line
-        .split("http://")
-        .nth(1)
-        .and_then(|r| r.split("/v1").next())
-        .and_then(|a| a.parse().ok())
-        .unwrap_or_else(|| panic!("no address in {line:?}"));
-    let start = Instant::now();
-    while common::get(addr, "/health").status != 200 {
-        assert!(start.elapsed() < Duration::from_secs(60), "not healthy");
-        std::thread::sleep(Duration::from_millis(50));
-    }
     assert_eq!(status(addr, "smol"), "unloaded");
     let before = rss(pid);
     // No `model`: the first --model.

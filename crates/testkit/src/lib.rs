@@ -3,8 +3,10 @@
 //!
 //! - [`tiny`]: small synthetic GGUF models of every architecture (random weights, a
 //!   byte-level vocabulary) for exact-token tests without a download.
+//! - [`child`]: `folio serve` as a child process (its RSS, its flags), killed on drop.
 //! - [`http`]: folio's server on the real test model on an ephemeral port, and a tiny
 //!   blocking HTTP/1.1 client.
 
+pub mod child;
 pub mod http;
 pub mod tiny;
