@@ -6,21 +6,10 @@
 use folio_testkit::http as common;
 
 use common::{get, post, post_ok, Server};
-use serde_json::{json, Value};
+use serde_json::json;
 
 fn server() -> Option<&'static Server> {
     common::shared()
-}
-
-fn output_text(r: &Value) -> String {
-    r["output"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|i| i["type"] == "message")
-        .flat_map(|i| i["content"].as_array().unwrap())
-        .filter_map(|p| p["text"].as_str())
-        .collect()
 }
 
 #[test]
@@ -57,7 +46,10 @@ fn response_object_matches_the_chat_answer() {
     assert!(item["id"].as_str().unwrap().starts_with("msg_"));
     assert_eq!(item["content"][0]["type"], "output_text");
     assert_eq!(item["content"][0]["annotations"], json!([]));
-    assert_eq!(output_text(&r), c["message"]["content"].as_str().unwrap());
+    assert_eq!(
+        common::responses_output_text(&r),
+        c["message"]["content"].as_str().unwrap()
+    );
     let status = match c["finish_reason"].as_str().unwrap() {
         "stop" => "completed",
         _ => "incomplete",
@@ -79,7 +71,10 @@ fn response_object_matches_the_chat_answer() {
                           {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Name a colour."}]}],
                 "max_output_tokens": 12, "temperature": 0}),
     );
-    assert_eq!(output_text(&r2), output_text(&r));
+    assert_eq!(
+        common::responses_output_text(&r2),
+        common::responses_output_text(&r)
+    );
     assert_eq!(r2["usage"]["input_tokens"], r["usage"]["input_tokens"]);
 
     // Cut by max_output_tokens: incomplete, with the reason.
@@ -105,12 +100,8 @@ fn stream_sends_the_named_events_in_order() {
     assert_eq!(resp.status, 200, "{}", resp.text());
     assert_eq!(resp.header("content-type"), Some("text/event-stream"));
     assert!(!resp.text().contains("[DONE]"));
+    let names = common::responses_event_names(&resp);
     let evs = resp.events();
-    let names: Vec<&str> = evs.iter().map(|(n, _)| n.as_str()).collect();
-    for (i, (name, v)) in evs.iter().enumerate() {
-        assert_eq!(v["type"], name.as_str());
-        assert_eq!(v["sequence_number"], i as u64, "{name}");
-    }
     let deltas = names
         .iter()
         .filter(|n| **n == "response.output_text.delta")
@@ -148,7 +139,7 @@ fn stream_sends_the_named_events_in_order() {
         .filter(|(n, _)| n == "response.output_text.delta")
         .map(|(_, v)| v["delta"].as_str().unwrap())
         .collect();
-    assert_eq!(text, output_text(&whole));
+    assert_eq!(text, common::responses_output_text(&whole));
     let item_id = evs[2].1["item"]["id"].clone();
     assert!(evs[3..evs.len() - 1]
         .iter()
@@ -156,7 +147,7 @@ fn stream_sends_the_named_events_in_order() {
     assert_eq!(evs[evs.len() - 4].1["text"], text.as_str());
     let last = &evs.last().unwrap().1["response"];
     assert_eq!(last["id"], created["id"]);
-    assert_eq!(output_text(last), text);
+    assert_eq!(common::responses_output_text(last), text);
     assert_eq!(last["output"][0]["id"], item_id);
     // The same tokens (the second run's prompt comes from the prefix cache).
     for k in ["input_tokens", "output_tokens", "total_tokens"] {

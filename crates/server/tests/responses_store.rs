@@ -13,17 +13,6 @@ fn server() -> Option<&'static Server> {
     common::shared()
 }
 
-fn text(r: &Value) -> String {
-    r["output"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|i| i["type"] == "message")
-        .flat_map(|i| i["content"].as_array().unwrap())
-        .filter_map(|p| p["text"].as_str())
-        .collect()
-}
-
 fn turn(input: Value, previous: Option<&Value>) -> Value {
     let mut b = json!({"input": input, "max_output_tokens": 12, "temperature": 0});
     if let Some(p) = previous {
@@ -60,7 +49,10 @@ fn previous_response_id_continues_with_the_first_turn_in_the_prompt() {
         second["usage"]["input_tokens"],
         whole["usage"]["input_tokens"]
     );
-    assert_eq!(text(&second), text(&whole));
+    assert_eq!(
+        common::responses_output_text(&second),
+        common::responses_output_text(&whole)
+    );
     assert!(
         second["usage"]["input_tokens"].as_u64().unwrap()
             > first["usage"]["input_tokens"].as_u64().unwrap()

@@ -470,3 +470,26 @@ pub fn assert_error(r: &Resp, status: u16, code: &str, contains: &[&str]) {
         assert!(msg.contains(c), "{c:?} not in {msg:?}");
     }
 }
+
+/// The text of a Responses API `response` object: its `message` items' text parts, joined.
+pub fn responses_output_text(r: &Value) -> String {
+    r["output"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|i| i["type"] == "message")
+        .flat_map(|i| i["content"].as_array().unwrap())
+        .filter_map(|p| p["text"].as_str())
+        .collect()
+}
+
+/// The names of a streamed Responses answer's events, after checking that each event's
+/// `type` is its name and that `sequence_number` counts from 0.
+pub fn responses_event_names(r: &Resp) -> Vec<String> {
+    let evs = r.events();
+    for (i, (name, v)) in evs.iter().enumerate() {
+        assert_eq!(v["type"], name.as_str());
+        assert_eq!(v["sequence_number"], i as u64, "{name}");
+    }
+    evs.into_iter().map(|(n, _)| n).collect()
+}
