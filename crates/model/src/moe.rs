@@ -286,6 +286,15 @@ impl MoeWeights {
             + self.shared.as_ref().map_or(0, |s| s.ffn.bytes())
     }
 
+    /// Multiply-accumulates one token costs in this layer's FFN: the router, the
+    /// `expert_used_count` experts it runs and the shared expert.
+    pub fn macs_per_token(&self) -> u64 {
+        let expert = self.experts.first().map_or(0, Expert::macs);
+        macs(&self.router)
+            + self.n_used as u64 * expert
+            + self.shared.as_ref().map_or(0, |s| s.ffn.macs())
+    }
+
     /// Bytes the layer's last step read: the router, the experts that got rows, the shared
     /// expert.
     pub fn last_step_bytes(&self) -> usize {
@@ -396,6 +405,10 @@ impl Expert {
         self.gate_up.weight_bytes() + self.down.weight_bytes()
     }
 
+    fn macs(&self) -> u64 {
+        macs(&self.gate_up) + macs(&self.down)
+    }
+
     /// `y = down(silu(gate x) · up x)` over `m` rows of `x`, `ffn` the hidden width.
     #[allow(clippy::too_many_arguments)]
     fn run(
@@ -490,4 +503,9 @@ impl Model {
         }
         Some(s)
     }
+}
+
+/// Multiply-accumulates of one activation row through matrix `m`.
+pub(crate) fn macs(m: &QMatrix) -> u64 {
+    (m.rows() * m.cols()) as u64
 }

@@ -252,4 +252,24 @@ impl Weights {
             .sum();
         layers + self.head().weight_bytes()
     }
+
+    /// Multiply-accumulates one token's forward costs in the weight matrices (the output
+    /// head included, the embedding lookup not; MoE layers count the experts a token runs):
+    /// what an MFU figure divides by the host's int8 peak.
+    pub fn macs_per_token(&self) -> u64 {
+        use crate::moe::macs;
+        let layers: u64 = self
+            .layers
+            .iter()
+            .map(|l| {
+                macs(&l.wqkv)
+                    + macs(&l.wo)
+                    + match &l.moe {
+                        Some(m) => m.macs_per_token(),
+                        None => macs(&l.w_gate_up) + macs(&l.w_down),
+                    }
+            })
+            .sum();
+        layers + macs(self.head())
+    }
 }

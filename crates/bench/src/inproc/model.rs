@@ -9,7 +9,9 @@
 //! Each row also says which matmul kernels ran and its memory-bandwidth utilization: weight
 //! bytes the kernels read per step (the packed matrices' real size) times steps per second,
 //! over this machine's DRAM read bandwidth, probed first with a streaming read of a buffer
-//! several times larger than the last-level cache.
+//! several times larger than the last-level cache, and its model FLOPs utilization: the int8
+//! multiply-accumulates of its tokens per second over the host's int8 peak, probed first
+//! with chains of the widest int8 dot-product instruction the CPU has (`profile::peak`).
 
 use crate::error::Result;
 use crate::profile::rounds::tokens;
@@ -30,6 +32,9 @@ pub struct Row {
     pub weight_gb_s: f64,
     /// `weight_gb_s` over the probed DRAM read bandwidth.
     pub mbu: f64,
+    /// Model FLOPs utilization: the int8 multiply-accumulates the row's tokens cost in the
+    /// weight matrices per second, over the host's probed int8 peak ([`Report::int8_peak`]).
+    pub mfu: Option<f64>,
     /// The quantized matmul kernels the row ran (`avx512-vnni`, `avx2`, `scalar`).
     pub kernel: String,
     /// Decode rows: aggregate tok/s over the batch-1 decode row's at the same context (when
@@ -91,6 +96,11 @@ pub struct Report {
     pub dram_gb_s: f64,
     /// Bytes of the probe's buffer.
     pub probe_bytes: usize,
+    /// The host's int8 dot-product peak on the pool's threads (the fastest instruction it
+    /// has), what `mfu` divides by.
+    pub int8_peak: Option<crate::profile::peak::Peak>,
+    /// Multiply-accumulates one token costs in the weight matrices.
+    pub macs_per_token: u64,
     pub rows: Vec<Row>,
 }
 
@@ -108,6 +118,8 @@ pub fn run(
     let threads = ThreadPool::global().n_threads();
     let dram = crate::profile::probe::read_bandwidth(PROBE_BYTES, threads, 3);
     let dram_gb_s = dram / 1e9;
+    let int8_peak = crate::profile::peak::int8_peak(threads, 3);
+    let macs_per_token = model.weights.macs_per_token();
     let kernel = folio_kernels::cpu::matmul_path(folio_kernels::cpu::isa()).to_string();
     let dense_wb = model.weights.bytes_per_step();
     let mut rows = Vec::new();
@@ -124,6 +136,9 @@ pub fn run(
             weight_bytes_per_step: wb,
             weight_gb_s: wb as f64 * steps as f64 / seconds / 1e9,
             mbu: wb as f64 * steps as f64 / seconds / dram,
+            mfu: int8_peak
+                .as_ref()
+                .map(|p| tokens as f64 * macs_per_token as f64 / seconds / p.macs_s),
             kernel: kernel.clone(),
             vs_batch_1: None,
             rows_per_expert: moe.map(|m| m.last_rows_per_expert()),
@@ -169,6 +184,8 @@ pub fn run(
     Ok(Report {
         dram_gb_s,
         probe_bytes: PROBE_BYTES,
+        int8_peak,
+        macs_per_token,
         rows,
     })
 }
@@ -180,9 +197,19 @@ pub fn print_table(report: &Report) {
         ThreadPool::global().n_threads(),
         report.dram_gb_s
     );
+    match &report.int8_peak {
+        Some(p) => println!(
+            "int8 peak ({}, {} threads): {:.1} GMAC/s; the model costs {:.3} GMAC a token",
+            p.instruction,
+            p.threads,
+            p.macs_s / 1e9,
+            report.macs_per_token as f64 / 1e9
+        ),
+        None => println!("int8 peak: no int8 dot-product instruction probed on this CPU"),
+    }
     let rows = &report.rows;
     println!(
-        "{:<8} {:>5} {:>7} {:>7} {:>9} {:>10} {:>12} {:>9} {:>5} {:>6}  kernel",
+        "{:<8} {:>5} {:>7} {:>7} {:>9} {:>10} {:>12} {:>9} {:>5} {:>5} {:>6}  kernel",
         "test",
         "batch",
         "context",
@@ -192,12 +219,16 @@ pub fn print_table(report: &Report) {
         "weight MB/st",
         "weight GB/s",
         "MBU",
+        "MFU",
         "x b1",
     );
     for r in rows {
         let vs = r.vs_batch_1.map_or(String::new(), |x| format!("{x:.2}x"));
+        let mfu = r
+            .mfu
+            .map_or("-".to_string(), |x| format!("{:.0}%", x * 100.0));
         println!(
-            "{:<8} {:>5} {:>7} {:>7} {:>9.3} {:>10.1} {:>12.1} {:>9.1} {:>4.0}% {:>6}  {}",
+            "{:<8} {:>5} {:>7} {:>7} {:>9.3} {:>10.1} {:>12.1} {:>9.1} {:>4.0}% {:>5} {:>6}  {}",
             r.test,
             r.batch,
             r.context,
@@ -207,6 +238,7 @@ pub fn print_table(report: &Report) {
             r.weight_bytes_per_step as f64 / 1e6,
             r.weight_gb_s,
             r.mbu * 100.0,
+            mfu,
             vs,
             r.kernel
         );

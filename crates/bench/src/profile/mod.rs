@@ -10,6 +10,7 @@
 //!    planner's `decode_fit`), and the `MachineProfile` the planner loads.
 
 pub mod fit;
+pub mod peak;
 pub mod probe;
 pub mod rounds;
 pub mod run;

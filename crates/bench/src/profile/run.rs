@@ -42,6 +42,9 @@ pub struct ProfileReport {
     pub threads: usize,
     pub mem_bw_bytes_s: f64,
     pub peak_flops: f64,
+    /// The int8 dot-product instructions' peaks on all threads, widest first.
+    #[serde(default)]
+    pub int8_peaks: Vec<super::peak::Peak>,
     pub kv_bytes_per_token: usize,
     pub decode: Vec<DecodePoint>,
     pub prefill: Vec<PrefillPoint>,
@@ -102,6 +105,22 @@ pub fn run(
         "memory read bandwidth: {:.1} GB/s ({threads} threads)",
         bw / 1e9
     ));
+    let int8 = super::peak::int8_peaks(threads, reps);
+    for p in &int8 {
+        log(&format!(
+            "int8 peak ({}): {:.1} GMAC/s ({threads} threads)",
+            p.instruction,
+            p.macs_s / 1e9
+        ));
+    }
+    if int8.is_empty() {
+        log("int8 peak: no int8 dot-product instruction this CPU has is probed");
+    }
+    if !super::peak::has_amx_int8() {
+        log("int8 peak (AMX tdpbssd): not present on this CPU");
+    } else {
+        log("int8 peak (AMX tdpbssd): present, not probed (no AMX path yet)");
+    }
     let peak = probe::matmul_flops(2048, 2048, 256, reps, pool);
     log(&format!(
         "matmul peak (Q4_1, batch 256): {:.1} GFLOP/s",
@@ -140,6 +159,7 @@ pub fn run(
         threads,
         mem_bw_bytes_s: bw,
         peak_flops: peak,
+        int8_peaks: int8,
         kv_bytes_per_token: kv_bpt,
         decode,
         prefill,

@@ -1,0 +1,246 @@
+//! The host's int8 dot-product peak: what an MFU figure divides by.
+//!
+//! Each probe runs chains of one int8 multiply-accumulate instruction on every thread, with
+//! enough independent accumulators to cover the instruction's latency, so the figure is the
+//! issue rate of the execution ports, not a latency:
+//! - `vpdpbusd zmm` (AVX-512 VNNI): 64 u8×i8 MACs an instruction;
+//! - `vpdpbusd ymm` (AVX-512 VNNI + VL): 32;
+//! - `vpmaddubsw ymm` → `vpmaddwd` → `vpaddd` (AVX2, ggml's and folio's int8 dot without
+//!   VNNI): 32 MACs per `vpmaddubsw`, the three instructions counted as one step.
+//!
+//! AMX (`tdpbssd`) is reported as absent: no host this runs on grants it yet, and a probe
+//! that cannot run here could not be checked.
+//!
+//! NOTE: hand-written with `std::arch` because the probe must issue exactly these
+//! instructions; no crate measures instruction throughput.
+
+use serde::{Deserialize, Serialize};
+use std::hint::black_box;
+use std::time::Instant;
+
+/// One probe's result.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Peak {
+    /// The instruction (chain) measured.
+    pub instruction: String,
+    /// Multiply-accumulates per second on all threads.
+    pub macs_s: f64,
+    pub threads: usize,
+}
+
+/// Instructions per accumulator per timed loop: long enough (tens of ms on 2 threads) that
+/// the thread start-up is noise.
+const ITERS: u64 = 2_000_000;
+
+/// Every probe this CPU can run, best of `reps` each, widest first.
+pub fn int8_peaks(threads: usize, reps: usize) -> Vec<Peak> {
+    let mut out = Vec::new();
+    #[cfg(target_arch = "x86_64")]
+    {
+        let vnni = std::arch::is_x86_feature_detected!("avx512vnni")
+            && std::arch::is_x86_feature_detected!("avx512vl")
+            && std::arch::is_x86_feature_detected!("avx512bw");
+        if vnni {
+            // SAFETY: AVX-512 F/BW/VL/VNNI are present (checked above).
+            out.push(measure("vpdpbusd zmm", 64, threads, reps, || unsafe {
+                x86::dpbusd_zmm(ITERS)
+            }));
+            // SAFETY: as above.
+            out.push(measure("vpdpbusd ymm", 32, threads, reps, || unsafe {
+                x86::dpbusd_ymm(ITERS)
+            }));
+        }
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: AVX2 is present (checked above).
+            out.push(measure(
+                "vpmaddubsw+vpmaddwd ymm",
+                32,
+                threads,
+                reps,
+                || unsafe { x86::maddubs_ymm(ITERS) },
+            ));
+        }
+    }
+    out
+}
+
+/// Whether the kernel reports AMX int8 tiles (`amx_int8` in /proc/cpuinfo: the flag is
+/// shown only when the OS enables the tile state; `is_x86_feature_detected!("amx-int8")` is
+/// not stable Rust yet).
+pub fn has_amx_int8() -> bool {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .map(|t| {
+            t.lines()
+                .filter(|l| l.starts_with("flags"))
+                .any(|l| l.split_whitespace().any(|f| f == "amx_int8"))
+        })
+        .unwrap_or(false)
+}
+
+/// The highest of [`int8_peaks`] (None on a CPU with none of them).
+pub fn int8_peak(threads: usize, reps: usize) -> Option<Peak> {
+    best(int8_peaks(threads, reps))
+}
+
+/// The fastest of `peaks`.
+pub fn best(peaks: Vec<Peak>) -> Option<Peak> {
+    peaks
+        .into_iter()
+        .max_by(|a, b| a.macs_s.total_cmp(&b.macs_s))
+}
+
+/// Runs `f` (which issues `ITERS` × `x86::CHAINS` instructions of `macs` MACs each) on
+/// `threads` threads at once, best of `reps`.
+fn measure(name: &str, macs: u64, threads: usize, reps: usize, f: impl Fn() -> i32 + Sync) -> Peak {
+    let threads = threads.max(1);
+    let mut best = f64::INFINITY;
+    for _ in 0..reps.max(1) {
+        let t = Instant::now();
+        std::thread::scope(|s| {
+            for _ in 0..threads {
+                s.spawn(|| black_box(f()));
+            }
+        });
+        best = best.min(t.elapsed().as_secs_f64());
+    }
+    let total = (threads as u64 * ITERS * x86::CHAINS as u64 * macs) as f64;
+    Peak {
+        instruction: name.into(),
+        macs_s: total / best,
+        threads,
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+mod x86 {
+    pub const CHAINS: usize = 12;
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+    use std::hint::black_box;
+
+    /// Independent accumulator chains: ≥ latency (4–5 cycles) × ports (2) on every x86 core
+    /// folio targets.
+    pub const CHAINS: usize = 12;
+
+    macro_rules! chains {
+        ($zero:expr, $step:expr, $fold:expr, $iters:expr) => {{
+            let mut acc = [$zero; CHAINS];
+            for _ in 0..$iters {
+                for a in acc.iter_mut() {
+                    *a = $step(*a);
+                }
+            }
+            let mut s = acc[0];
+            for a in &acc[1..] {
+                s = $fold(s, *a);
+            }
+            s
+        }};
+    }
+
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    pub unsafe fn dpbusd_zmm(iters: u64) -> i32 {
+        let a = _mm512_set1_epi8(black_box(3));
+        let b = _mm512_set1_epi8(black_box(-2));
+        let s = chains!(
+            _mm512_setzero_si512(),
+            |x| _mm512_dpbusd_epi32(x, a, b),
+            |x, y| _mm512_add_epi32(x, y),
+            iters
+        );
+        _mm512_reduce_add_epi32(s)
+    }
+
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+    pub unsafe fn dpbusd_ymm(iters: u64) -> i32 {
+        let a = _mm256_set1_epi8(black_box(3));
+        let b = _mm256_set1_epi8(black_box(-2));
+        let s = chains!(
+            _mm256_setzero_si256(),
+            |x| _mm256_dpbusd_epi32(x, a, b),
+            |x, y| _mm256_add_epi32(x, y),
+            iters
+        );
+        _mm256_extract_epi32::<0>(s)
+    }
+
+    /// The AVX2 dot step with the accumulator fed back as the unsigned operand: with
+    /// constant operands LLVM hoists `vpmaddubsw`/`vpmaddwd` out of the loop (they are pure),
+    /// and the chain would time only the adds.
+    #[target_feature(enable = "avx2")]
+    pub unsafe fn maddubs_ymm(iters: u64) -> i32 {
+        let b = _mm256_set1_epi8(black_box(-2));
+        let ones = _mm256_set1_epi16(1);
+        let s = chains!(
+            _mm256_set1_epi8(black_box(3)),
+            |x| _mm256_add_epi32(x, _mm256_madd_epi16(_mm256_maddubs_epi16(x, b), ones)),
+            |x, y| _mm256_add_epi32(x, y),
+            iters
+        );
+        _mm256_extract_epi32::<0>(s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each chain computes a known value (3 × -2 per MAC, summed), so the compiler cannot
+    /// drop the work and the lanes are the ones counted.
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn chains_compute_what_they_count() {
+        let n = 10u64;
+        if std::arch::is_x86_feature_detected!("avx512vnni")
+            && std::arch::is_x86_feature_detected!("avx512vl")
+        {
+            // 16 lanes × 4 MACs × (-6) × n × CHAINS, summed over lanes.
+            let want = -6 * 64 * n as i32 * x86::CHAINS as i32;
+            assert_eq!(unsafe { x86::dpbusd_zmm(n) }, want);
+            // One lane of the ymm form: 4 MACs × (-6) × n × CHAINS.
+            assert_eq!(
+                unsafe { x86::dpbusd_ymm(n) },
+                -6 * 4 * n as i32 * x86::CHAINS as i32
+            );
+        } else {
+            eprintln!("skipping the VNNI chains: this CPU has no AVX-512 VNNI");
+        }
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // Lane 0 of the fed-back chain, step by step in scalar: its 4 bytes are the
+            // unsigned operand, each times -2, pairs saturated to i16, then summed to i32.
+            let step = |x: i32| {
+                let u = x.to_le_bytes();
+                let pair =
+                    |i: usize| (u[i] as i32 * -2 + u[i + 1] as i32 * -2).clamp(-32768, 32767);
+                x.wrapping_add(pair(0) + pair(2))
+            };
+            let mut x = i32::from_le_bytes([3; 4]);
+            for _ in 0..n {
+                x = step(x);
+            }
+            assert_eq!(
+                unsafe { x86::maddubs_ymm(n) },
+                x.wrapping_mul(x86::CHAINS as i32)
+            );
+        }
+    }
+
+    #[test]
+    fn the_best_probe_is_reported() {
+        let all = int8_peaks(1, 1);
+        for p in &all {
+            eprintln!(
+                "{}: {:.1} GMAC/s on 1 thread",
+                p.instruction,
+                p.macs_s / 1e9
+            );
+        }
+        match best(all.clone()) {
+            Some(p) => assert!(all.iter().all(|q| q.macs_s <= p.macs_s) && p.macs_s > 0.0),
+            None => assert!(all.is_empty()),
+        }
+    }
+}
