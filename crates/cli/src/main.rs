@@ -291,6 +291,9 @@ enum BenchCmd {
         /// Only the aggregate decode rows (skip pp512 and tg128), e.g. to profile one batch.
         #[arg(long)]
         decode_only: bool,
+        /// Tokens of context each sequence of the aggregate decode rows holds.
+        #[arg(long, default_value_t = 256)]
+        context: usize,
         /// Matmul arithmetic: `fast`, or `llama` for llama.cpp's exact outputs.
         #[arg(long, value_enum, default_value = "fast")]
         numerics: engine_args::NumericsArg,
@@ -510,6 +513,7 @@ fn main() -> Result<()> {
                     quick,
                     batch,
                     decode_only,
+                    context,
                     numerics,
                     kv_format,
                     threads,
@@ -522,7 +526,7 @@ fn main() -> Result<()> {
             let mut m = folio_model::Model::from_gguf(&gguf)
                 .with_context(|| format!("loading {}", path.display()))?;
             m.set_sums(numerics.sums());
-            let rows = bench_model::run(&m, quick, &batch, decode_only, kv_format)?;
+            let rows = bench_model::run(&m, quick, &batch, context, decode_only, kv_format)?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&rows)?);
             } else {

@@ -112,6 +112,7 @@ pub fn run(
     model: &Model,
     quick: bool,
     batches: &[usize],
+    context: usize,
     decode_only: bool,
     format: KvFormat,
 ) -> Result<Report> {
@@ -153,14 +154,15 @@ pub fn run(
         rows.push(row(&format!("tg{n_tg}"), 1, 0, n_tg, s, n_tg));
     }
     // Batched rows: the same measurement as `folio profile` (median round of `steps`
-    // rounds at a fixed 256-token context), so the two commands agree by method.
+    // rounds at a fixed context, 256 tokens unless asked), so the two commands agree by
+    // method.
     let steps = if quick { 8 } else { 32 };
     for &b in batches {
         let p = crate::profile::rounds::decode_round(
             model,
             ThreadPool::global(),
             b,
-            256,
+            context,
             steps,
             format,
             &|_| None,
@@ -168,7 +170,7 @@ pub fn run(
         rows.push(row(
             "decode",
             b,
-            256,
+            context,
             b * steps,
             p.round_s * steps as f64,
             steps,
