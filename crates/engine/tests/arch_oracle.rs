@@ -53,13 +53,13 @@ fn top5(step: &Value) -> Vec<(usize, f64)> {
 }
 
 /// (a): the model alone against llama.cpp's ids and log-probabilities.
-fn against_llama(arch: &str, model: &Model, data: &Value) -> Vec<String> {
+fn against_llama(arch: &str, model: &Model, eog: &[u32], data: &Value) -> Vec<String> {
     let mut failures = Vec::new();
     for p in data["prompts"].as_array().expect("prompts") {
         let name = p["name"].as_str().expect("name");
         let prompt = ids(&p["prompt_token_ids"]);
         let want = ids(&p["output_token_ids"]);
-        let (got, lps) = greedy(model, &prompt, want.len(), &[], true);
+        let (got, lps) = greedy(model, &prompt, want.len(), eog, true);
         let steps = p["top5_logprobs_per_step"].as_array().expect("steps");
         let parted = (0..want.len()).find(|&i| got.get(i) != want.get(i));
         let mut dev = 0f64;
@@ -180,7 +180,9 @@ fn check(arch: &str) {
     let (path, data) = fixture(arch);
     let f = GgufFile::open(&path).expect("open fixture");
     let model = Model::from_gguf(&f).expect("load fixture");
-    let failures = against_llama(arch, &model, &data);
+    // `ignore_eos`: llama.cpp puts -inf on every end-of-generation token, so mask them too.
+    let eog = Tokenizer::from_gguf(&f).expect("fixture tokenizer").eog_ids().to_vec();
+    let failures = against_llama(arch, &model, &eog, &data);
     assert!(failures.is_empty(), "{}", failures.join("\n"));
     engine_invariance(arch, &path, &data);
 }
