@@ -177,3 +177,6 @@ fn check(arch: &str) {
 fn llama() {
     check("llama")
 }
+
+#[test]
+fn smollm3() { check("smollm3") }
