@@ -180,3 +180,15 @@ fn llama() {
 
 #[test]
 fn smollm3() { check("smollm3") }
+
+#[test]
+fn granite() { check("granite") }
+
+#[test]
+fn olmo2() { check("olmo2") }
+
+#[test]
+fn ernie4_5() { check("ernie4_5") }
+
+#[test]
+fn mistral3() { check("mistral3") }
