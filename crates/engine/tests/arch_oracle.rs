@@ -192,3 +192,6 @@ fn ernie4_5() { check("ernie4_5") }
 
 #[test]
 fn mistral3() { check("mistral3") }
+
+#[test]
+fn olmo2_swa() { check("olmo2_swa") }
