@@ -536,7 +536,10 @@ impl ModelConfig {
             // llama.cpp requires `logit_scale`; the other three are optional (0 = none).
             let logit_key = key("logit_scale");
             if !has("logit_scale") {
-                return Err(meta_err(&logit_key, "missing (required for granite)".into()));
+                return Err(meta_err(
+                    &logit_key,
+                    "missing (required for granite)".into(),
+                ));
             }
             logit_mul = 1.0 / positive_f32(f, &logit_key, 1.0)?;
             let unset_is_zero = |k: &str, default: f32| -> Result<f32, ModelError> {
@@ -545,7 +548,10 @@ impl ModelConfig {
                     false => 0.0,
                 };
                 if !v.is_finite() || v < 0.0 {
-                    return Err(meta_err(&key(k), format!("{v} must be a finite number >= 0")));
+                    return Err(meta_err(
+                        &key(k),
+                        format!("{v} must be a finite number >= 0"),
+                    ));
                 }
                 Ok(if v == 0.0 { default } else { v })
             };
@@ -555,9 +561,10 @@ impl ModelConfig {
             // Granite takes `rope.scaling.finetuned` (default true) as its RoPE switch.
             let ft_key = key("rope.scaling.finetuned");
             if has("rope.scaling.finetuned") {
-                let rope_on = f.get(&ft_key).and_then(|v| v.as_bool()).ok_or_else(|| {
-                    meta_err(&ft_key, "must be a boolean".into())
-                })?;
+                let rope_on = f
+                    .get(&ft_key)
+                    .and_then(|v| v.as_bool())
+                    .ok_or_else(|| meta_err(&ft_key, "must be a boolean".into()))?;
                 nope_layers = vec![!rope_on; n_layers];
             }
         }
@@ -566,7 +573,10 @@ impl ModelConfig {
                 let k = key("attention.temperature_scale");
                 let scale = f.get_f32(&k)?;
                 if !scale.is_finite() || scale < 0.0 {
-                    return Err(meta_err(&k, format!("{scale} must be a finite number >= 0")));
+                    return Err(meta_err(
+                        &k,
+                        format!("{scale} must be a finite number >= 0"),
+                    ));
                 }
                 (scale != 0.0).then_some(AttnTemp {
                     scale,

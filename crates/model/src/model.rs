@@ -97,14 +97,14 @@ impl Model {
         let rope_window = (has_window
             && (plain_window || config.rope_base_window != config.rope_base))
             .then(|| {
-            Rope::new(
-                config.head_dim,
-                config.rope_dim,
-                config.rope_base_window,
-                1.0,
-                config.arch.rope_neox(),
-            )
-        });
+                Rope::new(
+                    config.head_dim,
+                    config.rope_dim,
+                    config.rope_base_window,
+                    1.0,
+                    config.arch.rope_neox(),
+                )
+            });
         Ok(Model {
             config,
             weights,

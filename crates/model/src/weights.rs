@@ -184,11 +184,19 @@ impl Weights {
             // Granite and Mistral 3 add these when present; folio's block has no place for
             // them, so a file with one is refused rather than run without it.
             if matches!(cfg.arch, Arch::Granite | Arch::Mistral3) {
-                for b in ["attn_output.bias", "ffn_gate.bias", "ffn_up.bias", "ffn_down.bias"] {
+                for b in [
+                    "attn_output.bias",
+                    "ffn_gate.bias",
+                    "ffn_up.bias",
+                    "ffn_down.bias",
+                ] {
                     if f.tensor(&n(b)).is_some() {
                         return Err(ModelError::Tensor {
                             name: n(b),
-                            what: format!("present, but {} output biases are not supported", cfg.arch.name()),
+                            what: format!(
+                                "present, but {} output biases are not supported",
+                                cfg.arch.name()
+                            ),
                         });
                     }
                 }
