@@ -191,3 +191,21 @@ fn check(arch: &str) {
 fn llama() {
     check("llama")
 }
+
+#[test]
+fn smollm3() { check("smollm3") }
+
+#[test]
+fn granite() { check("granite") }
+
+#[test]
+fn olmo2() { check("olmo2") }
+
+#[test]
+fn ernie4_5() { check("ernie4_5") }
+
+#[test]
+fn mistral3() { check("mistral3") }
+
+#[test]
+fn olmo2_swa() { check("olmo2_swa") }

@@ -24,6 +24,23 @@ pub enum Arch {
     /// Phi-3: Q/K/V fused in `attn_qkv` and gate/up in `ffn_up` (gate first); NeoX-style
     /// RoPE, LongRoPE factors in the 128k files.
     Phi3,
+    /// SmolLM3: llama's block with no RoPE in every fourth layer (NoPE, llama.cpp's
+    /// `n_no_rope_layer_step` = 4).
+    SmolLM3,
+    /// Granite (3.x dense): llama's block with multipliers on the embeddings
+    /// (`embedding_scale`), on each branch before its residual add (`residual_scale`), on
+    /// the attention scores (`attention.scale`) and a divisor on the logits (`logit_scale`).
+    Granite,
+    /// OLMo 2 (and OLMo 3's windowed layers): no norms before attention or the FFN, RMSNorm
+    /// after each instead (before its residual add); Q and K normed over the whole
+    /// projection, not per head; NeoX RoPE.
+    Olmo2,
+    /// ERNIE 4.5 dense (0.3B): llama's block.
+    Ernie4_5,
+    /// Mistral Small 3 / Ministral 3 / Devstral: llama's block, YaRN with
+    /// `rope.scaling.yarn_log_multiplier`, and Llama 4's attention temperature
+    /// (`attention.temperature_scale`) on the queries.
+    Mistral3,
 }
 
 impl Arch {
@@ -35,6 +52,11 @@ impl Arch {
             "gemma3" => Ok(Arch::Gemma3),
             "gemma2" => Ok(Arch::Gemma2),
             "phi3" => Ok(Arch::Phi3),
+            "smollm3" => Ok(Arch::SmolLM3),
+            "granite" => Ok(Arch::Granite),
+            "olmo2" => Ok(Arch::Olmo2),
+            "ernie4_5" => Ok(Arch::Ernie4_5),
+            "mistral3" => Ok(Arch::Mistral3),
             other => Err(ModelError::UnsupportedArch(other.to_string())),
         }
     }
@@ -46,15 +68,38 @@ impl Arch {
             Arch::Gemma3 => "gemma3",
             Arch::Gemma2 => "gemma2",
             Arch::Phi3 => "phi3",
+            Arch::SmolLM3 => "smollm3",
+            Arch::Granite => "granite",
+            Arch::Olmo2 => "olmo2",
+            Arch::Ernie4_5 => "ernie4_5",
+            Arch::Mistral3 => "mistral3",
         }
     }
     /// NeoX RoPE rotates (x[i], x[i + d/2]); llama's GGUF layout rotates adjacent pairs.
     pub fn rope_neox(&self) -> bool {
-        !matches!(self, Arch::Llama)
+        !matches!(
+            self,
+            Arch::Llama | Arch::SmolLM3 | Arch::Granite | Arch::Ernie4_5 | Arch::Mistral3
+        )
     }
     /// Per-head RMSNorm of Q and K before RoPE.
     pub fn qk_norm(&self) -> bool {
         matches!(self, Arch::Qwen3 | Arch::Gemma3)
+    }
+    /// RMSNorm of the whole Q and the whole K projection (one weight of `n_heads·hd` and
+    /// one of `n_kv_heads·hd`) before RoPE (OLMo 2).
+    pub fn qk_norm_whole(&self) -> bool {
+        matches!(self, Arch::Olmo2)
+    }
+    /// Norms before attention and before the FFN (`attn_norm`, `ffn_norm`); OLMo 2 has
+    /// none and norms after each instead.
+    pub fn pre_norms(&self) -> bool {
+        !matches!(self, Arch::Olmo2)
+    }
+    /// Norms of the attention output and of the FFN output before each residual add
+    /// (`post_attention_norm`, `post_ffw_norm`).
+    pub fn post_norms(&self) -> bool {
+        self.gemma() || matches!(self, Arch::Olmo2)
     }
     /// Gemma's block: √d embeddings and norms after attention and after the FFN too.
     pub fn gemma(&self) -> bool {
@@ -119,6 +164,35 @@ pub struct ModelConfig {
     /// `pooling_type` (llama.cpp's enum: 1 mean, 2 cls, 3 last, 4 rank), which embedding
     /// models set; `None` when absent (generative models).
     pub pooling_type: Option<u64>,
+    /// Per layer, whether it skips RoPE (SmolLM3's NoPE layers; every layer of a Granite
+    /// file with `rope.scaling.finetuned = false`); all false elsewhere.
+    pub nope_layers: Vec<bool>,
+    /// Factor on the attention and FFN outputs before each residual add (Granite's
+    /// `residual_scale`); 1 elsewhere.
+    pub residual_scale: f32,
+    /// Factor on the logits (Granite: `1 / logit_scale`); 1 elsewhere.
+    pub logit_mul: f32,
+    /// Llama 4's attention temperature (Mistral 3's `attention.temperature_scale`).
+    pub attn_temp: Option<AttnTemp>,
+}
+
+/// Llama 4's attention temperature tuning: each query (after RoPE) is multiplied by
+/// `ln(⌊pos / floor⌋ + 1) · scale + 1` (llama.cpp's `llm_graph_input_attn_temp`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AttnTemp {
+    /// `attention.temperature_scale`.
+    pub scale: f32,
+    /// Positions per step of the factor: llama.cpp takes `rope.scaling.original_context_length`
+    /// (else `context_length`).
+    pub floor: usize,
+}
+
+impl AttnTemp {
+    /// The factor at `pos`, in llama.cpp's precision (a float quotient, the log in double).
+    pub fn factor(&self, pos: usize) -> f32 {
+        let steps = (pos as f32 / self.floor as f32).floor() as f64;
+        ((steps + 1.0).ln() * self.scale as f64 + 1.0) as f32
+    }
 }
 
 /// The `rope.scaling.*` parameters besides the linear scale, as llama.cpp derives them
@@ -244,10 +318,28 @@ fn rope_scaling(
     let mut attn_factor = 1.0f32;
     if ext_factor != 0.0 {
         let factor = 1.0 / freq_scale;
-        attn_factor = if factor <= 1.0 {
-            1.0
-        } else {
-            0.1 * factor.ln() + 1.0
+        let mscale = |m: f32| {
+            if factor <= 1.0 {
+                1.0
+            } else {
+                0.1 * m * factor.ln() + 1.0
+            }
+        };
+        // `rope.scaling.yarn_log_multiplier` (HF's `mscale_all_dim`, mscale taken as 1).
+        let log_mul_key = key("rope.scaling.yarn_log_multiplier");
+        let log_mul = match f.get(&log_mul_key) {
+            Some(_) => f.get_f32(&log_mul_key)?,
+            None => 0.0,
+        };
+        if !log_mul.is_finite() || log_mul < 0.0 {
+            return Err(meta_err(
+                &log_mul_key,
+                format!("{log_mul} must be a finite number >= 0"),
+            ));
+        }
+        attn_factor = match log_mul != 0.0 {
+            true => mscale(1.0) / mscale(log_mul),
+            false => mscale(1.0),
         };
         // ggml's rope_yarn multiplies by this again.
         attn_factor *= 1.0 / (1.0 + 0.1 * factor.ln());
@@ -283,6 +375,12 @@ const GEMMA2_FINAL_SOFTCAP: f32 = 30.0;
 /// Gemma 3's RoPE base for its sliding-window layers (llama.cpp's `rope_freq_base_train_swa`
 /// default, which Gemma 3 files do not override).
 const GEMMA3_WINDOW_ROPE_BASE: f32 = 10_000.0;
+/// OLMo 3's layout when the file names no pattern: three window layers, then a global one
+/// (llama.cpp's olmo2 `load_swa_pattern(ml, 4)`).
+const OLMO2_WINDOW_PATTERN: usize = 4;
+/// SmolLM3: every fourth layer (the 4th, 8th, ...) has no RoPE (llama.cpp's
+/// `n_no_rope_layer_step`, fixed for the architecture, not read from the file).
+const SMOLLM3_NO_ROPE_STEP: usize = 4;
 
 impl ModelConfig {
     /// Reads `{arch}.*` keys. Missing optional keys take llama.cpp's defaults. Every shape
@@ -360,7 +458,13 @@ impl ModelConfig {
             }
             tokens
         };
+        // llama.cpp reads no window for these (a stray key must not change their attention).
+        let windowless = matches!(
+            arch,
+            Arch::SmolLM3 | Arch::Granite | Arch::Ernie4_5 | Arch::Mistral3
+        );
         let sliding_window = match f.get(&key("attention.sliding_window")) {
+            Some(_) if windowless => None,
             Some(_) => Some(f.get_u64(&key("attention.sliding_window"))? as usize)
                 .filter(|&w| w > 0)
                 .map(|w| w.min(context_length)),
@@ -369,7 +473,7 @@ impl ModelConfig {
         };
         let window_layers: Vec<bool> = match (sliding_window, arch) {
             (None, _) => vec![false; n_layers],
-            (Some(_), Arch::Gemma3 | Arch::Gemma2) => {
+            (Some(_), Arch::Gemma3 | Arch::Gemma2 | Arch::Olmo2) => {
                 let pattern_key = key("attention.sliding_window_pattern");
                 match f.get(&pattern_key) {
                     // One flag per layer.
@@ -394,6 +498,7 @@ impl ModelConfig {
                         let pattern = match other {
                             Some(_) => get("attention.sliding_window_pattern", MAX_BLOCK_COUNT)?,
                             None if arch == Arch::Gemma2 => GEMMA2_WINDOW_PATTERN,
+                            None if arch == Arch::Olmo2 => OLMO2_WINDOW_PATTERN,
                             None => GEMMA3_WINDOW_PATTERN,
                         };
                         (0..n_layers).map(|l| l % pattern < pattern - 1).collect()
@@ -406,18 +511,79 @@ impl ModelConfig {
         let rope_base_window = match arch {
             Arch::Gemma3 => positive_f32(f, &key("rope.freq_base_swa"), GEMMA3_WINDOW_ROPE_BASE)?,
             Arch::Gemma2 => positive_f32(f, &key("rope.freq_base_swa"), rope_base)?,
+            // OLMo 3's window layers rope with the global base (its graph reads no other).
             _ => rope_base,
         };
         // Gemma's 27B models scale scores by 1/√(d / heads), the others by 1/√head_dim
         // (llama.cpp, after gemma_pytorch's `query_pre_attn_scalar`).
         let big_gemma = matches!((arch, n_layers), (Arch::Gemma2, 46) | (Arch::Gemma3, 62));
-        let attn_scale = match big_gemma {
+        let mut attn_scale = match big_gemma {
             true => 1.0 / ((d_model / n_heads) as f32).sqrt(),
             false => 1.0 / (head_dim as f32).sqrt(),
         };
-        let embed_scale = match arch.gemma() {
+        let mut embed_scale = match arch.gemma() {
             true => (d_model as f32).sqrt(),
             false => 1.0,
+        };
+        let (mut residual_scale, mut logit_mul) = (1.0, 1.0);
+        let mut nope_layers = vec![false; n_layers];
+        if arch == Arch::SmolLM3 {
+            nope_layers = (0..n_layers)
+                .map(|l| (l + 1) % SMOLLM3_NO_ROPE_STEP == 0)
+                .collect();
+        }
+        if arch == Arch::Granite {
+            // llama.cpp requires `logit_scale`; the other three are optional (0 = none).
+            let logit_key = key("logit_scale");
+            if !has("logit_scale") {
+                return Err(meta_err(
+                    &logit_key,
+                    "missing (required for granite)".into(),
+                ));
+            }
+            logit_mul = 1.0 / positive_f32(f, &logit_key, 1.0)?;
+            let unset_is_zero = |k: &str, default: f32| -> Result<f32, ModelError> {
+                let v = match has(k) {
+                    true => f.get_f32(&key(k))?,
+                    false => 0.0,
+                };
+                if !v.is_finite() || v < 0.0 {
+                    return Err(meta_err(
+                        &key(k),
+                        format!("{v} must be a finite number >= 0"),
+                    ));
+                }
+                Ok(if v == 0.0 { default } else { v })
+            };
+            residual_scale = unset_is_zero("residual_scale", 1.0)?;
+            embed_scale = unset_is_zero("embedding_scale", 1.0)?;
+            attn_scale = unset_is_zero("attention.scale", attn_scale)?;
+            // Granite takes `rope.scaling.finetuned` (default true) as its RoPE switch.
+            let ft_key = key("rope.scaling.finetuned");
+            if has("rope.scaling.finetuned") {
+                let rope_on = f
+                    .get(&ft_key)
+                    .and_then(|v| v.as_bool())
+                    .ok_or_else(|| meta_err(&ft_key, "must be a boolean".into()))?;
+                nope_layers = vec![!rope_on; n_layers];
+            }
+        }
+        let attn_temp = match (arch, f.get(&key("attention.temperature_scale"))) {
+            (Arch::Mistral3, Some(_)) => {
+                let k = key("attention.temperature_scale");
+                let scale = f.get_f32(&k)?;
+                if !scale.is_finite() || scale < 0.0 {
+                    return Err(meta_err(
+                        &k,
+                        format!("{scale} must be a finite number >= 0"),
+                    ));
+                }
+                (scale != 0.0).then_some(AttnTemp {
+                    scale,
+                    floor: rope_yarn.orig_ctx,
+                })
+            }
+            _ => None,
         };
         // Soft-capping: Gemma 2 caps by default (llama.cpp's 50 and 30); 0 switches it off.
         let (attn_cap, final_cap) = match arch {
@@ -464,6 +630,10 @@ impl ModelConfig {
             moe,
             rope_yarn,
             pooling_type: f.get_u64(&key("pooling_type")).ok(),
+            nope_layers,
+            residual_scale,
+            logit_mul,
+            attn_temp,
         };
         cfg.validate()?;
         Ok(cfg)

@@ -92,15 +92,19 @@ impl Model {
         let rope = crate::rope::build(f, &config)?;
         let weights = Weights::load(f, &config)?;
         let has_window = config.window_layers.iter().any(|&w| w);
-        let rope_window = (has_window && config.rope_base_window != config.rope_base).then(|| {
-            Rope::new(
-                config.head_dim,
-                config.rope_dim,
-                config.rope_base_window,
-                1.0,
-                config.arch.rope_neox(),
-            )
-        });
+        // OLMo 3's window layers rope plainly (no YaRN) with the same base.
+        let plain_window = config.arch == crate::Arch::Olmo2;
+        let rope_window = (has_window
+            && (plain_window || config.rope_base_window != config.rope_base))
+            .then(|| {
+                Rope::new(
+                    config.head_dim,
+                    config.rope_dim,
+                    config.rope_base_window,
+                    1.0,
+                    config.arch.rope_neox(),
+                )
+            });
         Ok(Model {
             config,
             weights,
@@ -366,8 +370,10 @@ impl Model {
             slots.windows(2).all(|w| w[0] != w[1])
         });
         let lora = LoraRows::of(batch);
+        let qk_whole = c.arch.qk_norm_whole();
         for (l, w) in layers.iter().enumerate() {
             let window = c.is_window_layer(l);
+            let nope = c.nope_layers.get(l).copied().unwrap_or(false);
             let group = kv.layout.group(l);
             let rope = match (&rope_window, window) {
                 (Some(r), true) => r,
@@ -399,7 +405,14 @@ impl Model {
                         }
                         let (qr, rest) = row.split_at_mut(qd);
                         let (kr, vr) = rest.split_at_mut(kvd);
-                        if !w.q_norm.is_empty() {
+                        if qk_whole {
+                            // OLMo 2: one norm over all heads of Q, one over all of K.
+                            for (s, norm) in [(&mut *qr, &w.q_norm), (&mut *kr, &w.k_norm)] {
+                                tmp.clear();
+                                tmp.extend_from_slice(s);
+                                ops::rmsnorm(&tmp, norm, c.rms_eps, s);
+                            }
+                        } else if !w.q_norm.is_empty() {
                             for (s, norm) in qr
                                 .chunks_exact_mut(hd)
                                 .map(|s| (s, &w.q_norm))
@@ -411,9 +424,15 @@ impl Model {
                             }
                         }
                         let pos = token_pos[t].1;
-                        rope.apply(qr, nh, pos as u32);
-                        rope.apply(kr, nkv, pos as u32);
+                        if !nope {
+                            rope.apply(qr, nh, pos as u32);
+                            rope.apply(kr, nkv, pos as u32);
+                        }
                         q_out.copy_from_slice(qr);
+                        if let Some(temp) = &c.attn_temp {
+                            let f = temp.factor(pos);
+                            q_out.iter_mut().for_each(|v| *v *= f);
+                        }
                         // The token's K and V rows go to its cache slot from this task
                         // when every slot of the step is distinct (checked above).
                         if parallel_writes {
@@ -451,11 +470,13 @@ impl Model {
             if let Some(lr) = &lora {
                 lr.apply(pool, l, LoraMatrix::O, &attn, qd, &mut proj, d);
             }
+            scale_rows(&mut proj, c.residual_scale);
             let out = post_norm(pool, &proj, &w.post_attn_norm, c.rms_eps, &mut normed, d);
             add_norm_rows(pool, &mut x, out, Some(&w.ffn_norm), c.rms_eps, &mut h, d);
             if let Some(moe) = &w.moe {
                 // Mixture of experts (crate::moe), then the same residual add and norm.
                 moe.forward(&h, n, &mut proj, pool);
+                scale_rows(&mut proj, c.residual_scale);
                 let next_norm = layers.get(l + 1).map(|next| &next.attn_norm[..]);
                 add_norm_rows(pool, &mut x, &proj, next_norm, c.rms_eps, &mut h, d);
                 continue;
@@ -485,6 +506,7 @@ impl Model {
             if let Some(lr) = &lora {
                 lr.apply(pool, l, LoraMatrix::Down, &act, c.ffn_dim, &mut proj, d);
             }
+            scale_rows(&mut proj, c.residual_scale);
             let out = post_norm(pool, &proj, &w.post_ffn_norm, c.rms_eps, &mut normed, d);
             // The residual add, then the next layer's attention norm in the same pass.
             let next_norm = layers.get(l + 1).map(|next| &next.attn_norm[..]);
@@ -511,6 +533,7 @@ impl Model {
         if m > 0 {
             self.weights.head().matmul(&hn, m, &mut logits, pool);
         }
+        scale_rows(&mut logits, c.logit_mul);
         if let Some(cap) = c.final_softcap {
             logits.iter_mut().for_each(|v| *v = cap * (*v / cap).tanh());
         }
@@ -571,8 +594,20 @@ fn post_norm<'a>(
     buf
 }
 
-/// `ops::rmsnorm_rows` with the rows spread over the pool.
+/// Granite's multipliers (residual branches, logits): `x · s`, skipped at 1.
+fn scale_rows(x: &mut [f32], s: f32) {
+    if s != 1.0 {
+        x.iter_mut().for_each(|v| *v *= s);
+    }
+}
+
+/// `ops::rmsnorm_rows` with the rows spread over the pool; an empty weight (a model without
+/// that pre-norm, OLMo 2) copies the rows unchanged.
 fn rmsnorm_rows(pool: &ThreadPool, x: &[f32], weight: &[f32], eps: f32, out: &mut [f32], d: usize) {
+    if weight.is_empty() {
+        out.copy_from_slice(x);
+        return;
+    }
     let rows = Rows::new(out, d);
     par::ranges(pool, x.len() / d, &|r| {
         // SAFETY: these rows belong to this task alone.
@@ -598,9 +633,13 @@ fn add_norm_rows(
         // SAFETY: these rows belong to this task alone.
         let x = unsafe { xs.range(r.clone()) };
         ops::add_inplace(x, &y[r.start * d..r.end * d]);
-        if let Some(weight) = norm {
+        match norm {
+            // No pre-norm (OLMo 2): the next input is the residual stream itself.
             // SAFETY: as above.
-            ops::rmsnorm_rows(x, weight, eps, unsafe { outs.range(r.clone()) });
+            Some([]) => unsafe { outs.range(r.clone()) }.copy_from_slice(x),
+            // SAFETY: as above.
+            Some(weight) => ops::rmsnorm_rows(x, weight, eps, unsafe { outs.range(r.clone()) }),
+            None => {}
         }
     });
 }

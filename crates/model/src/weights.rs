@@ -177,8 +177,36 @@ impl Weights {
                 q_norm = vector(f, &n("attn_q_norm.weight"), cfg.head_dim)?;
                 k_norm = vector(f, &n("attn_k_norm.weight"), cfg.head_dim)?;
             }
+            if cfg.arch.qk_norm_whole() {
+                q_norm = vector(f, &n("attn_q_norm.weight"), q_rows)?;
+                k_norm = vector(f, &n("attn_k_norm.weight"), kv_rows)?;
+            }
+            // Granite and Mistral 3 add these when present; folio's block has no place for
+            // them, so a file with one is refused rather than run without it.
+            if matches!(cfg.arch, Arch::Granite | Arch::Mistral3) {
+                for b in [
+                    "attn_output.bias",
+                    "ffn_gate.bias",
+                    "ffn_up.bias",
+                    "ffn_down.bias",
+                ] {
+                    if f.tensor(&n(b)).is_some() {
+                        return Err(ModelError::Tensor {
+                            name: n(b),
+                            what: format!(
+                                "present, but {} output biases are not supported",
+                                cfg.arch.name()
+                            ),
+                        });
+                    }
+                }
+            }
+            let pre_norm = |name: &str| match cfg.arch.pre_norms() {
+                true => vector(f, &n(name), d),
+                false => Ok(Vec::new()),
+            };
             let (mut post_attn_norm, mut post_ffn_norm) = (Vec::new(), Vec::new());
-            if cfg.arch.gemma() {
+            if cfg.arch.post_norms() {
                 post_attn_norm = vector(f, &n("post_attention_norm.weight"), d)?;
                 post_ffn_norm = vector(f, &n("post_ffw_norm.weight"), d)?;
             }
@@ -202,13 +230,13 @@ impl Weights {
             };
             let (w_gate_up, w_down) = dense(&moe)?;
             layers.push(LayerWeights {
-                attn_norm: vector(f, &n("attn_norm.weight"), d)?,
+                attn_norm: pre_norm("attn_norm.weight")?,
                 wqkv,
                 bqkv,
                 q_norm,
                 k_norm,
                 wo: matrix(f, &n("attn_output.weight"), q_rows, d)?,
-                ffn_norm: vector(f, &n("ffn_norm.weight"), d)?,
+                ffn_norm: pre_norm("ffn_norm.weight")?,
                 post_attn_norm,
                 post_ffn_norm,
                 w_gate_up,
@@ -216,7 +244,8 @@ impl Weights {
                 moe,
             });
         }
-        let output = if f.tensor("output.weight").is_some() {
+        // OLMo 2's head is never tied (llama.cpp requires `output.weight`).
+        let output = if f.tensor("output.weight").is_some() || cfg.arch == Arch::Olmo2 {
             Some(matrix(f, "output.weight", d, cfg.vocab_size)?)
         } else {
             None
