@@ -177,3 +177,8 @@ fn check(arch: &str) {
 fn llama() {
     check("llama")
 }
+
+#[test]
+fn glm4() {
+    check("glm4")
+}

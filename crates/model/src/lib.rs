@@ -35,6 +35,7 @@ pub mod kv_layout;
 pub mod lora;
 pub mod model;
 pub mod moe;
+pub mod norm;
 mod par;
 mod rope;
 mod shapes;

@@ -20,7 +20,7 @@ pub struct LayerWeights {
     pub k_norm: Vec<f32>,
     pub wo: QMatrix,
     pub ffn_norm: Vec<f32>,
-    /// Gemma's norms of the attention output and of the FFN output, applied before each is
+    /// Gemma's and GLM-4's norms of the attention output and of the FFN output, applied before each is
     /// added to the residual stream; empty when absent.
     pub post_attn_norm: Vec<f32>,
     pub post_ffn_norm: Vec<f32>,
@@ -178,7 +178,7 @@ impl Weights {
                 k_norm = vector(f, &n("attn_k_norm.weight"), cfg.head_dim)?;
             }
             let (mut post_attn_norm, mut post_ffn_norm) = (Vec::new(), Vec::new());
-            if cfg.arch.gemma() {
+            if cfg.arch.post_norms() {
                 post_attn_norm = vector(f, &n("post_attention_norm.weight"), d)?;
                 post_ffn_norm = vector(f, &n("post_ffw_norm.weight"), d)?;
             }
@@ -193,7 +193,7 @@ impl Weights {
                 }
                 // Phi-3 has no ffn_gate: its ffn_up holds gate then up (llama.cpp's swiglu
                 // takes the first half as the gate).
-                let gate_up = if f.tensor(&g).is_none() && cfg.arch == Arch::Phi3 {
+                let gate_up = if f.tensor(&g).is_none() && cfg.arch.fused_gate_up() {
                     matrix(f, &u, d, 2 * cfg.ffn_dim)?
                 } else {
                     stacked(f, &[(&g, cfg.ffn_dim), (&u, cfg.ffn_dim)], d)?
@@ -208,7 +208,11 @@ impl Weights {
                 q_norm,
                 k_norm,
                 wo: matrix(f, &n("attn_output.weight"), q_rows, d)?,
-                ffn_norm: vector(f, &n("ffn_norm.weight"), d)?,
+                // A parallel block's FFN reads the attention norm's output.
+                ffn_norm: match cfg.parallel_block {
+                    true => Vec::new(),
+                    false => vector(f, &n("ffn_norm.weight"), d)?,
+                },
                 post_attn_norm,
                 post_ffn_norm,
                 w_gate_up,
@@ -216,7 +220,8 @@ impl Weights {
                 moe,
             });
         }
-        let output = if f.tensor("output.weight").is_some() {
+        // cohere2's head is always the embedding (llama.cpp ignores an `output.weight`).
+        let output = if f.tensor("output.weight").is_some() && cfg.arch != Arch::Cohere2 {
             Some(matrix(f, "output.weight", d, cfg.vocab_size)?)
         } else {
             None
