@@ -182,3 +182,8 @@ fn llama() {
 fn glm4() {
     check("glm4")
 }
+
+#[test]
+fn cohere2() {
+    check("cohere2")
+}
