@@ -22,6 +22,7 @@ mod date;
 pub use date::civil_from_days;
 mod error;
 mod incremental;
+mod pre_regex;
 mod pretokenize;
 pub mod spec;
 mod special;
