@@ -52,6 +52,14 @@ STRINGS = [
     "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
     "<html><body class=\"main\">Text &amp; more</body></html>",
     "ＡＢＣ全角１２３！？ 「括弧」、。",
+    "abc中文def Hello世界 東京Tower 한국어123 日本2024年",
+    "HTTPServer aBcDeF ǅungla ʰmod ÀÉÎõü ΣΊΣΥΦΟΣ x'S y'LL we'Re 42nd 1st",
+    "combining e\u0301 a\u0308 n\u0303 zero\u200bwidth nbsp\u00a0here thin\u2009space",
+    "A-B_C/D\\E|F~G^H`I @home #tag $var %p &amp *ptr ->x <=> !== ...",
+    " \n\n  \t\n x \r\n\r\n\r y\u3000z\u0085w",
+    "١٢٣ ٤٥ ½ ² Ⅻ 𝟙𝟚𝟛 ① ⑩",
+    "中\u2009文\u3000字 ！\u3000？ 。\u3000、 x\u2028y\u205fz \u3000\u3000中 Ａ\u3000ｂ",
+    "Ünïcödé ŞİŞLİ İstanbul ǄǅǆǇ ﬁnance Ꜳꜳ ᏣᎳᎩ Ⰰⰰ 𐐀𐐨 ꭰꮿ",
 ]
 
 TRAIN = "\n".join(STRINGS) + """
@@ -93,7 +101,7 @@ def write_gguf(gguf, path, pre, tokens, merges):
     specials = ["<|end|>", "<s>"]
     tokens = specials + tokens
     n = len(tokens)
-    d, ff = 8, 16
+    d, ff = 4, 8
     w = gguf.GGUFWriter(path, "llama")
     w.add_name(f"pretok-{pre}")
     w.add_context_length(256)
@@ -115,7 +123,7 @@ def write_gguf(gguf, path, pre, tokens, merges):
     w.add_eos_token_id(0)
     rng = np.random.default_rng(1)
     t = lambda *shape: (rng.standard_normal(shape) * 0.1).astype(np.float32)
-    w.add_tensor("token_embd.weight", t(n, d))
+    w.add_tensor("token_embd.weight", t(n, d).astype(np.float16))
     w.add_tensor("output_norm.weight", np.ones(d, np.float32))
     w.add_tensor("blk.0.attn_norm.weight", np.ones(d, np.float32))
     w.add_tensor("blk.0.ffn_norm.weight", np.ones(d, np.float32))

@@ -26,12 +26,16 @@ const GPT4O: &str = r"[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))*((?=[\p{L}])([^A-Z
 
 /// DeepSeek LLM (V2): newlines, Latin/Greek/Cyrillic/… letter runs, ASCII and full-width
 /// punctuation, trailing spaces, CJK runs, digit runs.
+///
+/// NOTE: llama.cpp matches these literal-range regexes with every non-ASCII whitespace
+/// replaced by `\v` (unicode.cpp: std::wregex's `\s` misses them), so a space such as
+/// U+2009 or U+3000 is never inside a range: the ranges that span one carry `&&\S`.
 const DEEPSEEK_LLM: &[&str] = &[
     "[\r\n]",
     r"\s?[A-Za-zµÀ-ÖØ-öø-ƺƼ-ƿǄ-ʓʕ-ʯͰ-ͳͶͷͻ-ͽͿΆΈ-ΊΌΎ-ΡΣ-ϵϷ-ҁҊ-ԯԱ-ՖႠ-ჅᎠ-Ᏽᏸ-ᏽᲐ-ᲺᲽ-Ჿᴀ-ᴫᵫ-ᵷᵹ-ᶚḀ-ἕἘ-Ἕἠ-ὅὈ-Ὅὐ-ὗὙὛὝὟ-ώᾀ-ᾴᾶ-ᾼιῂ-ῄῆ-ῌῐ-ΐῖ-Ίῠ-Ῥῲ-ῴῶ-ῼℂℇℊ-ℓℕℙ-ℝℤΩℨK-ℭℯ-ℴℹℼ-ℿⅅ-ⅉⅎↃↄⰀ-ⱻⱾ-ⳤⳫ-ⳮⳲⳳꙀ-ꙭꚀ-ꚛꜢ-ꝯꝱ-ꞇꞋ-ꞎꭰ-ꮿﬀ-ﬆﬓ-ﬗＡ-Ｚａ-ｚ𐐀-𐑏𐒰-𐓓𐓘-𐓻𐲀-𐲲𐳀-𐳲𑢠-𑣟𞤀-𞥃]+",
-    r"\s?[!-/:-~！-／：-～‘-‟　-。]+",
+    r"\s?[!-/:-~！-／：-～‘-‟　-。&&\S]+",
     r"\s+$",
-    r"[一-龥ࠀ-一가-퟿]+",
+    r"[一-龥ࠀ-一가-퟿&&\S]+",
     r"\p{N}+",
 ];
 
@@ -40,7 +44,7 @@ const DEEPSEEK_CODER: &[&str] = &[
     "[\r\n]",
     r"\s?\p{L}+",
     r"\s?\p{P}+",
-    r"[一-龥ࠀ-一가-퟿]+",
+    r"[一-龥ࠀ-一가-퟿&&\S]+",
     r"\p{N}",
 ];
 
