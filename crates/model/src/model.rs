@@ -591,7 +591,14 @@ fn post_norm<'a>(
 }
 
 /// The block norm ([`Norm::rows`]) with the rows spread over the pool.
-fn rmsnorm_rows(pool: &ThreadPool, x: &[f32], weight: &[f32], norm: Norm, out: &mut [f32], d: usize) {
+fn rmsnorm_rows(
+    pool: &ThreadPool,
+    x: &[f32],
+    weight: &[f32],
+    norm: Norm,
+    out: &mut [f32],
+    d: usize,
+) {
     let rows = Rows::new(out, d);
     par::ranges(pool, x.len() / d, &|r| {
         // SAFETY: these rows belong to this task alone.

@@ -7,7 +7,8 @@ use folio_model::{Arch, Model, ModelConfig, ModelError};
 use std::path::PathBuf;
 
 fn fixture(arch: &str) -> GgufFile {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("../../testdata/arch/{arch}.gguf"));
+    let p =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("../../testdata/arch/{arch}.gguf"));
     GgufFile::open(&p).expect("fixture")
 }
 
@@ -24,8 +25,13 @@ fn edited(arch: &str, drop_key: &str, tensor: &str, replace: Option<&[u64]>) -> 
     if replace.is_some() && f.tensor(tensor).is_none() {
         let dims = replace.expect("checked");
         let n: u64 = dims.iter().product();
-        w.add_tensor_f32(tensor, dims, folio_gguf::GgmlType::F32, &vec![0.0; n as usize])
-            .expect("zeros");
+        w.add_tensor_f32(
+            tensor,
+            dims,
+            folio_gguf::GgmlType::F32,
+            &vec![0.0; n as usize],
+        )
+        .expect("zeros");
     }
     for t in f.tensors() {
         if t.name != tensor {
@@ -90,8 +96,16 @@ fn cohere2_required_keys() {
 #[test]
 fn glm4_tensors_are_named() {
     let e = err(&edited("glm4", "", "blk.1.post_ffw_norm.weight", None));
-    assert!(e.contains("blk.1.post_ffw_norm.weight") && e.contains("missing"), "{e}");
-    let e = err(&edited("glm4", "", "blk.0.post_attention_norm.weight", None));
+    assert!(
+        e.contains("blk.1.post_ffw_norm.weight") && e.contains("missing"),
+        "{e}"
+    );
+    let e = err(&edited(
+        "glm4",
+        "",
+        "blk.0.post_attention_norm.weight",
+        None,
+    ));
     assert!(e.contains("blk.0.post_attention_norm.weight"), "{e}");
     // An unfused ffn_up (feed_forward_length rows, not twice that).
     let e = err(&edited("glm4", "", "blk.0.ffn_up.weight", Some(&[64, 96])));

@@ -32,9 +32,7 @@ pub(crate) struct PreRules {
 /// Whether llama.cpp adds BOS by default for `pre` (Llama 3 and Tekken vocabularies; the
 /// file's `add_bos_token` overrides).
 pub(crate) fn adds_bos(pre: &str) -> bool {
-    FAMILIES
-        .iter()
-        .any(|f| f.add_bos && f.names.contains(&pre))
+    FAMILIES.iter().any(|f| f.add_bos && f.names.contains(&pre))
 }
 
 /// The rules for `pre` (`None` = llama.cpp's `default`).

@@ -97,9 +97,7 @@ impl TokenizerSpec {
             Some(v) => int_array(v, TOKEN_TYPE)?,
         };
         let merges = str_array(f, MERGES)?.unwrap_or_default();
-        let llama3_like = pre
-            .as_deref()
-            .is_some_and(crate::pretokenize::adds_bos);
+        let llama3_like = pre.as_deref().is_some_and(crate::pretokenize::adds_bos);
         let add_bos = opt_bool(f, ADD_BOS)?.unwrap_or(model == "llama" || llama3_like);
         let add_eos = opt_bool(f, ADD_EOS)?.unwrap_or(false);
         let spm = model == "llama";

@@ -50,12 +50,32 @@ fn every_pre_tokenizer_equals_llama_cpp() {
         })
         .collect();
     pres.sort();
-    for required in ["tekken", "gpt-4o", "smollm", "deepseek-v3", "deepseek-llm", "glm4", "kimi-k2"] {
-        assert!(pres.iter().any(|p| p == required), "no fixture for {required}");
+    for required in [
+        "tekken",
+        "gpt-4o",
+        "smollm",
+        "deepseek-v3",
+        "deepseek-llm",
+        "glm4",
+        "kimi-k2",
+    ] {
+        assert!(
+            pres.iter().any(|p| p == required),
+            "no fixture for {required}"
+        );
     }
     let bad: Vec<String> = pres.iter().flat_map(|p| check(p)).collect();
-    assert!(bad.is_empty(), "{} mismatches:\n{}", bad.len(), bad.join("\n"));
-    eprintln!("{} pre-tokenizers equal llama.cpp's ids: {}", pres.len(), pres.join(", "));
+    assert!(
+        bad.is_empty(),
+        "{} mismatches:\n{}",
+        bad.len(),
+        bad.join("\n")
+    );
+    eprintln!(
+        "{} pre-tokenizers equal llama.cpp's ids: {}",
+        pres.len(),
+        pres.join(", ")
+    );
 }
 
 #[test]
@@ -67,6 +87,9 @@ fn an_unknown_pre_is_a_load_error_naming_it() {
         tokens: vec!["a".into()],
         ..TokenizerSpec::default()
     };
-    let err = Tokenizer::from_spec(spec).err().expect("refused").to_string();
+    let err = Tokenizer::from_spec(spec)
+        .err()
+        .expect("refused")
+        .to_string();
     assert!(err.contains("no-such-pre"), "{err}");
 }
