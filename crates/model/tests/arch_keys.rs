@@ -22,8 +22,7 @@ fn edited(arch: &str, drop_key: &str, tensor: &str, replace: Option<&[u64]>) -> 
             w.add_metadata(k, v.clone());
         }
     }
-    if replace.is_some() && f.tensor(tensor).is_none() {
-        let dims = replace.expect("checked");
+    if let Some(dims) = replace.filter(|_| f.tensor(tensor).is_none()) {
         let n: u64 = dims.iter().product();
         w.add_tensor_f32(
             tensor,
