@@ -27,6 +27,7 @@ from common import import_gguf, post, start_server  # noqa: E402
 PRES = [
     "default", "gpt-2", "llama-bpe", "qwen2", "smollm", "command-r", "refact", "olmo", "dbrx",
     "glm4", "tekken", "gpt-4o", "deepseek-llm", "deepseek-coder", "deepseek-v3", "kimi-k2",
+    "falcon",
 ]
 
 STRINGS = [

@@ -24,6 +24,9 @@ const TEKKEN: &str = r"[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))*((?=[\p{L}])([^A-
 /// groups of up to three.
 const GPT4O: &str = r"[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))*((?=[\p{L}])([^A-Z]))+(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))+((?=[\p{L}])([^A-Z]))*(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
+/// Falcon: punctuation runs, GPT-2's words, then digits in threes.
+const FALCON: &[&str] = &[r"[\p{P}\$\+<=>\^~\|`]+", GPT2, r"[0-9][0-9][0-9]"];
+
 /// DeepSeek LLM (V2): newlines, Latin/Greek/Cyrillic/… letter runs, ASCII and full-width
 /// punctuation, trailing spaces, CJK runs, digit runs.
 ///
@@ -150,6 +153,7 @@ pub(crate) const FAMILIES: &[Family] = &[
         false,
         false,
     ),
+    family(&["falcon"], FALCON, false, false),
     family(&["tekken"], &[TEKKEN], true, true),
     family(
         &["gpt-4o", "llama4", "kanana2", "talkie", "minimax-m2"],
