@@ -487,6 +487,15 @@ impl ModelConfig {
         let final_softcap = cap("final_logit_softcapping", final_cap)?;
         let attn_softcap = cap("attn_logit_softcapping", attn_cap)?;
         let moe = crate::moe::MoeConfig::from_gguf(f, &arch_name, ffn_dim)?;
+        // GLM's NextN (multi-token prediction) blocks sit after the last layer in
+        // `block_count`; the forward pass would run them as layers.
+        let nextn_key = key("nextn_predict_layers");
+        if arch == Arch::Glm4 && f.get(&nextn_key).is_some() && f.get_u64(&nextn_key)? > 0 {
+            return Err(meta_err(
+                &nextn_key,
+                format!("{} NextN layers are not supported", f.get_u64(&nextn_key)?),
+            ));
+        }
         let cohere2 = arch == Arch::Cohere2;
         if cohere2 && sliding_window.is_none() {
             return Err(meta_err(

@@ -167,7 +167,11 @@ impl Weights {
                 stacked(f, &[(&q, q_rows), (&k, kv_rows), (&v, kv_rows)], d)?
             };
             let mut bqkv = Vec::new();
-            if cfg.arch == Arch::Qwen2 || f.tensor(&n("attn_q.bias")).is_some() {
+            let fused_bias = n("attn_qkv.bias");
+            if f.tensor(&fused_bias).is_some() {
+                // A fused QKV's bias (llama.cpp's `create_tensor_qkv`), same row order.
+                bqkv = vector(f, &fused_bias, q_rows + 2 * kv_rows)?;
+            } else if cfg.arch == Arch::Qwen2 || f.tensor(&n("attn_q.bias")).is_some() {
                 bqkv.extend(vector(f, &n("attn_q.bias"), q_rows)?);
                 bqkv.extend(vector(f, &n("attn_k.bias"), kv_rows)?);
                 bqkv.extend(vector(f, &n("attn_v.bias"), kv_rows)?);

@@ -122,3 +122,20 @@ fn cohere2_ignores_an_output_tensor() {
     let m = Model::from_gguf(&f).unwrap();
     assert!(m.weights.output.is_none());
 }
+
+#[test]
+fn glm4_nextn_layers_are_refused() {
+    let f = fixture("glm4");
+    let mut w = GgufWriter::new();
+    for (k, v) in f.metadata() {
+        if k != "general.alignment" {
+            w.add_metadata(k, v.clone());
+        }
+    }
+    w.add_metadata("glm4.nextn_predict_layers", folio_gguf::Value::U32(1));
+    for t in f.tensors() {
+        w.add_tensor(&t.name, &t.dims, t.ggml_type, f.tensor_data(t).to_vec());
+    }
+    let f = GgufFile::from_bytes(w.to_bytes()).expect("valid gguf");
+    metadata_err(&f, "glm4.nextn_predict_layers");
+}

@@ -172,5 +172,10 @@ pub(crate) const FAMILIES: &[Family] = &[
     family(&["kimi-k2"], &[KIMI_K2], false, false),
 ];
 
+/// The `pre` names for which llama.cpp has no BOS token whatever the file says
+/// (`special_bos_id = LLAMA_TOKEN_NULL`: GLM's `[gMASK]<sop>` prefix comes from its chat
+/// template instead).
+pub(crate) const NO_BOS: &[&str] = &["chatglm-bpe", "glm4", "glm5"];
+
 /// llama.cpp's fallback list for BPE vocabularies without a known pre-tokenizer.
 pub(crate) const DEFAULT: &[&str] = &[r"[\p{P}\$\+<=>\^~\|]+", GPT2, r"\p{N}+", r"[0-9][0-9][0-9]"];

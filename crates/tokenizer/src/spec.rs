@@ -107,7 +107,10 @@ impl TokenizerSpec {
         };
         // llama.cpp's SentencePiece defaults, dropped when outside the vocabulary.
         let spm_default = |id: u32| (spm && (id as usize) < tokens.len()).then_some(id);
-        let bos_id = opt_id(f, BOS)?.or(spm_default(1));
+        let bos_id = match pre.as_deref() {
+            Some(p) if crate::pre_regex::NO_BOS.contains(&p) => None,
+            _ => opt_id(f, BOS)?.or(spm_default(1)),
+        };
         let eos_id = opt_id(f, EOS)?.or(spm_default(2));
         let unk_id = opt_id(f, UNK)?.or(spm_default(0));
         let add_space_prefix = opt_bool(f, ADD_SPACE_PREFIX)?.unwrap_or(spm);

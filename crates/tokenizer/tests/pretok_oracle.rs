@@ -93,3 +93,12 @@ fn an_unknown_pre_is_a_load_error_naming_it() {
         .to_string();
     assert!(err.contains("no-such-pre"), "{err}");
 }
+
+#[test]
+fn glm4_has_no_bos() {
+    // llama.cpp drops GLM's BOS id; the fixture names one (id 1).
+    let f = GgufFile::open(&dir().join("glm4.gguf")).expect("fixture");
+    assert_eq!(Tokenizer::from_gguf(&f).unwrap().bos_id(), None);
+    let f = GgufFile::open(&dir().join("dbrx.gguf")).expect("fixture");
+    assert_eq!(Tokenizer::from_gguf(&f).unwrap().bos_id(), Some(1));
+}
