@@ -181,7 +181,10 @@ fn check(arch: &str) {
     let f = GgufFile::open(&path).expect("open fixture");
     let model = Model::from_gguf(&f).expect("load fixture");
     // `ignore_eos`: llama.cpp puts -inf on every end-of-generation token, so mask them too.
-    let eog = Tokenizer::from_gguf(&f).expect("fixture tokenizer").eog_ids().to_vec();
+    let eog = Tokenizer::from_gguf(&f)
+        .expect("fixture tokenizer")
+        .eog_ids()
+        .to_vec();
     let failures = against_llama(arch, &model, &eog, &data);
     assert!(failures.is_empty(), "{}", failures.join("\n"));
     engine_invariance(arch, &path, &data);
@@ -193,19 +196,41 @@ fn llama() {
 }
 
 #[test]
-fn smollm3() { check("smollm3") }
+fn smollm3() {
+    check("smollm3")
+}
 
 #[test]
-fn granite() { check("granite") }
+fn granite() {
+    check("granite")
+}
 
 #[test]
-fn olmo2() { check("olmo2") }
+fn olmo2() {
+    check("olmo2")
+}
 
 #[test]
-fn ernie4_5() { check("ernie4_5") }
+fn ernie4_5() {
+    check("ernie4_5")
+}
 
 #[test]
-fn mistral3() { check("mistral3") }
+fn mistral3() {
+    check("mistral3")
+}
 
 #[test]
-fn olmo2_swa() { check("olmo2_swa") }
+fn olmo2_swa() {
+    check("olmo2_swa")
+}
+
+#[test]
+fn glm4() {
+    check("glm4")
+}
+
+#[test]
+fn cohere2() {
+    check("cohere2")
+}

@@ -41,6 +41,15 @@ pub enum Arch {
     /// `rope.scaling.yarn_log_multiplier`, and Llama 4's attention temperature
     /// (`attention.temperature_scale`) on the queries.
     Mistral3,
+    /// GLM-4-0414: RMS post-norms after attention and after the FFN (as Gemma), gate/up
+    /// fused in `ffn_up` (as Phi-3), QKV biases, "normal" RoPE on the first
+    /// `rope.dimension_count` (half) of each head.
+    Glm4,
+    /// Command R7B: a parallel block (attention and FFN both read the one `attn_norm`
+    /// output and both add to the residual), LayerNorm without bias (not RMSNorm), three
+    /// sliding-window layers with RoPE then one global layer without RoPE, logits times
+    /// `logit_scale`, the output head always tied to the embeddings.
+    Cohere2,
 }
 
 impl Arch {
@@ -57,6 +66,8 @@ impl Arch {
             "olmo2" => Ok(Arch::Olmo2),
             "ernie4_5" => Ok(Arch::Ernie4_5),
             "mistral3" => Ok(Arch::Mistral3),
+            "glm4" => Ok(Arch::Glm4),
+            "cohere2" => Ok(Arch::Cohere2),
             other => Err(ModelError::UnsupportedArch(other.to_string())),
         }
     }
@@ -73,13 +84,21 @@ impl Arch {
             Arch::Olmo2 => "olmo2",
             Arch::Ernie4_5 => "ernie4_5",
             Arch::Mistral3 => "mistral3",
+            Arch::Glm4 => "glm4",
+            Arch::Cohere2 => "cohere2",
         }
     }
     /// NeoX RoPE rotates (x[i], x[i + d/2]); llama's GGUF layout rotates adjacent pairs.
     pub fn rope_neox(&self) -> bool {
         !matches!(
             self,
-            Arch::Llama | Arch::SmolLM3 | Arch::Granite | Arch::Ernie4_5 | Arch::Mistral3
+            Arch::Llama
+                | Arch::SmolLM3
+                | Arch::Granite
+                | Arch::Ernie4_5
+                | Arch::Mistral3
+                | Arch::Glm4
+                | Arch::Cohere2
         )
     }
     /// Per-head RMSNorm of Q and K before RoPE.
@@ -99,11 +118,15 @@ impl Arch {
     /// Norms of the attention output and of the FFN output before each residual add
     /// (`post_attention_norm`, `post_ffw_norm`).
     pub fn post_norms(&self) -> bool {
-        self.gemma() || matches!(self, Arch::Olmo2)
+        self.gemma() || matches!(self, Arch::Olmo2 | Arch::Glm4)
     }
     /// Gemma's block: √d embeddings and norms after attention and after the FFN too.
     pub fn gemma(&self) -> bool {
         matches!(self, Arch::Gemma3 | Arch::Gemma2)
+    }
+    /// Gate and up fused in one `ffn_up` tensor (gate first) instead of `ffn_gate` + `ffn_up`.
+    pub fn fused_gate_up(&self) -> bool {
+        matches!(self, Arch::Phi3 | Arch::Glm4)
     }
     /// The FFN's gate activation.
     pub fn activation(&self) -> Activation {
@@ -165,15 +188,23 @@ pub struct ModelConfig {
     /// models set; `None` when absent (generative models).
     pub pooling_type: Option<u64>,
     /// Per layer, whether it skips RoPE (SmolLM3's NoPE layers; every layer of a Granite
-    /// file with `rope.scaling.finetuned = false`); all false elsewhere.
+    /// file with `rope.scaling.finetuned = false`; cohere2's global layers); all false
+    /// elsewhere.
     pub nope_layers: Vec<bool>,
     /// Factor on the attention and FFN outputs before each residual add (Granite's
     /// `residual_scale`); 1 elsewhere.
     pub residual_scale: f32,
-    /// Factor on the logits (Granite: `1 / logit_scale`); 1 elsewhere.
+    /// Factor on the logits (Granite: `1 / logit_scale`; cohere2: `logit_scale`); 1
+    /// elsewhere.
     pub logit_mul: f32,
     /// Llama 4's attention temperature (Mistral 3's `attention.temperature_scale`).
     pub attn_temp: Option<AttnTemp>,
+    /// Every norm is a LayerNorm without bias (mean removed, `attention.layer_norm_epsilon`
+    /// in `rms_eps`) instead of an RMSNorm (cohere2).
+    pub layer_norm: bool,
+    /// Attention and FFN in parallel from the same normed input, both added to the
+    /// residual (cohere2); no `ffn_norm`.
+    pub parallel_block: bool,
 }
 
 /// Llama 4's attention temperature tuning: each query (after RoPE) is multiplied by
@@ -254,6 +285,14 @@ fn positive_f32(f: &GgufFile, key: &str, default: f32) -> Result<f32, ModelError
         return Err(meta_err(key, format!("{v} must be a finite number > 0")));
     }
     Ok(v)
+}
+
+/// A float key llama.cpp requires: present, finite and > 0.
+fn required_f32(f: &GgufFile, key: &str) -> Result<f32, ModelError> {
+    if f.get(key).is_none() {
+        return Err(meta_err(key, "missing".into()));
+    }
+    positive_f32(f, key, 0.0)
 }
 
 /// `rope.scaling.*` as llama.cpp reads it: the type defaults to linear; `factor`
@@ -372,6 +411,9 @@ const GEMMA2_WINDOW: usize = 4096;
 const GEMMA2_WINDOW_PATTERN: usize = 2;
 const GEMMA2_ATTN_SOFTCAP: f32 = 50.0;
 const GEMMA2_FINAL_SOFTCAP: f32 = 30.0;
+/// Command R7B's layout when the file names no pattern: three window layers, then one
+/// global (llama.cpp's cohere2 `load_swa_pattern(ml, 4)`).
+const COHERE2_WINDOW_PATTERN: usize = 4;
 /// Gemma 3's RoPE base for its sliding-window layers (llama.cpp's `rope_freq_base_train_swa`
 /// default, which Gemma 3 files do not override).
 const GEMMA3_WINDOW_ROPE_BASE: f32 = 10_000.0;
@@ -427,7 +469,11 @@ impl ModelConfig {
             }
         }
         let context_length = get("context_length", MAX_CONTEXT_LENGTH)?;
-        let rms_eps = positive_f32(f, &key("attention.layer_norm_rms_epsilon"), 1e-5)?;
+        let rms_eps = match arch {
+            // LayerNorm's epsilon, which llama.cpp requires for cohere2.
+            Arch::Cohere2 => required_f32(f, &key("attention.layer_norm_epsilon"))?,
+            _ => positive_f32(f, &key("attention.layer_norm_rms_epsilon"), 1e-5)?,
+        };
         let rope_base = positive_f32(f, &key("rope.freq_base"), 10000.0)?;
         let rope_dim = if has("rope.dimension_count") {
             let k = key("rope.dimension_count");
@@ -473,7 +519,7 @@ impl ModelConfig {
         };
         let window_layers: Vec<bool> = match (sliding_window, arch) {
             (None, _) => vec![false; n_layers],
-            (Some(_), Arch::Gemma3 | Arch::Gemma2 | Arch::Olmo2) => {
+            (Some(_), Arch::Gemma3 | Arch::Gemma2 | Arch::Olmo2 | Arch::Cohere2) => {
                 let pattern_key = key("attention.sliding_window_pattern");
                 match f.get(&pattern_key) {
                     // One flag per layer.
@@ -499,6 +545,7 @@ impl ModelConfig {
                             Some(_) => get("attention.sliding_window_pattern", MAX_BLOCK_COUNT)?,
                             None if arch == Arch::Gemma2 => GEMMA2_WINDOW_PATTERN,
                             None if arch == Arch::Olmo2 => OLMO2_WINDOW_PATTERN,
+                            None if arch == Arch::Cohere2 => COHERE2_WINDOW_PATTERN,
                             None => GEMMA3_WINDOW_PATTERN,
                         };
                         (0..n_layers).map(|l| l % pattern < pattern - 1).collect()
@@ -606,6 +653,43 @@ impl ModelConfig {
         let final_softcap = cap("final_logit_softcapping", final_cap)?;
         let attn_softcap = cap("attn_logit_softcapping", attn_cap)?;
         let moe = crate::moe::MoeConfig::from_gguf(f, &arch_name, ffn_dim)?;
+        // GLM's NextN (multi-token prediction) blocks sit after the last layer in
+        // `block_count`; the forward pass would run them as layers.
+        let nextn_key = key("nextn_predict_layers");
+        if arch == Arch::Glm4 && f.get(&nextn_key).is_some() && f.get_u64(&nextn_key)? > 0 {
+            return Err(meta_err(
+                &nextn_key,
+                format!("{} NextN layers are not supported", f.get_u64(&nextn_key)?),
+            ));
+        }
+        let cohere2 = arch == Arch::Cohere2;
+        if cohere2 && sliding_window.is_none() {
+            return Err(meta_err(
+                &key("attention.sliding_window"),
+                "missing (cohere2 needs its window size)".into(),
+            ));
+        }
+        if cohere2 {
+            logit_mul = required_f32(f, &key("logit_scale"))?;
+        }
+        // Multimodal RoPE (GLM-4V's sections) is not implemented: refuse such a file.
+        let sections_key = key("rope.dimension_sections");
+        if let Some(v) = f.get(&sections_key) {
+            let nonzero = v
+                .as_array()
+                .unwrap_or_default()
+                .iter()
+                .any(|x| x.as_i64().is_some_and(|s| s != 0));
+            if nonzero {
+                return Err(meta_err(
+                    &sections_key,
+                    "multimodal RoPE sections are not supported".into(),
+                ));
+            }
+        }
+        if cohere2 {
+            nope_layers = window_layers.iter().map(|&w| !w).collect();
+        }
         let cfg = ModelConfig {
             arch,
             n_layers,
@@ -634,6 +718,8 @@ impl ModelConfig {
             residual_scale,
             logit_mul,
             attn_temp,
+            layer_norm: cohere2,
+            parallel_block: cohere2,
         };
         cfg.validate()?;
         Ok(cfg)
@@ -666,6 +752,19 @@ impl ModelConfig {
     /// Whether layer `l` attends through the sliding window.
     pub fn is_window_layer(&self, l: usize) -> bool {
         self.window_layers.get(l).copied().unwrap_or(false)
+    }
+
+    /// Whether layer `l` skips RoPE.
+    pub fn is_no_rope_layer(&self, l: usize) -> bool {
+        self.nope_layers.get(l).copied().unwrap_or(false)
+    }
+
+    /// The norm every block uses (RMSNorm, or cohere2's LayerNorm) with its epsilon.
+    pub fn norm(&self) -> crate::norm::Norm {
+        crate::norm::Norm {
+            eps: self.rms_eps,
+            layer: self.layer_norm,
+        }
     }
 
     /// Bytes of K and V per token at `bytes_per_value` (DESIGN.md §requests: k = 2 × layers × kv_heads × head_dim × bytes).

@@ -5,7 +5,8 @@
 //! - [`config`]: hyper-parameters read from GGUF metadata (`general.architecture` picks the
 //!   variant: `llama`, `qwen2` with QKV bias, `qwen3` with per-head QK RMSNorm, `gemma3`
 //!   with post-norms, GeGLU and sliding-window layers, `phi3` with pre-fused QKV and
-//!   gate-up); every shape key bounded before anything is sized from it. Tensor shapes are
+//!   gate-up, `glm4` with post-norms, fused gate-up and half-head RoPE, `cohere2` with a
+//!   parallel block, LayerNorm ([`norm`]), window layers and RoPE-less global ones); every shape key bounded before anything is sized from it. Tensor shapes are
 //!   checked against it for the whole file before loading.
 //! - `rope`: the rotary embedding, with the file's frequency factors (`rope_freqs`, LongRoPE).
 //! - [`weights`]: tensors loaded once and repacked into the kernels' layouts.
@@ -35,6 +36,7 @@ pub mod kv_layout;
 pub mod lora;
 pub mod model;
 pub mod moe;
+pub mod norm;
 mod par;
 mod rope;
 mod shapes;

@@ -54,15 +54,16 @@ fn place(cfg: &ModelConfig, kind: &str) -> Option<(LoraMatrix, usize, usize, usi
     );
     let phi3 = cfg.arch == Arch::Phi3;
     let dense = cfg.moe.is_none();
+    let fused_up = cfg.arch.fused_gate_up();
     Some(match kind {
         "attn_q" if !phi3 => (LoraMatrix::Qkv, 0, d, qd),
         "attn_k" if !phi3 => (LoraMatrix::Qkv, qd, d, kvd),
         "attn_v" if !phi3 => (LoraMatrix::Qkv, qd + kvd, d, kvd),
         "attn_qkv" if phi3 => (LoraMatrix::Qkv, 0, d, qd + 2 * kvd),
         "attn_output" => (LoraMatrix::O, 0, qd, d),
-        "ffn_gate" if dense && !phi3 => (LoraMatrix::GateUp, 0, d, f),
-        "ffn_up" if dense && !phi3 => (LoraMatrix::GateUp, f, d, f),
-        // Phi-3's `ffn_up` holds gate then up.
+        "ffn_gate" if dense && !fused_up => (LoraMatrix::GateUp, 0, d, f),
+        "ffn_up" if dense && !fused_up => (LoraMatrix::GateUp, f, d, f),
+        // Phi-3's and GLM-4's `ffn_up` holds gate then up.
         "ffn_up" if dense => (LoraMatrix::GateUp, 0, d, 2 * f),
         "ffn_down" if dense => (LoraMatrix::Down, 0, f, d),
         _ => return None,

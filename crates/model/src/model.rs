@@ -2,6 +2,7 @@
 
 use crate::attention::{attention, AttnShape};
 use crate::lora::{LoraMatrix, LoraRows};
+use crate::norm::Norm;
 use crate::par::{self, Rows};
 use crate::weights::Weights;
 use crate::{
@@ -344,6 +345,13 @@ impl Model {
         } else {
             Vec::new()
         };
+        // A parallel block (cohere2) keeps the attention output until the FFN's is added.
+        let mut attn_out = if c.parallel_block {
+            vec![0f32; n * d]
+        } else {
+            Vec::new()
+        };
+        let norm = c.norm();
 
         // llama.cpp's arithmetic (`set_sums(Sums::Ggml)`) includes its two attention orders
         // (batched for prompt tokens, lone-query for decoded ones, see
@@ -355,7 +363,7 @@ impl Model {
         let rope_window = self.rope_window.as_ref().map(|r| r.rows(max_pos));
         let layers = &self.weights.layers[..n_layers.min(self.weights.layers.len())];
         if let Some(first) = layers.first() {
-            rmsnorm_rows(pool, &x, &first.attn_norm, c.rms_eps, &mut h, d);
+            rmsnorm_rows(pool, &x, &first.attn_norm, norm, &mut h, d);
         }
         let bs = kv.block_size;
         // Each token's K/V rows are written by the task that ropes it, which needs every
@@ -373,7 +381,7 @@ impl Model {
         let qk_whole = c.arch.qk_norm_whole();
         for (l, w) in layers.iter().enumerate() {
             let window = c.is_window_layer(l);
-            let nope = c.nope_layers.get(l).copied().unwrap_or(false);
+            let no_rope = c.is_no_rope_layer(l);
             let group = kv.layout.group(l);
             let rope = match (&rope_window, window) {
                 (Some(r), true) => r,
@@ -424,7 +432,7 @@ impl Model {
                             }
                         }
                         let pos = token_pos[t].1;
-                        if !nope {
+                        if !no_rope {
                             rope.apply(qr, nh, pos as u32);
                             rope.apply(kr, nkv, pos as u32);
                         }
@@ -471,14 +479,19 @@ impl Model {
                 lr.apply(pool, l, LoraMatrix::O, &attn, qd, &mut proj, d);
             }
             scale_rows(&mut proj, c.residual_scale);
-            let out = post_norm(pool, &proj, &w.post_attn_norm, c.rms_eps, &mut normed, d);
-            add_norm_rows(pool, &mut x, out, Some(&w.ffn_norm), c.rms_eps, &mut h, d);
+            let out = post_norm(pool, &proj, &w.post_attn_norm, norm, &mut normed, d);
+            if c.parallel_block {
+                // The FFN reads the same normed input (`h`); both add to `x` below.
+                attn_out.copy_from_slice(out);
+            } else {
+                add_norm_rows(pool, &mut x, out, Some(&w.ffn_norm), norm, &mut h, d);
+            }
             if let Some(moe) = &w.moe {
                 // Mixture of experts (crate::moe), then the same residual add and norm.
                 moe.forward(&h, n, &mut proj, pool);
                 scale_rows(&mut proj, c.residual_scale);
                 let next_norm = layers.get(l + 1).map(|next| &next.attn_norm[..]);
-                add_norm_rows(pool, &mut x, &proj, next_norm, c.rms_eps, &mut h, d);
+                add_norm_rows(pool, &mut x, &proj, next_norm, norm, &mut h, d);
                 continue;
             }
             w.w_gate_up.matmul(&h, n, &mut gu, pool);
@@ -507,10 +520,16 @@ impl Model {
                 lr.apply(pool, l, LoraMatrix::Down, &act, c.ffn_dim, &mut proj, d);
             }
             scale_rows(&mut proj, c.residual_scale);
-            let out = post_norm(pool, &proj, &w.post_ffn_norm, c.rms_eps, &mut normed, d);
+            let out = post_norm(pool, &proj, &w.post_ffn_norm, norm, &mut normed, d);
             // The residual add, then the next layer's attention norm in the same pass.
             let next_norm = layers.get(l + 1).map(|next| &next.attn_norm[..]);
-            add_norm_rows(pool, &mut x, out, next_norm, c.rms_eps, &mut h, d);
+            if c.parallel_block {
+                // llama.cpp's order: (FFN + residual) + attention.
+                add_norm_rows(pool, &mut x, out, None, norm, &mut h, d);
+                add_norm_rows(pool, &mut x, &attn_out, next_norm, norm, &mut h, d);
+            } else {
+                add_norm_rows(pool, &mut x, out, next_norm, norm, &mut h, d);
+            }
         }
 
         // Only the rows that need logits go through the final norm and the head.
@@ -522,10 +541,9 @@ impl Model {
         let m = rows.len();
         let mut hn = vec![0f32; m * d];
         for (i, &r) in rows.iter().enumerate() {
-            ops::rmsnorm(
+            norm.row(
                 &x[r * d..(r + 1) * d],
                 &self.weights.output_norm,
-                c.rms_eps,
                 &mut hn[i * d..(i + 1) * d],
             );
         }
@@ -543,12 +561,7 @@ impl Model {
             .flat_map(|s| (s.start + s.len - s.n_hidden)..(s.start + s.len));
         let mut hidden = vec![0f32; batch.n_hidden_rows() * d];
         for (out, r) in hidden.chunks_exact_mut(d).zip(hidden_rows) {
-            ops::rmsnorm(
-                &x[r * d..(r + 1) * d],
-                &self.weights.output_norm,
-                c.rms_eps,
-                out,
-            );
+            norm.row(&x[r * d..(r + 1) * d], &self.weights.output_norm, out);
         }
         Ok(ForwardOutput { logits, hidden })
     }
@@ -583,27 +596,35 @@ fn post_norm<'a>(
     pool: &ThreadPool,
     y: &'a [f32],
     weight: &[f32],
-    eps: f32,
+    norm: Norm,
     buf: &'a mut [f32],
     d: usize,
 ) -> &'a [f32] {
     if weight.is_empty() {
         return y;
     }
-    rmsnorm_rows(pool, y, weight, eps, buf, d);
+    rmsnorm_rows(pool, y, weight, norm, buf, d);
     buf
 }
 
-/// Granite's multipliers (residual branches, logits): `x · s`, skipped at 1.
+/// Granite's multipliers (residual branches) and the logit factors (Granite, cohere2):
+/// `x · s`, skipped at 1.
 fn scale_rows(x: &mut [f32], s: f32) {
     if s != 1.0 {
         x.iter_mut().for_each(|v| *v *= s);
     }
 }
 
-/// `ops::rmsnorm_rows` with the rows spread over the pool; an empty weight (a model without
-/// that pre-norm, OLMo 2) copies the rows unchanged.
-fn rmsnorm_rows(pool: &ThreadPool, x: &[f32], weight: &[f32], eps: f32, out: &mut [f32], d: usize) {
+/// The block norm ([`Norm::rows`]) with the rows spread over the pool; an empty weight (a
+/// model without that pre-norm, OLMo 2) copies the rows unchanged.
+fn rmsnorm_rows(
+    pool: &ThreadPool,
+    x: &[f32],
+    weight: &[f32],
+    norm: Norm,
+    out: &mut [f32],
+    d: usize,
+) {
     if weight.is_empty() {
         out.copy_from_slice(x);
         return;
@@ -612,7 +633,7 @@ fn rmsnorm_rows(pool: &ThreadPool, x: &[f32], weight: &[f32], eps: f32, out: &mu
     par::ranges(pool, x.len() / d, &|r| {
         // SAFETY: these rows belong to this task alone.
         let o = unsafe { rows.range(r.clone()) };
-        ops::rmsnorm_rows(&x[r.start * d..r.end * d], weight, eps, o);
+        norm.rows(&x[r.start * d..r.end * d], weight, o);
     });
 }
 
@@ -623,8 +644,8 @@ fn add_norm_rows(
     pool: &ThreadPool,
     x: &mut [f32],
     y: &[f32],
-    norm: Option<&[f32]>,
-    eps: f32,
+    norm_weight: Option<&[f32]>,
+    norm: Norm,
     out: &mut [f32],
     d: usize,
 ) {
@@ -633,12 +654,12 @@ fn add_norm_rows(
         // SAFETY: these rows belong to this task alone.
         let x = unsafe { xs.range(r.clone()) };
         ops::add_inplace(x, &y[r.start * d..r.end * d]);
-        match norm {
+        match norm_weight {
             // No pre-norm (OLMo 2): the next input is the residual stream itself.
             // SAFETY: as above.
             Some([]) => unsafe { outs.range(r.clone()) }.copy_from_slice(x),
             // SAFETY: as above.
-            Some(weight) => ops::rmsnorm_rows(x, weight, eps, unsafe { outs.range(r.clone()) }),
+            Some(weight) => norm.rows(x, weight, unsafe { outs.range(r.clone()) }),
             None => {}
         }
     });

@@ -20,7 +20,7 @@ pub struct LayerWeights {
     pub k_norm: Vec<f32>,
     pub wo: QMatrix,
     pub ffn_norm: Vec<f32>,
-    /// Gemma's norms of the attention output and of the FFN output, applied before each is
+    /// Gemma's and GLM-4's norms of the attention output and of the FFN output, applied before each is
     /// added to the residual stream; empty when absent.
     pub post_attn_norm: Vec<f32>,
     pub post_ffn_norm: Vec<f32>,
@@ -167,7 +167,11 @@ impl Weights {
                 stacked(f, &[(&q, q_rows), (&k, kv_rows), (&v, kv_rows)], d)?
             };
             let mut bqkv = Vec::new();
-            if cfg.arch == Arch::Qwen2 || f.tensor(&n("attn_q.bias")).is_some() {
+            let fused_bias = n("attn_qkv.bias");
+            if f.tensor(&fused_bias).is_some() {
+                // A fused QKV's bias (llama.cpp's `create_tensor_qkv`), same row order.
+                bqkv = vector(f, &fused_bias, q_rows + 2 * kv_rows)?;
+            } else if cfg.arch == Arch::Qwen2 || f.tensor(&n("attn_q.bias")).is_some() {
                 bqkv.extend(vector(f, &n("attn_q.bias"), q_rows)?);
                 bqkv.extend(vector(f, &n("attn_k.bias"), kv_rows)?);
                 bqkv.extend(vector(f, &n("attn_v.bias"), kv_rows)?);
@@ -221,7 +225,7 @@ impl Weights {
                 }
                 // Phi-3 has no ffn_gate: its ffn_up holds gate then up (llama.cpp's swiglu
                 // takes the first half as the gate).
-                let gate_up = if f.tensor(&g).is_none() && cfg.arch == Arch::Phi3 {
+                let gate_up = if f.tensor(&g).is_none() && cfg.arch.fused_gate_up() {
                     matrix(f, &u, d, 2 * cfg.ffn_dim)?
                 } else {
                     stacked(f, &[(&g, cfg.ffn_dim), (&u, cfg.ffn_dim)], d)?
@@ -236,7 +240,11 @@ impl Weights {
                 q_norm,
                 k_norm,
                 wo: matrix(f, &n("attn_output.weight"), q_rows, d)?,
-                ffn_norm: pre_norm("ffn_norm.weight")?,
+                // A parallel block's FFN reads the attention norm's output.
+                ffn_norm: match cfg.parallel_block {
+                    true => Vec::new(),
+                    false => pre_norm("ffn_norm.weight")?,
+                },
                 post_attn_norm,
                 post_ffn_norm,
                 w_gate_up,
@@ -244,8 +252,11 @@ impl Weights {
                 moe,
             });
         }
-        // OLMo 2's head is never tied (llama.cpp requires `output.weight`).
-        let output = if f.tensor("output.weight").is_some() || cfg.arch == Arch::Olmo2 {
+        // OLMo 2's head is never tied (llama.cpp requires `output.weight`); cohere2's head is
+        // always the embedding (llama.cpp ignores an `output.weight`).
+        let output = if (f.tensor("output.weight").is_some() || cfg.arch == Arch::Olmo2)
+            && cfg.arch != Arch::Cohere2
+        {
             Some(matrix(f, "output.weight", d, cfg.vocab_size)?)
         } else {
             None

@@ -5,7 +5,9 @@
 //! # Layout
 //!
 //! - [`spec`]: [`TokenizerSpec`], the tokenizer metadata read from a GGUF file.
-//! - `pretokenize`: llama.cpp's split regexes per `tokenizer.ggml.pre`.
+//! - `pretokenize`: the `tokenizers` pre-tokenizer for a `tokenizer.ggml.pre` name;
+//!   `pre_regex`: llama.cpp's regexes and the names that select them (checked against
+//!   llama.cpp's `/tokenize` by tests/pretok_oracle.rs).
 //! - `special`: splitting input at special-token texts before BPE.
 //! - `spm`: llama.cpp's SentencePiece merge, for `tokenizer.ggml.model = "llama"`.
 //! - `byte_level`: GPT-2's byte ⇄ char alphabet, for decoding.
@@ -22,6 +24,7 @@ mod date;
 pub use date::civil_from_days;
 mod error;
 mod incremental;
+mod pre_regex;
 mod pretokenize;
 pub mod spec;
 mod special;

@@ -17,14 +17,7 @@ use tokenizers::SplitDelimiterBehavior;
 
 use crate::error::{Result, TokenizerError};
 
-/// GPT-2's word regex (llama.cpp's `LLAMA_VOCAB_PRE_TYPE_GPT2`).
-const GPT2: &str = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)";
-
-/// Llama 3's word regex: case-insensitive contractions, numbers in groups of up to three.
-const LLAMA3: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
-
-/// Qwen 2's word regex: as Llama 3's but every digit is its own word.
-const QWEN2: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+use crate::pre_regex::{DEFAULT, FAMILIES};
 
 /// The split rules selected by one `tokenizer.ggml.pre` value.
 #[derive(Clone, Debug, PartialEq)]
@@ -32,64 +25,41 @@ pub(crate) struct PreRules {
     /// Regexes applied in order (see the module doc).
     pub regexes: Vec<&'static str>,
     /// A word that is itself a vocabulary entry becomes that token without running merges
-    /// (llama.cpp's `tokenizer_ignore_merges`, set for Llama 3).
+    /// (llama.cpp's `tokenizer_ignore_merges`, set for Llama 3, Tekken and GLM-4).
     pub ignore_merges: bool,
 }
 
-const SMOLLM_NAMES: &[&str] = &[
-    "smollm",
-    "starcoder",
-    "refact",
-    "command-r",
-    "codeshell",
-    "exaone",
-    "minerva-7b",
-];
-const GPT2_NAMES: &[&str] = &["gpt2", "gpt-2", "phi-2", "mpt", "olmo", "roberta-bpe"];
-const LLAMA3_NAMES: &[&str] = &["llama3", "llama-v3", "llama-bpe", "falcon3"];
-const QWEN2_NAMES: &[&str] = &["qwen2", "deepseek-r1-qwen", "megrez"];
-
-/// True for the `pre` names llama.cpp treats as Llama 3 (which also default to adding BOS).
-pub(crate) fn is_llama3_family(pre: &str) -> bool {
-    LLAMA3_NAMES.contains(&pre)
+/// Whether llama.cpp adds BOS by default for `pre` (Llama 3 and Tekken vocabularies; the
+/// file's `add_bos_token` overrides).
+pub(crate) fn adds_bos(pre: &str) -> bool {
+    FAMILIES.iter().any(|f| f.add_bos && f.names.contains(&pre))
 }
 
 /// The rules for `pre` (`None` = llama.cpp's `default`).
 pub(crate) fn rules_for(pre: Option<&str>) -> Result<PreRules> {
     let pre = pre.unwrap_or("default");
-    let (regexes, ignore_merges) = if pre == "default" {
-        // llama.cpp's fallback list for BPE vocabularies without a known pre-tokenizer.
-        (
-            vec![r"[\p{P}\$\+<=>\^~\|]+", GPT2, r"\p{N}+", r"[0-9][0-9][0-9]"],
-            false,
-        )
-    } else if SMOLLM_NAMES.contains(&pre) {
-        (vec![r"\p{N}", GPT2], false)
-    } else if GPT2_NAMES.contains(&pre) {
-        (vec![GPT2], false)
-    } else if LLAMA3_NAMES.contains(&pre) {
-        (vec![LLAMA3], true)
-    } else if QWEN2_NAMES.contains(&pre) {
-        (vec![QWEN2], false)
-    } else {
-        let known = ["default"]
-            .iter()
-            .chain(SMOLLM_NAMES)
-            .chain(GPT2_NAMES)
-            .chain(LLAMA3_NAMES)
-            .chain(QWEN2_NAMES)
-            .copied()
-            .collect::<Vec<_>>()
-            .join(", ");
-        return Err(TokenizerError::UnsupportedPre {
-            pre: pre.to_owned(),
-            known,
+    if pre == "default" {
+        return Ok(PreRules {
+            regexes: DEFAULT.to_vec(),
+            ignore_merges: false,
         });
-    };
-    Ok(PreRules {
-        regexes,
-        ignore_merges,
-    })
+    }
+    match FAMILIES.iter().find(|f| f.names.contains(&pre)) {
+        Some(f) => Ok(PreRules {
+            regexes: f.regexes.to_vec(),
+            ignore_merges: f.ignore_merges,
+        }),
+        None => {
+            let known = std::iter::once("default")
+                .chain(FAMILIES.iter().flat_map(|f| f.names.iter().copied()))
+                .collect::<Vec<_>>()
+                .join(", ");
+            Err(TokenizerError::UnsupportedPre {
+                pre: pre.to_owned(),
+                known,
+            })
+        }
+    }
 }
 
 /// The `tokenizers` pre-tokenizer implementing `rules`.
@@ -126,6 +96,16 @@ mod tests {
         assert!(rules_for(Some("llama-bpe")).unwrap().ignore_merges);
         assert_eq!(rules_for(Some("smollm")).unwrap().regexes[0], r"\p{N}");
         assert_eq!(rules_for(None).unwrap().regexes.len(), 4);
+    }
+
+    #[test]
+    fn every_regex_compiles() {
+        for f in FAMILIES {
+            for name in f.names {
+                build(&rules_for(Some(name)).unwrap()).unwrap();
+            }
+        }
+        assert!(adds_bos("tekken") && adds_bos("llama-bpe") && !adds_bos("gpt-4o"));
     }
 }
 

@@ -97,9 +97,7 @@ impl TokenizerSpec {
             Some(v) => int_array(v, TOKEN_TYPE)?,
         };
         let merges = str_array(f, MERGES)?.unwrap_or_default();
-        let llama3_like = pre
-            .as_deref()
-            .is_some_and(crate::pretokenize::is_llama3_family);
+        let llama3_like = pre.as_deref().is_some_and(crate::pretokenize::adds_bos);
         let add_bos = opt_bool(f, ADD_BOS)?.unwrap_or(model == "llama" || llama3_like);
         let add_eos = opt_bool(f, ADD_EOS)?.unwrap_or(false);
         let spm = model == "llama";
@@ -109,7 +107,10 @@ impl TokenizerSpec {
         };
         // llama.cpp's SentencePiece defaults, dropped when outside the vocabulary.
         let spm_default = |id: u32| (spm && (id as usize) < tokens.len()).then_some(id);
-        let bos_id = opt_id(f, BOS)?.or(spm_default(1));
+        let bos_id = match pre.as_deref() {
+            Some(p) if crate::pre_regex::NO_BOS.contains(&p) => None,
+            _ => opt_id(f, BOS)?.or(spm_default(1)),
+        };
         let eos_id = opt_id(f, EOS)?.or(spm_default(2));
         let unk_id = opt_id(f, UNK)?.or(spm_default(0));
         let add_space_prefix = opt_bool(f, ADD_SPACE_PREFIX)?.unwrap_or(spm);
