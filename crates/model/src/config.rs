@@ -24,6 +24,9 @@ pub enum Arch {
     /// Phi-3: Q/K/V fused in `attn_qkv` and gate/up in `ffn_up` (gate first); NeoX-style
     /// RoPE, LongRoPE factors in the 128k files.
     Phi3,
+    /// DeepSeek-V2/V3, Kimi K2: multi-head latent attention ([`crate::mla`]), leading dense
+    /// layers, then MoE layers with shared experts; "normal" RoPE on the rotary part only.
+    Deepseek2,
 }
 
 impl Arch {
@@ -35,6 +38,7 @@ impl Arch {
             "gemma3" => Ok(Arch::Gemma3),
             "gemma2" => Ok(Arch::Gemma2),
             "phi3" => Ok(Arch::Phi3),
+            "deepseek2" => Ok(Arch::Deepseek2),
             other => Err(ModelError::UnsupportedArch(other.to_string())),
         }
     }
@@ -46,11 +50,12 @@ impl Arch {
             Arch::Gemma3 => "gemma3",
             Arch::Gemma2 => "gemma2",
             Arch::Phi3 => "phi3",
+            Arch::Deepseek2 => "deepseek2",
         }
     }
     /// NeoX RoPE rotates (x[i], x[i + d/2]); llama's GGUF layout rotates adjacent pairs.
     pub fn rope_neox(&self) -> bool {
-        !matches!(self, Arch::Llama)
+        !matches!(self, Arch::Llama | Arch::Deepseek2)
     }
     /// Per-head RMSNorm of Q and K before RoPE.
     pub fn qk_norm(&self) -> bool {
@@ -119,6 +124,9 @@ pub struct ModelConfig {
     /// `pooling_type` (llama.cpp's enum: 1 mean, 2 cls, 3 last, 4 rank), which embedding
     /// models set; `None` when absent (generative models).
     pub pooling_type: Option<u64>,
+    /// Multi-head latent attention (`deepseek2`): then `n_kv_heads` is 1 and `head_dim` is
+    /// the cached latent row, `kv_lora_rank + rope_dim` (see [`crate::mla`]).
+    pub mla: Option<crate::mla::MlaConfig>,
 }
 
 /// The `rope.scaling.*` parameters besides the linear scale, as llama.cpp derives them
@@ -244,10 +252,25 @@ fn rope_scaling(
     let mut attn_factor = 1.0f32;
     if ext_factor != 0.0 {
         let factor = 1.0 / freq_scale;
-        attn_factor = if factor <= 1.0 {
-            1.0
+        let get_mscale = |m: f32| {
+            if factor <= 1.0 {
+                1.0
+            } else {
+                0.1 * m * factor.ln() + 1.0
+            }
+        };
+        // DeepSeek-V2's `mscale_all_dim` (llama.cpp's llama-context.cpp: with mscale taken
+        // equal to it, the ratio is 1).
+        let log_mul = crate::mla::yarn_log_mul(f, arch)?;
+        attn_factor = if log_mul != 0.0 {
+            let m = if arch == "deepseek2" && log_mul != 1.0 {
+                log_mul
+            } else {
+                1.0
+            };
+            get_mscale(m) / get_mscale(log_mul)
         } else {
-            0.1 * factor.ln() + 1.0
+            get_mscale(1.0)
         };
         // ggml's rope_yarn multiplies by this again.
         attn_factor *= 1.0 / (1.0 + 0.1 * factor.ln());
@@ -318,8 +341,10 @@ impl ModelConfig {
             }
             d_model / n_heads
         };
-        // folio's cache and attention use one head size for K and V.
-        if has("attention.value_length") {
+        let mla = crate::mla::MlaConfig::from_gguf(f, &arch_name, n_heads, head_dim)?;
+        // folio's cache and attention use one head size for K and V (MLA: V is the latent
+        // part of the K row, checked by MlaConfig).
+        if has("attention.value_length") && mla.is_none() {
             let v = get("attention.value_length", MAX_HEAD_DIM)?;
             if v != head_dim {
                 return Err(meta_err(
@@ -345,6 +370,17 @@ impl ModelConfig {
             head_dim
         };
         let (rope_freq_scale, rope_yarn) = rope_scaling(f, &arch_name, context_length)?;
+        if let Some(m) = &mla {
+            if rope_dim != m.qk_rope {
+                return Err(meta_err(
+                    &key("rope.dimension_count"),
+                    format!(
+                        "{rope_dim} differs from the MLA rotary head part {}",
+                        m.qk_rope
+                    ),
+                ));
+            }
+        }
         let vocab_size = if has("vocab_size") {
             get("vocab_size", MAX_VOCAB_SIZE)?
         } else {
@@ -440,6 +476,15 @@ impl ModelConfig {
         let final_softcap = cap("final_logit_softcapping", final_cap)?;
         let attn_softcap = cap("attn_logit_softcapping", attn_cap)?;
         let moe = crate::moe::MoeConfig::from_gguf(f, &arch_name, ffn_dim)?;
+        // MLA: one cached latent row per token (MQA over it), scaled as llama.cpp's deepseek2.
+        let (n_kv_heads, head_dim, attn_scale) = match &mla {
+            Some(m) => (
+                1,
+                m.row_dim(),
+                m.kq_scale(f, &arch_name, rope_freq_scale, &rope_yarn)?,
+            ),
+            None => (n_kv_heads, head_dim, attn_scale),
+        };
         let cfg = ModelConfig {
             arch,
             n_layers,
@@ -464,6 +509,7 @@ impl ModelConfig {
             moe,
             rope_yarn,
             pooling_type: f.get_u64(&key("pooling_type")).ok(),
+            mla,
         };
         cfg.validate()?;
         Ok(cfg)
@@ -499,8 +545,23 @@ impl ModelConfig {
     }
 
     /// Bytes of K and V per token at `bytes_per_value` (DESIGN.md §requests: k = 2 × layers × kv_heads × head_dim × bytes).
+    /// MLA caches one latent row (no V): see [`ModelConfig::kv_bytes_per_token_uncompressed`].
     pub fn kv_bytes_per_token(&self, bytes_per_value: f64) -> f64 {
-        2.0 * self.n_layers as f64 * self.n_kv_heads as f64 * self.head_dim as f64 * bytes_per_value
+        let kv = if self.mla.is_some() { 1.0 } else { 2.0 };
+        kv * self.n_layers as f64 * self.n_kv_heads as f64 * self.head_dim as f64 * bytes_per_value
+    }
+
+    /// KV bytes per token of the uncompressed form: for MLA the K and V of every head
+    /// (`n_heads × (qk_nope + qk_rope + v_head_dim)` values per layer), what the latent
+    /// cache saves against; for the other models the same as [`ModelConfig::kv_bytes_per_token`].
+    pub fn kv_bytes_per_token_uncompressed(&self, bytes_per_value: f64) -> f64 {
+        match &self.mla {
+            Some(m) => {
+                let per_layer = self.n_heads * (m.qk_head_dim() + m.v_head_dim);
+                (self.n_layers * per_layer) as f64 * bytes_per_value
+            }
+            None => self.kv_bytes_per_token(bytes_per_value),
+        }
     }
 
     /// Multiply-accumulate FLOPs of the weight matmuls for one token (2 per weight).
@@ -512,7 +573,10 @@ impl ModelConfig {
             Some(m) => m.active_ffn_params(self.d_model) as f64,
             None => 3.0 * d * self.ffn_dim as f64,
         };
-        let per_layer = d * q + 2.0 * d * kv + q * d + ffn;
+        let per_layer = match &self.mla {
+            Some(m) => m.attn_params(self.d_model, self.n_heads) as f64 + ffn,
+            None => d * q + 2.0 * d * kv + q * d + ffn,
+        };
         2.0 * (self.n_layers as f64 * per_layer + d * self.vocab_size as f64)
     }
 }
