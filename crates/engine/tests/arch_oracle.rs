@@ -177,3 +177,13 @@ fn check(arch: &str) {
 fn llama() {
     check("llama")
 }
+
+#[test]
+fn deepseek2() {
+    check("deepseek2")
+}
+
+#[test]
+fn deepseek2_v3() {
+    check("deepseek2_v3")
+}

@@ -103,7 +103,13 @@ impl MlaConfig {
                 "missing (required for deepseek2)".into(),
             )
         })?;
-        let q_lora_rank = get("attention.q_lora_rank")?.unwrap_or(0);
+        // 0 (or absent) = direct `attn_q`: llama.cpp requires the key outside V2-Lite's
+        // shapes, and a converter writes 0 for a model without low-rank Q.
+        let q_lora_rank = match f.get(&key("attention.q_lora_rank")) {
+            Some(_) if f.get_u64(&key("attention.q_lora_rank"))? == 0 => 0,
+            Some(_) => get("attention.q_lora_rank")?.unwrap_or(0),
+            None => 0,
+        };
         let rope_key = key("rope.dimension_count");
         let qk_rope = get("rope.dimension_count")?
             .ok_or_else(|| meta_err(&rope_key, "missing (required for deepseek2)".into()))?;
