@@ -56,6 +56,23 @@ pub struct ModelProfile {
     /// How many of the layers attend through that window (Gemma 3: 5 of every 6).
     #[serde(default)]
     pub window_layers: u64,
+    /// Multi-head latent attention (DeepSeek-V2/V3, Kimi K2): the cache holds one latent
+    /// row per token per layer instead of every head's K and V.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mla: Option<MlaKv>,
+}
+
+/// The shapes of multi-head latent attention's KV (`deepseek2.attention.*`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MlaKv {
+    /// `kv_lora_rank`: the cached latent width.
+    pub kv_lora_rank: u64,
+    /// `rope.dimension_count`: the shared rotary key part, cached beside the latent.
+    pub rope_dim: u64,
+    /// `key_length_mla`: a head's decompressed key width (non-rotary + rotary).
+    pub qk_head_dim: u64,
+    /// `value_length_mla`: a head's decompressed value width.
+    pub v_head_dim: u64,
 }
 
 fn two() -> f64 {
@@ -146,9 +163,28 @@ impl ModelProfile {
             .unwrap_or_else(|| (self.read_params() as f64 * self.weight_bytes_per_param) as u64)
     }
 
-    /// Values of K and V per token over all layers: `2 × layers × kv_heads × head_dim`.
+    /// Values of K and V per token over all layers: `2 × layers × kv_heads × head_dim`; for
+    /// MLA the cached latent row, `layers × (kv_lora_rank + rope_dim)`.
     pub fn kv_values_per_token(&self) -> u64 {
-        2 * self.layers * self.kv_heads * self.head_dim
+        match &self.mla {
+            Some(m) => self.layers * (m.kv_lora_rank + m.rope_dim),
+            None => 2 * self.layers * self.kv_heads * self.head_dim,
+        }
+    }
+
+    /// Values per token of the uncompressed K and V: for MLA every head's decompressed K and
+    /// V, `layers × heads × (qk_head_dim + v_head_dim)` (what the latent saves against);
+    /// otherwise [`ModelProfile::kv_values_per_token`].
+    pub fn kv_values_per_token_uncompressed(&self) -> u64 {
+        match &self.mla {
+            Some(m) => self.layers * self.heads * (m.qk_head_dim + m.v_head_dim),
+            None => self.kv_values_per_token(),
+        }
+    }
+
+    /// The uncompressed form's KV bytes per token in `format`.
+    pub fn kv_bytes_per_token_uncompressed_in(&self, format: KvFormat) -> u64 {
+        format.bytes_for(self.kv_values_per_token_uncompressed())
     }
 
     /// `k`: KV bytes per token in `format`.
@@ -266,6 +302,7 @@ fn dense(
         weight_files: Vec::new(),
         sliding_window: 0,
         window_layers: 0,
+        mla: None,
     }
 }
 
