@@ -401,6 +401,29 @@ mod tests {
     }
 
     #[test]
+    fn mla_caches_the_latent_row() {
+        // DeepSeek-V2-Lite: 27 layers, 16 heads, kv_lora_rank 512, rope 64, K 192, V 128.
+        let mut m = dense("DeepSeek-V2-Lite", 27, 2048, 16, 1, 576, 1408, 102_400);
+        m.kv_format = KvFormat::F16;
+        m.mla = Some(MlaKv {
+            kv_lora_rank: 512,
+            rope_dim: 64,
+            qk_head_dim: 192,
+            v_head_dim: 128,
+        });
+        assert_eq!(m.kv_bytes_per_token(), 27 * 576 * 2);
+        assert_eq!(
+            m.kv_bytes_per_token_uncompressed_in(KvFormat::F16),
+            27 * 16 * (192 + 128) * 2
+        );
+        let r = crate::capacity::capacity(&m, KvFormat::F16, &[], 16, 1 << 30, None).unwrap();
+        assert_eq!(r.uncompressed_bytes_per_token, Some(276_480));
+        assert!(r.tables()[0].title.contains("uncompressed K+V 276,480 B"));
+        m.mla = None;
+        assert_eq!(m.kv_bytes_per_token_uncompressed_in(KvFormat::F16), m.kv_bytes_per_token());
+    }
+
+    #[test]
     fn resolve_rejects_unknown() {
         let e = ModelProfile::resolve("gpt-9").unwrap_err().to_string();
         assert!(e.contains("gpt-9") && e.contains("qwen3-8b"), "{e}");
