@@ -401,6 +401,7 @@ pub(crate) struct MlaStep<'a> {
 
 /// `out` (`[n][d_model]`) = the attention block of layer `s.layer` over the normed rows `h`:
 /// writes every token's latent row into `kv` first, then attends in the absorbed form.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn forward(
     s: &MlaStep,
     wqkv: &QMatrix,
