@@ -329,9 +329,11 @@ impl Model {
             x.iter_mut().for_each(|v| *v *= c.embed_scale);
         }
         let mut h = vec![0f32; n * d];
-        let mut qkv = vec![0f32; n * qkv_dim];
-        let mut q = vec![0f32; n * qd];
-        let mut attn = vec![0f32; n * qd];
+        // MLA sizes its own buffers (crate::mla): these stay empty.
+        let gqa_rows = if c.mla.is_some() { 0 } else { n };
+        let mut qkv = vec![0f32; gqa_rows * qkv_dim];
+        let mut q = vec![0f32; gqa_rows * qd];
+        let mut attn = vec![0f32; gqa_rows * qd];
         let mut proj = vec![0f32; n * d];
         let mut gu = vec![0f32; n * 2 * c.ffn_dim];
         let mut act = vec![0f32; n * c.ffn_dim];
