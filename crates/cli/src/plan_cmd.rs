@@ -114,12 +114,13 @@ fn model_from_gguf(path: &Path) -> Result<ModelProfile> {
         _ => dense_ffn,
     };
     // Window layers as the model crate counts them (Gemma 3's pattern, Mistral's all).
-    let (window, window_layers) = match folio_model::ModelConfig::from_gguf(&f) {
+    let (window, window_layers, mla) = match folio_model::ModelConfig::from_gguf(&f) {
         Ok(c) => (
             c.sliding_window.unwrap_or(0) as u64,
             c.window_layers.iter().filter(|&&w| w).count() as u64,
+            c.mla,
         ),
-        Err(_) => (0, 0),
+        Err(_) => (0, 0, None),
     };
     let name = path
         .file_stem()
@@ -147,6 +148,12 @@ fn model_from_gguf(path: &Path) -> Result<ModelProfile> {
         }],
         sliding_window: window,
         window_layers,
+        mla: mla.map(|m| folio_plan::model::MlaKv {
+            kv_lora_rank: m.kv_lora_rank as u64,
+            rope_dim: m.qk_rope as u64,
+            qk_head_dim: m.qk_head_dim() as u64,
+            v_head_dim: m.v_head_dim as u64,
+        }),
     };
     m.validate()?;
     Ok(m)

@@ -205,6 +205,11 @@ pub struct EngineInfo {
     pub kv_layers_per_block: usize,
     /// Bytes of one block (page).
     pub kv_block_bytes: usize,
+    /// KV bytes one token takes in the cache, all layers (MLA: the latent row).
+    pub kv_bytes_per_token: usize,
+    /// KV bytes per token of the uncompressed K and V (MLA: every head's decompressed K and
+    /// V, what the latent row saves against; otherwise equal to `kv_bytes_per_token`).
+    pub kv_bytes_per_token_uncompressed: usize,
     pub kv_format: String,
     /// Matmul arithmetic: "fast" (block sums) or "llama" (llama.cpp's exact order).
     pub numerics: String,

@@ -234,3 +234,13 @@ fn glm4() {
 fn cohere2() {
     check("cohere2")
 }
+
+#[test]
+fn deepseek2() {
+    check("deepseek2")
+}
+
+#[test]
+fn deepseek2_v3() {
+    check("deepseek2_v3")
+}

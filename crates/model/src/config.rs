@@ -50,6 +50,9 @@ pub enum Arch {
     /// sliding-window layers with RoPE then one global layer without RoPE, logits times
     /// `logit_scale`, the output head always tied to the embeddings.
     Cohere2,
+    /// DeepSeek-V2/V3, Kimi K2: multi-head latent attention ([`crate::mla`]), leading dense
+    /// layers, then MoE layers with shared experts; "normal" RoPE on the rotary part only.
+    Deepseek2,
 }
 
 impl Arch {
@@ -68,6 +71,7 @@ impl Arch {
             "mistral3" => Ok(Arch::Mistral3),
             "glm4" => Ok(Arch::Glm4),
             "cohere2" => Ok(Arch::Cohere2),
+            "deepseek2" => Ok(Arch::Deepseek2),
             other => Err(ModelError::UnsupportedArch(other.to_string())),
         }
     }
@@ -86,6 +90,7 @@ impl Arch {
             Arch::Mistral3 => "mistral3",
             Arch::Glm4 => "glm4",
             Arch::Cohere2 => "cohere2",
+            Arch::Deepseek2 => "deepseek2",
         }
     }
     /// NeoX RoPE rotates (x[i], x[i + d/2]); llama's GGUF layout rotates adjacent pairs.
@@ -99,6 +104,7 @@ impl Arch {
                 | Arch::Mistral3
                 | Arch::Glm4
                 | Arch::Cohere2
+                | Arch::Deepseek2
         )
     }
     /// Per-head RMSNorm of Q and K before RoPE.
@@ -205,6 +211,9 @@ pub struct ModelConfig {
     /// Attention and FFN in parallel from the same normed input, both added to the
     /// residual (cohere2); no `ffn_norm`.
     pub parallel_block: bool,
+    /// Multi-head latent attention (`deepseek2`): then `n_kv_heads` is 1 and `head_dim` is
+    /// the cached latent row, `kv_lora_rank + rope_dim` (see [`crate::mla`]).
+    pub mla: Option<crate::mla::MlaConfig>,
 }
 
 /// Llama 4's attention temperature tuning: each query (after RoPE) is multiplied by
@@ -364,21 +373,34 @@ fn rope_scaling(
                 0.1 * m * factor.ln() + 1.0
             }
         };
-        // `rope.scaling.yarn_log_multiplier` (HF's `mscale_all_dim`, mscale taken as 1).
-        let log_mul_key = key("rope.scaling.yarn_log_multiplier");
-        let log_mul = match f.get(&log_mul_key) {
-            Some(_) => f.get_f32(&log_mul_key)?,
-            None => 0.0,
+        // `rope.scaling.yarn_log_multiplier` (HF's `mscale_all_dim`): deepseek2 reads it its
+        // own way ([`crate::mla::yarn_log_mul`]; with mscale taken equal to it the ratio is
+        // 1, as llama.cpp's llama-context.cpp), the others with mscale taken as 1.
+        let log_mul = if arch == "deepseek2" {
+            crate::mla::yarn_log_mul(f, arch)?
+        } else {
+            let log_mul_key = key("rope.scaling.yarn_log_multiplier");
+            let v = match f.get(&log_mul_key) {
+                Some(_) => f.get_f32(&log_mul_key)?,
+                None => 0.0,
+            };
+            if !v.is_finite() || v < 0.0 {
+                return Err(meta_err(
+                    &log_mul_key,
+                    format!("{v} must be a finite number >= 0"),
+                ));
+            }
+            v
         };
-        if !log_mul.is_finite() || log_mul < 0.0 {
-            return Err(meta_err(
-                &log_mul_key,
-                format!("{log_mul} must be a finite number >= 0"),
-            ));
-        }
-        attn_factor = match log_mul != 0.0 {
-            true => mscale(1.0) / mscale(log_mul),
-            false => mscale(1.0),
+        attn_factor = if log_mul != 0.0 {
+            let m = if arch == "deepseek2" && log_mul != 1.0 {
+                log_mul
+            } else {
+                1.0
+            };
+            mscale(m) / mscale(log_mul)
+        } else {
+            mscale(1.0)
         };
         // ggml's rope_yarn multiplies by this again.
         attn_factor *= 1.0 / (1.0 + 0.1 * factor.ln());
@@ -458,8 +480,10 @@ impl ModelConfig {
             }
             d_model / n_heads
         };
-        // folio's cache and attention use one head size for K and V.
-        if has("attention.value_length") {
+        let mla = crate::mla::MlaConfig::from_gguf(f, &arch_name, n_heads, head_dim)?;
+        // folio's cache and attention use one head size for K and V (MLA: V is the latent
+        // part of the K row, checked by MlaConfig).
+        if has("attention.value_length") && mla.is_none() {
             let v = get("attention.value_length", MAX_HEAD_DIM)?;
             if v != head_dim {
                 return Err(meta_err(
@@ -489,6 +513,17 @@ impl ModelConfig {
             head_dim
         };
         let (rope_freq_scale, rope_yarn) = rope_scaling(f, &arch_name, context_length)?;
+        if let Some(m) = &mla {
+            if rope_dim != m.qk_rope {
+                return Err(meta_err(
+                    &key("rope.dimension_count"),
+                    format!(
+                        "{rope_dim} differs from the MLA rotary head part {}",
+                        m.qk_rope
+                    ),
+                ));
+            }
+        }
         let vocab_size = if has("vocab_size") {
             get("vocab_size", MAX_VOCAB_SIZE)?
         } else {
@@ -690,6 +725,15 @@ impl ModelConfig {
         if cohere2 {
             nope_layers = window_layers.iter().map(|&w| !w).collect();
         }
+        // MLA: one cached latent row per token (MQA over it), scaled as llama.cpp's deepseek2.
+        let (n_kv_heads, head_dim, attn_scale) = match &mla {
+            Some(m) => (
+                1,
+                m.row_dim(),
+                m.kq_scale(f, &arch_name, rope_freq_scale, &rope_yarn)?,
+            ),
+            None => (n_kv_heads, head_dim, attn_scale),
+        };
         let cfg = ModelConfig {
             arch,
             n_layers,
@@ -720,6 +764,7 @@ impl ModelConfig {
             attn_temp,
             layer_norm: cohere2,
             parallel_block: cohere2,
+            mla,
         };
         cfg.validate()?;
         Ok(cfg)
@@ -768,8 +813,23 @@ impl ModelConfig {
     }
 
     /// Bytes of K and V per token at `bytes_per_value` (DESIGN.md §requests: k = 2 × layers × kv_heads × head_dim × bytes).
+    /// MLA caches one latent row (no V): see [`ModelConfig::kv_bytes_per_token_uncompressed`].
     pub fn kv_bytes_per_token(&self, bytes_per_value: f64) -> f64 {
-        2.0 * self.n_layers as f64 * self.n_kv_heads as f64 * self.head_dim as f64 * bytes_per_value
+        let kv = if self.mla.is_some() { 1.0 } else { 2.0 };
+        kv * self.n_layers as f64 * self.n_kv_heads as f64 * self.head_dim as f64 * bytes_per_value
+    }
+
+    /// KV bytes per token of the uncompressed form: for MLA the K and V of every head
+    /// (`n_heads × (qk_nope + qk_rope + v_head_dim)` values per layer), what the latent
+    /// cache saves against; for the other models the same as [`ModelConfig::kv_bytes_per_token`].
+    pub fn kv_bytes_per_token_uncompressed(&self, bytes_per_value: f64) -> f64 {
+        match &self.mla {
+            Some(m) => {
+                let per_layer = self.n_heads * (m.qk_head_dim() + m.v_head_dim);
+                (self.n_layers * per_layer) as f64 * bytes_per_value
+            }
+            None => self.kv_bytes_per_token(bytes_per_value),
+        }
     }
 
     /// Multiply-accumulate FLOPs of the weight matmuls for one token (2 per weight).
@@ -781,7 +841,10 @@ impl ModelConfig {
             Some(m) => m.active_ffn_params(self.d_model) as f64,
             None => 3.0 * d * self.ffn_dim as f64,
         };
-        let per_layer = d * q + 2.0 * d * kv + q * d + ffn;
+        let per_layer = match &self.mla {
+            Some(m) => m.attn_params(self.d_model, self.n_heads) as f64 + ffn,
+            None => d * q + 2.0 * d * kv + q * d + ffn,
+        };
         2.0 * (self.n_layers as f64 * per_layer + d * self.vocab_size as f64)
     }
 }

@@ -12,7 +12,10 @@
 //! ```
 //! Heads are outermost inside a block so attention streams one head's rows contiguously.
 //! Values are encoded when written ([`KvCache::write_row`]) and decoded by the attention
-//! kernel as it reads them. Ownership of blocks (tables, ref counts, prefix cache) lives
+//! kernel as it reads them. A latent cache ([`KvCache::new_latent`], multi-head latent
+//! attention) stores K rows only: one head whose row is the compressed latent plus the
+//! shared rotary key, and attention reads its values from the same row.
+//! Ownership of blocks (tables, ref counts, prefix cache) lives
 //! in folio-core; this type only stores values at the slots it is told to.
 
 use crate::kv_layout::KvLayout;
@@ -31,6 +34,8 @@ pub struct KvCache {
     pub head_dim: usize,
     /// Bytes of one (token, head) row: `format.row_bytes(head_dim)`.
     row_bytes: usize,
+    /// Values are the K rows themselves (MLA's latent): `v` holds nothing.
+    v_is_k: bool,
     k: Vec<Vec<u8>>,
     v: Vec<Vec<u8>>,
 }
@@ -58,9 +63,43 @@ impl KvCache {
             n_kv_heads,
             head_dim,
             row_bytes,
+            v_is_k: false,
             // Zero bytes decode to 0.0 in every format (a zero scale for q8_0/q4_0).
             k: (0..slots).map(|_| zeroed(per_slot)).collect(),
             v: (0..slots).map(|_| zeroed(per_slot)).collect(),
+        }
+    }
+
+    /// A cache of one row of `row_dim` values per token per layer, which attention reads as
+    /// both key and value (MLA: `kv_lora_rank + qk_rope`, see [`crate::mla`]): half the
+    /// bytes of a K+V cache of that row, and a fraction of the decompressed K and V.
+    pub fn new_latent(
+        layout: KvLayout,
+        row_dim: usize,
+        block_size: usize,
+        num_blocks: usize,
+        format: KvFormat,
+    ) -> KvCache {
+        let mut c = KvCache::new(layout, 1, row_dim, block_size, 0, format);
+        let per_slot = num_blocks * block_size * c.row_bytes;
+        c.num_blocks = num_blocks;
+        c.v_is_k = true;
+        c.k = (0..c.layout.slots()).map(|_| zeroed(per_slot)).collect();
+        c.v = (0..c.layout.slots()).map(|_| Vec::new()).collect();
+        c
+    }
+
+    /// Whether values are read from the K rows (a latent cache).
+    pub fn is_latent(&self) -> bool {
+        self.v_is_k
+    }
+
+    /// 2 for K and V, 1 for a latent cache.
+    fn planes(&self) -> usize {
+        if self.v_is_k {
+            1
+        } else {
+            2
         }
     }
 
@@ -86,7 +125,7 @@ impl KvCache {
 
     /// Bytes of K+V one token occupies in this cache (all layers and heads).
     pub fn bytes_per_token(&self) -> usize {
-        2 * self.n_layers * self.n_kv_heads * self.row_bytes
+        self.planes() * self.n_layers * self.n_kv_heads * self.row_bytes
     }
 
     /// Bytes of one (token, head) row of K or V.
@@ -111,7 +150,7 @@ impl KvCache {
         let s = self.layout.slot(layer);
         PagedKv {
             k: &self.k[s],
-            v: &self.v[s],
+            v: if self.v_is_k { &self.k[s] } else { &self.v[s] },
             format: self.format,
             head_dim: self.head_dim,
             block_size: self.block_size,
@@ -137,6 +176,27 @@ impl KvCache {
     ) {
         // SAFETY: `&mut self` excludes every other writer.
         unsafe { self.layer_writer(layer).write_row(block, head, slot, k, v) }
+    }
+
+    /// Encodes one token's latent row (`head_dim` values) into (layer, block, slot) of a
+    /// latent cache ([`KvCache::new_latent`]).
+    ///
+    /// # Panics
+    /// If the position is outside the cache, the row is not `head_dim` long or the cache
+    /// is not latent (caller bugs).
+    pub fn write_latent(&mut self, layer: usize, block: usize, slot: usize, row: &[f32]) {
+        assert!(
+            self.v_is_k && row.len() == self.head_dim,
+            "write_latent: a latent cache and a row of head_dim = {} values (got {})",
+            self.head_dim,
+            row.len()
+        );
+        let (off, rb, s) = (
+            self.offset(block, 0, slot),
+            self.row_bytes,
+            self.layout.slot(layer),
+        );
+        attn::store_row(self.format, row, &mut self.k[s][off..off + rb]);
     }
 
     /// Layer `layer`'s K and V for tasks that store rows in parallel, each its own slots
@@ -166,7 +226,8 @@ impl KvCache {
         let off = self.offset(block, head, slot);
         let (rb, s) = (self.row_bytes, self.layout.slot(layer));
         attn::load_row_scalar(self.format, &self.k[s][off..off + rb], k);
-        attn::load_row_scalar(self.format, &self.v[s][off..off + rb], v);
+        let vs = if self.v_is_k { &self.k[s] } else { &self.v[s] };
+        attn::load_row_scalar(self.format, &vs[off..off + rb], v);
     }
 
     /// Copies the first `n_slots` slots of page `src` into page `dst` in every layer slot
@@ -188,7 +249,9 @@ impl KvCache {
                 let s = self.offset(src, h, 0);
                 let d = self.offset(dst, h, 0);
                 self.k[l].copy_within(s..s + n, d);
-                self.v[l].copy_within(s..s + n, d);
+                if !self.v_is_k {
+                    self.v[l].copy_within(s..s + n, d);
+                }
             }
         }
     }
@@ -198,7 +261,7 @@ impl KvCache {
 impl KvCache {
     /// Bytes of one page across all its slots, K and V: the payload of a spilled block.
     pub fn block_payload_bytes(&self) -> usize {
-        2 * self.k.len() * self.block_bytes()
+        self.planes() * self.k.len() * self.block_bytes()
     }
 
     /// Copies out page `block` of every slot (K then V per slot), in the cache's format.
@@ -207,7 +270,9 @@ impl KvCache {
         let mut out = Vec::with_capacity(self.block_payload_bytes());
         for l in 0..self.k.len() {
             out.extend_from_slice(&self.k[l][block * bb..(block + 1) * bb]);
-            out.extend_from_slice(&self.v[l][block * bb..(block + 1) * bb]);
+            if !self.v_is_k {
+                out.extend_from_slice(&self.v[l][block * bb..(block + 1) * bb]);
+            }
         }
         out
     }
@@ -224,9 +289,12 @@ impl KvCache {
             });
         }
         for l in 0..self.k.len() {
-            let o = 2 * l * bb;
+            let o = self.planes() * l * bb;
             self.k[l][block * bb..(block + 1) * bb].copy_from_slice(&payload[o..o + bb]);
-            self.v[l][block * bb..(block + 1) * bb].copy_from_slice(&payload[o + bb..o + 2 * bb]);
+            if !self.v_is_k {
+                self.v[l][block * bb..(block + 1) * bb]
+                    .copy_from_slice(&payload[o + bb..o + 2 * bb]);
+            }
         }
         Ok(())
     }

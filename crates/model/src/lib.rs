@@ -19,6 +19,8 @@
 //!   the bytes.
 //! - [`attention`]: causal grouped-query attention over the paged cache.
 //! - [`model`]: [`Model::forward`], one fused pass over the whole batch.
+//! - [`mla`]: multi-head latent attention (`deepseek2`): the latent KV row in the cache and
+//!   attention in the absorbed form.
 //! - [`moe`]: the mixture-of-experts FFN (`qwen2moe`, `qwen3moe`, Mixtral), grouped by expert.
 //! - [`lora`]: LoRA adapters (llama.cpp's adapter GGUF), applied per row after each base
 //!   matmul, grouped by adapter, so one batch mixes any adapters over one read of the base.
@@ -34,6 +36,7 @@ pub mod error;
 pub mod kv_cache;
 pub mod kv_layout;
 pub mod lora;
+pub mod mla;
 pub mod model;
 pub mod moe;
 pub mod norm;

@@ -145,6 +145,9 @@ impl Model {
             if let Some(m) = l.moe.as_mut() {
                 m.set_sums(sums);
             }
+            if let Some(m) = l.mla.as_mut() {
+                m.set_sums(sums);
+            }
         }
     }
 
@@ -167,6 +170,9 @@ impl Model {
         format: KvFormat,
     ) -> KvCache {
         let c = &self.config;
+        if c.mla.is_some() {
+            return KvCache::new_latent(layout, c.head_dim, block_size, num_blocks, format);
+        }
         KvCache::new(
             layout,
             c.n_kv_heads,
@@ -328,9 +334,11 @@ impl Model {
             x.iter_mut().for_each(|v| *v *= c.embed_scale);
         }
         let mut h = vec![0f32; n * d];
-        let mut qkv = vec![0f32; n * qkv_dim];
-        let mut q = vec![0f32; n * qd];
-        let mut attn = vec![0f32; n * qd];
+        // MLA sizes its own buffers (crate::mla): these stay empty.
+        let gqa_rows = if c.mla.is_some() { 0 } else { n };
+        let mut qkv = vec![0f32; gqa_rows * qkv_dim];
+        let mut q = vec![0f32; gqa_rows * qd];
+        let mut attn = vec![0f32; gqa_rows * qd];
         let mut proj = vec![0f32; n * d];
         let mut gu = vec![0f32; n * 2 * c.ffn_dim];
         let mut act = vec![0f32; n * c.ffn_dim];
@@ -396,87 +404,102 @@ impl Model {
                 softcap: c.attn_softcap,
                 q_round: self.attn_precision.query_format(kv.format),
             };
-            w.wqkv.matmul(&h, n, &mut qkv, pool);
-            if let Some(lr) = &lora {
-                lr.apply(pool, l, LoraMatrix::Qkv, &h, d, &mut qkv, qkv_dim);
-            }
-            {
-                let (qkv_rows, q_rows) = (Rows::new(&mut qkv, qkv_dim), Rows::new(&mut q, qd));
-                let cache = kv.layer_writer(l);
-                par::ranges(pool, n, &|r| {
-                    let mut tmp = Vec::new();
-                    for t in r {
-                        // SAFETY: row t belongs to this task alone.
-                        let (row, q_out) = unsafe { (qkv_rows.row(t), q_rows.row(t)) };
-                        if !w.bqkv.is_empty() {
-                            ops::add_inplace(row, &w.bqkv);
-                        }
-                        let (qr, rest) = row.split_at_mut(qd);
-                        let (kr, vr) = rest.split_at_mut(kvd);
-                        if qk_whole {
-                            // OLMo 2: one norm over all heads of Q, one over all of K.
-                            for (s, norm) in [(&mut *qr, &w.q_norm), (&mut *kr, &w.k_norm)] {
-                                tmp.clear();
-                                tmp.extend_from_slice(s);
-                                ops::rmsnorm(&tmp, norm, c.rms_eps, s);
+            if let (Some(m), Some(mw)) = (&c.mla, &w.mla) {
+                // Multi-head latent attention over the latent cache (crate::mla).
+                let step = crate::mla::MlaStep {
+                    cfg: c,
+                    m,
+                    layer: l,
+                    batch,
+                    token_pos: &token_pos,
+                    rope,
+                    shape,
+                    llama_orders,
+                };
+                crate::mla::forward(&step, &w.wqkv, &w.wo, mw, kv, &h, &mut proj, pool);
+            } else {
+                w.wqkv.matmul(&h, n, &mut qkv, pool);
+                if let Some(lr) = &lora {
+                    lr.apply(pool, l, LoraMatrix::Qkv, &h, d, &mut qkv, qkv_dim);
+                }
+                {
+                    let (qkv_rows, q_rows) = (Rows::new(&mut qkv, qkv_dim), Rows::new(&mut q, qd));
+                    let cache = kv.layer_writer(l);
+                    par::ranges(pool, n, &|r| {
+                        let mut tmp = Vec::new();
+                        for t in r {
+                            // SAFETY: row t belongs to this task alone.
+                            let (row, q_out) = unsafe { (qkv_rows.row(t), q_rows.row(t)) };
+                            if !w.bqkv.is_empty() {
+                                ops::add_inplace(row, &w.bqkv);
                             }
-                        } else if !w.q_norm.is_empty() {
-                            for (s, norm) in qr
-                                .chunks_exact_mut(hd)
-                                .map(|s| (s, &w.q_norm))
-                                .chain(kr.chunks_exact_mut(hd).map(|s| (s, &w.k_norm)))
-                            {
-                                tmp.clear();
-                                tmp.extend_from_slice(s);
-                                ops::rmsnorm(&tmp, norm, c.rms_eps, s);
+                            let (qr, rest) = row.split_at_mut(qd);
+                            let (kr, vr) = rest.split_at_mut(kvd);
+                            if qk_whole {
+                                // OLMo 2: one norm over all heads of Q, one over all of K.
+                                for (s, norm) in [(&mut *qr, &w.q_norm), (&mut *kr, &w.k_norm)] {
+                                    tmp.clear();
+                                    tmp.extend_from_slice(s);
+                                    ops::rmsnorm(&tmp, norm, c.rms_eps, s);
+                                }
+                            } else if !w.q_norm.is_empty() {
+                                for (s, norm) in qr
+                                    .chunks_exact_mut(hd)
+                                    .map(|s| (s, &w.q_norm))
+                                    .chain(kr.chunks_exact_mut(hd).map(|s| (s, &w.k_norm)))
+                                {
+                                    tmp.clear();
+                                    tmp.extend_from_slice(s);
+                                    ops::rmsnorm(&tmp, norm, c.rms_eps, s);
+                                }
+                            }
+                            let pos = token_pos[t].1;
+                            if !no_rope {
+                                rope.apply(qr, nh, pos as u32);
+                                rope.apply(kr, nkv, pos as u32);
+                            }
+                            q_out.copy_from_slice(qr);
+                            if let Some(temp) = &c.attn_temp {
+                                let f = temp.factor(pos);
+                                q_out.iter_mut().for_each(|v| *v *= f);
+                            }
+                            // The token's K and V rows go to its cache slot from this task
+                            // when every slot of the step is distinct (checked above).
+                            if parallel_writes {
+                                let s = slot_of(group, &token_pos[t]);
+                                let rows = kr.chunks_exact(hd).zip(vr.chunks_exact(hd));
+                                for (kh, (k, v)) in rows.enumerate() {
+                                    // SAFETY: slot s is this token's alone.
+                                    unsafe { cache.write_row(s / bs, kh, s % bs, k, v) };
+                                }
                             }
                         }
-                        let pos = token_pos[t].1;
-                        if !no_rope {
-                            rope.apply(qr, nh, pos as u32);
-                            rope.apply(kr, nkv, pos as u32);
+                    });
+                }
+                if !parallel_writes {
+                    for (t, tp) in token_pos.iter().enumerate() {
+                        let s = slot_of(group, tp);
+                        let (k, v) = qkv[t * qkv_dim + qd..(t + 1) * qkv_dim].split_at(kvd);
+                        for (kh, (k, v)) in k.chunks_exact(hd).zip(v.chunks_exact(hd)).enumerate() {
+                            kv.write_row(l, s / bs, kh, s % bs, k, v);
                         }
-                        q_out.copy_from_slice(qr);
-                        if let Some(temp) = &c.attn_temp {
-                            let f = temp.factor(pos);
-                            q_out.iter_mut().for_each(|v| *v *= f);
-                        }
-                        // The token's K and V rows go to its cache slot from this task
-                        // when every slot of the step is distinct (checked above).
-                        if parallel_writes {
-                            let s = slot_of(group, &token_pos[t]);
-                            let rows = kr.chunks_exact(hd).zip(vr.chunks_exact(hd));
-                            for (kh, (k, v)) in rows.enumerate() {
-                                // SAFETY: slot s is this token's alone.
-                                unsafe { cache.write_row(s / bs, kh, s % bs, k, v) };
-                            }
-                        }
-                    }
-                });
-            }
-            if !parallel_writes {
-                for (t, tp) in token_pos.iter().enumerate() {
-                    let s = slot_of(group, tp);
-                    let (k, v) = qkv[t * qkv_dim + qd..(t + 1) * qkv_dim].split_at(kvd);
-                    for (kh, (k, v)) in k.chunks_exact(hd).zip(v.chunks_exact(hd)).enumerate() {
-                        kv.write_row(l, s / bs, kh, s % bs, k, v);
                     }
                 }
-            }
-            attention(
-                batch,
-                &token_pos,
-                kv,
-                l,
-                shape,
-                llama_orders,
-                &q,
-                &mut attn,
-                pool,
-            );
-            w.wo.matmul(&attn, n, &mut proj, pool);
-            if let Some(lr) = &lora {
-                lr.apply(pool, l, LoraMatrix::O, &attn, qd, &mut proj, d);
+                attention(
+                    batch,
+                    &token_pos,
+                    kv,
+                    l,
+                    shape,
+                    llama_orders,
+                    &q,
+                    &mut attn,
+                    pool,
+                );
+                w.wo.matmul(&attn, n, &mut proj, pool);
+                if let Some(lr) = &lora {
+                    lr.apply(pool, l, LoraMatrix::O, &attn, qd, &mut proj, d);
+                }
             }
             scale_rows(&mut proj, c.residual_scale);
             let out = post_norm(pool, &proj, &w.post_attn_norm, norm, &mut normed, d);

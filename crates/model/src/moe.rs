@@ -39,6 +39,18 @@ pub struct MoeConfig {
     pub shared_ffn_dim: usize,
     /// Renormalize the selected experts' weights to sum 1 (qwen3moe, Mixtral; not qwen2moe).
     pub norm_top_k: bool,
+    /// `leading_dense_block_count` (deepseek2): the first layers keep a dense FFN.
+    pub dense_lead: usize,
+    /// `expert_gating_func` = 2: sigmoid router probabilities instead of the softmax
+    /// (DeepSeek-V3), each expert scored alone.
+    pub gating_sigmoid: bool,
+    /// `expert_weights_scale`: factor on the selected experts' weights (1 = none).
+    pub weights_scale: f32,
+    /// `expert_group_count` / `expert_group_used_count`: group-limited routing (DeepSeek-V3)
+    /// picks the `n_group_used` groups with the largest sum of their two best scores and
+    /// selects experts from those only; `n_group` ≤ 1 = off.
+    pub n_group: usize,
+    pub n_group_used: usize,
 }
 
 /// Upper bound on `expert_count` (the largest released models have 256-384).
@@ -105,17 +117,70 @@ impl MoeConfig {
                 "must be > 0, got 0".into(),
             ));
         }
+        let deepseek = arch_name == "deepseek2";
         let shared_ffn_dim = match opt("expert_shared_feed_forward_length")? {
             Some(v) => v,
             None if arch_name == "qwen2moe" => ffn_dim,
+            // llama.cpp's deepseek2: `expert_shared_count` experts of the expert width.
+            None if deepseek => opt("expert_shared_count")?.unwrap_or(0) * expert_ffn_dim,
             None => 0,
         };
+        let gating_key = key("expert_gating_func");
+        let gating_sigmoid = match opt("expert_gating_func")? {
+            None | Some(0) | Some(1) => false,
+            Some(2) => true,
+            Some(v) => {
+                return Err(bad(
+                    "expert_gating_func",
+                    format!("{v} is not supported (1 softmax, 2 sigmoid) in {gating_key}"),
+                ))
+            }
+        };
+        let weights_scale = match f.get(&key("expert_weights_scale")) {
+            Some(_) => {
+                let v = f.get_f32(&key("expert_weights_scale"))?;
+                if !v.is_finite() || v < 0.0 {
+                    return Err(bad(
+                        "expert_weights_scale",
+                        format!("{v} must be a finite number >= 0"),
+                    ));
+                }
+                // 0 means unset to llama.cpp.
+                if v == 0.0 {
+                    1.0
+                } else {
+                    v
+                }
+            }
+            None => 1.0,
+        };
+        let norm_top_k = match f.get(&key("expert_weights_norm")).and_then(|v| v.as_bool()) {
+            Some(b) if deepseek => b,
+            _ if deepseek => false,
+            _ => arch_name != "qwen2moe",
+        };
+        let n_group = opt("expert_group_count")?.unwrap_or(0);
+        let n_group_used = opt("expert_group_used_count")?.unwrap_or(0);
+        if n_group > 1
+            && (!n_expert.is_multiple_of(n_group) || n_group_used == 0 || n_group_used >= n_group)
+        {
+            return Err(bad(
+                "expert_group_used_count",
+                format!("{n_group_used} must be in 1..expert_group_count {n_group}, which must divide expert_count {n_expert}"),
+            ));
+        }
+        let dense_lead = opt("leading_dense_block_count")?.unwrap_or(0);
         Ok(Some(MoeConfig {
             n_expert,
             n_expert_used,
             expert_ffn_dim,
             shared_ffn_dim,
-            norm_top_k: arch_name != "qwen2moe",
+            norm_top_k,
+            dense_lead,
+            gating_sigmoid,
+            weights_scale,
+            n_group,
+            n_group_used,
         }))
     }
 
@@ -151,6 +216,13 @@ pub struct MoeWeights {
     n_used: usize,
     ffn: usize,
     norm_top_k: bool,
+    /// `exp_probs_b.bias` (DeepSeek-V3): added to the probabilities for choosing experts
+    /// only; the weights stay unbiased.
+    probs_bias: Option<Vec<f32>>,
+    gating_sigmoid: bool,
+    weights_scale: f32,
+    n_group: usize,
+    n_group_used: usize,
     /// Times each expert's weights were read (one per step it got rows), since load.
     reads: Vec<AtomicU64>,
     /// Rows each expert got in the layer's last step.
@@ -166,7 +238,7 @@ pub(crate) fn unused() -> QMatrix {
 
 /// Each expert's bytes of a 3-D `[cols, rows, n_expert]` expert tensor (contiguous in the
 /// file, expert after expert), as matrices of `rows × cols`.
-fn experts_of<'a>(
+pub(crate) fn experts_of<'a>(
     f: &'a GgufFile,
     name: &str,
     cols: usize,
@@ -261,6 +333,14 @@ impl MoeWeights {
             n_used: m.n_expert_used,
             ffn: ff,
             norm_top_k: m.norm_top_k,
+            probs_bias: match f.tensor(&n("exp_probs_b.bias")) {
+                Some(_) => Some(vector(f, &n("exp_probs_b.bias"), e)?),
+                None => None,
+            },
+            gating_sigmoid: m.gating_sigmoid,
+            weights_scale: m.weights_scale,
+            n_group: m.n_group,
+            n_group_used: m.n_group_used,
             reads: (0..e).map(|_| AtomicU64::new(0)).collect(),
             last_rows: (0..e).map(|_| AtomicUsize::new(0)).collect(),
             last_experts: Mutex::new(Vec::new()),
@@ -310,15 +390,46 @@ impl MoeWeights {
 
     /// Routes one token: its experts in descending probability and their weights.
     fn route(&self, logits: &[f32], sel: &mut [(usize, f32)]) {
-        let m = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        let mut probs: Vec<f32> = logits.iter().map(|&l| (l - m).exp()).collect();
-        let z: f32 = probs.iter().sum();
-        for p in &mut probs {
-            *p /= z;
+        let probs: Vec<f32> = if self.gating_sigmoid {
+            logits.iter().map(|&l| 1.0 / (1.0 + (-l).exp())).collect()
+        } else {
+            let m = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let mut probs: Vec<f32> = logits.iter().map(|&l| (l - m).exp()).collect();
+            let z: f32 = probs.iter().sum();
+            for p in &mut probs {
+                *p /= z;
+            }
+            probs
+        };
+        // What experts are chosen by: the probabilities plus the selection bias, with the
+        // groups outside the best `n_group_used` masked out.
+        let mut score = probs.clone();
+        if let Some(b) = &self.probs_bias {
+            score.iter_mut().zip(b).for_each(|(s, b)| *s += b);
+        }
+        if self.n_group > 1 {
+            let per = score.len() / self.n_group;
+            let top2 = |g: &[f32]| {
+                let (mut a, mut b) = (f32::NEG_INFINITY, f32::NEG_INFINITY);
+                for &x in g {
+                    if x > a {
+                        (a, b) = (x, a);
+                    } else if x > b {
+                        b = x;
+                    }
+                }
+                a + b
+            };
+            let gs: Vec<f32> = score.chunks(per).map(top2).collect();
+            let mut groups: Vec<usize> = (0..self.n_group).collect();
+            groups.sort_by(|&a, &b| gs[b].total_cmp(&gs[a]));
+            for &g in &groups[self.n_group_used..] {
+                score[g * per..(g + 1) * per].fill(f32::NEG_INFINITY);
+            }
         }
         let mut order: Vec<usize> = (0..probs.len()).collect();
         // Stable: equal probabilities keep the lower expert first.
-        order.sort_by(|&a, &b| probs[b].total_cmp(&probs[a]));
+        order.sort_by(|&a, &b| score[b].total_cmp(&score[a]));
         for (s, &e) in sel.iter_mut().zip(&order) {
             *s = (e, probs[e]);
         }
@@ -328,6 +439,9 @@ impl MoeWeights {
             for s in sel.iter_mut() {
                 s.1 /= sum;
             }
+        }
+        if self.weights_scale != 1.0 {
+            sel.iter_mut().for_each(|s| s.1 *= self.weights_scale);
         }
     }
 

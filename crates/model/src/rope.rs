@@ -66,8 +66,10 @@ pub(crate) fn build(f: &GgufFile, cfg: &ModelConfig) -> Result<Rope, ModelError>
         n_ctx_orig: y.orig_ctx,
         freq_factors: freq_factors(f, cfg)?,
     };
+    // MLA ropes its rotary parts on their own: heads of `rope_dim` values.
+    let head = cfg.mla.as_ref().map_or(cfg.head_dim, |m| m.qk_rope);
     Ok(Rope::with_scaling(
-        cfg.head_dim,
+        head,
         cfg.rope_dim,
         cfg.rope_base,
         cfg.arch.rope_neox(),

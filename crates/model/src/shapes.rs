@@ -12,9 +12,9 @@ use crate::{ModelConfig, ModelError};
 use folio_gguf::GgufFile;
 
 /// One expected dimension: its size and the metadata that sets it.
-type Dim = (usize, String);
+pub(crate) type Dim = (usize, String);
 
-fn expect(f: &GgufFile, name: &str, dims: &[Dim]) -> Result<(), ModelError> {
+pub(crate) fn expect(f: &GgufFile, name: &str, dims: &[Dim]) -> Result<(), ModelError> {
     let Some(t) = f.tensor(name) else {
         return Ok(());
     };
@@ -55,12 +55,16 @@ pub(crate) fn check(f: &GgufFile, cfg: &ModelConfig) -> Result<(), ModelError> {
         let n = |s: &str| format!("blk.{i}.{s}");
         expect(f, &n("attn_norm.weight"), std::slice::from_ref(&d))?;
         expect(f, &n("ffn_norm.weight"), std::slice::from_ref(&d))?;
-        expect(f, &n("attn_q.weight"), &[d.clone(), q.clone()])?;
-        expect(f, &n("attn_k.weight"), &[d.clone(), kv.clone()])?;
-        expect(f, &n("attn_v.weight"), &[d.clone(), kv.clone()])?;
-        let qkv = (q.0 + 2 * kv.0, format!("{} + 2 × {}", q.1, kv.1));
-        expect(f, &n("attn_qkv.weight"), &[d.clone(), qkv])?;
-        expect(f, &n("attn_output.weight"), &[q.clone(), d.clone()])?;
+        if let Some(m) = &cfg.mla {
+            crate::mla::check_shapes(f, cfg, m, i)?;
+        } else {
+            expect(f, &n("attn_q.weight"), &[d.clone(), q.clone()])?;
+            expect(f, &n("attn_k.weight"), &[d.clone(), kv.clone()])?;
+            expect(f, &n("attn_v.weight"), &[d.clone(), kv.clone()])?;
+            let qkv = (q.0 + 2 * kv.0, format!("{} + 2 × {}", q.1, kv.1));
+            expect(f, &n("attn_qkv.weight"), &[d.clone(), qkv])?;
+            expect(f, &n("attn_output.weight"), &[q.clone(), d.clone()])?;
+        }
         expect(f, &n("ffn_gate.weight"), &[d.clone(), ffn.clone()])?;
         if f.tensor(&n("ffn_gate.weight")).is_some() {
             expect(f, &n("ffn_up.weight"), &[d.clone(), ffn.clone()])?;

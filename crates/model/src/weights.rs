@@ -29,6 +29,9 @@ pub struct LayerWeights {
     pub w_down: QMatrix,
     /// The MoE FFN, in place of `w_gate_up`/`w_down` (then 1×1 placeholders).
     pub moe: Option<crate::moe::MoeWeights>,
+    /// Multi-head latent attention's matrices beside `wqkv` (then `attn_q`/`attn_q_a` rows
+    /// and `attn_kv_a_mqa` rows) and `wo` (see [`crate::mla`]).
+    pub mla: Option<crate::mla::MlaWeights>,
 }
 
 /// All weights of a model.
@@ -161,7 +164,16 @@ impl Weights {
             let (q, k, v) = (n("attn_q.weight"), n("attn_k.weight"), n("attn_v.weight"));
             // Phi-3 stores Q, K and V pre-fused in the same row order.
             let fused_qkv = n("attn_qkv.weight");
-            let wqkv = if f.tensor(&fused_qkv).is_some() {
+            let (mla_qkv, mla_wo, mla) = match &cfg.mla {
+                Some(m) => {
+                    let (qkv, wo, rest) = crate::mla::MlaWeights::load(f, cfg, m, i)?;
+                    (Some(qkv), Some(wo), Some(rest))
+                }
+                None => (None, None, None),
+            };
+            let wqkv = if let Some(x) = mla_qkv {
+                x
+            } else if f.tensor(&fused_qkv).is_some() {
                 matrix(f, &fused_qkv, d, q_rows + 2 * kv_rows)?
             } else {
                 stacked(f, &[(&q, q_rows), (&k, kv_rows), (&v, kv_rows)], d)?
@@ -216,8 +228,8 @@ impl Weights {
             }
             let (g, u) = (n("ffn_gate.weight"), n("ffn_up.weight"));
             let moe = match &cfg.moe {
-                Some(m) => Some(crate::moe::MoeWeights::load(f, cfg, m, i)?),
-                None => None,
+                Some(m) if i >= m.dense_lead => Some(crate::moe::MoeWeights::load(f, cfg, m, i)?),
+                _ => None,
             };
             let dense = |m: &Option<_>| -> Result<_, ModelError> {
                 if m.is_some() {
@@ -239,7 +251,10 @@ impl Weights {
                 bqkv,
                 q_norm,
                 k_norm,
-                wo: matrix(f, &n("attn_output.weight"), q_rows, d)?,
+                wo: match mla_wo {
+                    Some(x) => x,
+                    None => matrix(f, &n("attn_output.weight"), q_rows, d)?,
+                },
                 // A parallel block's FFN reads the attention norm's output.
                 ffn_norm: match cfg.parallel_block {
                     true => Vec::new(),
@@ -250,6 +265,7 @@ impl Weights {
                 w_gate_up,
                 w_down,
                 moe,
+                mla,
             });
         }
         // OLMo 2's head is never tied (llama.cpp requires `output.weight`); cohere2's head is
@@ -284,6 +300,7 @@ impl Weights {
             .map(|l| {
                 l.wqkv.weight_bytes()
                     + l.wo.weight_bytes()
+                    + l.mla.as_ref().map_or(0, |m| m.bytes())
                     + match &l.moe {
                         Some(m) => m.all_bytes(),
                         None => l.w_gate_up.weight_bytes() + l.w_down.weight_bytes(),

@@ -65,8 +65,11 @@ pub struct CapacityReport {
     pub format: KvFormat,
     pub block: u64,
     pub budget_bytes: u64,
-    /// `k = 2 × layers × kv_heads × head_dim × bytes per value`.
+    /// `k = 2 × layers × kv_heads × head_dim × bytes per value` (MLA: the latent row).
     pub bytes_per_token: u64,
+    /// MLA: the bytes per token of the decompressed K and V it saves against.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub uncompressed_bytes_per_token: Option<u64>,
     pub rows: Vec<CapacityRow>,
     pub shared: Option<SharedRow>,
 }
@@ -140,6 +143,10 @@ pub fn capacity(
         block,
         budget_bytes: budget,
         bytes_per_token: k,
+        uncompressed_bytes_per_token: model
+            .mla
+            .as_ref()
+            .map(|_| model.kv_bytes_per_token_uncompressed_in(format)),
         rows: shapes
             .iter()
             .map(|(l, s)| row(l, *s, k, block, budget))
@@ -152,11 +159,21 @@ impl CapacityReport {
     pub fn tables(&self) -> Vec<Table> {
         let mut t = Table::new(
             format!(
-                "KV capacity: {} {} KV, {} B = {} KiB per token, {} GiB budget, {}-token blocks",
+                "KV capacity: {} {} KV, {} B = {} KiB per token{}, {} GiB budget, {}-token blocks",
                 self.model,
                 self.format.name(),
                 group(self.bytes_per_token),
                 fx(self.bytes_per_token as f64 / 1024.0, 2),
+                // MLA: the latent row against the decompressed K and V.
+                match self.uncompressed_bytes_per_token {
+                    Some(u) => format!(
+                        " (MLA latent; uncompressed K+V {} B = {} KiB, {}x)",
+                        group(u),
+                        fx(u as f64 / 1024.0, 2),
+                        fx(u as f64 / self.bytes_per_token.max(1) as f64, 1)
+                    ),
+                    None => String::new(),
+                },
                 fx(gib(self.budget_bytes as f64), 2),
                 self.block
             ),

@@ -56,6 +56,23 @@ pub struct ModelProfile {
     /// How many of the layers attend through that window (Gemma 3: 5 of every 6).
     #[serde(default)]
     pub window_layers: u64,
+    /// Multi-head latent attention (DeepSeek-V2/V3, Kimi K2): the cache holds one latent
+    /// row per token per layer instead of every head's K and V.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mla: Option<MlaKv>,
+}
+
+/// The shapes of multi-head latent attention's KV (`deepseek2.attention.*`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MlaKv {
+    /// `kv_lora_rank`: the cached latent width.
+    pub kv_lora_rank: u64,
+    /// `rope.dimension_count`: the shared rotary key part, cached beside the latent.
+    pub rope_dim: u64,
+    /// `key_length_mla`: a head's decompressed key width (non-rotary + rotary).
+    pub qk_head_dim: u64,
+    /// `value_length_mla`: a head's decompressed value width.
+    pub v_head_dim: u64,
 }
 
 fn two() -> f64 {
@@ -146,9 +163,28 @@ impl ModelProfile {
             .unwrap_or_else(|| (self.read_params() as f64 * self.weight_bytes_per_param) as u64)
     }
 
-    /// Values of K and V per token over all layers: `2 × layers × kv_heads × head_dim`.
+    /// Values of K and V per token over all layers: `2 × layers × kv_heads × head_dim`; for
+    /// MLA the cached latent row, `layers × (kv_lora_rank + rope_dim)`.
     pub fn kv_values_per_token(&self) -> u64 {
-        2 * self.layers * self.kv_heads * self.head_dim
+        match &self.mla {
+            Some(m) => self.layers * (m.kv_lora_rank + m.rope_dim),
+            None => 2 * self.layers * self.kv_heads * self.head_dim,
+        }
+    }
+
+    /// Values per token of the uncompressed K and V: for MLA every head's decompressed K and
+    /// V, `layers × heads × (qk_head_dim + v_head_dim)` (what the latent saves against);
+    /// otherwise [`ModelProfile::kv_values_per_token`].
+    pub fn kv_values_per_token_uncompressed(&self) -> u64 {
+        match &self.mla {
+            Some(m) => self.layers * self.heads * (m.qk_head_dim + m.v_head_dim),
+            None => self.kv_values_per_token(),
+        }
+    }
+
+    /// The uncompressed form's KV bytes per token in `format`.
+    pub fn kv_bytes_per_token_uncompressed_in(&self, format: KvFormat) -> u64 {
+        format.bytes_for(self.kv_values_per_token_uncompressed())
     }
 
     /// `k`: KV bytes per token in `format`.
@@ -266,6 +302,7 @@ fn dense(
         weight_files: Vec::new(),
         sliding_window: 0,
         window_layers: 0,
+        mla: None,
     }
 }
 
@@ -361,6 +398,32 @@ mod tests {
     #[test]
     fn smollm2_kv() {
         assert_eq!(smollm2_135m().kv_bytes_per_token(), 23_040);
+    }
+
+    #[test]
+    fn mla_caches_the_latent_row() {
+        // DeepSeek-V2-Lite: 27 layers, 16 heads, kv_lora_rank 512, rope 64, K 192, V 128.
+        let mut m = dense("DeepSeek-V2-Lite", 27, 2048, 16, 1, 576, 1408, 102_400);
+        m.kv_format = KvFormat::F16;
+        m.mla = Some(MlaKv {
+            kv_lora_rank: 512,
+            rope_dim: 64,
+            qk_head_dim: 192,
+            v_head_dim: 128,
+        });
+        assert_eq!(m.kv_bytes_per_token(), 27 * 576 * 2);
+        assert_eq!(
+            m.kv_bytes_per_token_uncompressed_in(KvFormat::F16),
+            27 * 16 * (192 + 128) * 2
+        );
+        let r = crate::capacity::capacity(&m, KvFormat::F16, &[], 16, 1 << 30, None).unwrap();
+        assert_eq!(r.uncompressed_bytes_per_token, Some(276_480));
+        assert!(r.tables()[0].title.contains("uncompressed K+V 276,480 B"));
+        m.mla = None;
+        assert_eq!(
+            m.kv_bytes_per_token_uncompressed_in(KvFormat::F16),
+            m.kv_bytes_per_token()
+        );
     }
 
     #[test]

@@ -186,6 +186,10 @@ pub fn spawn_engine_with_draft(
         kv_capacity_tokens: sched.kv().max_seq_tokens(cfg.max_chunk),
         kv_layers_per_block: kv.layout.slots(),
         kv_block_bytes: block_bytes.round() as usize,
+        kv_bytes_per_token: bytes_per_token.round() as usize,
+        kv_bytes_per_token_uncompressed: c
+            .kv_bytes_per_token_uncompressed(cfg.kv_format.bytes_per_value())
+            .round() as usize,
         kv_format: cfg.kv_format.name().into(),
         numerics: numerics.into(),
         hidden_size: c.d_model,
