@@ -74,7 +74,7 @@ pub(crate) fn block_tq1_0(x: &[f32], out: &mut Vec<u8>) {
         if shift_one {
             q *= 3;
         }
-        ((q as u16 * 256 + 242) / 243) as u8
+        (q as u16 * 256).div_ceil(243) as u8
     };
     for m in 0..32 {
         out.push(pack(&mut (0..5).map(|n| trit(x[m + 32 * n], id)), false));
