@@ -29,11 +29,26 @@
 //!                          dl = d*(ls-32); qs[16ib+j]: low nibble element 32ib+j, high nibble 32ib+16+j;
 //!                          w = dl*KVALUES_IQ4NL[nibble]
 //! BF16   2 B / value     : upper 16 bits of an f32
+//! MXFP4  17 B / 32 values: u8 e | u8 qs[16]          d = 2^(e-128) (e8m0, halved), w[j] = KVALUES_MXFP4[qs[j]&15]*d,
+//!                          w[j+16] = KVALUES_MXFP4[qs[j]>>4]*d
+//! TQ2_0  66 B/256 values : u8 qs[64] | f16 d          element 128n + 32l + m: q = (qs[32n+m] >> 2l) & 3; w = (q-1)*d
+//! TQ1_0  54 B/256 values : u8 qs[48] | u8 qh[4] | f16 d   base-3 digits, 5 per qs byte and 4 per qh byte, stored as
+//!                          fixed-point fractions: digit n of byte b is ((u8)(b*3^n) * 3) >> 8; w = (digit-1)*d
+//!                          (qs[0..32]: elements 32n + m; qs[32..48]: 160 + 16n + m; qh: 240 + 4n + j)
+//! IQ1_S  50 B/256 values : f16 d | u8 qs[32] | u16 qh[8]
+//!                          32-block ib: dl = d*(2*((qh[ib]>>12)&7)+1), delta = qh[ib] bit 15 ? -1/8 : 1/8;
+//!                          8-group l: g = IQ1S_GRID[qs[4ib+l] | ((qh[ib]>>3l)&7)<<8]; w = dl*(g[j]+delta)
+//! IQ1_M  56 B/256 values : u8 qs[32] | u8 qh[16] | u8 scales[8]   (u16 sc[4] = scales)
+//!                          d = f16 from the top nibbles of sc[0..4]; 16-half h of 32-block ib:
+//!                          dl = d*(2*((sc[ib/2] >> 6(ib%2)+3h)&7)+1); 8-group l: nibble l%2 of qh[2ib+l/2] holds
+//!                          3 index bits (idx = qs[4ib+l] | (nibble&7)<<8) and the delta sign (bit 3); w = dl*(g[j]+delta)
 //! ```
 
 use half::f16;
 
 use crate::{GgmlType, GgufError, Result};
+
+pub use crate::iq1s_grid::IQ1S_GRID;
 
 fn f16_at(b: &[u8], i: usize) -> f32 {
     f16::from_bits(u16::from_le_bytes([b[i], b[i + 1]])).to_f32()
@@ -80,6 +95,11 @@ pub fn dequantize(ty: GgmlType, data: &[u8], out: &mut [f32]) -> Result<()> {
         GgmlType::Q6_K => blocks.for_each(|(b, y)| block_q6_k(b, y)),
         GgmlType::IQ4_NL => blocks.for_each(|(b, y)| block_iq4_nl(b, y)),
         GgmlType::IQ4_XS => blocks.for_each(|(b, y)| block_iq4_xs(b, y)),
+        GgmlType::MXFP4 => blocks.for_each(|(b, y)| block_mxfp4(b, y)),
+        GgmlType::TQ1_0 => blocks.for_each(|(b, y)| block_tq1_0(b, y)),
+        GgmlType::TQ2_0 => blocks.for_each(|(b, y)| block_tq2_0(b, y)),
+        GgmlType::IQ1_S => blocks.for_each(|(b, y)| block_iq1_s(b, y)),
+        GgmlType::IQ1_M => blocks.for_each(|(b, y)| block_iq1_m(b, y)),
         GgmlType::Other(_) => {
             return Err(GgufError::UnsupportedType {
                 ty,
@@ -340,6 +360,142 @@ pub fn block_iq4_xs(b: &[u8], y: &mut [f32]) {
         for j in 0..16 {
             out[j] = dl * KVALUES_IQ4NL[(qs[j] & 0x0F) as usize] as f32;
             out[j + 16] = dl * KVALUES_IQ4NL[(qs[j] >> 4) as usize] as f32;
+        }
+    }
+}
+
+/// ggml's `kvalues_mxfp4` (`kvalues_fp4`): the 16 e2m1 values, doubled so they are integers.
+pub const KVALUES_MXFP4: [i8; 16] = [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12];
+
+/// ggml's `ggml_e8m0_to_fp32_half`: `2^(e - 128)`, half the e8m0 scale (the e2m1 values
+/// are stored doubled). e < 2 gives the subnormals 2^-128 and 2^-127.
+pub fn e8m0_to_f32_half(e: u8) -> f32 {
+    let bits = if e < 2 {
+        0x0020_0000u32 << e
+    } else {
+        (e as u32 - 1) << 23
+    };
+    f32::from_bits(bits)
+}
+
+/// One MXFP4 block (17 bytes) into 32 values.
+pub fn block_mxfp4(b: &[u8], y: &mut [f32]) {
+    let d = e8m0_to_f32_half(b[0]);
+    let qs = &b[1..17];
+    for j in 0..16 {
+        y[j] = KVALUES_MXFP4[(qs[j] & 0x0F) as usize] as f32 * d;
+        y[j + 16] = KVALUES_MXFP4[(qs[j] >> 4) as usize] as f32 * d;
+    }
+}
+
+/// One TQ2_0 block (66 bytes) into 256 values.
+pub fn block_tq2_0(b: &[u8], y: &mut [f32]) {
+    let d = f16_at(b, 64);
+    for n in 0..2 {
+        for l in 0..4 {
+            for m in 0..32 {
+                let q = ((b[32 * n + m] >> (2 * l)) & 3) as i32;
+                y[128 * n + 32 * l + m] = (q - 1) as f32 * d;
+            }
+        }
+    }
+}
+
+/// The 256 base-3 digits (0, 1, 2 for -1, 0, +1) of a TQ1_0 block (54 bytes), in value
+/// order, decoded as ggml's `dequantize_row_tq1_0` does.
+pub fn tq1_0_digits(b: &[u8], q: &mut [u8; 256]) {
+    const POW3: [u8; 5] = [1, 3, 9, 27, 81];
+    let digit = |byte: u8, n: usize| ((byte.wrapping_mul(POW3[n]) as u16 * 3) >> 8) as u8;
+    let (qs, qh) = (&b[0..48], &b[48..52]);
+    for n in 0..5 {
+        for m in 0..32 {
+            q[32 * n + m] = digit(qs[m], n);
+        }
+        for m in 0..16 {
+            q[160 + 16 * n + m] = digit(qs[32 + m], n);
+        }
+    }
+    for n in 0..4 {
+        for j in 0..4 {
+            q[240 + 4 * n + j] = digit(qh[j], n);
+        }
+    }
+}
+
+/// One TQ1_0 block (54 bytes) into 256 values.
+pub fn block_tq1_0(b: &[u8], y: &mut [f32]) {
+    let d = f16_at(b, 52);
+    let mut q = [0u8; 256];
+    tq1_0_digits(b, &mut q);
+    for (y, &q) in y.iter_mut().zip(&q) {
+        *y = (q as i32 - 1) as f32 * d;
+    }
+}
+
+/// Value `j` (0..8) of IQ1S_GRID entry `idx`: -1, 0 or 1.
+pub fn iq1s_grid_value(idx: usize, j: usize) -> i8 {
+    (IQ1S_GRID[idx] >> (8 * j)) as u8 as i8
+}
+
+/// ggml's `IQ1S_DELTA` (also IQ1_M's): the shift of every grid value, its sign per group.
+pub const IQ1_DELTA: f32 = 0.125;
+
+/// Where the values of an IQ1_S 32-block `ib` come from: the 3-bit scale, whether the
+/// delta is negative, and the grid index of each 8-group.
+pub fn iq1_s_sub(b: &[u8], ib: usize) -> (u32, bool, [usize; 4]) {
+    let qh = u16::from_le_bytes([b[34 + 2 * ib], b[35 + 2 * ib]]) as usize;
+    let qs = &b[2 + 4 * ib..6 + 4 * ib];
+    let idx = std::array::from_fn(|l| qs[l] as usize | (((qh >> (3 * l)) & 7) << 8));
+    (((qh >> 12) & 7) as u32, qh & 0x8000 != 0, idx)
+}
+
+/// One IQ1_S block (50 bytes) into 256 values.
+pub fn block_iq1_s(b: &[u8], y: &mut [f32]) {
+    let d = f16_at(b, 0);
+    for ib in 0..8 {
+        let (s, neg, idx) = iq1_s_sub(b, ib);
+        let dl = d * (2 * s + 1) as f32;
+        let delta = if neg { -IQ1_DELTA } else { IQ1_DELTA };
+        for (l, &i) in idx.iter().enumerate() {
+            for j in 0..8 {
+                y[32 * ib + 8 * l + j] = dl * (iq1s_grid_value(i, j) as f32 + delta);
+            }
+        }
+    }
+}
+
+/// IQ1_M's super-scale: the f16 whose four nibbles are the top nibbles of the four u16
+/// scale words (bytes 48..56), as f16 bits.
+pub fn iq1_m_d_bits(b: &[u8]) -> u16 {
+    let sc = |i: usize| u16::from_le_bytes([b[48 + 2 * i], b[49 + 2 * i]]);
+    (sc(0) >> 12) | ((sc(1) >> 8) & 0x00f0) | ((sc(2) >> 4) & 0x0f00) | (sc(3) & 0xf000)
+}
+
+/// Where the values of an IQ1_M 32-block `ib` come from: the 3-bit scales of its two
+/// 16-halves, and each 8-group's grid index and negative-delta flag.
+pub fn iq1_m_sub(b: &[u8], ib: usize) -> ([u32; 2], [(usize, bool); 4]) {
+    let sc = u16::from_le_bytes([b[48 + 2 * (ib / 2)], b[49 + 2 * (ib / 2)]]) as u32;
+    let s = 6 * (ib as u32 % 2);
+    let scales = [(sc >> s) & 7, (sc >> (s + 3)) & 7];
+    let (qs, qh) = (&b[4 * ib..4 * ib + 4], &b[32 + 2 * ib..34 + 2 * ib]);
+    let groups = std::array::from_fn(|l| {
+        let nib = (qh[l / 2] >> (4 * (l % 2))) as usize;
+        (qs[l] as usize | ((nib & 7) << 8), nib & 8 != 0)
+    });
+    (scales, groups)
+}
+
+/// One IQ1_M block (56 bytes) into 256 values.
+pub fn block_iq1_m(b: &[u8], y: &mut [f32]) {
+    let d = f16::from_bits(iq1_m_d_bits(b)).to_f32();
+    for ib in 0..8 {
+        let (scales, groups) = iq1_m_sub(b, ib);
+        for (l, &(i, neg)) in groups.iter().enumerate() {
+            let dl = d * (2 * scales[l / 2] + 1) as f32;
+            let delta = if neg { -IQ1_DELTA } else { IQ1_DELTA };
+            for j in 0..8 {
+                y[32 * ib + 8 * l + j] = dl * (iq1s_grid_value(i, j) as f32 + delta);
+            }
         }
     }
 }

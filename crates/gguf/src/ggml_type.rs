@@ -27,6 +27,11 @@ pub enum GgmlType {
     IQ4_NL,
     IQ4_XS,
     BF16,
+    MXFP4,
+    TQ1_0,
+    TQ2_0,
+    IQ1_S,
+    IQ1_M,
     /// Any other ggml type id (Q8_K, IQ2_XXS, TQ1_0, ...), or an unknown number.
     Other(u32),
 }
@@ -50,6 +55,11 @@ impl GgmlType {
             20 => GgmlType::IQ4_NL,
             23 => GgmlType::IQ4_XS,
             30 => GgmlType::BF16,
+            39 => GgmlType::MXFP4,
+            34 => GgmlType::TQ1_0,
+            35 => GgmlType::TQ2_0,
+            19 => GgmlType::IQ1_S,
+            29 => GgmlType::IQ1_M,
             other => GgmlType::Other(other),
         }
     }
@@ -72,6 +82,11 @@ impl GgmlType {
             GgmlType::IQ4_NL => 20,
             GgmlType::IQ4_XS => 23,
             GgmlType::BF16 => 30,
+            GgmlType::MXFP4 => 39,
+            GgmlType::TQ1_0 => 34,
+            GgmlType::TQ2_0 => 35,
+            GgmlType::IQ1_S => 19,
+            GgmlType::IQ1_M => 29,
             GgmlType::Other(id) => id,
         }
     }
@@ -145,18 +160,24 @@ impl GgmlType {
             27 => (1, 8),     // I64
             28 => (1, 8),     // F64
             30 => (1, 2),     // BF16
+            39 => (32, 17),   // MXFP4: u8 e8m0 e, 16 B nibbles
+            34 => (256, 54),  // TQ1_0: 48 B base-3 qs, 4 B qh, f16 d
+            35 => (256, 66),  // TQ2_0: 64 B 2-bit qs, f16 d
+            19 => (256, 50),  // IQ1_S: f16 d, 32 B qs, u16 qh[8]
+            29 => (256, 56),  // IQ1_M: 32 B qs, 16 B qh, 8 B scales (f16 d in their top nibbles)
             _ => return None,
         })
     }
 
-    /// Values per block: 1 for F32/F16/BF16, 32 for Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/IQ4_NL,
-    /// 256 for K-quants and IQ4_XS.
+    /// Values per block: 1 for F32/F16/BF16, 32 for Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/IQ4_NL/MXFP4,
+    /// 256 for K-quants, IQ4_XS, TQ1_0, TQ2_0, IQ1_S and IQ1_M.
     pub fn block_size(&self) -> Option<usize> {
         self.geometry().map(|g| g.0)
     }
 
     /// Bytes per block: F32 4, F16 2, BF16 2, Q4_0 18, Q4_1 20, Q5_0 22, Q5_1 24, Q8_0 34,
-    /// Q2_K 84, Q3_K 110, Q4_K 144, Q5_K 176, Q6_K 210, IQ4_NL 18, IQ4_XS 136.
+    /// Q2_K 84, Q3_K 110, Q4_K 144, Q5_K 176, Q6_K 210, IQ4_NL 18, IQ4_XS 136, MXFP4 17,
+    /// TQ1_0 54, TQ2_0 66, IQ1_S 50, IQ1_M 56.
     pub fn type_size(&self) -> Option<usize> {
         self.geometry().map(|g| g.1)
     }

@@ -1,7 +1,8 @@
 //! Reference quantizers, used by tests (here and in other crates) to build tiny models.
 //!
 //! F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 reproduce ggml's `quantize_row_*_ref`
-//! bit for bit.
+//! bit for bit; MXFP4, TQ1_0 and TQ2_0 follow theirs too, and IQ1_S / IQ1_M use a simple
+//! nearest-grid-point quantizer (`quant_low`).
 //!
 //! Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL and IQ4_XS use a simple quantizer instead: per
 //! sub-block min/max (or absolute max), with the integer sub-block scales rounded up so
@@ -48,6 +49,11 @@ pub fn quantize(ty: GgmlType, values: &[f32]) -> Result<Vec<u8>> {
         GgmlType::Q6_K => blocks.for_each(|x| block_q6_k(x, &mut out)),
         GgmlType::IQ4_NL => blocks.for_each(|x| block_iq4_nl(x, &mut out)),
         GgmlType::IQ4_XS => blocks.for_each(|x| block_iq4_xs(x, &mut out)),
+        GgmlType::MXFP4 => blocks.for_each(|x| crate::quant_low::block_mxfp4(x, &mut out)),
+        GgmlType::TQ1_0 => blocks.for_each(|x| crate::quant_low::block_tq1_0(x, &mut out)),
+        GgmlType::TQ2_0 => blocks.for_each(|x| crate::quant_low::block_tq2_0(x, &mut out)),
+        GgmlType::IQ1_S => blocks.for_each(|x| crate::quant_low::block_iq1_s(x, &mut out)),
+        GgmlType::IQ1_M => blocks.for_each(|x| crate::quant_low::block_iq1_m(x, &mut out)),
         GgmlType::Other(_) => {
             return Err(GgufError::UnsupportedType {
                 ty,

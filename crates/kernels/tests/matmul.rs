@@ -10,7 +10,7 @@ use proptest::prelude::*;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-const ALL: [WeightType; 15] = WeightType::ALL;
+const ALL: [WeightType; 20] = WeightType::ALL;
 
 fn is_dense(ty: WeightType) -> bool {
     matches!(ty, WeightType::F32 | WeightType::F16 | WeightType::BF16)
@@ -34,6 +34,11 @@ fn ggml(ty: WeightType) -> GgmlType {
         WeightType::IQ4_NL => 20,
         WeightType::IQ4_XS => 23,
         WeightType::BF16 => 30,
+        WeightType::MXFP4 => 39,
+        WeightType::TQ1_0 => 34,
+        WeightType::TQ2_0 => 35,
+        WeightType::IQ1_S => 19,
+        WeightType::IQ1_M => 29,
     };
     GgmlType::from_u32(id)
 }
@@ -51,7 +56,37 @@ fn f16_fields(ty: WeightType) -> &'static [(usize, f32, f32)] {
         WeightType::Q4_K | WeightType::Q5_K => &[(0, 0.0001, 0.002), (2, 0.0001, 0.002)],
         WeightType::Q6_K => &[(208, 0.00001, 0.0005)],
         WeightType::IQ4_XS => &[(0, 0.00005, 0.0005)],
+        WeightType::TQ1_0 => &[(52, 0.001, 0.05)],
+        WeightType::TQ2_0 => &[(64, 0.001, 0.05)],
+        WeightType::IQ1_S => &[(0, 0.0005, 0.005)],
+        // Scales not stored as an f16 field: see `fix_scales`.
+        WeightType::MXFP4 | WeightType::IQ1_M => &[],
         WeightType::F32 | WeightType::F16 | WeightType::BF16 => &[],
+    }
+}
+
+/// Sane scales of the types whose scale is not a plain f16 field: MXFP4's e8m0 exponent
+/// (now and then one of the two subnormal scales), IQ1_M's f16 spread over the top
+/// nibbles of its four scale words.
+fn fix_scales(ty: WeightType, b: &mut [u8], rng: &mut StdRng) {
+    match ty {
+        WeightType::MXFP4 => {
+            b[0] = if rng.gen_bool(0.1) {
+                rng.gen_range(0..2)
+            } else {
+                rng.gen_range(118..126)
+            }
+        }
+        WeightType::IQ1_M => {
+            let d = f16::from_f32(rng.gen_range(0.0005f32..0.005)).to_bits();
+            for i in 0..4 {
+                let at = 48 + 2 * i;
+                let w = u16::from_le_bytes([b[at], b[at + 1]]) & 0x0fff;
+                let w = w | (((d >> (4 * i)) & 0xf) << 12);
+                b[at..at + 2].copy_from_slice(&w.to_le_bytes());
+            }
+        }
+        _ => {}
     }
 }
 
@@ -75,6 +110,7 @@ fn random_raw(ty: WeightType, rows: usize, cols: usize, rng: &mut StdRng) -> Vec
                     let v = f16::from_f32(rng.gen_range(lo..hi)).to_le_bytes();
                     b[off..off + 2].copy_from_slice(&v);
                 }
+                fix_scales(ty, &mut b, rng);
                 out.extend_from_slice(&b);
             }
         }
@@ -174,7 +210,11 @@ fn cols_for(ty: WeightType) -> usize {
         | WeightType::Q4_K
         | WeightType::Q5_K
         | WeightType::Q6_K
-        | WeightType::IQ4_XS => 512,
+        | WeightType::IQ4_XS
+        | WeightType::TQ1_0
+        | WeightType::TQ2_0
+        | WeightType::IQ1_S
+        | WeightType::IQ1_M => 512,
         WeightType::F32 | WeightType::F16 | WeightType::BF16 => 72, // not a multiple of 16
         _ => 96,
     }
@@ -306,11 +346,23 @@ fn weight_bytes_counts_the_packed_panels() {
         3 * 3 * 544
     );
     assert_eq!(case(WeightType::F16, 5, 72, 1).m.weight_bytes(), 5 * 72 * 2);
-    // Every other quantized type: exactly the GGUF tensor's bytes once rows fill panels.
+    // Every other quantized type: exactly the GGUF tensor's bytes once rows fill panels,
+    // except the ones stored decoded: TQ1_0 as TQ2_0 (66 bytes per 256 values), IQ1_S /
+    // IQ1_M with 3-bit codes (96 bytes) and their header (6 / 10 bytes).
+    let decoded = |t: WeightType| match t {
+        WeightType::TQ1_0 => Some(66),
+        WeightType::IQ1_S => Some(102),
+        WeightType::IQ1_M => Some(106),
+        _ => None,
+    };
     for ty in ALL.into_iter().filter(|&t| !is_dense(t)) {
         let cols = cols_for(ty);
         let m = case(ty, 32, cols, 1).m;
-        assert_eq!(m.weight_bytes(), ty.ggml_bytes(32, cols).unwrap(), "{ty:?}");
+        let want = match decoded(ty) {
+            Some(per_256) => 32 * cols / 256 * per_256,
+            None => ty.ggml_bytes(32, cols).unwrap(),
+        };
+        assert_eq!(m.weight_bytes(), want, "{ty:?}");
     }
 }
 

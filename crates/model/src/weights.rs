@@ -60,10 +60,15 @@ pub(crate) fn weight_type(name: &str, t: GgmlType) -> Result<WeightType, ModelEr
         GgmlType::Q5_K => WeightType::Q5_K,
         GgmlType::Q6_K => WeightType::Q6_K,
         GgmlType::IQ4_XS => WeightType::IQ4_XS,
+        GgmlType::MXFP4 => WeightType::MXFP4,
+        GgmlType::TQ1_0 => WeightType::TQ1_0,
+        GgmlType::TQ2_0 => WeightType::TQ2_0,
+        GgmlType::IQ1_S => WeightType::IQ1_S,
+        GgmlType::IQ1_M => WeightType::IQ1_M,
         other => {
             return Err(ModelError::Tensor {
                 name: name.into(),
-                what: format!("unsupported tensor type {other} (supported: F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_NL IQ4_XS)"),
+                what: format!("unsupported tensor type {other} (supported: F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_NL IQ4_XS MXFP4 TQ1_0 TQ2_0 IQ1_S IQ1_M)"),
             })
         }
     })

@@ -109,6 +109,20 @@ fn mixtral_matches_reference() {
     check_moe("llama", &MIXTRAL, &ty_of, GgmlType::Q4_K);
 }
 
+/// GPT-OSS's layout of types: MXFP4 expert stacks (3-D tensors), Q8_0 elsewhere.
+#[test]
+fn mxfp4_experts_match_reference() {
+    let ty_of = |name: &str| {
+        if name.contains("_exps") {
+            GgmlType::MXFP4
+        } else {
+            GgmlType::Q8_0
+        }
+    };
+    check_moe("qwen3moe", &QWEN3MOE, &ty_of, GgmlType::MXFP4);
+    check_moe("llama", &MIXTRAL, &ty_of, GgmlType::MXFP4);
+}
+
 /// Rows each expert gets in a step, `[layer][expert]`, from the reference's routing of the
 /// step's positions `(sequence, position)`.
 fn expected_rows(routes: &[Routing], step: &[(usize, usize)], n_exp: usize) -> Vec<Vec<usize>> {

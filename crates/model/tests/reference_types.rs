@@ -32,6 +32,21 @@ fn llama_every_type_matches_reference() {
     }
 }
 
+/// The low-bit types (GPT-OSS's MXFP4, the ternary TQ1_0 / TQ2_0, the 1-bit grids IQ1_S /
+/// IQ1_M), each a whole tiny model.
+#[test]
+fn llama_low_bit_types_match_reference() {
+    for ty in [
+        GgmlType::MXFP4,
+        GgmlType::TQ1_0,
+        GgmlType::TQ2_0,
+        GgmlType::IQ1_S,
+        GgmlType::IQ1_M,
+    ] {
+        check("llama", ty);
+    }
+}
+
 /// A Q4_K_M-like file: Q4_K matrices with Q6_K V projections, FFN down and output (the
 /// fused Q/K/V then stacks parts of two types).
 #[test]

@@ -15,8 +15,10 @@
 //! Every quantized type keeps its exact bits and scales, only rearranged so one load serves
 //! 16 output rows: Q4_0, Q4_1 and Q8_0 in the 32-block panel layout (`packed`, whose
 //! kernels can also sum in ggml's lane order for llama.cpp's bits), Q5_0, Q5_1, IQ4_NL and
-//! the K-quants Q2_K … Q6_K and IQ4_XS in the superblock layout (`sb_format`), whose bytes
-//! equal the GGUF tensor's. F32/F16/BF16 use a dense FMA kernel.
+//! the K-quants Q2_K … Q6_K, IQ4_XS, MXFP4 (e8m0 scale, e2m1 table) and TQ2_0 in the
+//! superblock layout (`sb_format`), whose bytes equal the GGUF tensor's; TQ1_0, IQ1_S and
+//! IQ1_M in the same layout with their codes decoded at load time (2 or 5 bits per value,
+//! a little larger than in GGUF). F32/F16/BF16 use a dense FMA kernel.
 
 mod dense;
 mod ggml;
@@ -59,6 +61,11 @@ pub enum WeightType {
     Q5_K,
     Q6_K,
     IQ4_XS,
+    MXFP4,
+    TQ1_0,
+    TQ2_0,
+    IQ1_S,
+    IQ1_M,
 }
 
 impl WeightType {
@@ -80,8 +87,8 @@ impl WeightType {
         }
     }
 
-    /// Every type, in ggml's id order.
-    pub const ALL: [WeightType; 15] = [
+    /// Every type: ggml's id order up to BF16, then the types added later.
+    pub const ALL: [WeightType; 20] = [
         WeightType::F32,
         WeightType::F16,
         WeightType::Q4_0,
@@ -97,6 +104,11 @@ impl WeightType {
         WeightType::IQ4_NL,
         WeightType::IQ4_XS,
         WeightType::BF16,
+        WeightType::MXFP4,
+        WeightType::TQ1_0,
+        WeightType::TQ2_0,
+        WeightType::IQ1_S,
+        WeightType::IQ1_M,
     ];
 
     /// ggml's name (`Q4_K`, `IQ4_XS`, …).
@@ -117,6 +129,11 @@ impl WeightType {
             WeightType::Q5_K => "Q5_K",
             WeightType::Q6_K => "Q6_K",
             WeightType::IQ4_XS => "IQ4_XS",
+            WeightType::MXFP4 => "MXFP4",
+            WeightType::TQ1_0 => "TQ1_0",
+            WeightType::TQ2_0 => "TQ2_0",
+            WeightType::IQ1_S => "IQ1_S",
+            WeightType::IQ1_M => "IQ1_M",
         }
     }
 
@@ -139,6 +156,11 @@ impl WeightType {
             WeightType::Q5_K => SbType::Q5_K,
             WeightType::Q6_K => SbType::Q6_K,
             WeightType::IQ4_XS => SbType::IQ4_XS,
+            WeightType::MXFP4 => SbType::MXFP4,
+            WeightType::TQ1_0 => SbType::TQ1_0,
+            WeightType::TQ2_0 => SbType::TQ2_0,
+            WeightType::IQ1_S => SbType::IQ1_S,
+            WeightType::IQ1_M => SbType::IQ1_M,
             _ => return None,
         })
     }

@@ -1,6 +1,7 @@
-//! The *superblock* panel layout: ggml's Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K
-//! and IQ4_XS blocks with their exact bits and scales, only rearranged so that one 64-byte
-//! load serves 16 output rows.
+//! The *superblock* panel layout: ggml's Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K,
+//! IQ4_XS, MXFP4 and TQ2_0 blocks with their exact bits and scales, only rearranged so that
+//! one 64-byte load serves 16 output rows. TQ1_0, IQ1_S and IQ1_M are stored decoded (see
+//! below), a little larger than in GGUF.
 //!
 //! NOTE: hand-written rather than taken from ggml's CPU "repack" types because those keep
 //! ggml's own order of activations (q8_K, 256 per scale) and folio quantizes activations per
@@ -22,7 +23,16 @@
 //! Header words are the ggml block's scale bytes read as little-endian u32 (or u16), so the
 //! byte count equals the GGUF tensor's: the kernels unpack the 6-bit scales with shifts on
 //! all 16 rows at once (see `sb_lanes`).
+//!
+//! Decoded at load time (their GGUF codes are not bit planes): TQ1_0's base-3 digits
+//! become TQ2_0's 2-bit codes (66 bytes per 256 values instead of 54); each IQ1_S / IQ1_M
+//! value, a grid value `g` in {-1, 0, 1} plus its group's delta `±1/8`, becomes a 3-bit
+//! code `(g + 1) | (delta > 0) << 2` indexing [`IQ1_VALUES`] = `8g ± 1`, with the scale
+//! divided by 8 (`dl * (g ± 1/8) = (dl/8) * (8g ± 1)`, both exact in f32, so the products
+//! are ggml's bit for bit); 102 / 106 bytes per 256 values instead of 50 / 56. Their
+//! header keeps `d` (IQ1_M's assembled from its nibbles) and the 3-bit scales.
 
+use folio_gguf::dequant::{iq1_m_d_bits, iq1_m_sub, iq1_s_sub, iq1s_grid_value, tq1_0_digits};
 use half::f16;
 
 /// Rows per panel (as the legacy layout: one 512-bit register of i32 / f32).
@@ -32,6 +42,13 @@ pub(crate) const PANEL: usize = 16;
 pub(crate) const IQ4_VALUES: [i8; 16] = [
     -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
 ];
+
+/// ggml's `kvalues_mxfp4`: the e2m1 values, doubled.
+pub(crate) const MXFP4_VALUES: [i8; 16] = [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12];
+
+/// IQ1_S / IQ1_M values `8g ± 1` by 3-bit code `(g + 1) | (delta > 0) << 2` (3 and 7
+/// unused).
+pub(crate) const IQ1_VALUES: [i8; 16] = [-9, -1, 7, 0, -7, 1, 9, 0, 0, 0, 0, 0, 0, 0, 0, 0];
 
 /// The types stored in the superblock layout (ids as const generic parameters).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -47,6 +64,11 @@ pub(crate) enum SbType {
     Q5_K = 6,
     Q6_K = 7,
     IQ4_XS = 8,
+    MXFP4 = 9,
+    TQ1_0 = 10,
+    TQ2_0 = 11,
+    IQ1_S = 12,
+    IQ1_M = 13,
 }
 
 /// How a type's minimum enters the dot product.
@@ -67,14 +89,16 @@ pub(crate) struct Desc {
     pub sb: usize,
     /// Bytes of one ggml block.
     pub ggml_bytes: usize,
-    /// Header fields per row, in bytes (2 or 4).
+    /// Header fields per row, in bytes (1, 2 or 4).
     pub fields: [usize; 6],
     pub n_fields: usize,
     /// Bits of the low and high code planes.
     pub lo: u32,
     pub hi: u32,
-    /// Codes index [`IQ4_VALUES`].
+    /// Codes index `values`.
     pub lut: bool,
+    /// The value table of `lut` types ([`IQ4_VALUES`], [`MXFP4_VALUES`], [`IQ1_VALUES`]).
+    pub values: [i8; 16],
     /// Integer sub-scales per 16 values (else one float scale per 32).
     pub sub16: bool,
     /// Subtracted from each (unsigned, table-applied) code: `w ∝ u - offset`.
@@ -111,7 +135,8 @@ impl Desc {
     pub const fn code_bytes(&self) -> usize {
         64 * (self.lo + self.hi) as usize
     }
-    /// Bytes of one superblock of a panel: exactly 16 ggml blocks.
+    /// Bytes of one superblock of a panel: exactly 16 ggml blocks, except for the types
+    /// stored decoded (TQ1_0, IQ1_S, IQ1_M).
     pub const fn sb_bytes(&self) -> usize {
         self.header_bytes() + self.subs() * self.code_bytes()
     }
@@ -137,7 +162,12 @@ impl SbType {
             5 => SbType::Q4_K,
             6 => SbType::Q5_K,
             7 => SbType::Q6_K,
-            _ => SbType::IQ4_XS,
+            8 => SbType::IQ4_XS,
+            9 => SbType::MXFP4,
+            10 => SbType::TQ1_0,
+            11 => SbType::TQ2_0,
+            12 => SbType::IQ1_S,
+            _ => SbType::IQ1_M,
         }
     }
 
@@ -168,6 +198,7 @@ impl SbType {
                 lo,
                 hi,
                 lut,
+                values: IQ4_VALUES,
                 sub16,
                 offset,
                 min,
@@ -184,6 +215,23 @@ impl SbType {
             SbType::Q5_K => d(256, 176, &[2, 2, 4, 4, 4], 4, 1, false, false, 0, Float),
             SbType::Q6_K => d(256, 210, &[2, 4, 4, 4, 4], 4, 2, false, true, 32, None),
             SbType::IQ4_XS => d(256, 136, &[2, 2, 4], 4, 0, true, false, 128, None),
+            SbType::MXFP4 => {
+                let mut m = d(32, 17, &[1], 4, 0, true, false, 128, None);
+                m.values = MXFP4_VALUES;
+                m
+            }
+            SbType::TQ1_0 => d(256, 54, &[2], 2, 0, false, false, 1, None),
+            SbType::TQ2_0 => d(256, 66, &[2], 2, 0, false, false, 1, None),
+            SbType::IQ1_S => {
+                let mut m = d(256, 50, &[2, 4], 2, 1, true, false, 128, None);
+                m.values = IQ1_VALUES;
+                m
+            }
+            SbType::IQ1_M => {
+                let mut m = d(256, 56, &[2, 4, 4], 2, 1, true, true, 128, None);
+                m.values = IQ1_VALUES;
+                m
+            }
         }
     }
 }
@@ -196,8 +244,13 @@ fn u32_at(b: &[u8], i: usize) -> u32 {
     u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]])
 }
 
+/// The IQ1 code of value `j` of grid entry `idx` with delta sign `neg` (see [`IQ1_VALUES`]).
+fn iq1_code(idx: usize, j: usize, neg: bool) -> u8 {
+    (iq1s_grid_value(idx, j) + 1) as u8 | if neg { 0 } else { 4 }
+}
+
 /// Splits one ggml block into its header field values (raw bits) and its `sb` codes in
-/// column order (`lo | hi << lo_bits`, before the IQ4 table).
+/// column order (`lo | hi << lo_bits`, before the value table).
 pub(crate) fn split_block(ty: SbType, b: &[u8], fields: &mut [u32], u: &mut [u8]) {
     match ty {
         SbType::Q5_0 | SbType::Q5_1 => {
@@ -303,6 +356,55 @@ pub(crate) fn split_block(ty: SbType, b: &[u8], fields: &mut [u32], u: &mut [u8]
                 }
             }
         }
+        SbType::MXFP4 => {
+            fields[0] = b[0] as u32;
+            for j in 0..16 {
+                u[j] = b[1 + j] & 15;
+                u[j + 16] = b[1 + j] >> 4;
+            }
+        }
+        SbType::TQ2_0 => {
+            fields[0] = u16_at(b, 64);
+            for n in 0..2 {
+                for l in 0..4 {
+                    for m in 0..32 {
+                        u[128 * n + 32 * l + m] = (b[32 * n + m] >> (2 * l)) & 3;
+                    }
+                }
+            }
+        }
+        SbType::TQ1_0 => {
+            fields[0] = u16_at(b, 52);
+            let mut q = [0u8; 256];
+            tq1_0_digits(b, &mut q);
+            u[..256].copy_from_slice(&q);
+        }
+        SbType::IQ1_S => {
+            fields[0] = u16_at(b, 0);
+            fields[1] = 0;
+            for ib in 0..8 {
+                let (s, neg, idx) = iq1_s_sub(b, ib);
+                fields[1] |= s << (3 * ib);
+                for (l, &i) in idx.iter().enumerate() {
+                    for j in 0..8 {
+                        u[32 * ib + 8 * l + j] = iq1_code(i, j, neg);
+                    }
+                }
+            }
+        }
+        SbType::IQ1_M => {
+            fields[0] = iq1_m_d_bits(b) as u32;
+            fields[1] = u32_at(b, 48);
+            fields[2] = u32_at(b, 52);
+            for ib in 0..8 {
+                let (_, groups) = iq1_m_sub(b, ib);
+                for (l, &(i, neg)) in groups.iter().enumerate() {
+                    for j in 0..8 {
+                        u[32 * ib + 8 * l + j] = iq1_code(i, j, neg);
+                    }
+                }
+            }
+        }
     }
 }
 
@@ -343,7 +445,7 @@ pub(crate) fn code(desc: &Desc, blk: &[u8], r: usize, k: usize) -> i32 {
         v |= read(desc.hi, 64 * desc.lo as usize) << desc.lo;
     }
     if desc.lut {
-        IQ4_VALUES[v as usize] as i32 + 128
+        desc.values[v as usize] as i32 + 128
     } else {
         v as i32
     }

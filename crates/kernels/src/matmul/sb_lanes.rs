@@ -12,6 +12,11 @@ pub(crate) trait Lanes: Copy {
     unsafe fn u32s(p: *const u8) -> Self;
     unsafe fn u16s(p: *const u8) -> Self;
     unsafe fn f16s(p: *const u8) -> Self::F;
+    unsafe fn u8s(p: *const u8) -> Self;
+    /// ggml's `ggml_e8m0_to_fp32_half` of each lane (an e8m0 byte): `2^(e - 128)`, the
+    /// subnormals 2^-128 and 2^-127 for e = 0 and 1.
+    fn e8m0_half(self) -> Self::F;
+    fn splat_f(v: f32) -> Self::F;
     fn zero_f() -> Self::F;
     fn zero() -> Self;
     fn shr(self, n: u32) -> Self;
@@ -43,6 +48,15 @@ impl Lanes for One {
     }
     unsafe fn f16s(p: *const u8) -> OneF {
         OneF(f16_bits((p as *const u16).read_unaligned() as u32))
+    }
+    unsafe fn u8s(p: *const u8) -> Self {
+        One(*p as i32)
+    }
+    fn e8m0_half(self) -> OneF {
+        OneF(folio_gguf::dequant::e8m0_to_f32_half(self.0 as u8))
+    }
+    fn splat_f(v: f32) -> OneF {
+        OneF(v)
     }
     fn zero_f() -> OneF {
         OneF(0.0)
@@ -104,6 +118,25 @@ mod x86 {
         #[inline(always)]
         unsafe fn f16s(p: *const u8) -> __m512 {
             _mm512_cvtph_ps(_mm256_loadu_si256(p as *const _))
+        }
+        #[inline(always)]
+        unsafe fn u8s(p: *const u8) -> Self {
+            Z(_mm512_cvtepu8_epi32(_mm_loadu_si128(p as *const _)))
+        }
+        #[inline(always)]
+        fn e8m0_half(self) -> __m512 {
+            unsafe {
+                let two = _mm512_set1_epi32(2);
+                let small = _mm512_cmplt_epi32_mask(self.0, two);
+                let normal =
+                    _mm512_slli_epi32::<23>(_mm512_sub_epi32(self.0, _mm512_set1_epi32(1)));
+                let sub = _mm512_sllv_epi32(_mm512_set1_epi32(0x0020_0000), self.0);
+                _mm512_castsi512_ps(_mm512_mask_blend_epi32(small, normal, sub))
+            }
+        }
+        #[inline(always)]
+        fn splat_f(v: f32) -> __m512 {
+            unsafe { _mm512_set1_ps(v) }
         }
         #[inline(always)]
         fn zero_f() -> __m512 {
@@ -173,6 +206,24 @@ mod x86 {
         #[inline(always)]
         unsafe fn f16s(p: *const u8) -> __m256 {
             _mm256_cvtph_ps(_mm_loadu_si128(p as *const _))
+        }
+        #[inline(always)]
+        unsafe fn u8s(p: *const u8) -> Self {
+            Y(_mm256_cvtepu8_epi32(_mm_loadl_epi64(p as *const _)))
+        }
+        #[inline(always)]
+        fn e8m0_half(self) -> __m256 {
+            unsafe {
+                let small = _mm256_cmpgt_epi32(_mm256_set1_epi32(2), self.0);
+                let normal =
+                    _mm256_slli_epi32::<23>(_mm256_sub_epi32(self.0, _mm256_set1_epi32(1)));
+                let sub = _mm256_sllv_epi32(_mm256_set1_epi32(0x0020_0000), self.0);
+                _mm256_castsi256_ps(_mm256_blendv_epi8(normal, sub, small))
+            }
+        }
+        #[inline(always)]
+        fn splat_f(v: f32) -> __m256 {
+            unsafe { _mm256_set1_ps(v) }
         }
         #[inline(always)]
         fn zero_f() -> __m256 {
@@ -248,7 +299,11 @@ pub(crate) struct Scales<L: Lanes> {
 pub(crate) unsafe fn header<L: Lanes>(ty: SbType, sb: *const u8, row0: usize) -> Header<L> {
     let desc = ty.desc();
     let at = |f: usize| sb.add(desc.field_off(f) + row0 * desc.fields[f]);
-    let d = L::f16s(at(0));
+    let mut d = if ty == SbType::MXFP4 {
+        L::u8s(at(0)).e8m0_half()
+    } else {
+        L::f16s(at(0))
+    };
     let mut w = [L::zero(); 4];
     let mut f1 = L::zero_f();
     match ty {
@@ -268,6 +323,14 @@ pub(crate) unsafe fn header<L: Lanes>(ty: SbType, sb: *const u8, row0: usize) ->
         SbType::IQ4_XS => {
             w[0] = L::u16s(at(1));
             w[1] = L::u32s(at(2));
+        }
+        SbType::MXFP4 | SbType::TQ1_0 | SbType::TQ2_0 => {}
+        // The IQ1 codes are 8x the grid values (see `sb_format`): d / 8, exact.
+        SbType::IQ1_S | SbType::IQ1_M => {
+            d = L::fmul(d, L::splat_f(0.125));
+            for (i, wi) in w.iter_mut().enumerate().take(desc.n_fields - 1) {
+                *wi = L::u32s(at(1 + i));
+            }
         }
     }
     debug_assert!(row0 < PANEL);
@@ -315,7 +378,7 @@ pub(crate) fn scales<L: Lanes>(ty: SbType, h: &Header<L>, sub: usize) -> Scales<
         mn: [z; 2],
     };
     match ty {
-        SbType::Q5_0 | SbType::IQ4_NL => {}
+        SbType::Q5_0 | SbType::IQ4_NL | SbType::MXFP4 | SbType::TQ1_0 | SbType::TQ2_0 => {}
         SbType::Q5_1 => out.m = h.f1,
         SbType::Q4_K | SbType::Q5_K => {
             let (sc, mn) = scale_min_k4(&h.w, sub);
@@ -347,6 +410,18 @@ pub(crate) fn scales<L: Lanes>(ty: SbType, h: &Header<L>, sub: usize) -> Scales<
                 let b = byte(&h.w, 2 * sub + hf);
                 out.sc[hf] = b.and(15);
                 out.mn[hf] = b.shr(4);
+            }
+        }
+        // 2s + 1 of the 3-bit scale s (for 32 values: packed 3 bits each by the packer).
+        SbType::IQ1_S => {
+            let s = h.w[0].shr(3 * sub as u32).and(7);
+            out.da = L::fmul(h.d, s.shl(1).sub(-1).to_f());
+        }
+        // ggml's u16 sc[sub / 2], bits 6 (sub % 2) + 3 hf.
+        SbType::IQ1_M => {
+            for hf in 0..2 {
+                let at = 16 * ((sub / 2) % 2) + 6 * (sub % 2) + 3 * hf;
+                out.sc[hf] = h.w[sub / 4].shr(at as u32).and(7).shl(1).sub(-1);
             }
         }
     }
