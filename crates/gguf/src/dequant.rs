@@ -29,6 +29,7 @@
 //!                          dl = d*(ls-32); qs[16ib+j]: low nibble element 32ib+j, high nibble 32ib+16+j;
 //!                          w = dl*KVALUES_IQ4NL[nibble]
 //! BF16   2 B / value     : upper 16 bits of an f32
+//! IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S: see `iquant`
 //! ```
 
 use half::f16;
@@ -80,6 +81,11 @@ pub fn dequantize(ty: GgmlType, data: &[u8], out: &mut [f32]) -> Result<()> {
         GgmlType::Q6_K => blocks.for_each(|(b, y)| block_q6_k(b, y)),
         GgmlType::IQ4_NL => blocks.for_each(|(b, y)| block_iq4_nl(b, y)),
         GgmlType::IQ4_XS => blocks.for_each(|(b, y)| block_iq4_xs(b, y)),
+        t @ (GgmlType::IQ2_XXS
+        | GgmlType::IQ2_XS
+        | GgmlType::IQ3_XXS
+        | GgmlType::IQ3_S
+        | GgmlType::IQ2_S) => blocks.for_each(|(b, y)| crate::iquant::dequantize_block(t, b, y)),
         GgmlType::Other(_) => {
             return Err(GgufError::UnsupportedType {
                 ty,

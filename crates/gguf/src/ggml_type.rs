@@ -7,8 +7,8 @@ use crate::{GgufError, Result};
 /// A tensor's storage type. The types folio can dequantize have their own variant; every
 /// other ggml type id is kept by number in [`GgmlType::Other`] so errors can name it.
 ///
-/// `Debug` and `Display` both print ggml's name (`Other(16)` prints as
-/// `IQ2_XXS (ggml type 16)`), so an error formatted either way names the type.
+/// `Debug` and `Display` both print ggml's name (`Other(19)` prints as
+/// `IQ1_S (ggml type 19)`), so an error formatted either way names the type.
 #[allow(non_camel_case_types)]
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub enum GgmlType {
@@ -27,7 +27,12 @@ pub enum GgmlType {
     IQ4_NL,
     IQ4_XS,
     BF16,
-    /// Any other ggml type id (Q8_K, IQ2_XXS, TQ1_0, ...), or an unknown number.
+    IQ2_XXS,
+    IQ2_XS,
+    IQ3_XXS,
+    IQ3_S,
+    IQ2_S,
+    /// Any other ggml type id (Q8_K, IQ1_S, TQ1_0, ...), or an unknown number.
     Other(u32),
 }
 
@@ -50,6 +55,11 @@ impl GgmlType {
             20 => GgmlType::IQ4_NL,
             23 => GgmlType::IQ4_XS,
             30 => GgmlType::BF16,
+            16 => GgmlType::IQ2_XXS,
+            17 => GgmlType::IQ2_XS,
+            18 => GgmlType::IQ3_XXS,
+            21 => GgmlType::IQ3_S,
+            22 => GgmlType::IQ2_S,
             other => GgmlType::Other(other),
         }
     }
@@ -72,6 +82,11 @@ impl GgmlType {
             GgmlType::IQ4_NL => 20,
             GgmlType::IQ4_XS => 23,
             GgmlType::BF16 => 30,
+            GgmlType::IQ2_XXS => 16,
+            GgmlType::IQ2_XS => 17,
+            GgmlType::IQ3_XXS => 18,
+            GgmlType::IQ3_S => 21,
+            GgmlType::IQ2_S => 22,
             GgmlType::Other(id) => id,
         }
     }
@@ -145,6 +160,11 @@ impl GgmlType {
             27 => (1, 8),     // I64
             28 => (1, 8),     // F64
             30 => (1, 2),     // BF16
+            16 => (256, 66),  // IQ2_XXS: f16 d, u16 qs[32]
+            17 => (256, 74),  // IQ2_XS: f16 d, u16 qs[32], u8 scales[8]
+            18 => (256, 98),  // IQ3_XXS: f16 d, u8 qs[64], u32 scales_and_signs[8]
+            21 => (256, 110), // IQ3_S: f16 d, u8 qs[64], qh[8], signs[32], scales[4]
+            22 => (256, 82),  // IQ2_S: f16 d, u8 qs[32], signs[32], qh[8], scales[8]
             _ => return None,
         })
     }
