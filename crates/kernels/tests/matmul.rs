@@ -10,7 +10,7 @@ use proptest::prelude::*;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-const ALL: [WeightType; 15] = WeightType::ALL;
+const ALL: [WeightType; 20] = WeightType::ALL;
 
 fn is_dense(ty: WeightType) -> bool {
     matches!(ty, WeightType::F32 | WeightType::F16 | WeightType::BF16)
@@ -34,6 +34,11 @@ fn ggml(ty: WeightType) -> GgmlType {
         WeightType::IQ4_NL => 20,
         WeightType::IQ4_XS => 23,
         WeightType::BF16 => 30,
+        WeightType::IQ2_XXS => 16,
+        WeightType::IQ2_XS => 17,
+        WeightType::IQ3_XXS => 18,
+        WeightType::IQ3_S => 21,
+        WeightType::IQ2_S => 22,
     };
     GgmlType::from_u32(id)
 }
@@ -51,6 +56,8 @@ fn f16_fields(ty: WeightType) -> &'static [(usize, f32, f32)] {
         WeightType::Q4_K | WeightType::Q5_K => &[(0, 0.0001, 0.002), (2, 0.0001, 0.002)],
         WeightType::Q6_K => &[(208, 0.00001, 0.0005)],
         WeightType::IQ4_XS => &[(0, 0.00005, 0.0005)],
+        WeightType::IQ2_XXS | WeightType::IQ2_XS | WeightType::IQ2_S => &[(0, 0.0005, 0.005)],
+        WeightType::IQ3_XXS | WeightType::IQ3_S => &[(0, 0.0002, 0.002)],
         WeightType::F32 | WeightType::F16 | WeightType::BF16 => &[],
     }
 }
@@ -174,7 +181,12 @@ fn cols_for(ty: WeightType) -> usize {
         | WeightType::Q4_K
         | WeightType::Q5_K
         | WeightType::Q6_K
-        | WeightType::IQ4_XS => 512,
+        | WeightType::IQ4_XS
+        | WeightType::IQ2_XXS
+        | WeightType::IQ2_XS
+        | WeightType::IQ2_S
+        | WeightType::IQ3_XXS
+        | WeightType::IQ3_S => 512,
         WeightType::F32 | WeightType::F16 | WeightType::BF16 => 72, // not a multiple of 16
         _ => 96,
     }
@@ -306,11 +318,23 @@ fn weight_bytes_counts_the_packed_panels() {
         3 * 3 * 544
     );
     assert_eq!(case(WeightType::F16, 5, 72, 1).m.weight_bytes(), 5 * 72 * 2);
+    // The grid i-quants per superblock of a panel: header (f16 d + scale words) x 16
+    // rows, then 8 sub-blocks of 3-bit (IQ2) or 4-bit (IQ3) codes, 64 bytes per bit.
+    let grid = |ty| match ty {
+        WeightType::IQ2_XXS => Some(16 * (2 + 4) + 8 * 3 * 64),
+        WeightType::IQ2_XS | WeightType::IQ2_S => Some(16 * (2 + 4 + 4) + 8 * 3 * 64),
+        WeightType::IQ3_XXS | WeightType::IQ3_S => Some(16 * (2 + 4) + 8 * 4 * 64),
+        _ => None,
+    };
     // Every other quantized type: exactly the GGUF tensor's bytes once rows fill panels.
     for ty in ALL.into_iter().filter(|&t| !is_dense(t)) {
         let cols = cols_for(ty);
         let m = case(ty, 32, cols, 1).m;
-        assert_eq!(m.weight_bytes(), ty.ggml_bytes(32, cols).unwrap(), "{ty:?}");
+        let want = match grid(ty) {
+            Some(sb) => 2 * (cols / 256) * sb,
+            None => ty.ggml_bytes(32, cols).unwrap(),
+        };
+        assert_eq!(m.weight_bytes(), want, "{ty:?}");
     }
 }
 

@@ -16,7 +16,10 @@
 //! 16 output rows: Q4_0, Q4_1 and Q8_0 in the 32-block panel layout (`packed`, whose
 //! kernels can also sum in ggml's lane order for llama.cpp's bits), Q5_0, Q5_1, IQ4_NL and
 //! the K-quants Q2_K … Q6_K and IQ4_XS in the superblock layout (`sb_format`), whose bytes
-//! equal the GGUF tensor's. F32/F16/BF16 use a dense FMA kernel.
+//! equal the GGUF tensor's. The grid i-quants IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS and IQ3_S use
+//! the same layout and kernels with each value's grid lookup done at load time (3- or
+//! 4-bit codes into a table of signed grid magnitudes, so more bytes than the file's; see
+//! `sb_format`). F32/F16/BF16 use a dense FMA kernel.
 
 mod dense;
 mod ggml;
@@ -59,6 +62,11 @@ pub enum WeightType {
     Q5_K,
     Q6_K,
     IQ4_XS,
+    IQ2_XXS,
+    IQ2_XS,
+    IQ3_XXS,
+    IQ3_S,
+    IQ2_S,
 }
 
 impl WeightType {
@@ -80,8 +88,8 @@ impl WeightType {
         }
     }
 
-    /// Every type, in ggml's id order.
-    pub const ALL: [WeightType; 15] = [
+    /// Every type: the first 15 in ggml's id order, then later additions.
+    pub const ALL: [WeightType; 20] = [
         WeightType::F32,
         WeightType::F16,
         WeightType::Q4_0,
@@ -97,6 +105,11 @@ impl WeightType {
         WeightType::IQ4_NL,
         WeightType::IQ4_XS,
         WeightType::BF16,
+        WeightType::IQ2_XXS,
+        WeightType::IQ2_XS,
+        WeightType::IQ3_XXS,
+        WeightType::IQ3_S,
+        WeightType::IQ2_S,
     ];
 
     /// ggml's name (`Q4_K`, `IQ4_XS`, …).
@@ -117,6 +130,11 @@ impl WeightType {
             WeightType::Q5_K => "Q5_K",
             WeightType::Q6_K => "Q6_K",
             WeightType::IQ4_XS => "IQ4_XS",
+            WeightType::IQ2_XXS => "IQ2_XXS",
+            WeightType::IQ2_XS => "IQ2_XS",
+            WeightType::IQ3_XXS => "IQ3_XXS",
+            WeightType::IQ3_S => "IQ3_S",
+            WeightType::IQ2_S => "IQ2_S",
         }
     }
 
@@ -139,6 +157,11 @@ impl WeightType {
             WeightType::Q5_K => SbType::Q5_K,
             WeightType::Q6_K => SbType::Q6_K,
             WeightType::IQ4_XS => SbType::IQ4_XS,
+            WeightType::IQ2_XXS => SbType::IQ2_XXS,
+            WeightType::IQ2_XS => SbType::IQ2_XS,
+            WeightType::IQ3_XXS => SbType::IQ3_XXS,
+            WeightType::IQ3_S => SbType::IQ3_S,
+            WeightType::IQ2_S => SbType::IQ2_S,
             _ => return None,
         })
     }

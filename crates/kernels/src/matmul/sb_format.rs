@@ -19,14 +19,32 @@
 //! ```
 //! so each `(vector, shift)` pair unpacks to the `u8` operand of one `vpdpbusd`: 16 rows x 4
 //! consecutive k. A code is `lo | hi << b`; IQ4 codes index ggml's non-linear table.
+//!
+//! The grid i-quants (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S) are the exception to "same
+//! bytes": their weights are 8 (IQ2) or 4 (IQ3) values looked up together in a grid, which
+//! no byte shuffle can do for 16 rows at once, so at load time each value becomes a code
+//! into a 16-entry table of its signed grid magnitude (3 bits for IQ2, 4 for IQ3) and the
+//! kernels treat it like IQ4. The header keeps `d` and the 4-bit scales (as u32 words of
+//! nibbles). In memory that is 3.2 (IQ2) or 4.2 (IQ3) bits per weight instead of the
+//! file's 2.06 to 3.44; the values and scales are exactly ggml's.
 //! Header words are the ggml block's scale bytes read as little-endian u32 (or u16), so the
 //! byte count equals the GGUF tensor's: the kernels unpack the 6-bit scales with shifts on
 //! all 16 rows at once (see `sb_lanes`).
 
+use folio_gguf::{iquant, GgmlType};
 use half::f16;
 
 /// Rows per panel (as the legacy layout: one 512-bit register of i32 / f32).
 pub(crate) const PANEL: usize = 16;
+
+/// IQ2's signed levels: code = level index (8, 25, 43) | negative << 2.
+const IQ2_VALUES: [i8; 16] = [8, 25, 43, 0, -8, -25, -43, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+/// IQ3_XXS's signed levels: code = level index | negative << 3.
+const IQ3XXS_VALUES: [i8; 16] = [
+    4, 12, 20, 28, 36, 44, 52, 62, -4, -12, -20, -28, -36, -44, -52, -62,
+];
+/// IQ3_S's signed levels: code = level index | negative << 3.
+const IQ3S_VALUES: [i8; 16] = [1, 3, 5, 7, 9, 11, 13, 15, -1, -3, -5, -7, -9, -11, -13, -15];
 
 /// ggml's IQ4_NL / IQ4_XS value table (`kvalues_iq4nl`).
 pub(crate) const IQ4_VALUES: [i8; 16] = [
@@ -47,6 +65,11 @@ pub(crate) enum SbType {
     Q5_K = 6,
     Q6_K = 7,
     IQ4_XS = 8,
+    IQ2_XXS = 9,
+    IQ2_XS = 10,
+    IQ2_S = 11,
+    IQ3_XXS = 12,
+    IQ3_S = 13,
 }
 
 /// How a type's minimum enters the dot product.
@@ -73,8 +96,10 @@ pub(crate) struct Desc {
     /// Bits of the low and high code planes.
     pub lo: u32,
     pub hi: u32,
-    /// Codes index [`IQ4_VALUES`].
+    /// Codes index `table` (signed values; IQ4's levels, or the i-quants' signed grid
+    /// magnitudes).
     pub lut: bool,
+    pub table: [i8; 16],
     /// Integer sub-scales per 16 values (else one float scale per 32).
     pub sub16: bool,
     /// Subtracted from each (unsigned, table-applied) code: `w ∝ u - offset`.
@@ -137,7 +162,12 @@ impl SbType {
             5 => SbType::Q4_K,
             6 => SbType::Q5_K,
             7 => SbType::Q6_K,
-            _ => SbType::IQ4_XS,
+            8 => SbType::IQ4_XS,
+            9 => SbType::IQ2_XXS,
+            10 => SbType::IQ2_XS,
+            11 => SbType::IQ2_S,
+            12 => SbType::IQ3_XXS,
+            _ => SbType::IQ3_S,
         }
     }
 
@@ -168,13 +198,14 @@ impl SbType {
                 lo,
                 hi,
                 lut,
+                table: IQ4_VALUES,
                 sub16,
                 offset,
                 min,
             }
         }
         use MinKind::*;
-        match self {
+        let mut desc = match self {
             SbType::Q5_0 => d(32, 22, &[2], 4, 1, false, false, 16, None),
             SbType::Q5_1 => d(32, 24, &[2, 2], 4, 1, false, false, 0, Float),
             SbType::IQ4_NL => d(32, 18, &[2], 4, 0, true, false, 128, None),
@@ -184,6 +215,42 @@ impl SbType {
             SbType::Q5_K => d(256, 176, &[2, 2, 4, 4, 4], 4, 1, false, false, 0, Float),
             SbType::Q6_K => d(256, 210, &[2, 4, 4, 4, 4], 4, 2, false, true, 32, None),
             SbType::IQ4_XS => d(256, 136, &[2, 2, 4], 4, 0, true, false, 128, None),
+            // Grid i-quants: f16 d, then the 4-bit scales as one or two u32 words; codes
+            // index the signed magnitudes (3 bits for IQ2's 3 levels, 4 for IQ3's 8).
+            SbType::IQ2_XXS => d(256, 66, &[2, 4], 2, 1, true, false, 128, None),
+            SbType::IQ2_XS => d(256, 74, &[2, 4, 4], 2, 1, true, true, 128, None),
+            SbType::IQ2_S => d(256, 82, &[2, 4, 4], 2, 1, true, true, 128, None),
+            SbType::IQ3_XXS => d(256, 98, &[2, 4], 4, 0, true, false, 128, None),
+            SbType::IQ3_S => d(256, 110, &[2, 4], 4, 0, true, false, 128, None),
+        };
+        desc.table = match self {
+            SbType::IQ2_XXS | SbType::IQ2_XS | SbType::IQ2_S => IQ2_VALUES,
+            SbType::IQ3_XXS => IQ3XXS_VALUES,
+            SbType::IQ3_S => IQ3S_VALUES,
+            _ => IQ4_VALUES,
+        };
+        desc
+    }
+
+    /// The ggml type of a grid i-quant (`None` for the others).
+    pub const fn iq_grid(self) -> Option<GgmlType> {
+        Some(match self {
+            SbType::IQ2_XXS => GgmlType::IQ2_XXS,
+            SbType::IQ2_XS => GgmlType::IQ2_XS,
+            SbType::IQ2_S => GgmlType::IQ2_S,
+            SbType::IQ3_XXS => GgmlType::IQ3_XXS,
+            SbType::IQ3_S => GgmlType::IQ3_S,
+            _ => return None,
+        })
+    }
+
+    /// Multiplies the stored `d` of a grid i-quant so every block scale is `d' * (2 ls + 1)`
+    /// (exactly ggml's `db`: a power of two times an exact product).
+    pub const fn d_factor(self) -> f32 {
+        match self {
+            SbType::IQ2_XXS | SbType::IQ2_XS | SbType::IQ2_S => 0.125,
+            SbType::IQ3_XXS => 0.25,
+            _ => 1.0,
         }
     }
 }
@@ -291,6 +358,27 @@ pub(crate) fn split_block(ty: SbType, b: &[u8], fields: &mut [u32], u: &mut [u8]
                 }
             }
         }
+        SbType::IQ2_XXS | SbType::IQ2_XS | SbType::IQ2_S | SbType::IQ3_XXS | SbType::IQ3_S => {
+            let gt = ty.iq_grid().expect("a grid i-quant");
+            let k = iquant::parse(gt, b);
+            fields[..3].copy_from_slice(&[k.d as u32, 0, 0]);
+            let desc = ty.desc();
+            if desc.sub16 {
+                // ls of 16 values s at word s / 8, bits 4 (s % 8).
+                for (s, ls) in k.ls.iter().enumerate() {
+                    fields[1 + s / 8] |= (*ls as u32) << (4 * (s % 8));
+                }
+            } else {
+                // ls of 32-block ib at bits 4 ib.
+                for ib in 0..8 {
+                    fields[1] |= (k.ls[2 * ib] as u32) << (4 * ib);
+                }
+            }
+            for (ui, v) in u.iter_mut().zip(iquant::values(gt, &k)) {
+                let at = desc.table.iter().position(|t| *t == v);
+                *ui = at.expect("every grid value is in the type's table") as u8;
+            }
+        }
         SbType::IQ4_XS => {
             fields[0] = u16_at(b, 0);
             fields[1] = u16_at(b, 2);
@@ -343,7 +431,7 @@ pub(crate) fn code(desc: &Desc, blk: &[u8], r: usize, k: usize) -> i32 {
         v |= read(desc.hi, 64 * desc.lo as usize) << desc.lo;
     }
     if desc.lut {
-        IQ4_VALUES[v as usize] as i32 + 128
+        desc.table[v as usize] as i32 + 128
     } else {
         v as i32
     }

@@ -58,6 +58,11 @@ unsafe fn run_tile(isa: Isa, ty: SbType, t: &Tile, nr: usize) {
                 SbType::Q5_K => $m::tile::<6>(t, nr),
                 SbType::Q6_K => $m::tile::<7>(t, nr),
                 SbType::IQ4_XS => $m::tile::<8>(t, nr),
+                SbType::IQ2_XXS => $m::tile::<9>(t, nr),
+                SbType::IQ2_XS => $m::tile::<10>(t, nr),
+                SbType::IQ2_S => $m::tile::<11>(t, nr),
+                SbType::IQ3_XXS => $m::tile::<12>(t, nr),
+                SbType::IQ3_S => $m::tile::<13>(t, nr),
             }
         };
     }
@@ -121,7 +126,7 @@ unsafe fn tile_scalar(ty: SbType, t: &Tile, nr: usize) {
 
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
-    use super::super::sb_format::{Desc, MinKind, SbType, IQ4_VALUES};
+    use super::super::sb_format::{Desc, MinKind, SbType};
     use super::super::sb_lanes::{header, scales, Z};
     use super::super::sb_planes::planes;
     use super::super::tile::{mask16, unroll_rows};
@@ -144,11 +149,12 @@ mod avx512 {
         u
     }
 
-    /// ggml's IQ4 table as `kv + 128` (unsigned), in every 128-bit lane.
+    /// The type's value table (IQ4's levels, an i-quant's signed magnitudes) as `v + 128`
+    /// (unsigned), in every 128-bit lane.
     #[inline(always)]
-    unsafe fn lut() -> __m512i {
+    unsafe fn lut(desc: &Desc) -> __m512i {
         let mut b = [0u8; 16];
-        for (o, v) in b.iter_mut().zip(IQ4_VALUES) {
+        for (o, v) in b.iter_mut().zip(desc.table) {
             *o = (v as i32 + 128) as u8;
         }
         _mm512_broadcast_i32x4(_mm_loadu_si128(b.as_ptr() as *const _))
@@ -162,7 +168,7 @@ mod avx512 {
         let nsb = t.nb / subs;
         let cols = t.nb * 32;
         let lut = if desc.lut {
-            lut()
+            lut(&desc)
         } else {
             _mm512_setzero_si512()
         };
@@ -257,7 +263,7 @@ mod avx512 {
 
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
-    use super::super::sb_format::{MinKind, SbType, IQ4_VALUES};
+    use super::super::sb_format::{MinKind, SbType};
     use super::super::sb_lanes::{header, scales, Y};
     use super::super::sb_planes::planes;
     use super::super::tile::{store8, unroll_rows};
@@ -282,7 +288,7 @@ mod avx2 {
         let offset = if desc.lut { 0 } else { desc.offset };
         let lut = {
             let mut b = [0u8; 16];
-            for (o, v) in b.iter_mut().zip(IQ4_VALUES) {
+            for (o, v) in b.iter_mut().zip(desc.table) {
                 *o = v as u8;
             }
             _mm256_broadcastsi128_si256(_mm_loadu_si128(b.as_ptr() as *const _))
@@ -292,7 +298,11 @@ mod avx2 {
         // each pair sum is at most 2 * max|w| * 127.
         let chunk = {
             let maxw = if desc.lut {
-                127
+                desc.table
+                    .iter()
+                    .map(|v| v.unsigned_abs() as i32)
+                    .max()
+                    .unwrap_or(127)
             } else {
                 (1i32 << (desc.lo + desc.hi)) - 1
             };

@@ -13,6 +13,7 @@ pub(crate) trait Lanes: Copy {
     unsafe fn u16s(p: *const u8) -> Self;
     unsafe fn f16s(p: *const u8) -> Self::F;
     fn zero_f() -> Self::F;
+    fn splat_f(v: f32) -> Self::F;
     fn zero() -> Self;
     fn shr(self, n: u32) -> Self;
     fn shl(self, n: u32) -> Self;
@@ -46,6 +47,9 @@ impl Lanes for One {
     }
     fn zero_f() -> OneF {
         OneF(0.0)
+    }
+    fn splat_f(v: f32) -> OneF {
+        OneF(v)
     }
     fn zero() -> Self {
         One(0)
@@ -108,6 +112,10 @@ mod x86 {
         #[inline(always)]
         fn zero_f() -> __m512 {
             unsafe { _mm512_setzero_ps() }
+        }
+        #[inline(always)]
+        fn splat_f(v: f32) -> __m512 {
+            unsafe { _mm512_set1_ps(v) }
         }
         #[inline(always)]
         fn zero() -> Self {
@@ -179,6 +187,10 @@ mod x86 {
             unsafe { _mm256_setzero_ps() }
         }
         #[inline(always)]
+        fn splat_f(v: f32) -> __m256 {
+            unsafe { _mm256_set1_ps(v) }
+        }
+        #[inline(always)]
         fn zero() -> Self {
             unsafe { Y(_mm256_setzero_si256()) }
         }
@@ -248,7 +260,7 @@ pub(crate) struct Scales<L: Lanes> {
 pub(crate) unsafe fn header<L: Lanes>(ty: SbType, sb: *const u8, row0: usize) -> Header<L> {
     let desc = ty.desc();
     let at = |f: usize| sb.add(desc.field_off(f) + row0 * desc.fields[f]);
-    let d = L::f16s(at(0));
+    let mut d = L::f16s(at(0));
     let mut w = [L::zero(); 4];
     let mut f1 = L::zero_f();
     match ty {
@@ -268,6 +280,14 @@ pub(crate) unsafe fn header<L: Lanes>(ty: SbType, sb: *const u8, row0: usize) ->
         SbType::IQ4_XS => {
             w[0] = L::u16s(at(1));
             w[1] = L::u32s(at(2));
+        }
+        SbType::IQ2_XXS | SbType::IQ2_XS | SbType::IQ2_S | SbType::IQ3_XXS | SbType::IQ3_S => {
+            if ty.d_factor() != 1.0 {
+                d = L::fmul(d, L::splat_f(ty.d_factor()));
+            }
+            for (i, wi) in w.iter_mut().enumerate().take(desc.n_fields - 1) {
+                *wi = L::u32s(at(1 + i));
+            }
         }
     }
     debug_assert!(row0 < PANEL);
@@ -329,6 +349,18 @@ pub(crate) fn scales<L: Lanes>(ty: SbType, h: &Header<L>, sub: usize) -> Scales<
                 .and(15)
                 .or(h.w[0].shr(2 * j).and(3).shl(4));
             out.da = L::fmul(h.d, ls.sub(32).to_f());
+        }
+        SbType::IQ2_XXS | SbType::IQ3_XXS | SbType::IQ3_S => {
+            let ls = h.w[0].shr(4 * sub as u32).and(15);
+            out.da = L::fmul(h.d, ls.shl(1).sub(-1).to_f());
+        }
+        SbType::IQ2_XS | SbType::IQ2_S => {
+            for hf in 0..2 {
+                let ls = h.w[sub / 4]
+                    .shr(8 * (sub % 4) as u32 + 4 * hf as u32)
+                    .and(15);
+                out.sc[hf] = ls.shl(1).sub(-1);
+            }
         }
         SbType::Q6_K => {
             for hf in 0..2 {
