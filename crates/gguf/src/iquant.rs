@@ -293,17 +293,22 @@ pub fn quantize_block(ty: GgmlType, x: &[f32], out: &mut [u8]) {
         let dl = db(ty, df, ls);
         for gi in s * per / g..(s + 1) * per / g {
             let xg = &x[gi * g..(gi + 1) * g];
-            let err = |e: usize| -> f32 {
-                let m = entry(ty, e);
-                xg.iter()
-                    .zip(m)
-                    .map(|(v, m)| (v.abs() - dl * m as f32).powi(2))
-                    .sum()
+            // Squared error of each value at each magnitude, then a sum per grid entry.
+            let mut e = [[0f32; 64]; 8];
+            for (ej, v) in e.iter_mut().zip(xg) {
+                for &m in magnitudes(ty) {
+                    ej[m as usize] = (v.abs() - dl * m as f32).powi(2);
+                }
+            }
+            let err = |i: usize| -> f32 {
+                let m = entry(ty, i);
+                (0..g).map(|j| e[j][m[j] as usize]).sum()
             };
             let best = (0..grid_len(ty))
-                .min_by(|&a, &b| err(a).total_cmp(&err(b)))
+                .map(|i| (err(i), i))
+                .min_by(|a, b| a.0.total_cmp(&b.0))
                 .expect("non-empty grid");
-            k.idx[gi] = best as u16;
+            k.idx[gi] = best.1 as u16;
         }
     }
     for (j, s) in k.signs.iter_mut().enumerate() {

@@ -57,10 +57,15 @@ pub(crate) fn weight_type(name: &str, t: GgmlType) -> Result<WeightType, ModelEr
         GgmlType::Q5_K => WeightType::Q5_K,
         GgmlType::Q6_K => WeightType::Q6_K,
         GgmlType::IQ4_XS => WeightType::IQ4_XS,
+        GgmlType::IQ2_XXS => WeightType::IQ2_XXS,
+        GgmlType::IQ2_XS => WeightType::IQ2_XS,
+        GgmlType::IQ3_XXS => WeightType::IQ3_XXS,
+        GgmlType::IQ3_S => WeightType::IQ3_S,
+        GgmlType::IQ2_S => WeightType::IQ2_S,
         other => {
             return Err(ModelError::Tensor {
                 name: name.into(),
-                what: format!("unsupported tensor type {other} (supported: F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_NL IQ4_XS)"),
+                what: format!("unsupported tensor type {other} (supported: F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_NL IQ4_XS IQ2_XXS IQ2_XS IQ2_S IQ3_XXS IQ3_S)"),
             })
         }
     })
