@@ -54,3 +54,12 @@ fn q8_0_matches_llama_cpp() {
         quant("qwen-q8_0.gguf"),
     );
 }
+
+#[test]
+fn iq2_xxs_matches_llama_cpp() {
+    check(
+        "IQ2_XXS",
+        include_str!("../../../testdata/qwen-coder-greedy-iq2_xxs.json"),
+        quant("qwen-iq2_xxs.gguf"),
+    );
+}
