@@ -45,4 +45,18 @@ for pair in $pairs; do
     fi
 done
 
+# The other grid i-quants in one small file: layers 0-4 only (their imatrix quantization is
+# slow), for crates/engine/tests/qwen_greedy.rs.
+dst="$OUT/qwen-iqmix.gguf"
+if [ -n "$IMATRIX" ] && { [ ! -s "$dst" ] || [ "${FORCE:-0}" = 1 ]; }; then
+    echo "== IQ2_XS/IQ2_S/IQ3_XXS/IQ3_S in layers 0-4 -> $dst"
+    mix=()
+    for tt in attn_q=iq2_xs attn_output=iq3_s ffn_gate=iq3_xxs ffn_up=iq2_s ffn_down=iq3_s; do
+        mix+=(--tensor-type "blk\\.[0-4]\\.$tt")
+    done
+    nice -n 10 "$Q" --allow-requantize "${imat[@]}" "${mix[@]}" "$SRC" "$dst" Q4_K_M "$THREADS" \
+        > "$dst.log" 2>&1 || { tail -20 "$dst.log"; exit 1; }
+    tail -2 "$dst.log"
+fi
+
 python3 "$here/gguf_tensor_types.py" "$OUT"/qwen-*.gguf
