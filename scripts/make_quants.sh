@@ -9,7 +9,10 @@
 # --allow-requantize: the source is already quantized (Q4_K_M), so these are requantized
 # from dequantized Q4_K_M weights, not from F16: fine as test inputs, not as quality references.
 # No imatrix: IQ4_XS / IQ4_NL / Q2_K / Q3_K_M are made without one (llama-quantize allows it
-# for these types). llama-quantize picks per-tensor types itself (token_embd, output, and
+# for these types). With IMATRIX=FILE (an importance matrix, which llama-quantize requires
+# for the 2-bit i-quants) the grid i-quants IQ2_XXS IQ2_XS IQ2_S IQ3_XXS IQ3_S are made too,
+# and every type is quantized with it. Make one from a small text first, e.g.
+#   llama-imatrix -m SRC.gguf -f text.txt -o /work/dl/qwen.imatrix -t 1 --chunks 4 llama-quantize picks per-tensor types itself (token_embd, output, and
 # some ffn_down / attn_v get other types in the _K_M/_XS mixes; rows not a multiple of 256
 # fall back to a legacy type), so each file mixes types: see the listing.
 set -euo pipefail
@@ -17,11 +20,18 @@ Q=${1:?usage: make_quants.sh LLAMA_QUANTIZE SRC.gguf OUTDIR}
 SRC=${2:?}
 OUT=${3:?}
 THREADS=${THREADS:-2}
+IMATRIX=${IMATRIX:-}
 mkdir -p "$OUT"
 here=$(cd "$(dirname "$0")" && pwd)
 
-for pair in q4_0:Q4_0 q8_0:Q8_0 q5_k_m:Q5_K_M q6_k:Q6_K iq4_xs:IQ4_XS q3_k_m:Q3_K_M \
-            q2_k:Q2_K q5_0:Q5_0 q5_1:Q5_1 iq4_nl:IQ4_NL; do
+pairs="q4_0:Q4_0 q8_0:Q8_0 q5_k_m:Q5_K_M q6_k:Q6_K iq4_xs:IQ4_XS q3_k_m:Q3_K_M
+       q2_k:Q2_K q5_0:Q5_0 q5_1:Q5_1 iq4_nl:IQ4_NL"
+imat=()
+if [ -n "$IMATRIX" ]; then
+    imat=(--imatrix "$IMATRIX")
+    pairs="$pairs iq2_xxs:IQ2_XXS iq2_xs:IQ2_XS iq2_s:IQ2_S iq3_xxs:IQ3_XXS iq3_s:IQ3_S"
+fi
+for pair in $pairs; do
     name=${pair%%:*}
     type=${pair#*:}
     dst="$OUT/qwen-$name.gguf"
@@ -29,10 +39,24 @@ for pair in q4_0:Q4_0 q8_0:Q8_0 q5_k_m:Q5_K_M q6_k:Q6_K iq4_xs:IQ4_XS q3_k_m:Q3_
         echo "== $dst exists (FORCE=1 to redo)"
     else
         echo "== $type -> $dst"
-        nice -n 10 "$Q" --allow-requantize "$SRC" "$dst" "$type" "$THREADS" > "$dst.log" 2>&1 \
+        nice -n 10 "$Q" --allow-requantize "${imat[@]}" "$SRC" "$dst" "$type" "$THREADS" > "$dst.log" 2>&1 \
             || { tail -20 "$dst.log"; exit 1; }
         tail -2 "$dst.log"
     fi
 done
+
+# The other grid i-quants in one small file: layers 0-4 only (their imatrix quantization is
+# slow), for crates/engine/tests/qwen_greedy.rs.
+dst="$OUT/qwen-iqmix.gguf"
+if [ -n "$IMATRIX" ] && { [ ! -s "$dst" ] || [ "${FORCE:-0}" = 1 ]; }; then
+    echo "== IQ2_XS/IQ2_S/IQ3_XXS/IQ3_S in layers 0-4 -> $dst"
+    mix=()
+    for tt in attn_q=iq2_xs attn_output=iq3_s ffn_gate=iq3_xxs ffn_up=iq2_s ffn_down=iq3_s; do
+        mix+=(--tensor-type "blk\\.[0-4]\\.$tt")
+    done
+    nice -n 10 "$Q" --allow-requantize "${imat[@]}" "${mix[@]}" "$SRC" "$dst" Q4_K_M "$THREADS" \
+        > "$dst.log" 2>&1 || { tail -20 "$dst.log"; exit 1; }
+    tail -2 "$dst.log"
+fi
 
 python3 "$here/gguf_tensor_types.py" "$OUT"/qwen-*.gguf

@@ -54,3 +54,22 @@ fn q8_0_matches_llama_cpp() {
         quant("qwen-q8_0.gguf"),
     );
 }
+
+#[test]
+fn iq2_xxs_matches_llama_cpp() {
+    check(
+        "IQ2_XXS",
+        include_str!("../../../testdata/qwen-coder-greedy-iq2_xxs.json"),
+        quant("qwen-iq2_xxs.gguf"),
+    );
+}
+
+/// IQ2_XS, IQ2_S, IQ3_XXS and IQ3_S matrices in layers 0-4 of a Q4_K_M file.
+#[test]
+fn iq_mix_matches_llama_cpp() {
+    check(
+        "IQ mix",
+        include_str!("../../../testdata/qwen-coder-greedy-iqmix.json"),
+        quant("qwen-iqmix.gguf"),
+    );
+}

@@ -42,6 +42,7 @@
 //!                          d = f16 from the top nibbles of sc[0..4]; 16-half h of 32-block ib:
 //!                          dl = d*(2*((sc[ib/2] >> 6(ib%2)+3h)&7)+1); 8-group l: nibble l%2 of qh[2ib+l/2] holds
 //!                          3 index bits (idx = qs[4ib+l] | (nibble&7)<<8) and the delta sign (bit 3); w = dl*(g[j]+delta)
+//! IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S: see `iquant`
 //! ```
 
 use half::f16;
@@ -100,6 +101,11 @@ pub fn dequantize(ty: GgmlType, data: &[u8], out: &mut [f32]) -> Result<()> {
         GgmlType::TQ2_0 => blocks.for_each(|(b, y)| block_tq2_0(b, y)),
         GgmlType::IQ1_S => blocks.for_each(|(b, y)| block_iq1_s(b, y)),
         GgmlType::IQ1_M => blocks.for_each(|(b, y)| block_iq1_m(b, y)),
+        t @ (GgmlType::IQ2_XXS
+        | GgmlType::IQ2_XS
+        | GgmlType::IQ3_XXS
+        | GgmlType::IQ3_S
+        | GgmlType::IQ2_S) => blocks.for_each(|(b, y)| crate::iquant::dequantize_block(t, b, y)),
         GgmlType::Other(_) => {
             return Err(GgufError::UnsupportedType {
                 ty,

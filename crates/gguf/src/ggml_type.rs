@@ -7,8 +7,8 @@ use crate::{GgufError, Result};
 /// A tensor's storage type. The types folio can dequantize have their own variant; every
 /// other ggml type id is kept by number in [`GgmlType::Other`] so errors can name it.
 ///
-/// `Debug` and `Display` both print ggml's name (`Other(16)` prints as
-/// `IQ2_XXS (ggml type 16)`), so an error formatted either way names the type.
+/// `Debug` and `Display` both print ggml's name (`Other(19)` prints as
+/// `IQ1_S (ggml type 19)`), so an error formatted either way names the type.
 #[allow(non_camel_case_types)]
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub enum GgmlType {
@@ -32,7 +32,12 @@ pub enum GgmlType {
     TQ2_0,
     IQ1_S,
     IQ1_M,
-    /// Any other ggml type id (Q8_K, IQ2_XXS, TQ1_0, ...), or an unknown number.
+    IQ2_XXS,
+    IQ2_XS,
+    IQ3_XXS,
+    IQ3_S,
+    IQ2_S,
+    /// Any other ggml type id (Q8_K, NVFP4, ...), or an unknown number.
     Other(u32),
 }
 
@@ -60,6 +65,11 @@ impl GgmlType {
             35 => GgmlType::TQ2_0,
             19 => GgmlType::IQ1_S,
             29 => GgmlType::IQ1_M,
+            16 => GgmlType::IQ2_XXS,
+            17 => GgmlType::IQ2_XS,
+            18 => GgmlType::IQ3_XXS,
+            21 => GgmlType::IQ3_S,
+            22 => GgmlType::IQ2_S,
             other => GgmlType::Other(other),
         }
     }
@@ -87,6 +97,11 @@ impl GgmlType {
             GgmlType::TQ2_0 => 35,
             GgmlType::IQ1_S => 19,
             GgmlType::IQ1_M => 29,
+            GgmlType::IQ2_XXS => 16,
+            GgmlType::IQ2_XS => 17,
+            GgmlType::IQ3_XXS => 18,
+            GgmlType::IQ3_S => 21,
+            GgmlType::IQ2_S => 22,
             GgmlType::Other(id) => id,
         }
     }
@@ -165,6 +180,11 @@ impl GgmlType {
             35 => (256, 66),  // TQ2_0: 64 B 2-bit qs, f16 d
             19 => (256, 50),  // IQ1_S: f16 d, 32 B qs, u16 qh[8]
             29 => (256, 56),  // IQ1_M: 32 B qs, 16 B qh, 8 B scales (f16 d in their top nibbles)
+            16 => (256, 66),  // IQ2_XXS: f16 d, u16 qs[32]
+            17 => (256, 74),  // IQ2_XS: f16 d, u16 qs[32], u8 scales[8]
+            18 => (256, 98),  // IQ3_XXS: f16 d, u8 qs[64], u32 scales_and_signs[8]
+            21 => (256, 110), // IQ3_S: f16 d, u8 qs[64], qh[8], signs[32], scales[4]
+            22 => (256, 82),  // IQ2_S: f16 d, u8 qs[32], signs[32], qh[8], scales[8]
             _ => return None,
         })
     }

@@ -31,6 +31,8 @@
 //! - [`TensorInfo`] (`tensor_info.rs`): one tensor index entry.
 //! - [`dequant`]: scalar reference dequantization, bit-exact with ggml.
 //! - [`quant`]: reference quantizers (to build test models).
+//! - [`iquant`]: the grid i-quants (IQ2_*, IQ3_*): one parsed form, dequantization, quantizer;
+//!   [`grids`]: their constant tables, exactly ggml's.
 //! - [`GgufWriter`] (`writer.rs`): builds GGUF v2/v3 files in memory.
 //! - [`GgufError`] (`error.rs`): every error names what is wrong and where.
 
@@ -39,7 +41,9 @@ pub mod dequant;
 mod error;
 mod file;
 mod ggml_type;
+pub mod grids;
 mod iq1s_grid;
+pub mod iquant;
 mod kv_format;
 pub mod limits;
 mod parse;

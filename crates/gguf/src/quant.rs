@@ -10,6 +10,9 @@
 //! nearest level. The blocks are valid for any reader, but this is *not* ggml's
 //! error-minimizing search (`make_qkx*_quants`, `make_q3_quants`, the IQ4 scale search),
 //! so the bytes differ from llama.cpp's quantizer and the error is somewhat larger.
+//!
+//! IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS and IQ3_S: `iquant::quantize_block` (nearest grid entry
+//! per group, no importance weighting; much coarser than llama.cpp's).
 //! Round-trip error is about half a quantization step (bounds in each function's doc).
 
 use half::f16;
@@ -54,6 +57,14 @@ pub fn quantize(ty: GgmlType, values: &[f32]) -> Result<Vec<u8>> {
         GgmlType::TQ2_0 => blocks.for_each(|x| crate::quant_low::block_tq2_0(x, &mut out)),
         GgmlType::IQ1_S => blocks.for_each(|x| crate::quant_low::block_iq1_s(x, &mut out)),
         GgmlType::IQ1_M => blocks.for_each(|x| crate::quant_low::block_iq1_m(x, &mut out)),
+        t @ (GgmlType::IQ2_XXS
+        | GgmlType::IQ2_XS
+        | GgmlType::IQ3_XXS
+        | GgmlType::IQ3_S
+        | GgmlType::IQ2_S) => blocks.for_each(|x| {
+            let bytes = t.type_size().expect("known layout");
+            push_block(&mut out, bytes, |o| crate::iquant::quantize_block(t, x, o))
+        }),
         GgmlType::Other(_) => {
             return Err(GgufError::UnsupportedType {
                 ty,

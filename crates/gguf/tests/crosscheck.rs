@@ -29,7 +29,7 @@ fn f32s(bytes: &[u8]) -> Vec<f32> {
         .collect()
 }
 
-const TYPES: [(&str, GgmlType); 12] = [
+const TYPES: [(&str, GgmlType); 17] = [
     ("Q4_0", GgmlType::Q4_0),
     ("Q4_1", GgmlType::Q4_1),
     ("Q8_0", GgmlType::Q8_0),
@@ -42,6 +42,11 @@ const TYPES: [(&str, GgmlType); 12] = [
     ("Q5_K", GgmlType::Q5_K),
     ("IQ4_NL", GgmlType::IQ4_NL),
     ("IQ4_XS", GgmlType::IQ4_XS),
+    ("IQ2_XXS", GgmlType::IQ2_XXS),
+    ("IQ2_XS", GgmlType::IQ2_XS),
+    ("IQ2_S", GgmlType::IQ2_S),
+    ("IQ3_XXS", GgmlType::IQ3_XXS),
+    ("IQ3_S", GgmlType::IQ3_S),
 ];
 
 #[test]

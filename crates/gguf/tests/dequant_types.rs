@@ -65,16 +65,16 @@ fn length_and_type_errors() {
         err.to_string(),
         "tensor type Q8_K (ggml type 15) is not supported for quantization"
     );
-    // Unknown layout: IQ2_XXS (id 16). Display and Debug both name the type.
-    let err = dequantize(GgmlType::from_u32(16), &[0; 66], &mut out).unwrap_err();
+    // Unknown layout: NVFP4 (id 40). Display and Debug both name the type.
+    let err = dequantize(GgmlType::from_u32(40), &[0; 66], &mut out).unwrap_err();
     assert_eq!(
         err.to_string(),
-        "tensor type IQ2_XXS (ggml type 16) is not supported for sizing (unknown block layout)"
+        "tensor type NVFP4 (ggml type 40) is not supported for sizing (unknown block layout)"
     );
-    assert!(format!("{err:?}").contains("IQ2_XXS"), "{err:?}");
+    assert!(format!("{err:?}").contains("NVFP4"), "{err:?}");
     assert!(!format!("{err:?}").contains("Other("), "{err:?}");
-    let err = quantize(GgmlType::from_u32(16), &[0.0; 256]).unwrap_err();
-    assert!(err.to_string().contains("IQ2_XXS"), "{err}");
+    let err = quantize(GgmlType::from_u32(40), &[0.0; 256]).unwrap_err();
+    assert!(err.to_string().contains("NVFP4"), "{err}");
     assert!(quantize(GgmlType::from_u32(99), &[0.0]).is_err());
     // A hand-made Other(id) of a supported id behaves as its variant.
     assert_eq!(
@@ -102,6 +102,11 @@ fn ggml_type_geometry() {
         (Q6_K, 256, 210),
         (IQ4_NL, 32, 18),
         (IQ4_XS, 256, 136),
+        (IQ2_XXS, 256, 66),
+        (IQ2_XS, 256, 74),
+        (IQ2_S, 256, 82),
+        (IQ3_XXS, 256, 98),
+        (IQ3_S, 256, 110),
     ];
     for (ty, bs, ts) in expect {
         assert_eq!(
@@ -123,6 +128,11 @@ fn ggml_type_geometry() {
         (13, Q5_K, "Q5_K"),
         (20, IQ4_NL, "IQ4_NL"),
         (23, IQ4_XS, "IQ4_XS"),
+        (16, IQ2_XXS, "IQ2_XXS"),
+        (17, IQ2_XS, "IQ2_XS"),
+        (18, IQ3_XXS, "IQ3_XXS"),
+        (21, IQ3_S, "IQ3_S"),
+        (22, IQ2_S, "IQ2_S"),
     ] {
         assert_eq!((GgmlType::from_u32(id), ty.to_u32()), (ty, id));
         assert_eq!(
@@ -130,11 +140,11 @@ fn ggml_type_geometry() {
             (name.into(), name.into())
         );
     }
-    assert_eq!(GgmlType::from_u32(16), Other(16));
-    assert_eq!(format!("{:?}", Other(16)), "IQ2_XXS (ggml type 16)");
+    assert_eq!(GgmlType::from_u32(40), Other(40));
+    assert_eq!(format!("{:?}", Other(40)), "NVFP4 (ggml type 40)");
     assert_eq!(Other(34).to_string(), "TQ1_0 (ggml type 34)");
-    assert_eq!(Other(16).block_size(), None);
-    assert_eq!(Other(16).to_string(), "IQ2_XXS (ggml type 16)");
+    assert_eq!(Other(40).block_size(), None);
+    assert_eq!(Other(40).to_string(), "NVFP4 (ggml type 40)");
     assert_eq!(Other(1000).to_string(), "unknown ggml type 1000");
 }
 

@@ -427,8 +427,8 @@ fn tensor_validation() {
     );
 
     let e =
-        GgufFile::from_bytes(Raw::header(1, 0).tensor("iq", &[256], 16, 0).data(256)).unwrap_err();
-    assert_eq!(e.to_string(), "in tensor \"iq\": tensor type IQ2_XXS (ggml type 16) is not supported for sizing (unknown block layout)");
+        GgufFile::from_bytes(Raw::header(1, 0).tensor("nv", &[256], 40, 0).data(256)).unwrap_err();
+    assert_eq!(e.to_string(), "in tensor \"nv\": tensor type NVFP4 (ggml type 40) is not supported for sizing (unknown block layout)");
 
     let e = GgufFile::from_bytes(
         Raw::header(2, 0)

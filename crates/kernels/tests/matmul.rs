@@ -10,7 +10,7 @@ use proptest::prelude::*;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-const ALL: [WeightType; 20] = WeightType::ALL;
+const ALL: [WeightType; 25] = WeightType::ALL;
 
 fn is_dense(ty: WeightType) -> bool {
     matches!(ty, WeightType::F32 | WeightType::F16 | WeightType::BF16)
@@ -39,6 +39,11 @@ fn ggml(ty: WeightType) -> GgmlType {
         WeightType::TQ2_0 => 35,
         WeightType::IQ1_S => 19,
         WeightType::IQ1_M => 29,
+        WeightType::IQ2_XXS => 16,
+        WeightType::IQ2_XS => 17,
+        WeightType::IQ3_XXS => 18,
+        WeightType::IQ3_S => 21,
+        WeightType::IQ2_S => 22,
     };
     GgmlType::from_u32(id)
 }
@@ -61,6 +66,8 @@ fn f16_fields(ty: WeightType) -> &'static [(usize, f32, f32)] {
         WeightType::IQ1_S => &[(0, 0.0005, 0.005)],
         // Scales not stored as an f16 field: see `fix_scales`.
         WeightType::MXFP4 | WeightType::IQ1_M => &[],
+        WeightType::IQ2_XXS | WeightType::IQ2_XS | WeightType::IQ2_S => &[(0, 0.0005, 0.005)],
+        WeightType::IQ3_XXS | WeightType::IQ3_S => &[(0, 0.0002, 0.002)],
         WeightType::F32 | WeightType::F16 | WeightType::BF16 => &[],
     }
 }
@@ -214,7 +221,12 @@ fn cols_for(ty: WeightType) -> usize {
         | WeightType::TQ1_0
         | WeightType::TQ2_0
         | WeightType::IQ1_S
-        | WeightType::IQ1_M => 512,
+        | WeightType::IQ1_M
+        | WeightType::IQ2_XXS
+        | WeightType::IQ2_XS
+        | WeightType::IQ2_S
+        | WeightType::IQ3_XXS
+        | WeightType::IQ3_S => 512,
         WeightType::F32 | WeightType::F16 | WeightType::BF16 => 72, // not a multiple of 16
         _ => 96,
     }
@@ -348,19 +360,28 @@ fn weight_bytes_counts_the_packed_panels() {
     assert_eq!(case(WeightType::F16, 5, 72, 1).m.weight_bytes(), 5 * 72 * 2);
     // Every other quantized type: exactly the GGUF tensor's bytes once rows fill panels,
     // except the ones stored decoded: TQ1_0 as TQ2_0 (66 bytes per 256 values), IQ1_S /
-    // IQ1_M with 3-bit codes (96 bytes) and their header (6 / 10 bytes).
+    // IQ1_M with 3-bit codes (96 bytes) and their header (6 / 10 bytes), and the grid
+    // i-quants per superblock of a panel: header (f16 d + scale words) x 16 rows, then 8
+    // sub-blocks of 3-bit (IQ2) or 4-bit (IQ3) codes, 64 bytes per bit.
     let decoded = |t: WeightType| match t {
         WeightType::TQ1_0 => Some(66),
         WeightType::IQ1_S => Some(102),
         WeightType::IQ1_M => Some(106),
         _ => None,
     };
+    let grid = |ty| match ty {
+        WeightType::IQ2_XXS => Some(16 * (2 + 4) + 8 * 3 * 64),
+        WeightType::IQ2_XS | WeightType::IQ2_S => Some(16 * (2 + 4 + 4) + 8 * 3 * 64),
+        WeightType::IQ3_XXS | WeightType::IQ3_S => Some(16 * (2 + 4) + 8 * 4 * 64),
+        _ => None,
+    };
     for ty in ALL.into_iter().filter(|&t| !is_dense(t)) {
         let cols = cols_for(ty);
         let m = case(ty, 32, cols, 1).m;
-        let want = match decoded(ty) {
-            Some(per_256) => 32 * cols / 256 * per_256,
-            None => ty.ggml_bytes(32, cols).unwrap(),
+        let want = match (decoded(ty), grid(ty)) {
+            (Some(per_256), _) => 32 * cols / 256 * per_256,
+            (_, Some(sb)) => 2 * (cols / 256) * sb,
+            (None, None) => ty.ggml_bytes(32, cols).unwrap(),
         };
         assert_eq!(m.weight_bytes(), want, "{ty:?}");
     }

@@ -65,10 +65,15 @@ pub(crate) fn weight_type(name: &str, t: GgmlType) -> Result<WeightType, ModelEr
         GgmlType::TQ2_0 => WeightType::TQ2_0,
         GgmlType::IQ1_S => WeightType::IQ1_S,
         GgmlType::IQ1_M => WeightType::IQ1_M,
+        GgmlType::IQ2_XXS => WeightType::IQ2_XXS,
+        GgmlType::IQ2_XS => WeightType::IQ2_XS,
+        GgmlType::IQ3_XXS => WeightType::IQ3_XXS,
+        GgmlType::IQ3_S => WeightType::IQ3_S,
+        GgmlType::IQ2_S => WeightType::IQ2_S,
         other => {
             return Err(ModelError::Tensor {
                 name: name.into(),
-                what: format!("unsupported tensor type {other} (supported: F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_NL IQ4_XS MXFP4 TQ1_0 TQ2_0 IQ1_S IQ1_M)"),
+                what: format!("unsupported tensor type {other} (supported: F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_NL IQ4_XS IQ2_XXS IQ2_XS IQ2_S IQ3_XXS IQ3_S MXFP4 TQ1_0 TQ2_0 IQ1_S IQ1_M)"),
             })
         }
     })

@@ -27,6 +27,11 @@ fn llama_every_type_matches_reference() {
         GgmlType::Q5_K,
         GgmlType::Q6_K,
         GgmlType::IQ4_XS,
+        GgmlType::IQ2_XXS,
+        GgmlType::IQ2_XS,
+        GgmlType::IQ2_S,
+        GgmlType::IQ3_XXS,
+        GgmlType::IQ3_S,
     ] {
         check("llama", ty);
     }

@@ -2,7 +2,8 @@
 
 Usage: python3 gen.py OUT_DIR; then FOLIO_GGUF_CROSSCHECK=OUT_DIR cargo test -p folio-gguf --test crosscheck
 
-Writes, per type T (dequantization: Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_NL IQ4_XS;
+Writes, per type T (dequantization: Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_NL IQ4_XS
+IQ2_XXS IQ2_XS IQ2_S IQ3_XXS IQ3_S;
 quantization, which must match bit for bit: Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 BF16 F16):
   deq_T.bin / deq_T.f32   random blocks (sane f16 scales) and gguf-py's dequantization
   q_T.src / q_T.bin       random f32 values and gguf-py's quantization (types it quantizes)
@@ -31,6 +32,11 @@ layouts = {
     "Q5_K": (T.Q5_K, 176, [0, 2]),
     "IQ4_NL": (T.IQ4_NL, 18, [0]),
     "IQ4_XS": (T.IQ4_XS, 136, [0]),
+    "IQ2_XXS": (T.IQ2_XXS, 66, [0]),
+    "IQ2_XS": (T.IQ2_XS, 74, [0]),
+    "IQ2_S": (T.IQ2_S, 82, [0]),
+    "IQ3_XXS": (T.IQ3_XXS, 98, [0]),
+    "IQ3_S": (T.IQ3_S, 110, [0]),
 }
 for name, (qt, size, f16_fields) in layouts.items():
     assert gguf.GGML_QUANT_SIZES[qt][1] == size, name

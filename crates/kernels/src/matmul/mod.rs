@@ -18,7 +18,10 @@
 //! the K-quants Q2_K … Q6_K, IQ4_XS, MXFP4 (e8m0 scale, e2m1 table) and TQ2_0 in the
 //! superblock layout (`sb_format`), whose bytes equal the GGUF tensor's; TQ1_0, IQ1_S and
 //! IQ1_M in the same layout with their codes decoded at load time (2 or 5 bits per value,
-//! a little larger than in GGUF). F32/F16/BF16 use a dense FMA kernel.
+//! a little larger than in GGUF); the grid i-quants IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS and
+//! IQ3_S too, each value's grid lookup done at load time (3- or 4-bit codes into a table
+//! of signed grid magnitudes, so more bytes than the file's; see `sb_format`). F32/F16/BF16
+//! use a dense FMA kernel.
 
 mod dense;
 mod ggml;
@@ -66,6 +69,11 @@ pub enum WeightType {
     TQ2_0,
     IQ1_S,
     IQ1_M,
+    IQ2_XXS,
+    IQ2_XS,
+    IQ3_XXS,
+    IQ3_S,
+    IQ2_S,
 }
 
 impl WeightType {
@@ -88,7 +96,7 @@ impl WeightType {
     }
 
     /// Every type: ggml's id order up to BF16, then the types added later.
-    pub const ALL: [WeightType; 20] = [
+    pub const ALL: [WeightType; 25] = [
         WeightType::F32,
         WeightType::F16,
         WeightType::Q4_0,
@@ -109,6 +117,11 @@ impl WeightType {
         WeightType::TQ2_0,
         WeightType::IQ1_S,
         WeightType::IQ1_M,
+        WeightType::IQ2_XXS,
+        WeightType::IQ2_XS,
+        WeightType::IQ3_XXS,
+        WeightType::IQ3_S,
+        WeightType::IQ2_S,
     ];
 
     /// ggml's name (`Q4_K`, `IQ4_XS`, …).
@@ -134,6 +147,11 @@ impl WeightType {
             WeightType::TQ2_0 => "TQ2_0",
             WeightType::IQ1_S => "IQ1_S",
             WeightType::IQ1_M => "IQ1_M",
+            WeightType::IQ2_XXS => "IQ2_XXS",
+            WeightType::IQ2_XS => "IQ2_XS",
+            WeightType::IQ3_XXS => "IQ3_XXS",
+            WeightType::IQ3_S => "IQ3_S",
+            WeightType::IQ2_S => "IQ2_S",
         }
     }
 
@@ -161,6 +179,11 @@ impl WeightType {
             WeightType::TQ2_0 => SbType::TQ2_0,
             WeightType::IQ1_S => SbType::IQ1_S,
             WeightType::IQ1_M => SbType::IQ1_M,
+            WeightType::IQ2_XXS => SbType::IQ2_XXS,
+            WeightType::IQ2_XS => SbType::IQ2_XS,
+            WeightType::IQ3_XXS => SbType::IQ3_XXS,
+            WeightType::IQ3_S => SbType::IQ3_S,
+            WeightType::IQ2_S => SbType::IQ2_S,
             _ => return None,
         })
     }

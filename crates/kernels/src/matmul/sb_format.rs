@@ -20,6 +20,14 @@
 //! ```
 //! so each `(vector, shift)` pair unpacks to the `u8` operand of one `vpdpbusd`: 16 rows x 4
 //! consecutive k. A code is `lo | hi << b`; IQ4 codes index ggml's non-linear table.
+//!
+//! The grid i-quants (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S) are the exception to "same
+//! bytes": their weights are 8 (IQ2) or 4 (IQ3) values looked up together in a grid, which
+//! no byte shuffle can do for 16 rows at once, so at load time each value becomes a code
+//! into a 16-entry table of its signed grid magnitude (3 bits for IQ2, 4 for IQ3) and the
+//! kernels treat it like IQ4. The header keeps `d` and the 4-bit scales (as u32 words of
+//! nibbles). In memory that is 3.2 (IQ2) or 4.2 (IQ3) bits per weight instead of the
+//! file's 2.06 to 3.44; the values and scales are exactly ggml's.
 //! Header words are the ggml block's scale bytes read as little-endian u32 (or u16), so the
 //! byte count equals the GGUF tensor's: the kernels unpack the 6-bit scales with shifts on
 //! all 16 rows at once (see `sb_lanes`).
@@ -33,10 +41,20 @@
 //! header keeps `d` (IQ1_M's assembled from its nibbles) and the 3-bit scales.
 
 use folio_gguf::dequant::{iq1_m_d_bits, iq1_m_sub, iq1_s_sub, iq1s_grid_value, tq1_0_digits};
+use folio_gguf::{iquant, GgmlType};
 use half::f16;
 
 /// Rows per panel (as the legacy layout: one 512-bit register of i32 / f32).
 pub(crate) const PANEL: usize = 16;
+
+/// IQ2's signed levels: code = level index (8, 25, 43) | negative << 2.
+const IQ2_VALUES: [i8; 16] = [8, 25, 43, 0, -8, -25, -43, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+/// IQ3_XXS's signed levels: code = level index | negative << 3.
+const IQ3XXS_VALUES: [i8; 16] = [
+    4, 12, 20, 28, 36, 44, 52, 62, -4, -12, -20, -28, -36, -44, -52, -62,
+];
+/// IQ3_S's signed levels: code = level index | negative << 3.
+const IQ3S_VALUES: [i8; 16] = [1, 3, 5, 7, 9, 11, 13, 15, -1, -3, -5, -7, -9, -11, -13, -15];
 
 /// ggml's IQ4_NL / IQ4_XS value table (`kvalues_iq4nl`).
 pub(crate) const IQ4_VALUES: [i8; 16] = [
@@ -69,6 +87,11 @@ pub(crate) enum SbType {
     TQ2_0 = 11,
     IQ1_S = 12,
     IQ1_M = 13,
+    IQ2_XXS = 14,
+    IQ2_XS = 15,
+    IQ2_S = 16,
+    IQ3_XXS = 17,
+    IQ3_S = 18,
 }
 
 /// How a type's minimum enters the dot product.
@@ -95,9 +118,11 @@ pub(crate) struct Desc {
     /// Bits of the low and high code planes.
     pub lo: u32,
     pub hi: u32,
-    /// Codes index `values`.
+    /// Codes index `values` (signed values: IQ4's levels, MXFP4's and IQ1's tables, or the
+    /// grid i-quants' signed grid magnitudes).
     pub lut: bool,
-    /// The value table of `lut` types ([`IQ4_VALUES`], [`MXFP4_VALUES`], [`IQ1_VALUES`]).
+    /// The value table of `lut` types ([`IQ4_VALUES`], [`MXFP4_VALUES`], [`IQ1_VALUES`],
+    /// [`IQ2_VALUES`], ...).
     pub values: [i8; 16],
     /// Integer sub-scales per 16 values (else one float scale per 32).
     pub sub16: bool,
@@ -167,7 +192,12 @@ impl SbType {
             10 => SbType::TQ1_0,
             11 => SbType::TQ2_0,
             12 => SbType::IQ1_S,
-            _ => SbType::IQ1_M,
+            13 => SbType::IQ1_M,
+            14 => SbType::IQ2_XXS,
+            15 => SbType::IQ2_XS,
+            16 => SbType::IQ2_S,
+            17 => SbType::IQ3_XXS,
+            _ => SbType::IQ3_S,
         }
     }
 
@@ -205,7 +235,7 @@ impl SbType {
             }
         }
         use MinKind::*;
-        match self {
+        let mut desc = match self {
             SbType::Q5_0 => d(32, 22, &[2], 4, 1, false, false, 16, None),
             SbType::Q5_1 => d(32, 24, &[2, 2], 4, 1, false, false, 0, Float),
             SbType::IQ4_NL => d(32, 18, &[2], 4, 0, true, false, 128, None),
@@ -232,6 +262,42 @@ impl SbType {
                 m.values = IQ1_VALUES;
                 m
             }
+            // Grid i-quants: f16 d, then the 4-bit scales as one or two u32 words; codes
+            // index the signed magnitudes (3 bits for IQ2's 3 levels, 4 for IQ3's 8).
+            SbType::IQ2_XXS => d(256, 66, &[2, 4], 2, 1, true, false, 128, None),
+            SbType::IQ2_XS => d(256, 74, &[2, 4, 4], 2, 1, true, true, 128, None),
+            SbType::IQ2_S => d(256, 82, &[2, 4, 4], 2, 1, true, true, 128, None),
+            SbType::IQ3_XXS => d(256, 98, &[2, 4], 4, 0, true, false, 128, None),
+            SbType::IQ3_S => d(256, 110, &[2, 4], 4, 0, true, false, 128, None),
+        };
+        desc.values = match self {
+            SbType::IQ2_XXS | SbType::IQ2_XS | SbType::IQ2_S => IQ2_VALUES,
+            SbType::IQ3_XXS => IQ3XXS_VALUES,
+            SbType::IQ3_S => IQ3S_VALUES,
+            _ => desc.values,
+        };
+        desc
+    }
+
+    /// The ggml type of a grid i-quant (`None` for the others).
+    pub const fn iq_grid(self) -> Option<GgmlType> {
+        Some(match self {
+            SbType::IQ2_XXS => GgmlType::IQ2_XXS,
+            SbType::IQ2_XS => GgmlType::IQ2_XS,
+            SbType::IQ2_S => GgmlType::IQ2_S,
+            SbType::IQ3_XXS => GgmlType::IQ3_XXS,
+            SbType::IQ3_S => GgmlType::IQ3_S,
+            _ => return None,
+        })
+    }
+
+    /// Multiplies the stored `d` of a grid i-quant so every block scale is `d' * (2 ls + 1)`
+    /// (exactly ggml's `db`: a power of two times an exact product).
+    pub const fn d_factor(self) -> f32 {
+        match self {
+            SbType::IQ2_XXS | SbType::IQ2_XS | SbType::IQ2_S => 0.125,
+            SbType::IQ3_XXS => 0.25,
+            _ => 1.0,
         }
     }
 }
@@ -342,6 +408,27 @@ pub(crate) fn split_block(ty: SbType, b: &[u8], fields: &mut [u32], u: &mut [u8]
                         u[128 * n + 32 * j + l] = (qs[32 * n + l] >> (2 * j)) & 3;
                     }
                 }
+            }
+        }
+        SbType::IQ2_XXS | SbType::IQ2_XS | SbType::IQ2_S | SbType::IQ3_XXS | SbType::IQ3_S => {
+            let gt = ty.iq_grid().expect("a grid i-quant");
+            let k = iquant::parse(gt, b);
+            fields[..3].copy_from_slice(&[k.d as u32, 0, 0]);
+            let desc = ty.desc();
+            if desc.sub16 {
+                // ls of 16 values s at word s / 8, bits 4 (s % 8).
+                for (s, ls) in k.ls.iter().enumerate() {
+                    fields[1 + s / 8] |= (*ls as u32) << (4 * (s % 8));
+                }
+            } else {
+                // ls of 32-block ib at bits 4 ib.
+                for ib in 0..8 {
+                    fields[1] |= (k.ls[2 * ib] as u32) << (4 * ib);
+                }
+            }
+            for (ui, v) in u.iter_mut().zip(iquant::values(gt, &k)) {
+                let at = desc.values.iter().position(|t| *t == v);
+                *ui = at.expect("every grid value is in the type's table") as u8;
             }
         }
         SbType::IQ4_XS => {

@@ -63,6 +63,11 @@ unsafe fn run_tile(isa: Isa, ty: SbType, t: &Tile, nr: usize) {
                 SbType::TQ2_0 => $m::tile::<11>(t, nr),
                 SbType::IQ1_S => $m::tile::<12>(t, nr),
                 SbType::IQ1_M => $m::tile::<13>(t, nr),
+                SbType::IQ2_XXS => $m::tile::<14>(t, nr),
+                SbType::IQ2_XS => $m::tile::<15>(t, nr),
+                SbType::IQ2_S => $m::tile::<16>(t, nr),
+                SbType::IQ3_XXS => $m::tile::<17>(t, nr),
+                SbType::IQ3_S => $m::tile::<18>(t, nr),
             }
         };
     }
@@ -149,7 +154,8 @@ mod avx512 {
         u
     }
 
-    /// The type's value table as `kv + 128` (unsigned), in every 128-bit lane.
+    /// The type's value table (IQ4's levels, MXFP4's, IQ1's, an i-quant's signed magnitudes) as `v + 128`
+    /// (unsigned), in every 128-bit lane.
     #[inline(always)]
     unsafe fn lut(desc: &Desc) -> __m512i {
         let mut b = [0u8; 16];
@@ -299,7 +305,7 @@ mod avx2 {
             let maxw = if desc.lut {
                 desc.values
                     .iter()
-                    .map(|v| (*v as i32).abs())
+                    .map(|v| v.unsigned_abs() as i32)
                     .max()
                     .unwrap_or(127)
             } else {

@@ -332,6 +332,14 @@ pub(crate) unsafe fn header<L: Lanes>(ty: SbType, sb: *const u8, row0: usize) ->
                 *wi = L::u32s(at(1 + i));
             }
         }
+        SbType::IQ2_XXS | SbType::IQ2_XS | SbType::IQ2_S | SbType::IQ3_XXS | SbType::IQ3_S => {
+            if ty.d_factor() != 1.0 {
+                d = L::fmul(d, L::splat_f(ty.d_factor()));
+            }
+            for (i, wi) in w.iter_mut().enumerate().take(desc.n_fields - 1) {
+                *wi = L::u32s(at(1 + i));
+            }
+        }
     }
     debug_assert!(row0 < PANEL);
     Header { d, f1, w }
@@ -392,6 +400,18 @@ pub(crate) fn scales<L: Lanes>(ty: SbType, h: &Header<L>, sub: usize) -> Scales<
                 .and(15)
                 .or(h.w[0].shr(2 * j).and(3).shl(4));
             out.da = L::fmul(h.d, ls.sub(32).to_f());
+        }
+        SbType::IQ2_XXS | SbType::IQ3_XXS | SbType::IQ3_S => {
+            let ls = h.w[0].shr(4 * sub as u32).and(15);
+            out.da = L::fmul(h.d, ls.shl(1).sub(-1).to_f());
+        }
+        SbType::IQ2_XS | SbType::IQ2_S => {
+            for hf in 0..2 {
+                let ls = h.w[sub / 4]
+                    .shr(8 * (sub % 4) as u32 + 4 * hf as u32)
+                    .and(15);
+                out.sc[hf] = ls.shl(1).sub(-1);
+            }
         }
         SbType::Q6_K => {
             for hf in 0..2 {
