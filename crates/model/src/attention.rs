@@ -108,6 +108,7 @@ pub fn attention(
                 order,
                 first: window.map_or(0, |w| (pos + 1).saturating_sub(w)),
                 softcap,
+                sinks: None,
             };
             attn::attend_with(isa, &views[h], table, pos + 1, &qs, scores, o);
         });
