@@ -24,6 +24,11 @@ pub enum Arch {
     /// Phi-3: Q/K/V fused in `attn_qkv` and gate/up in `ffn_up` (gate first); NeoX-style
     /// RoPE, LongRoPE factors in the 128k files.
     Phi3,
+    /// GPT-OSS (`gpt-oss`): Q/K/V/O biases, a learned attention sink per head, every other
+    /// layer windowed (layer 0 first), YaRN NeoX RoPE, and a MoE FFN with router and
+    /// expert biases, top-k on the router logits then a softmax over the k, and the
+    /// clamped `swiglu_oai` activation. Its pre-FFN norm is `post_attention_norm`.
+    GptOss,
 }
 
 impl Arch {
@@ -35,6 +40,7 @@ impl Arch {
             "gemma3" => Ok(Arch::Gemma3),
             "gemma2" => Ok(Arch::Gemma2),
             "phi3" => Ok(Arch::Phi3),
+            "gpt-oss" => Ok(Arch::GptOss),
             other => Err(ModelError::UnsupportedArch(other.to_string())),
         }
     }
@@ -46,6 +52,7 @@ impl Arch {
             Arch::Gemma3 => "gemma3",
             Arch::Gemma2 => "gemma2",
             Arch::Phi3 => "phi3",
+            Arch::GptOss => "gpt-oss",
         }
     }
     /// NeoX RoPE rotates (x[i], x[i + d/2]); llama's GGUF layout rotates adjacent pairs.
@@ -64,6 +71,7 @@ impl Arch {
     pub fn activation(&self) -> Activation {
         match self {
             Arch::Gemma3 | Arch::Gemma2 => Activation::Gelu,
+            Arch::GptOss => Activation::SwigluOai,
             _ => Activation::Silu,
         }
     }
@@ -76,6 +84,8 @@ pub enum Activation {
     Silu,
     /// GeGLU with the tanh GELU (gemma).
     Gelu,
+    /// GPT-OSS's clamped SwiGLU, `x·σ(1.702x)·(y + 1)` ([`folio_kernels::ops::swiglu_oai_mul`]).
+    SwigluOai,
 }
 
 /// Everything the forward pass needs to know about the shapes.
@@ -280,6 +290,9 @@ const GEMMA2_WINDOW: usize = 4096;
 const GEMMA2_WINDOW_PATTERN: usize = 2;
 const GEMMA2_ATTN_SOFTCAP: f32 = 50.0;
 const GEMMA2_FINAL_SOFTCAP: f32 = 30.0;
+/// GPT-OSS's layout when the file names no pattern: every other layer windowed, layer 0
+/// first (llama.cpp's `load_swa_pattern(ml, 2)`).
+const GPT_OSS_WINDOW_PATTERN: usize = 2;
 /// Gemma 3's RoPE base for its sliding-window layers (llama.cpp's `rope_freq_base_train_swa`
 /// default, which Gemma 3 files do not override).
 const GEMMA3_WINDOW_ROPE_BASE: f32 = 10_000.0;
@@ -365,11 +378,18 @@ impl ModelConfig {
                 .filter(|&w| w > 0)
                 .map(|w| w.min(context_length)),
             None if arch == Arch::Gemma2 => Some(GEMMA2_WINDOW.min(context_length)),
+            // llama.cpp reads gpt-oss's window as a required key.
+            None if arch == Arch::GptOss => {
+                return Err(meta_err(
+                    &key("attention.sliding_window"),
+                    "missing (required for gpt-oss)".into(),
+                ))
+            }
             None => None,
         };
         let window_layers: Vec<bool> = match (sliding_window, arch) {
             (None, _) => vec![false; n_layers],
-            (Some(_), Arch::Gemma3 | Arch::Gemma2) => {
+            (Some(_), Arch::Gemma3 | Arch::Gemma2 | Arch::GptOss) => {
                 let pattern_key = key("attention.sliding_window_pattern");
                 match f.get(&pattern_key) {
                     // One flag per layer.
@@ -394,6 +414,7 @@ impl ModelConfig {
                         let pattern = match other {
                             Some(_) => get("attention.sliding_window_pattern", MAX_BLOCK_COUNT)?,
                             None if arch == Arch::Gemma2 => GEMMA2_WINDOW_PATTERN,
+                            None if arch == Arch::GptOss => GPT_OSS_WINDOW_PATTERN,
                             None => GEMMA3_WINDOW_PATTERN,
                         };
                         (0..n_layers).map(|l| l % pattern < pattern - 1).collect()
@@ -405,7 +426,7 @@ impl ModelConfig {
         };
         let rope_base_window = match arch {
             Arch::Gemma3 => positive_f32(f, &key("rope.freq_base_swa"), GEMMA3_WINDOW_ROPE_BASE)?,
-            Arch::Gemma2 => positive_f32(f, &key("rope.freq_base_swa"), rope_base)?,
+            Arch::Gemma2 | Arch::GptOss => positive_f32(f, &key("rope.freq_base_swa"), rope_base)?,
             _ => rope_base,
         };
         // Gemma's 27B models scale scores by 1/√(d / heads), the others by 1/√head_dim

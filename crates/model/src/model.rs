@@ -5,7 +5,8 @@ use crate::lora::{LoraMatrix, LoraRows};
 use crate::par::{self, Rows};
 use crate::weights::Weights;
 use crate::{
-    Activation, ForwardBatch, ForwardOutput, KvCache, KvFormat, KvLayout, ModelConfig, ModelError,
+    Activation, Arch, ForwardBatch, ForwardOutput, KvCache, KvFormat, KvLayout, ModelConfig,
+    ModelError,
 };
 use folio_gguf::GgufFile;
 use folio_kernels::matmul::Sums;
@@ -92,15 +93,21 @@ impl Model {
         let rope = crate::rope::build(f, &config)?;
         let weights = Weights::load(f, &config)?;
         let has_window = config.window_layers.iter().any(|&w| w);
-        let rope_window = (has_window && config.rope_base_window != config.rope_base).then(|| {
-            Rope::new(
+        let rope_window = match has_window && config.rope_base_window != config.rope_base {
+            false => None,
+            true if config.arch == Arch::GptOss => Some(crate::rope::build_base(
+                f,
+                &config,
+                config.rope_base_window,
+            )?),
+            true => Some(Rope::new(
                 config.head_dim,
                 config.rope_dim,
                 config.rope_base_window,
                 1.0,
                 config.arch.rope_neox(),
-            )
-        });
+            )),
+        };
         Ok(Model {
             config,
             weights,
@@ -381,6 +388,7 @@ impl Model {
                 window: if window { c.sliding_window } else { None },
                 softcap: c.attn_softcap,
                 q_round: self.attn_precision.query_format(kv.format),
+                sinks: (!w.attn_sinks.is_empty()).then_some(&w.attn_sinks[..]),
             };
             w.wqkv.matmul(&h, n, &mut qkv, pool);
             if let Some(lr) = &lora {
@@ -451,6 +459,10 @@ impl Model {
             if let Some(lr) = &lora {
                 lr.apply(pool, l, LoraMatrix::O, &attn, qd, &mut proj, d);
             }
+            if !w.bo.is_empty() {
+                proj.chunks_exact_mut(d)
+                    .for_each(|row| ops::add_inplace(row, &w.bo));
+            }
             let out = post_norm(pool, &proj, &w.post_attn_norm, c.rms_eps, &mut normed, d);
             add_norm_rows(pool, &mut x, out, Some(&w.ffn_norm), c.rms_eps, &mut h, d);
             if let Some(moe) = &w.moe {
@@ -476,6 +488,12 @@ impl Model {
                         match act_fn {
                             Activation::Silu => ops::silu_mul(g, u),
                             Activation::Gelu => ops::gelu_mul(g, u),
+                            Activation::SwigluOai => ops::swiglu_oai_mul(
+                                g,
+                                u,
+                                ops::SWIGLU_OAI_ALPHA,
+                                ops::SWIGLU_OAI_LIMIT,
+                            ),
                         }
                         out.copy_from_slice(g);
                     }
