@@ -43,7 +43,12 @@ fn top5(step: &Value) -> Vec<(usize, f64)> {
     step.as_array()
         .expect("top5 row")
         .iter()
-        .map(|e| (e[0].as_u64().expect("id") as usize, e[1].as_f64().expect("lp")))
+        .map(|e| {
+            (
+                e[0].as_u64().expect("id") as usize,
+                e[1].as_f64().expect("lp"),
+            )
+        })
         .collect()
 }
 
@@ -58,7 +63,11 @@ fn against_llama(arch: &str, model: &Model, data: &Value) -> Vec<String> {
         let steps = p["top5_logprobs_per_step"].as_array().expect("steps");
         let parted = (0..want.len()).find(|&i| got.get(i) != want.get(i));
         let mut dev = 0f64;
-        for (s, step) in steps.iter().enumerate().take(parted.map_or(want.len(), |p| p + 1)) {
+        for (s, step) in steps
+            .iter()
+            .enumerate()
+            .take(parted.map_or(want.len(), |p| p + 1))
+        {
             let top = top5(step);
             let (id0, lp0) = top[0];
             for &(id, lp) in &top[1..] {
@@ -160,7 +169,10 @@ fn engine_invariance(arch: &str, path: &std::path::Path, data: &Value) {
             a,
             "{arch} p{i}: batched (second copy) differs from alone"
         );
-        assert_eq!(&chunked[i], a, "{arch} p{i}: chunked prefill differs from alone");
+        assert_eq!(
+            &chunked[i], a,
+            "{arch} p{i}: chunked prefill differs from alone"
+        );
     }
 }
 
@@ -176,4 +188,9 @@ fn check(arch: &str) {
 #[test]
 fn llama() {
     check("llama")
+}
+
+#[test]
+fn gpt_oss() {
+    check("gpt-oss")
 }
