@@ -430,6 +430,39 @@ fn end_of_generation_texts_and_llama_cpp_exceptions() {
     assert!(!tok.is_special(277));
     assert_eq!(tok.encode("<|end|>", false).unwrap(), [277]);
 
+    // gpt-oss's header markers are always rendered (llama.cpp retypes them user-defined),
+    // so a completion read without special tokens still shows its channels; <|end|> too,
+    // while <|return|> and <|call|> end generation and are special.
+    let mut spec = spm_spec(false);
+    for t in [
+        "<|end|>",
+        "<|return|>",
+        "<|call|>",
+        "<|start|>",
+        "<|channel|>",
+        "<|message|>",
+        "<|constrain|>",
+    ] {
+        spec.tokens.push(t.into());
+        spec.token_types.push(token_type::CONTROL);
+        spec.scores.push(0.0);
+    }
+    let tok = Tokenizer::from_spec(spec).unwrap();
+    assert_eq!(tok.eog_ids(), &[EOS, 278, 279]);
+    for id in [277, 280, 281, 282, 283] {
+        assert!(!tok.is_special(id), "{id}");
+    }
+    assert!(tok.is_special(278) && tok.is_special(279));
+    let ids = [280, 281, 282, 277, 279];
+    assert_eq!(
+        tok.decode(&ids, true),
+        "<|start|><|channel|><|message|><|end|>"
+    );
+    assert_eq!(
+        tok.decode(&ids, false),
+        "<|start|><|channel|><|message|><|end|><|call|>"
+    );
+
     // Gemma 4: with <|tool_response>, </s> is a normal token.
     let mut spec = spm_spec(false);
     spec.tokens[EOS as usize] = "<eos>".into();
