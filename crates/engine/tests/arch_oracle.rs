@@ -244,3 +244,8 @@ fn deepseek2() {
 fn deepseek2_v3() {
     check("deepseek2_v3")
 }
+
+#[test]
+fn gpt_oss() {
+    check("gpt-oss")
+}

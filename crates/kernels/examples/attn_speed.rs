@@ -39,6 +39,7 @@ fn main() {
                 order,
                 first: 0,
                 softcap: None,
+                sinks: None,
             };
             let reps = 20000;
             for _ in 0..reps / 10 {

@@ -127,6 +127,7 @@ fn run_window(
             order,
             first,
             softcap,
+            sinks: None,
         },
         &mut scratch,
         &mut out,
@@ -492,4 +493,104 @@ fn round_queries_rounds_each_row_to_the_format() {
     let mut got = src.clone();
     attn::round_queries(KvFormat::F16, hd, &mut got);
     assert_eq!(got, f16s);
+}
+
+/// Attention sinks (GPT-OSS): each head's sink logit joins its softmax denominator only.
+/// Every ISA and order gives the scalar reference's exact bits (full context, for the
+/// AVX-512 kernel, and a window), close to a plain f64 attention with the sink's
+/// `exp(sink − max)` in the total; a sink far below the scores changes nothing.
+#[test]
+fn sinks_join_the_softmax_denominator_on_every_isa() {
+    for format in [KvFormat::F16, KvFormat::Q8_0] {
+        for (hd, n_ctx, first) in [(64, 40, 0), (64, 40, 9), (80, 33, 0), (64, 1, 0)] {
+            let c = Cache::new(format, hd, 16, 2, n_ctx, (hd + n_ctx + first) as u64);
+            let mut r = StdRng::seed_from_u64(11);
+            let mut q = rand_vec(3 * hd, &mut r, 1.0);
+            round_f16(&mut q);
+            // Above, among and far below the scores.
+            for sinks in [[3.0f32, 0.1, -0.5], [-1e4, -1e4, -1e4]] {
+                let go = |isa: Isa, order: SumOrder| {
+                    let mut out = vec![f32::NAN; 3 * hd];
+                    let qs = attn::Queries {
+                        q: &q,
+                        n: 3,
+                        scale: 1.0 / (hd as f32).sqrt(),
+                        order,
+                        first,
+                        softcap: None,
+                        sinks: Some(&sinks),
+                    };
+                    attn::attend_with(
+                        isa,
+                        &c.view(1),
+                        &c.table,
+                        n_ctx,
+                        &qs,
+                        &mut Vec::new(),
+                        &mut out,
+                    );
+                    out
+                };
+                let what = format!(
+                    "{} hd={hd} n_ctx={n_ctx} first={first} sinks={sinks:?}",
+                    format.name()
+                );
+                // Plain f64 attention with the sink in the denominator.
+                let rows: Vec<_> = (first..n_ctx).map(|j| c.row(1, j)).collect();
+                let mut want = vec![0f32; 3 * hd];
+                for g in 0..3 {
+                    let qg = &q[g * hd..(g + 1) * hd];
+                    let s: Vec<f64> = rows
+                        .iter()
+                        .map(|(k, _)| {
+                            qg.iter()
+                                .zip(k)
+                                .map(|(&a, &b)| a as f64 * b as f64)
+                                .sum::<f64>()
+                                / (hd as f64).sqrt()
+                        })
+                        .collect();
+                    let m = s.iter().cloned().fold(sinks[g] as f64, f64::max);
+                    let e: Vec<f64> = s.iter().map(|x| (x - m).exp()).collect();
+                    let z: f64 = e.iter().sum::<f64>() + (sinks[g] as f64 - m).exp();
+                    for d in 0..hd {
+                        want[g * hd + d] = rows
+                            .iter()
+                            .zip(&e)
+                            .map(|((_, v), w)| w / z * v[d] as f64)
+                            .sum::<f64>() as f32;
+                    }
+                }
+                for order in [SumOrder::Batched, SumOrder::Single] {
+                    let reference = go(Isa::Scalar, order);
+                    close(
+                        &reference,
+                        &want,
+                        2e-3,
+                        &format!("{what} {order:?} vs plain"),
+                    );
+                    for isa in Isa::available() {
+                        let got = go(isa, order);
+                        let same = got
+                            .iter()
+                            .zip(&reference)
+                            .all(|(a, b)| a.to_bits() == b.to_bits());
+                        assert!(
+                            same,
+                            "{what} {isa:?} {order:?}: bits differ from the reference"
+                        );
+                    }
+                }
+                if sinks[0] < -1e3 {
+                    let plain = plain_window(&c, 1, first, n_ctx, &q, 3, None);
+                    close(
+                        &want,
+                        &plain,
+                        1e-6,
+                        &format!("{what}: a far sink is no sink"),
+                    );
+                }
+            }
+        }
+    }
 }

@@ -34,7 +34,7 @@ thread_local! {
 
 /// Shapes the attention kernel needs.
 #[derive(Clone, Copy)]
-pub struct AttnShape {
+pub struct AttnShape<'a> {
     pub n_heads: usize,
     pub n_kv_heads: usize,
     pub head_dim: usize,
@@ -47,6 +47,9 @@ pub struct AttnShape {
     /// The format whose precision the queries are rounded to before the kernel (compute
     /// precision, [`crate::AttnPrecision`]); `None`: f32 queries.
     pub q_round: Option<folio_kernels::attn::KvFormat>,
+    /// GPT-OSS's attention sinks: one logit per query head (`n_heads`), in each head's
+    /// softmax denominator; `None`: no sinks.
+    pub sinks: Option<&'a [f32]>,
 }
 
 /// `q`: [n_tokens][n_heads·hd] (RoPE applied); the layer's K/V for every new token must
@@ -59,7 +62,7 @@ pub fn attention(
     token_pos: &[(usize, usize)],
     kv: &KvCache,
     layer: usize,
-    shape: AttnShape,
+    shape: AttnShape<'_>,
     llama_orders: bool,
     q: &[f32],
     out: &mut [f32],
@@ -73,6 +76,7 @@ pub fn attention(
         window,
         softcap,
         q_round,
+        sinks,
     } = shape;
     let group = n_heads / n_kv_heads;
     let n_tokens = batch.n_tokens();
@@ -108,6 +112,7 @@ pub fn attention(
                 order,
                 first: window.map_or(0, |w| (pos + 1).saturating_sub(w)),
                 softcap,
+                sinks: sinks.map(|s| &s[h * group..(h + 1) * group]),
             };
             attn::attend_with(isa, &views[h], table, pos + 1, &qs, scores, o);
         });

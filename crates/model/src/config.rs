@@ -53,6 +53,11 @@ pub enum Arch {
     /// DeepSeek-V2/V3, Kimi K2: multi-head latent attention ([`crate::mla`]), leading dense
     /// layers, then MoE layers with shared experts; "normal" RoPE on the rotary part only.
     Deepseek2,
+    /// GPT-OSS (`gpt-oss`): Q/K/V/O biases, a learned attention sink per head, every other
+    /// layer windowed (layer 0 first), YaRN NeoX RoPE, and a MoE FFN with router and
+    /// expert biases, top-k on the router logits then a softmax over the k, and the
+    /// clamped `swiglu_oai` activation. Its pre-FFN norm is `post_attention_norm`.
+    GptOss,
 }
 
 impl Arch {
@@ -72,6 +77,7 @@ impl Arch {
             "glm4" => Ok(Arch::Glm4),
             "cohere2" => Ok(Arch::Cohere2),
             "deepseek2" => Ok(Arch::Deepseek2),
+            "gpt-oss" => Ok(Arch::GptOss),
             other => Err(ModelError::UnsupportedArch(other.to_string())),
         }
     }
@@ -91,6 +97,7 @@ impl Arch {
             Arch::Glm4 => "glm4",
             Arch::Cohere2 => "cohere2",
             Arch::Deepseek2 => "deepseek2",
+            Arch::GptOss => "gpt-oss",
         }
     }
     /// NeoX RoPE rotates (x[i], x[i + d/2]); llama's GGUF layout rotates adjacent pairs.
@@ -138,6 +145,7 @@ impl Arch {
     pub fn activation(&self) -> Activation {
         match self {
             Arch::Gemma3 | Arch::Gemma2 => Activation::Gelu,
+            Arch::GptOss => Activation::SwigluOai,
             _ => Activation::Silu,
         }
     }
@@ -150,6 +158,8 @@ pub enum Activation {
     Silu,
     /// GeGLU with the tanh GELU (gemma).
     Gelu,
+    /// GPT-OSS's clamped SwiGLU, `x·σ(1.702x)·(y + 1)` ([`folio_kernels::ops::swiglu_oai_mul`]).
+    SwigluOai,
 }
 
 /// Everything the forward pass needs to know about the shapes.
@@ -436,6 +446,9 @@ const GEMMA2_FINAL_SOFTCAP: f32 = 30.0;
 /// Command R7B's layout when the file names no pattern: three window layers, then one
 /// global (llama.cpp's cohere2 `load_swa_pattern(ml, 4)`).
 const COHERE2_WINDOW_PATTERN: usize = 4;
+/// GPT-OSS's layout when the file names no pattern: every other layer windowed, layer 0
+/// first (llama.cpp's `load_swa_pattern(ml, 2)`).
+const GPT_OSS_WINDOW_PATTERN: usize = 2;
 /// Gemma 3's RoPE base for its sliding-window layers (llama.cpp's `rope_freq_base_train_swa`
 /// default, which Gemma 3 files do not override).
 const GEMMA3_WINDOW_ROPE_BASE: f32 = 10_000.0;
@@ -550,11 +563,18 @@ impl ModelConfig {
                 .filter(|&w| w > 0)
                 .map(|w| w.min(context_length)),
             None if arch == Arch::Gemma2 => Some(GEMMA2_WINDOW.min(context_length)),
+            // llama.cpp reads gpt-oss's window as a required key.
+            None if arch == Arch::GptOss => {
+                return Err(meta_err(
+                    &key("attention.sliding_window"),
+                    "missing (required for gpt-oss)".into(),
+                ))
+            }
             None => None,
         };
         let window_layers: Vec<bool> = match (sliding_window, arch) {
             (None, _) => vec![false; n_layers],
-            (Some(_), Arch::Gemma3 | Arch::Gemma2 | Arch::Olmo2 | Arch::Cohere2) => {
+            (Some(_), Arch::Gemma3 | Arch::Gemma2 | Arch::Olmo2 | Arch::Cohere2 | Arch::GptOss) => {
                 let pattern_key = key("attention.sliding_window_pattern");
                 match f.get(&pattern_key) {
                     // One flag per layer.
@@ -581,6 +601,7 @@ impl ModelConfig {
                             None if arch == Arch::Gemma2 => GEMMA2_WINDOW_PATTERN,
                             None if arch == Arch::Olmo2 => OLMO2_WINDOW_PATTERN,
                             None if arch == Arch::Cohere2 => COHERE2_WINDOW_PATTERN,
+                            None if arch == Arch::GptOss => GPT_OSS_WINDOW_PATTERN,
                             None => GEMMA3_WINDOW_PATTERN,
                         };
                         (0..n_layers).map(|l| l % pattern < pattern - 1).collect()
@@ -592,7 +613,7 @@ impl ModelConfig {
         };
         let rope_base_window = match arch {
             Arch::Gemma3 => positive_f32(f, &key("rope.freq_base_swa"), GEMMA3_WINDOW_ROPE_BASE)?,
-            Arch::Gemma2 => positive_f32(f, &key("rope.freq_base_swa"), rope_base)?,
+            Arch::Gemma2 | Arch::GptOss => positive_f32(f, &key("rope.freq_base_swa"), rope_base)?,
             // OLMo 3's window layers rope with the global base (its graph reads no other).
             _ => rope_base,
         };

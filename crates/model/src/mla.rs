@@ -395,7 +395,7 @@ pub(crate) struct MlaStep<'a> {
     pub batch: &'a ForwardBatch,
     pub token_pos: &'a [(usize, usize)],
     pub rope: &'a RopeRows<'a>,
-    pub shape: AttnShape,
+    pub shape: AttnShape<'a>,
     pub llama_orders: bool,
 }
 

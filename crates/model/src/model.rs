@@ -6,7 +6,8 @@ use crate::norm::Norm;
 use crate::par::{self, Rows};
 use crate::weights::Weights;
 use crate::{
-    Activation, ForwardBatch, ForwardOutput, KvCache, KvFormat, KvLayout, ModelConfig, ModelError,
+    Activation, Arch, ForwardBatch, ForwardOutput, KvCache, KvFormat, KvLayout, ModelConfig,
+    ModelError,
 };
 use folio_gguf::GgufFile;
 use folio_kernels::matmul::Sums;
@@ -93,19 +94,25 @@ impl Model {
         let rope = crate::rope::build(f, &config)?;
         let weights = Weights::load(f, &config)?;
         let has_window = config.window_layers.iter().any(|&w| w);
-        // OLMo 3's window layers rope plainly (no YaRN) with the same base.
+        // OLMo 3's window layers rope plainly (no YaRN) with the same base; GPT-OSS's with
+        // the window base and the same YaRN.
         let plain_window = config.arch == crate::Arch::Olmo2;
-        let rope_window = (has_window
-            && (plain_window || config.rope_base_window != config.rope_base))
-            .then(|| {
-                Rope::new(
+        let rope_window =
+            match has_window && (plain_window || config.rope_base_window != config.rope_base) {
+                false => None,
+                true if config.arch == Arch::GptOss => Some(crate::rope::build_base(
+                    f,
+                    &config,
+                    config.rope_base_window,
+                )?),
+                true => Some(Rope::new(
                     config.head_dim,
                     config.rope_dim,
                     config.rope_base_window,
                     1.0,
                     config.arch.rope_neox(),
-                )
-            });
+                )),
+            };
         Ok(Model {
             config,
             weights,
@@ -403,6 +410,7 @@ impl Model {
                 window: if window { c.sliding_window } else { None },
                 softcap: c.attn_softcap,
                 q_round: self.attn_precision.query_format(kv.format),
+                sinks: (!w.attn_sinks.is_empty()).then_some(&w.attn_sinks[..]),
             };
             if let (Some(m), Some(mw)) = (&c.mla, &w.mla) {
                 // Multi-head latent attention over the latent cache (crate::mla).
@@ -501,6 +509,10 @@ impl Model {
                     lr.apply(pool, l, LoraMatrix::O, &attn, qd, &mut proj, d);
                 }
             }
+            if !w.bo.is_empty() {
+                proj.chunks_exact_mut(d)
+                    .for_each(|row| ops::add_inplace(row, &w.bo));
+            }
             scale_rows(&mut proj, c.residual_scale);
             let out = post_norm(pool, &proj, &w.post_attn_norm, norm, &mut normed, d);
             if c.parallel_block {
@@ -533,6 +545,12 @@ impl Model {
                         match act_fn {
                             Activation::Silu => ops::silu_mul(g, u),
                             Activation::Gelu => ops::gelu_mul(g, u),
+                            Activation::SwigluOai => ops::swiglu_oai_mul(
+                                g,
+                                u,
+                                ops::SWIGLU_OAI_ALPHA,
+                                ops::SWIGLU_OAI_LIMIT,
+                            ),
                         }
                         out.copy_from_slice(g);
                     }

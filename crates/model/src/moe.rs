@@ -8,6 +8,11 @@
 //! `Σ_j w_j · down_j(silu(gate_j h) · up_j h)` summed in that order, plus for qwen2moe
 //! `sigmoid(gate_inp_shexp · h) · shared(h)`.
 //!
+//! GPT-OSS (llama.cpp's `SOFTMAX_WEIGHT` gating) differs in three places: the router has a
+//! bias, the top k are taken on the biased logits and the softmax runs over those k only;
+//! every expert has biases on gate, up and down (added after each matmul, the down bias
+//! before the routing weight); and the activation is [`Activation::SwigluOai`].
+//!
 //! Compute is grouped by expert: after routing every row of the step, each expert that got
 //! at least one row runs once over all its rows gathered into one buffer (one read of its
 //! weights per step, shared by all its rows); each row's result is independent of the other
@@ -16,7 +21,7 @@
 
 use crate::par::{self, Rows};
 use crate::weights::{info, matrix, stacked, vector, weight_type};
-use crate::{Arch, Model, ModelConfig, ModelError};
+use crate::{Activation, Arch, Model, ModelConfig, ModelError};
 use folio_gguf::GgufFile;
 use folio_kernels::matmul::{QMatrix, Sums, WeightType};
 use folio_kernels::ops;
@@ -51,6 +56,11 @@ pub struct MoeConfig {
     /// selects experts from those only; `n_group` ≤ 1 = off.
     pub n_group: usize,
     pub n_group_used: usize,
+    /// Top k on the router logits, then a softmax over the k (GPT-OSS, llama.cpp's
+    /// `SOFTMAX_WEIGHT`); else a softmax over all experts, then the top k.
+    pub softmax_after_top_k: bool,
+    /// The experts' gate activation (the architecture's, [`Arch::activation`]).
+    pub activation: Activation,
 }
 
 /// Upper bound on `expert_count` (the largest released models have 256-384).
@@ -74,7 +84,8 @@ impl MoeConfig {
         ffn_dim: usize,
     ) -> Result<Option<MoeConfig>, ModelError> {
         let key = |k: &str| format!("{arch_name}.{k}");
-        let moe_arch = dense_arch(arch_name).is_some();
+        let gpt_oss = arch_name == "gpt-oss";
+        let moe_arch = dense_arch(arch_name).is_some() || gpt_oss;
         let opt = |k: &str| -> Result<Option<usize>, ModelError> {
             match f.get(&key(k)) {
                 Some(_) => Ok(Some(f.get_u64(&key(k))? as usize)),
@@ -108,6 +119,13 @@ impl MoeConfig {
         }
         let expert_ffn_dim = match opt("expert_feed_forward_length")? {
             Some(v) => v,
+            // llama.cpp reads gpt-oss's as a required key.
+            None if gpt_oss => {
+                return Err(bad(
+                    "expert_feed_forward_length",
+                    "missing (required for gpt-oss)".into(),
+                ))
+            }
             None if moe_arch => ffn_dim / n_expert_used,
             None => ffn_dim,
         };
@@ -157,7 +175,8 @@ impl MoeConfig {
         let norm_top_k = match f.get(&key("expert_weights_norm")).and_then(|v| v.as_bool()) {
             Some(b) if deepseek => b,
             _ if deepseek => false,
-            _ => arch_name != "qwen2moe",
+            // GPT-OSS's softmax over the top k already sums to 1.
+            _ => arch_name != "qwen2moe" && !gpt_oss,
         };
         let n_group = opt("expert_group_count")?.unwrap_or(0);
         let n_group_used = opt("expert_group_used_count")?.unwrap_or(0);
@@ -181,6 +200,11 @@ impl MoeConfig {
             weights_scale,
             n_group,
             n_group_used,
+            softmax_after_top_k: gpt_oss,
+            activation: match gpt_oss {
+                true => Activation::SwigluOai,
+                false => Activation::Silu,
+            },
         }))
     }
 
@@ -198,6 +222,9 @@ pub struct Expert {
     /// Rows: gate then up (`expert_ffn_dim` each).
     pub gate_up: QMatrix,
     pub down: QMatrix,
+    /// GPT-OSS's biases: gate then up (as `gate_up`'s rows), and down; empty when absent.
+    pub gate_up_bias: Vec<f32>,
+    pub down_bias: Vec<f32>,
 }
 
 /// qwen2moe's shared expert, run on every token.
@@ -211,6 +238,8 @@ pub struct SharedExpert {
 pub struct MoeWeights {
     /// `ffn_gate_inp`: one row of `d_model` per expert.
     pub router: QMatrix,
+    /// `ffn_gate_inp.bias` (GPT-OSS), added to the router logits; empty when absent.
+    pub router_bias: Vec<f32>,
     pub experts: Vec<Expert>,
     pub shared: Option<SharedExpert>,
     n_used: usize,
@@ -223,6 +252,8 @@ pub struct MoeWeights {
     weights_scale: f32,
     n_group: usize,
     n_group_used: usize,
+    softmax_after_top_k: bool,
+    activation: Activation,
     /// Times each expert's weights were read (one per step it got rows), since load.
     reads: Vec<AtomicU64>,
     /// Rows each expert got in the layer's last step.
@@ -268,6 +299,17 @@ pub(crate) fn experts_of<'a>(
     Ok((wt, data.chunks_exact(t.n_bytes / n_expert).collect()))
 }
 
+/// Each expert's slice of a 2-D `[len, n_expert]` bias tensor, as f32 vectors.
+fn expert_biases(
+    f: &GgufFile,
+    name: &str,
+    len: usize,
+    n_expert: usize,
+) -> Result<Vec<Vec<f32>>, ModelError> {
+    let v = vector(f, name, len * n_expert)?;
+    Ok(v.chunks_exact(len).map(<[f32]>::to_vec).collect())
+}
+
 fn in_tensor(name: &str) -> impl Fn(folio_kernels::matmul::KernelError) -> ModelError + '_ {
     move |e| ModelError::Tensor {
         name: name.into(),
@@ -293,6 +335,23 @@ impl MoeWeights {
         let (gt, gates) = experts_of(f, &gn, d, ff, e)?;
         let (ut, ups) = experts_of(f, &un, d, ff, e)?;
         let (dt, downs) = experts_of(f, &dn, ff, d, e)?;
+        // GPT-OSS's biases (required there, as llama.cpp loads them).
+        let biased = cfg.arch == Arch::GptOss;
+        let bias = |name: &str, len: usize| -> Result<Vec<Vec<f32>>, ModelError> {
+            match biased {
+                true => expert_biases(f, &n(name), len, e),
+                false => Ok(vec![Vec::new(); e]),
+            }
+        };
+        let (gate_b, up_b, down_b) = (
+            bias("ffn_gate_exps.bias", ff)?,
+            bias("ffn_up_exps.bias", ff)?,
+            bias("ffn_down_exps.bias", d)?,
+        );
+        let router_bias = match biased {
+            true => vector(f, &n("ffn_gate_inp.bias"), e)?,
+            false => Vec::new(),
+        };
         let mut experts = Vec::with_capacity(e);
         for i in 0..e {
             let gate_up = if gt == ut {
@@ -305,7 +364,12 @@ impl MoeWeights {
                 ])?
             };
             let down = QMatrix::from_ggml(dt, d, ff, downs[i]).map_err(in_tensor(&dn))?;
-            experts.push(Expert { gate_up, down });
+            experts.push(Expert {
+                gate_up,
+                down,
+                gate_up_bias: [&gate_b[i][..], &up_b[i][..]].concat(),
+                down_bias: down_b[i].clone(),
+            });
         }
         let shared = if m.shared_ffn_dim > 0 {
             let sf = m.shared_ffn_dim;
@@ -320,6 +384,8 @@ impl MoeWeights {
                 ffn: Expert {
                     gate_up: stacked(f, &[(&g, sf), (&u, sf)], d)?,
                     down: matrix(f, &n("ffn_down_shexp.weight"), sf, d)?,
+                    gate_up_bias: Vec::new(),
+                    down_bias: Vec::new(),
                 },
                 gate,
             })
@@ -328,6 +394,7 @@ impl MoeWeights {
         };
         Ok(MoeWeights {
             router,
+            router_bias,
             experts,
             shared,
             n_used: m.n_expert_used,
@@ -341,6 +408,8 @@ impl MoeWeights {
             weights_scale: m.weights_scale,
             n_group: m.n_group,
             n_group_used: m.n_group_used,
+            softmax_after_top_k: m.softmax_after_top_k,
+            activation: m.activation,
             reads: (0..e).map(|_| AtomicU64::new(0)).collect(),
             last_rows: (0..e).map(|_| AtomicUsize::new(0)).collect(),
             last_experts: Mutex::new(Vec::new()),
@@ -390,6 +459,9 @@ impl MoeWeights {
 
     /// Routes one token: its experts in descending probability and their weights.
     fn route(&self, logits: &[f32], sel: &mut [(usize, f32)]) {
+        if self.softmax_after_top_k {
+            return route_top_k_then_softmax(logits, sel);
+        }
         let probs: Vec<f32> = if self.gating_sigmoid {
             logits.iter().map(|&l| 1.0 / (1.0 + (-l).exp())).collect()
         } else {
@@ -452,6 +524,11 @@ impl MoeWeights {
         let k = self.n_used;
         let mut logits = vec![0f32; n * n_exp];
         self.router.matmul(h, n, &mut logits, pool);
+        if !self.router_bias.is_empty() {
+            logits
+                .chunks_exact_mut(n_exp)
+                .for_each(|row| ops::add_inplace(row, &self.router_bias));
+        }
         let mut sel = vec![(0usize, 0f32); n * k];
         for (t, s) in sel.chunks_exact_mut(k).enumerate() {
             self.route(&logits[t * n_exp..(t + 1) * n_exp], s);
@@ -479,7 +556,8 @@ impl MoeWeights {
             for &(t, _) in rows {
                 x.extend_from_slice(&h[t * d..(t + 1) * d]);
             }
-            self.experts[e].run(&x, m, self.ffn, &mut gu, &mut act, &mut y, pool);
+            let act_fn = self.activation;
+            self.experts[e].run(&x, m, self.ffn, act_fn, &mut gu, &mut act, &mut y, pool);
             for (i, &(t, j)) in rows.iter().enumerate() {
                 let w = sel[t * k + j].1;
                 let o = &mut outk[(t * k + j) * d..(t * k + j + 1) * d];
@@ -496,7 +574,8 @@ impl MoeWeights {
         }
         if let Some(s) = &self.shared {
             let sf = s.ffn.down.cols();
-            s.ffn.run(h, n, sf, &mut gu, &mut act, &mut y, pool);
+            s.ffn
+                .run(h, n, sf, Activation::Silu, &mut gu, &mut act, &mut y, pool);
             for (t, o) in out.chunks_exact_mut(d).take(n).enumerate() {
                 let g = s.gate.as_ref().map_or(1.0, |g| {
                     let z: f32 = g
@@ -523,13 +602,15 @@ impl Expert {
         macs(&self.gate_up) + macs(&self.down)
     }
 
-    /// `y = down(silu(gate x) · up x)` over `m` rows of `x`, `ffn` the hidden width.
+    /// `y = down(act(gate x) · up x)` over `m` rows of `x`, `ffn` the hidden width (each
+    /// projection plus its bias where the expert has them).
     #[allow(clippy::too_many_arguments)]
     fn run(
         &self,
         x: &[f32],
         m: usize,
         ffn: usize,
+        act_fn: Activation,
         gu: &mut Vec<f32>,
         act: &mut Vec<f32>,
         y: &mut Vec<f32>,
@@ -545,13 +626,49 @@ impl Expert {
                 for t in r {
                     // SAFETY: row t belongs to this task alone.
                     let (row, out) = unsafe { (gu_rows.row(t), act_rows.row(t)) };
+                    if !self.gate_up_bias.is_empty() {
+                        ops::add_inplace(row, &self.gate_up_bias);
+                    }
                     let (g, u) = row.split_at_mut(ffn);
-                    ops::silu_mul(g, u);
+                    match act_fn {
+                        Activation::Silu => ops::silu_mul(g, u),
+                        Activation::Gelu => ops::gelu_mul(g, u),
+                        Activation::SwigluOai => {
+                            ops::swiglu_oai_mul(g, u, ops::SWIGLU_OAI_ALPHA, ops::SWIGLU_OAI_LIMIT)
+                        }
+                    }
                     out.copy_from_slice(g);
                 }
             });
         }
         self.down.matmul(act, m, y, pool);
+        if !self.down_bias.is_empty() {
+            y.chunks_exact_mut(self.down_bias.len())
+                .for_each(|row| ops::add_inplace(row, &self.down_bias));
+        }
+    }
+}
+
+/// GPT-OSS's routing (llama.cpp's `SOFTMAX_WEIGHT`): the `sel.len()` largest logits in
+/// descending order (ties to the lower index), weighted by a softmax over those alone as
+/// ggml's `soft_max` computes a row shorter than 16: libm `expf` of `l − max`, summed in
+/// f64, then each times `(1 / sum) as f32`.
+fn route_top_k_then_softmax(logits: &[f32], sel: &mut [(usize, f32)]) {
+    let mut order: Vec<usize> = (0..logits.len()).collect();
+    order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]));
+    let max = sel
+        .iter()
+        .zip(&order)
+        .fold(f32::NEG_INFINITY, |m, (_, &e)| m.max(logits[e]));
+    let mut sum = 0f64;
+    for (s, &e) in sel.iter_mut().zip(&order) {
+        let v = (logits[e] - max).exp();
+        sum += v as f64;
+        *s = (e, v);
+    }
+    let inv = (1.0 / sum) as f32;
+    for s in sel.iter_mut() {
+        s.1 *= inv;
     }
 }
 

@@ -56,6 +56,13 @@ pub(crate) fn freq_factors(
 
 /// The rotary embedding `cfg` and the file's factor tensors describe.
 pub(crate) fn build(f: &GgufFile, cfg: &ModelConfig) -> Result<Rope, ModelError> {
+    build_base(f, cfg, cfg.rope_base)
+}
+
+/// [`build`] with another base and the same scaling: GPT-OSS's window layers, whose
+/// `rope.freq_base_swa` keeps the global layers' frequency scale and YaRN (llama.cpp's
+/// `rope_freq_scale_train_swa = rope_freq_scale_train`).
+pub(crate) fn build_base(f: &GgufFile, cfg: &ModelConfig, base: f32) -> Result<Rope, ModelError> {
     let y = &cfg.rope_yarn;
     let scaling = RopeScaling {
         freq_scale: cfg.rope_freq_scale,
@@ -71,7 +78,7 @@ pub(crate) fn build(f: &GgufFile, cfg: &ModelConfig) -> Result<Rope, ModelError>
     Ok(Rope::with_scaling(
         head,
         cfg.rope_dim,
-        cfg.rope_base,
+        base,
         cfg.arch.rope_neox(),
         &scaling,
     ))

@@ -19,6 +19,10 @@ pub struct LayerWeights {
     pub q_norm: Vec<f32>,
     pub k_norm: Vec<f32>,
     pub wo: QMatrix,
+    /// `attn_output.bias` (GPT-OSS); empty when absent.
+    pub bo: Vec<f32>,
+    /// `attn_sinks.weight` (GPT-OSS): one logit per query head; empty when absent.
+    pub attn_sinks: Vec<f32>,
     pub ffn_norm: Vec<f32>,
     /// Gemma's and GLM-4's norms of the attention output and of the FFN output, applied before each is
     /// added to the residual stream; empty when absent.
@@ -236,6 +240,22 @@ impl Weights {
                 post_attn_norm = vector(f, &n("post_attention_norm.weight"), d)?;
                 post_ffn_norm = vector(f, &n("post_ffw_norm.weight"), d)?;
             }
+            // GPT-OSS: the output bias and the sinks are required, as llama.cpp loads them.
+            let gpt_oss = cfg.arch == Arch::GptOss;
+            let bo = match gpt_oss || f.tensor(&n("attn_output.bias")).is_some() {
+                true => vector(f, &n("attn_output.bias"), d)?,
+                false => Vec::new(),
+            };
+            let attn_sinks = match gpt_oss {
+                true => vector(f, &n("attn_sinks.weight"), cfg.n_heads)?,
+                false => Vec::new(),
+            };
+            // GPT-OSS names its pre-FFN norm `post_attention_norm` (llama.cpp's
+            // `attn_post_norm`, applied to the residual stream before the MoE).
+            let ffn_norm_name = match gpt_oss {
+                true => "post_attention_norm.weight",
+                false => "ffn_norm.weight",
+            };
             let (g, u) = (n("ffn_gate.weight"), n("ffn_up.weight"));
             let moe = match &cfg.moe {
                 Some(m) if i >= m.dense_lead => Some(crate::moe::MoeWeights::load(f, cfg, m, i)?),
@@ -265,10 +285,12 @@ impl Weights {
                     Some(x) => x,
                     None => matrix(f, &n("attn_output.weight"), q_rows, d)?,
                 },
+                bo,
+                attn_sinks,
                 // A parallel block's FFN reads the attention norm's output.
                 ffn_norm: match cfg.parallel_block {
                     true => Vec::new(),
-                    false => pre_norm("ffn_norm.weight")?,
+                    false => pre_norm(ffn_norm_name)?,
                 },
                 post_attn_norm,
                 post_ffn_norm,

@@ -129,9 +129,9 @@ pub async fn start(
         }
         Some(t) => {
             crate::tools::render_into(&mut inputs[0], t, template);
-            None
+            crate::tools::harmony_chat(api, tool_parser)
         }
-        None => None,
+        None => crate::tools::harmony_chat(api, tool_parser),
     };
     let echo_texts: Vec<Option<String>> = if p.echo {
         inputs

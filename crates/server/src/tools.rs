@@ -331,6 +331,18 @@ pub fn render_into(input: &mut PromptInput, t: &Tools, template: Option<&str>) {
     }
 }
 
+/// How a chat answer without offered tools is read: a harmony model (GPT-OSS, its
+/// template's `<|channel|>`/`<|message|>` or `--tool-call-parser harmony`) answers in
+/// channels whatever the tools, so its `analysis` goes to `reasoning_content`, `final` to
+/// `content` and a `commentary` call to `tool_calls`, as llama.cpp's GPT-OSS chat parser
+/// reads it; other formats' text is left as it is. Completions stay raw text.
+pub(crate) fn harmony_chat(api: crate::api::Api, parser: Parser) -> Option<ToolCalling> {
+    (api == crate::api::Api::Chat && parser == Parser::Harmony).then_some(ToolCalling {
+        parser,
+        parallel: true,
+    })
+}
+
 /// Rewrites a non-streaming chat response: a choice that stopped on its own and whose
 /// text holds tool calls gets `message.tool_calls`, the text before them as `content`
 /// (null when blank) and `finish_reason: "tool_calls"`. A harmony completion's
@@ -455,6 +467,174 @@ fn delta(p: Piece) -> Value {
 #[cfg(test)]
 mod stream_tests {
     use super::*;
+
+    /// GPT-OSS's answer as the engine streams it, one token's text per chunk: the header
+    /// markers are always-rendered tokens, and `<|return|>` / `<|call|>` end generation
+    /// without text.
+    const HARMONY_FINAL: &[&str] = &[
+        "<|channel|>",
+        "analysis",
+        "<|message|>",
+        "The",
+        " user",
+        " says",
+        " hi",
+        ".",
+        "<|end|>",
+        "<|start|>",
+        "assistant",
+        "<|channel|>",
+        "final",
+        "<|message|>",
+        "Hello",
+        "!",
+        " How",
+        " can",
+        " I",
+        " help",
+        "?",
+    ];
+    const HARMONY_CALL: &[&str] = &[
+        "<|channel|>",
+        "analysis",
+        "<|message|>",
+        "Need",
+        " weather",
+        ".",
+        "<|end|>",
+        "<|start|>",
+        "assistant",
+        "<|channel|>",
+        "commentary",
+        " to",
+        "=functions",
+        ".get",
+        "_weather",
+        " <|constrain|>",
+        "json",
+        "<|message|>",
+        "{\"",
+        "city",
+        "\":",
+        " \"",
+        "Paris",
+        "\"}",
+    ];
+
+    /// Every chunk a streamed harmony answer goes out as, call ids made fixed.
+    fn harmony_stream(tokens: &[&str]) -> Vec<Value> {
+        let tc = harmony_chat(crate::api::Api::Chat, Parser::Harmony).expect("harmony chat");
+        let mut s = ToolStream::new(tc);
+        let mut out = Vec::new();
+        for t in tokens {
+            out.extend(s.filter(chunk(t, None)));
+        }
+        out.extend(s.filter(chunk("", Some("stop"))));
+        for c in &mut out {
+            if let Some(id) = c.pointer_mut("/choices/0/delta/tool_calls/0/id") {
+                *id = json!("call_X");
+            }
+        }
+        out
+    }
+
+    fn harmony_response(tokens: &[&str]) -> Value {
+        let tc = harmony_chat(crate::api::Api::Chat, Parser::Harmony).expect("harmony chat");
+        let mut v = json!({"choices": [{"index": 0, "message": {"role": "assistant", "content": tokens.concat()}, "logprobs": null, "finish_reason": "stop"}]});
+        rewrite_response(&mut v, tc);
+        if let Some(id) = v.pointer_mut("/choices/0/message/tool_calls/0/id") {
+            *id = json!("call_X");
+        }
+        v
+    }
+
+    #[test]
+    fn harmony_chat_is_read_whatever_the_tools_in_chat_only() {
+        use crate::api::Api;
+        assert_eq!(
+            harmony_chat(Api::Chat, Parser::Harmony),
+            Some(ToolCalling {
+                parser: Parser::Harmony,
+                parallel: true
+            })
+        );
+        assert_eq!(harmony_chat(Api::Completions, Parser::Harmony), None);
+        assert_eq!(harmony_chat(Api::Chat, Parser::Hermes), None);
+    }
+
+    /// `analysis` → `reasoning_content`, `final` → `content`: the exact response and the
+    /// exact chunks (each streamed delta as soon as its text can no longer be a marker).
+    #[test]
+    fn harmony_analysis_and_final_pinned() {
+        assert_eq!(
+            harmony_response(HARMONY_FINAL)["choices"][0],
+            json!({"index": 0, "message": {"role": "assistant", "content": "Hello! How can I help?",
+                "reasoning_content": "The user says hi."}, "logprobs": null, "finish_reason": "stop"})
+        );
+        let deltas: Vec<Value> = harmony_stream(HARMONY_FINAL)
+            .iter()
+            .map(|c| json!([c["choices"][0]["delta"], c["choices"][0]["finish_reason"]]))
+            .collect();
+        let r = |s: &str| json!([{"reasoning_content": s}, null]);
+        let c = |s: &str| json!([{"content": s}, null]);
+        assert_eq!(
+            deltas,
+            vec![
+                r("The"),
+                r(" user"),
+                r(" says"),
+                r(" hi"),
+                r("."),
+                c("Hello"),
+                c("!"),
+                c(" How"),
+                c(" can"),
+                c(" I"),
+                c(" help"),
+                c("?"),
+                json!([{}, "stop"]),
+            ]
+        );
+    }
+
+    /// A `commentary` message to `functions.F` → `tool_calls` with `finish_reason:
+    /// "tool_calls"`, the analysis still `reasoning_content`: exact response and chunks.
+    #[test]
+    fn harmony_commentary_call_pinned() {
+        assert_eq!(
+            harmony_response(HARMONY_CALL)["choices"][0],
+            json!({"index": 0, "message": {"role": "assistant", "content": null,
+                "reasoning_content": "Need weather.",
+                "tool_calls": [{"id": "call_X", "type": "function",
+                    "function": {"name": "get_weather", "arguments": "{\"city\":\"Paris\"}"}}]},
+                "logprobs": null, "finish_reason": "tool_calls"})
+        );
+        let deltas: Vec<Value> = harmony_stream(HARMONY_CALL)
+            .iter()
+            .map(|c| json!([c["choices"][0]["delta"], c["choices"][0]["finish_reason"]]))
+            .collect();
+        let r = |s: &str| json!([{"reasoning_content": s}, null]);
+        let a =
+            |s: &str| json!([{"tool_calls": [{"index": 0, "function": {"arguments": s}}]}, null]);
+        // The arguments as generated, compacted (`": "` loses its space), then the finish.
+        assert_eq!(
+            deltas,
+            vec![
+                r("Need"),
+                r(" weather"),
+                r("."),
+                json!([{"tool_calls": [{"index": 0, "id": "call_X", "type": "function",
+                    "function": {"name": "get_weather", "arguments": ""}}]}, null]),
+                a("{\""),
+                a("city"),
+                a("\":"),
+                a("\""),
+                a("Paris"),
+                a("\"}"),
+                json!([{}, "tool_calls"]),
+            ]
+        );
+    }
 
     fn chunk(text: &str, finish: Option<&str>) -> Value {
         json!({"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": text}, "logprobs": null, "finish_reason": finish}]})

@@ -67,6 +67,11 @@ const EOG_TEXTS: &[&str] = &[
     "[e~[",
 ];
 
+/// GPT-OSS's harmony header markers, which llama.cpp always renders (it retypes them
+/// user-defined whatever the file says): a completion's text then carries the channel
+/// structure its harmony reader needs, with or without special tokens shown.
+const HARMONY_MARKERS: &[&str] = &["<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"];
+
 /// How plain text becomes ids.
 enum Model {
     /// `gpt2`: BPE model + pre-tokenizer, with no added tokens: special tokens are
@@ -181,6 +186,9 @@ impl Tokenizer {
         eog_ids.sort_unstable();
         eog_ids.dedup();
         drop_eog_exceptions(&mut eog_ids, &mut types, &spec.tokens);
+        for id in HARMONY_MARKERS.iter().filter_map(|t| by_text.get(t)) {
+            types[*id as usize] = token_type::USER_DEFINED;
+        }
 
         let (model, bytes): (Model, Vec<Vec<u8>>) = if spec.model == "llama" {
             let spm = Spm::new(&spec.tokens, &spec.scores, &types, spec.unk_id)?;

@@ -430,6 +430,39 @@ fn end_of_generation_texts_and_llama_cpp_exceptions() {
     assert!(!tok.is_special(277));
     assert_eq!(tok.encode("<|end|>", false).unwrap(), [277]);
 
+    // gpt-oss's header markers are always rendered (llama.cpp retypes them user-defined),
+    // so a completion read without special tokens still shows its channels; <|end|> too,
+    // while <|return|> and <|call|> end generation and are special.
+    let mut spec = spm_spec(false);
+    for t in [
+        "<|end|>",
+        "<|return|>",
+        "<|call|>",
+        "<|start|>",
+        "<|channel|>",
+        "<|message|>",
+        "<|constrain|>",
+    ] {
+        spec.tokens.push(t.into());
+        spec.token_types.push(token_type::CONTROL);
+        spec.scores.push(0.0);
+    }
+    let tok = Tokenizer::from_spec(spec).unwrap();
+    assert_eq!(tok.eog_ids(), &[EOS, 278, 279]);
+    for id in [277, 280, 281, 282, 283] {
+        assert!(!tok.is_special(id), "{id}");
+    }
+    assert!(tok.is_special(278) && tok.is_special(279));
+    let ids = [280, 281, 282, 277, 279];
+    assert_eq!(
+        tok.decode(&ids, true),
+        "<|start|><|channel|><|message|><|end|>"
+    );
+    assert_eq!(
+        tok.decode(&ids, false),
+        "<|start|><|channel|><|message|><|end|><|call|>"
+    );
+
     // Gemma 4: with <|tool_response>, </s> is a normal token.
     let mut spec = spm_spec(false);
     spec.tokens[EOS as usize] = "<eos>".into();
@@ -441,4 +474,45 @@ fn end_of_generation_texts_and_llama_cpp_exceptions() {
     let tok = Tokenizer::from_spec(spec).unwrap();
     assert_eq!(tok.eog_ids(), &[EOS, 278]);
     assert!(!tok.is_special(277));
+}
+
+/// GPT-OSS's chat template (llama.cpp's models/templates/openai-gpt-oss-120b.jinja, as the
+/// GGUF carries it) renders the harmony prompt: the texts below are Python jinja2's with
+/// Hugging Face's settings, the date left out (it is today's).
+#[test]
+fn gpt_oss_template_renders_harmony() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../testdata/templates/openai-gpt-oss-120b.jinja"
+    );
+    let mut tok = Tokenizer::from_spec(spm_spec(false)).unwrap();
+    tok.set_chat_template(&std::fs::read_to_string(path).unwrap())
+        .unwrap();
+    let undated = |s: String| {
+        let i = s.find("Current date: ").expect("a date line") + "Current date: ".len();
+        format!("{}DATE{}", &s[..i], &s[i + "YYYY-MM-DD".len()..])
+    };
+    let head = "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\nKnowledge cutoff: 2024-06\nCurrent date: DATE\n\nReasoning: medium\n\n# Valid channels: analysis, commentary, final. Channel must be included for every message.<|end|>";
+    let msgs = [
+        ChatMessage::new("system", "Be brief."),
+        ChatMessage::new("user", "What is 2+2?"),
+    ];
+    assert_eq!(
+        undated(tok.apply_chat_template(&msgs, true).unwrap()),
+        format!("{head}<|start|>developer<|message|># Instructions\n\nBe brief.\n\n<|end|><|start|>user<|message|>What is 2+2?<|end|><|start|>assistant")
+    );
+    let msgs = [
+        ChatMessage::new("user", "Hi"),
+        ChatMessage::new("assistant", "Hello!"),
+        ChatMessage::new("user", "Thanks"),
+    ];
+    assert_eq!(
+        undated(tok.apply_chat_template(&msgs, true).unwrap()),
+        format!("{head}<|start|>user<|message|>Hi<|end|><|start|>assistant<|channel|>final<|message|>Hello!<|end|><|start|>user<|message|>Thanks<|end|><|start|>assistant")
+    );
+    // `reasoning_effort` through the template's variables.
+    let mut kw = serde_json::Map::new();
+    kw.insert("reasoning_effort".into(), "high".into());
+    let high = tok.apply_chat_template_with(&msgs[..1], true, &kw).unwrap();
+    assert!(high.contains("\nReasoning: high\n"), "{high}");
 }

@@ -151,7 +151,7 @@ unsafe fn mask8(n: usize) -> __m256i {
 
 /// `super::softmax_lanes`, then each probability rounded to f16 precision.
 #[inline(always)]
-unsafe fn softmax_f16(x: &mut [f32]) {
+unsafe fn softmax_f16(x: &mut [f32], sink: Option<f32>) {
     let n = x.len();
     let p = x.as_mut_ptr();
     let mut vm = _mm256_set1_ps(f32::NEG_INFINITY);
@@ -165,6 +165,7 @@ unsafe fn softmax_f16(x: &mut [f32]) {
     let max = x[i..]
         .iter()
         .chain(&m)
+        .chain(&sink)
         .fold(f32::NEG_INFINITY, |a, &b| a.max(b));
     if max == f32::NEG_INFINITY {
         return;
@@ -195,6 +196,7 @@ unsafe fn softmax_f16(x: &mut [f32]) {
         sum += reduce16(e[0], e[1]) as f64;
         i += LANES;
     }
+    sum += super::lanes::sink_term(sink, max);
     let inv = _mm256_set1_ps((1.0 / sum) as f32);
     let mut i = 0;
     while i < n {
@@ -307,8 +309,8 @@ unsafe fn run<R: Rows8>(kv: &PagedKv, table: &[u32], n_ctx: usize, qs: &Queries,
         g0 += MAX_G;
     }
     super::softcap_scores(&mut sc, qs.softcap);
-    for p in sc.chunks_exact_mut(n_ctx) {
-        softmax_f16(p);
+    for (g, p) in sc.chunks_exact_mut(n_ctx).enumerate() {
+        softmax_f16(p, qs.sink(g));
     }
     let mut g0 = 0;
     while g0 < n_q {

@@ -2,7 +2,7 @@
 //! module doc): plain Rust, one value at a time. The AVX-512 and AVX2 kernels must equal it
 //! bit for bit; cases they do not cover run it as is.
 
-use super::lanes::{reduce16, softmax_lanes, LANES};
+use super::lanes::{reduce16, softmax_lanes_sink, LANES};
 use super::{load_row_scalar, PagedKv, Queries, SumOrder};
 use half::f16;
 
@@ -81,6 +81,7 @@ pub fn attend(
         order,
         first,
         softcap,
+        ..
     } = *qs;
     let (hd, bs, rb) = (kv.head_dim, kv.block_size, kv.row_bytes());
     // The visible positions are first..n_ctx; below, j counts from the first of them.
@@ -104,8 +105,8 @@ pub fn attend(
         }
     }
     super::softcap_scores(scores, softcap);
-    for p in scores.chunks_exact_mut(n_ctx) {
-        softmax_lanes(p);
+    for (g, p) in scores.chunks_exact_mut(n_ctx).enumerate() {
+        softmax_lanes_sink(p, qs.sink(g));
         for v in p.iter_mut() {
             *v = f16::from_f32(*v).to_f32();
         }

@@ -63,7 +63,18 @@ pub fn expf_ggml(x: f32) -> f32 {
 /// A row whose every value is −∞ is left as is.
 #[inline(always)]
 pub fn softmax_lanes(x: &mut [f32]) {
-    let max = x.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+    softmax_lanes_sink(x, None)
+}
+
+/// [`softmax_lanes`] with an attention sink (GPT-OSS's learned per-head logit): `sink`
+/// joins the maximum and its `expf(sink − max)` (libm's, as ggml's `soft_max`) is added to
+/// the f64 total after the chunk sums, so the probabilities sum to less than 1.
+#[inline(always)]
+pub fn softmax_lanes_sink(x: &mut [f32], sink: Option<f32>) {
+    let mut max = x.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+    if let Some(s) = sink {
+        max = max.max(s);
+    }
     if max == f32::NEG_INFINITY {
         return;
     }
@@ -76,10 +87,18 @@ pub fn softmax_lanes(x: &mut [f32]) {
         }
         sum += reduce16(&e) as f64;
     }
+    sum += sink_term(sink, max);
     let inv = (1.0 / sum) as f32;
     for v in x.iter_mut() {
         *v *= inv;
     }
+}
+
+/// The sink's share of a softmax total whose maximum is `max`: `expf(sink − max)`, 0
+/// without a sink.
+#[inline(always)]
+pub(crate) fn sink_term(sink: Option<f32>, max: f32) -> f64 {
+    sink.map_or(0.0, |s| (s - max).exp() as f64)
 }
 
 #[cfg(test)]

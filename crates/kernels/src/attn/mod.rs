@@ -39,7 +39,7 @@ mod x86_f16;
 pub(crate) use x86::expf_512;
 
 pub use format::{load_row_scalar, store_row_scalar, KvFormat, GROUP};
-pub use lanes::{expf_ggml, reduce16, softmax_lanes, LANES};
+pub use lanes::{expf_ggml, reduce16, softmax_lanes, softmax_lanes_sink, LANES};
 
 use crate::cpu::{isa, Isa};
 
@@ -130,6 +130,17 @@ pub struct Queries<'a> {
     /// Attention logit soft-capping (Gemma 2): each scaled score `s` becomes
     /// `c · tanh(s / c)` before the softmax.
     pub softcap: Option<f32>,
+    /// Attention sinks (GPT-OSS): one learned logit per query head (`n` values) that joins
+    /// each head's softmax denominator but weights no value row.
+    pub sinks: Option<&'a [f32]>,
+}
+
+impl Queries<'_> {
+    /// Head `g`'s sink logit, if any.
+    #[inline]
+    pub fn sink(&self, g: usize) -> Option<f32> {
+        self.sinks.map(|s| s[g])
+    }
 }
 
 /// `s = c · tanh(s / c)` on every score (ggml's scale, tanh, scale).
@@ -163,6 +174,11 @@ pub fn attend_with(
         "attend: q ({}) and out ({}) must hold n_q ({n_q}) x head_dim ({hd})",
         q.len(),
         out.len()
+    );
+    assert!(
+        qs.sinks.is_none_or(|s| s.len() == n_q),
+        "attend: {} sinks for {n_q} query heads",
+        qs.sinks.map_or(0, |s| s.len())
     );
     out.fill(0.0);
     if n_ctx == 0 || n_q == 0 {

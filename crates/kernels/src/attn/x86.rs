@@ -526,7 +526,7 @@ pub(crate) unsafe fn expf_512(x: __m512) -> __m512 {
 
 /// [`super::softmax_lanes`] on 16 lanes at a time (bit-identical).
 #[inline(always)]
-unsafe fn softmax_512(x: &mut [f32]) {
+unsafe fn softmax_512(x: &mut [f32], sink: Option<f32>) {
     let ptr = x.as_mut_ptr();
     // The maximum is exact in any order (scores are never NaN).
     let mut vm = _mm512_set1_ps(f32::NEG_INFINITY);
@@ -537,7 +537,10 @@ unsafe fn softmax_512(x: &mut [f32]) {
         vm = _mm512_mask_max_ps(vm, m, vm, _mm512_maskz_loadu_ps(m, ptr.add(i)));
         i += 16;
     }
-    let max = _mm512_reduce_max_ps(vm);
+    let mut max = _mm512_reduce_max_ps(vm);
+    if let Some(s) = sink {
+        max = max.max(s);
+    }
     if max == f32::NEG_INFINITY {
         return;
     }
@@ -554,6 +557,7 @@ unsafe fn softmax_512(x: &mut [f32]) {
         sum += _mm512_reduce_add_ps(e) as f64;
         i += 16;
     }
+    sum += super::lanes::sink_term(sink, max);
     let inv = _mm512_set1_ps((1.0 / sum) as f32);
     let mut i = 0;
     while i < x.len() {
@@ -574,6 +578,7 @@ unsafe fn run<R: Rows, const SINGLE: bool>(
     q: &[f32],
     n_q: usize,
     scale: f32,
+    sinks: Option<&[f32]>,
     scores: &mut [f32],
     out: &mut [f32],
 ) {
@@ -590,8 +595,8 @@ unsafe fn run<R: Rows, const SINGLE: bool>(
         }
         g0 += MAX_G;
     }
-    for p in scores.chunks_exact_mut(n_ctx) {
-        softmax_512(p);
+    for (g, p) in scores.chunks_exact_mut(n_ctx).enumerate() {
+        softmax_512(p, sinks.map(|s| s[g]));
         round_f16(p);
     }
     // Taken out of the thread-local and put back: the kernel must not run inside a
@@ -647,8 +652,12 @@ pub unsafe fn attend_512(
     macro_rules! go {
         ($r:ty) => {
             match order {
-                SumOrder::Batched => run::<$r, false>(kv, table, n_ctx, q, n_q, scale, scores, out),
-                SumOrder::Single => run::<$r, true>(kv, table, n_ctx, q, n_q, scale, scores, out),
+                SumOrder::Batched => {
+                    run::<$r, false>(kv, table, n_ctx, q, n_q, scale, qs.sinks, scores, out)
+                }
+                SumOrder::Single => {
+                    run::<$r, true>(kv, table, n_ctx, q, n_q, scale, qs.sinks, scores, out)
+                }
             }
         };
     }

@@ -11,12 +11,14 @@ mod gelu;
 mod lowrank;
 mod rope;
 mod scalar;
+mod swiglu_oai;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
 pub use gelu::{gelu, gelu_f32, gelu_mul};
 pub use lowrank::{lowrank_add, lowrank_add_with, MAX_RANK as LOWRANK_MAX_RANK};
 pub use rope::{yarn_corr_dims, Rope, RopeRows, RopeScaling};
+pub use swiglu_oai::{swiglu_oai_mul, SWIGLU_OAI_ALPHA, SWIGLU_OAI_LIMIT};
 
 use crate::cpu::{isa, Isa};
 
