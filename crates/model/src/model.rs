@@ -5,7 +5,7 @@ use crate::lora::{LoraMatrix, LoraRows};
 use crate::par::{self, Rows};
 use crate::weights::Weights;
 use crate::{
-    Activation, ForwardBatch, ForwardOutput, KvCache, KvFormat, KvLayout, ModelConfig, ModelError,
+    Activation, ForwardBatch, ForwardOutput, KvCache, KvFormat, KvFormats, KvLayout, ModelConfig, ModelError,
 };
 use folio_gguf::GgufFile;
 use folio_kernels::matmul::Sums;
@@ -66,7 +66,8 @@ impl AttnPrecision {
         match (self, kv) {
             (AttnPrecision::F32, _) => None,
             (AttnPrecision::F16, _) => Some(KvFormat::F16),
-            (AttnPrecision::Kv, KvFormat::Q4_0) => Some(KvFormat::Q8_0),
+            (AttnPrecision::Kv, KvFormat::Q4_0 | KvFormat::Iq4Nl) => Some(KvFormat::Q8_0),
+            (AttnPrecision::Kv, KvFormat::Q4h) => Some(KvFormat::Q8h),
             (AttnPrecision::Kv, f) => Some(f),
         }
     }
@@ -144,7 +145,12 @@ impl Model {
     }
 
     /// A KV cache shaped for this model, single layout (one page per block of all layers).
-    pub fn new_kv_cache(&self, block_size: usize, num_blocks: usize, format: KvFormat) -> KvCache {
+    pub fn new_kv_cache(
+        &self,
+        block_size: usize,
+        num_blocks: usize,
+        format: impl Into<KvFormats>,
+    ) -> KvCache {
         self.new_kv_cache_with(
             KvLayout::single(self.config.n_layers),
             block_size,
@@ -159,7 +165,7 @@ impl Model {
         layout: KvLayout,
         block_size: usize,
         num_blocks: usize,
-        format: KvFormat,
+        format: impl Into<KvFormats>,
     ) -> KvCache {
         let c = &self.config;
         KvCache::new(
@@ -380,7 +386,7 @@ impl Model {
                 scale: c.attn_scale,
                 window: if window { c.sliding_window } else { None },
                 softcap: c.attn_softcap,
-                q_round: self.attn_precision.query_format(kv.format),
+                q_round: self.attn_precision.query_format(kv.formats.k),
             };
             w.wqkv.matmul(&h, n, &mut qkv, pool);
             if let Some(lr) = &lora {
