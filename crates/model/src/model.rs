@@ -392,6 +392,12 @@ impl Model {
             if let Some(lr) = &lora {
                 lr.apply(pool, l, LoraMatrix::Qkv, &h, d, &mut qkv, qkv_dim);
             }
+            // A rotated K format stores `k - b_k` (Qwen2's K bias, a few channels of large,
+            // nearly position-independent values that 4 bits cannot hold beside the rest):
+            // `q·b_k` is the same for every key of a query, so the softmax is unchanged
+            // (not under a soft-cap, whose tanh is not shift-invariant).
+            let k_shift = (kv.formats.k.rotated() && c.attn_softcap.is_none() && !w.bqkv.is_empty())
+                .then(|| &w.bqkv[qd..qd + kvd]);
             {
                 let (qkv_rows, q_rows) = (Rows::new(&mut qkv, qkv_dim), Rows::new(&mut q, qd));
                 let cache = kv.layer_writer(l);
@@ -419,6 +425,11 @@ impl Model {
                         let pos = token_pos[t].1;
                         rope.apply(qr, nh, pos as u32);
                         rope.apply(kr, nkv, pos as u32);
+                        if let Some(b) = k_shift {
+                            for (x, y) in kr.iter_mut().zip(b) {
+                                *x -= y;
+                            }
+                        }
                         q_out.copy_from_slice(qr);
                         // The token's K and V rows go to its cache slot from this task
                         // when every slot of the step is distinct (checked above).
