@@ -253,3 +253,31 @@ fn bytes_per_token_count_k_and_v_apart() {
         assert_eq!(page, 16 * real, "{}", f.name());
     }
 }
+
+#[test]
+fn qwen2_keys_stored_minus_their_bias_keep_the_logits() {
+    // A rotated K format stores k − b_k; q·b_k is common to all keys, so the logits stay
+    // those of f16 KV up to the format's rounding (measured worst error well under 0.04
+    // for q8h). The stored key is really shifted: it differs from f16's by about b_k.
+    let f = GgufFile::from_bytes(build(&SHAPE, "qwen2", GgmlType::F32, 42)).expect("tiny gguf");
+    let model = Model::from_gguf(&f).expect("load");
+    let f16 = run(&model, KvFormat::F16.into());
+    let got = run(&model, pair(KvFormat::Q8h, KvFormat::F16));
+    let worst = got.iter().zip(&f16).map(|(a, b)| rel_err(a, b)).fold(0.0, f32::max);
+    eprintln!("qwen2 q8h K: worst logit error vs f16 KV = {worst}");
+    assert!(worst < 0.04, "{worst}");
+    let pool = ThreadPool::global();
+    let toks = prompt(3, 5);
+    let row = |formats: KvFormats| {
+        let mut kv = model.new_kv_cache(4, 2, formats);
+        let mut b = ForwardBatch::new();
+        b.push(&toks, 0, vec![0, 1], 1);
+        model.forward(&b, &mut kv, pool).expect("forward");
+        let (mut k, mut v) = (vec![0f32; HD], vec![0f32; HD]);
+        kv.read_row(0, 0, 1, 2, &mut k, &mut v);
+        k
+    };
+    let (plain, shifted) = (row(KvFormat::F16.into()), row(pair(KvFormat::Q8h, KvFormat::F16)));
+    let diff = plain.iter().zip(&shifted).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
+    assert!(diff > 1e-3, "the q8h key equals the f16 key: no bias removed ({diff})");
+}
