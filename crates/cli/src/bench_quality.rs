@@ -22,14 +22,22 @@ pub struct QualityArgs {
     /// --base-url: the model id sent (default: the first `GET /v1/models` lists).
     #[arg(long)]
     pub model: Option<String>,
-    /// KV storage formats, one engine each (a comma list).
+    /// KV storage formats, one engine each (a comma list); `K:V` sets the two apart
+    /// (`q8_0:q4h`: keys q8_0, values q4h).
     #[arg(
         long,
-        value_parser = crate::engine_args::kv_format_parser(),
+        value_parser = kv_formats_parser,
         value_delimiter = ',',
         default_value = "f16,bf16,q8_0,q4_0"
     )]
-    pub kv_format: Vec<folio_model::KvFormat>,
+    pub kv_format: Vec<folio_model::KvFormats>,
+    /// K formats crossed with --kv-format-v (replaces --kv-format; with one side only,
+    /// the other is the same format): `--kv-format-k q4h,q8_0 --kv-format-v q4h` runs q4h:q4h and q8_0:q4h.
+    #[arg(long, value_parser = crate::engine_args::kv_format_parser(), value_delimiter = ',')]
+    pub kv_format_k: Vec<folio_model::KvFormat>,
+    /// V formats crossed with --kv-format-k.
+    #[arg(long, value_parser = crate::engine_args::kv_format_parser(), value_delimiter = ',')]
+    pub kv_format_v: Vec<folio_model::KvFormat>,
     /// Attention compute precisions crossed with the formats: kv (queries at the storage
     /// format's precision), f32 (f32 queries), f16 (f16 queries, the serving default).
     #[arg(long, value_enum, value_delimiter = ',', default_value = "kv")]
@@ -80,6 +88,48 @@ pub struct QualityArgs {
 }
 
 /// Engine flags at their defaults (the same defaults `folio serve` has).
+/// One `--kv-format` entry: a format for both, or `K:V`.
+fn kv_formats_parser(s: &str) -> Result<folio_model::KvFormats, String> {
+    folio_model::KvFormats::parse(s).ok_or_else(|| {
+        let names: Vec<&str> = folio_model::KvFormat::EVERY.map(|f| f.name()).to_vec();
+        format!(
+            "{s:?}: expected a format or K:V, formats {}",
+            names.join(", ")
+        )
+    })
+}
+
+impl QualityArgs {
+    /// The (K, V) formats of the in-process configurations, in order: the crossing of
+    /// --kv-format-k and --kv-format-v when either is given, else --kv-format.
+    pub fn kv_pairs(&self) -> Vec<folio_model::KvFormats> {
+        let (ks, vs) = match (self.kv_format_k.is_empty(), self.kv_format_v.is_empty()) {
+            (true, true) => return self.kv_format.clone(),
+            // One side only: the other in the same format.
+            (false, true) => return self.kv_format_k.iter().map(|&f| f.into()).collect(),
+            (true, false) => return self.kv_format_v.iter().map(|&f| f.into()).collect(),
+            (false, false) => (&self.kv_format_k, &self.kv_format_v),
+        };
+        let mut out = Vec::new();
+        for &k in ks {
+            for &v in vs {
+                out.push(folio_model::KvFormats { k, v });
+            }
+        }
+        out
+    }
+}
+
+/// A configuration's label part for its formats: `q8_0`, or `q8_0:q4h` when K and V
+/// differ (no comma: labels are comma lists elsewhere).
+fn kv_label(f: folio_model::KvFormats) -> String {
+    if f.k == f.v {
+        f.k.name().to_string()
+    } else {
+        format!("{}:{}", f.k.name(), f.v.name())
+    }
+}
+
 fn default_engine_args() -> EngineArgs {
     #[derive(Parser)]
     struct Wrap {
@@ -296,12 +346,12 @@ pub fn run(a: QualityArgs) -> Result<()> {
         Ok(())
     };
     if let Some(path) = &path {
-        for kv in &a.kv_format {
+        for kv in a.kv_pairs() {
             for p in &a.attn_precision {
-                let label = format!("{}/{}", kv.name(), value_name(p));
+                let label = format!("{}/{}", kv_label(kv), value_name(p));
                 let mut e = default_engine_args();
                 e.model = vec![path.clone()];
-                e.kv_format = *kv;
+                (e.kv_format_k, e.kv_format_v) = (Some(kv.k), Some(kv.v));
                 e.attn_precision = *p;
                 e.kv_cache_bytes = a.kv_cache_bytes.clone();
                 e.numerics = a.numerics;

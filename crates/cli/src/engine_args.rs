@@ -52,8 +52,33 @@ pub use crate::bench_cmd::NumericsArg;
 /// is folio-gguf's, so the CLI parses it here instead of keeping an enum of its own.
 pub fn kv_format_parser() -> impl clap::builder::TypedValueParser<Value = KvFormat> {
     use clap::builder::TypedValueParser;
-    clap::builder::PossibleValuesParser::new(KvFormat::ALL.map(KvFormat::name))
+    clap::builder::PossibleValuesParser::new(KvFormat::EVERY.map(KvFormat::name))
         .map(|s| KvFormat::parse(&s).expect("a listed KvFormat name"))
+}
+
+/// llama.cpp's single-dash spellings of the KV cache types, `-ctk` and `-ctv` (with or
+/// without `=value`), as the long flags clap knows; every other argument as it is.
+pub fn llama_spelling(arg: std::ffi::OsString) -> std::ffi::OsString {
+    let Some(s) = arg.to_str() else { return arg };
+    for (short, long) in [("-ctk", "--cache-type-k"), ("-ctv", "--cache-type-v")] {
+        if s == short {
+            return long.into();
+        }
+        if let Some(v) = s.strip_prefix(short).and_then(|r| r.strip_prefix('=')) {
+            return format!("{long}={v}").into();
+        }
+    }
+    arg
+}
+
+impl EngineArgs {
+    /// K's and V's formats: `--kv-format` for both, each overridden by its own flag.
+    pub fn kv_formats(&self) -> folio_model::KvFormats {
+        folio_model::KvFormats {
+            k: self.kv_format_k.unwrap_or(self.kv_format),
+            v: self.kv_format_v.unwrap_or(self.kv_format),
+        }
+    }
 }
 
 /// `--attn-precision`: what the queries are rounded to before attention.
@@ -122,9 +147,17 @@ pub struct EngineArgs {
     /// KV cache memory as a fraction of this machine's RAM (overrides --kv-cache-bytes).
     #[arg(long)]
     pub kv_cache_fraction: Option<f64>,
-    /// KV cache storage format: f16, bf16, q8_0 (8.5 bits/value), q4_0 (4.5 bits/value).
+    /// KV cache storage format of K and V: f16, bf16, q8_0 (8.5 bits/value), q4_0 and
+    /// iq4_nl (4.5), q4h (Walsh–Hadamard rotated iq4_nl, 4.5) and q8h (rotated q8_0, 8.5;
+    /// the rotated ones need a power-of-two head_dim). --kv-format-k/-v override a side.
     #[arg(long, value_parser = kv_format_parser(), default_value = "f16")]
     pub kv_format: KvFormat,
+    /// K's storage format (default: --kv-format); llama.cpp's -ctk/--cache-type-k.
+    #[arg(long, visible_alias = "cache-type-k", value_parser = kv_format_parser())]
+    pub kv_format_k: Option<KvFormat>,
+    /// V's storage format (default: --kv-format); llama.cpp's -ctv/--cache-type-v.
+    #[arg(long, visible_alias = "cache-type-v", value_parser = kv_format_parser())]
+    pub kv_format_v: Option<KvFormat>,
     /// Compute precision of attention, apart from the storage format: the queries are
     /// rounded to f16 (default), kept f32, or rounded to the KV format's precision (kv).
     #[arg(long, value_enum, default_value = "f16")]
@@ -243,7 +276,7 @@ impl EngineArgs {
                 Some(f) => fraction_of_ram(f)?,
                 None => parse_bytes("--kv-cache-bytes", &self.kv_cache_bytes)?,
             },
-            kv_format: self.kv_format,
+            kv_format: self.kv_formats(),
             prefix_cache: !self.no_prefix_cache,
             eviction: match self.eviction {
                 EvictionArg::Value => EvictionPolicy::ValuePerByte,

@@ -361,7 +361,7 @@ enum BenchCmd {
 }
 
 fn main() -> Result<()> {
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(std::env::args_os().map(engine_args::llama_spelling));
     logging::init(cli.log_format);
     match cli.cmd {
         Cmd::Serve {

@@ -210,7 +210,12 @@ pub struct EngineInfo {
     /// KV bytes per token of the uncompressed K and V (MLA: every head's decompressed K and
     /// V, what the latent row saves against; otherwise equal to `kv_bytes_per_token`).
     pub kv_bytes_per_token_uncompressed: usize,
+    /// K's and V's formats: `"q8_0"`, or `"k=q4h,v=q4_0"` when they differ.
     pub kv_format: String,
+    /// Bytes of one token's K, all layers and KV heads, as the cache stores them.
+    pub kv_k_bytes_per_token: usize,
+    /// Bytes of one token's V, likewise.
+    pub kv_v_bytes_per_token: usize,
     /// Matmul arithmetic: "fast" (block sums) or "llama" (llama.cpp's exact order).
     pub numerics: String,
     /// Width of the final hidden state: the length of an embedding.

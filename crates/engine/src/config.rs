@@ -2,7 +2,7 @@
 
 use folio_core::kv::EvictionPolicy;
 use folio_core::sched::{BatchPolicy, KvReservation};
-use folio_model::KvFormat;
+use folio_model::{KvFormat, KvFormats};
 
 /// Where speculative drafts come from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -45,7 +45,8 @@ pub struct EngineConfig {
     pub block_size: usize,
     /// KV memory budget in bytes; the block count follows from the format's bytes/token.
     pub kv_cache_bytes: usize,
-    pub kv_format: KvFormat,
+    /// K's and V's storage formats (`--kv-format-k`, `--kv-format-v`).
+    pub kv_format: KvFormats,
     pub prefix_cache: bool,
     pub eviction: EvictionPolicy,
     /// Name reported by the API (`model` field).
@@ -96,7 +97,7 @@ impl Default for EngineConfig {
             reservation: KvReservation::OnDemand,
             block_size: 16,
             kv_cache_bytes: 1 << 30,
-            kv_format: KvFormat::F16,
+            kv_format: KvFormats::same(KvFormat::F16),
             prefix_cache: true,
             eviction: EvictionPolicy::ValuePerByte,
             served_name: None,

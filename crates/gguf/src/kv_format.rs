@@ -11,7 +11,14 @@ use crate::GgmlType;
 
 /// How cached K/V values are stored. Quantized formats cut a row into groups of 32 values,
 /// each a ggml block: q8_0 = 32 one-byte codes + an f16 scale (34 bytes), q4_0 = 32
-/// four-bit codes + an f16 scale (18 bytes).
+/// four-bit codes + an f16 scale (18 bytes), iq4_nl = 32 four-bit indices into ggml's
+/// 16 non-uniform levels + an f16 scale (18 bytes).
+///
+/// The rotated formats (`q4h`, `q8h`) first multiply each head's row by the normalized
+/// Walsh–Hadamard matrix `H` (head_dim a power of two): a few outlier channels (Qwen2's
+/// keys) are spread over every channel, so one scale per 32 values fits them. `H` is
+/// orthonormal and symmetric, so attention folds it in once per query head: `q·k =
+/// (Hq)·(Hk)` for keys, `Σ p·v = H Σ p·(Hv)` for values.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(
     feature = "serde",
@@ -27,15 +34,125 @@ pub enum KvFormat {
     Q8_0,
     /// 4-bit integers per 32-value group with an f16 scale.
     Q4_0,
+    /// ggml's IQ4_NL blocks: 4-bit indices into 16 non-uniform levels, f16 scale.
+    Iq4Nl,
+    /// Rotated (Walsh–Hadamard per head), then IQ4_NL blocks: 4.5 bits per value.
+    Q4h,
+    /// Rotated (Walsh–Hadamard per head), then q8_0 blocks: 8.5 bits per value.
+    Q8h,
+}
+
+/// The K and V formats of one cache (chosen apart: keys carry the outlier channels).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct KvFormats {
+    pub k: KvFormat,
+    pub v: KvFormat,
+}
+
+impl KvFormats {
+    /// K and V in `f`.
+    pub const fn same(f: KvFormat) -> KvFormats {
+        KvFormats { k: f, v: f }
+    }
+
+    /// `"q8_0"` when K and V agree, else `"k=q4h,v=q4_0"` (what the engine info, the
+    /// prefix cache's salt and `/metrics` show).
+    pub fn name(self) -> String {
+        if self.k == self.v {
+            self.k.name().to_string()
+        } else {
+            format!("k={},v={}", self.k.name(), self.v.name())
+        }
+    }
+
+    /// Parses [`KvFormats::name`]'s spellings, plus `k:v` (`q4h:q4_0`).
+    pub fn parse(s: &str) -> Option<KvFormats> {
+        let s = s.trim();
+        if let Some((k, v)) = s.split_once(':') {
+            return Some(KvFormats {
+                k: KvFormat::parse(k)?,
+                v: KvFormat::parse(v)?,
+            });
+        }
+        if let Some((k, v)) = s.split_once(',') {
+            let k = k.trim().strip_prefix("k=")?;
+            let v = v.trim().strip_prefix("v=")?;
+            return Some(KvFormats {
+                k: KvFormat::parse(k)?,
+                v: KvFormat::parse(v)?,
+            });
+        }
+        KvFormat::parse(s).map(KvFormats::same)
+    }
+
+    /// Bytes per stored value, K and V averaged: `2 · layers · heads · head_dim` times this
+    /// is the bytes of one token's K and V.
+    pub fn bytes_per_value(self) -> f64 {
+        (self.k.bytes_per_value() + self.v.bytes_per_value()) / 2.0
+    }
+
+    /// Bytes of one token's K and V rows of `dim` values (one head), each padded to
+    /// whole groups as the cache stores them.
+    pub fn row_pair_bytes(self, dim: usize) -> usize {
+        self.k.row_bytes(dim) + self.v.row_bytes(dim)
+    }
+
+    /// Bytes of `values` K values plus as many V values (the planner's totals).
+    pub fn bytes_for(self, values: u64) -> u64 {
+        self.k.bytes_for(values) + self.v.bytes_for(values)
+    }
+
+    /// Whether either side is rotated (needs a power-of-two head_dim).
+    pub fn rotated(self) -> bool {
+        self.k.rotated() || self.v.rotated()
+    }
+
+    /// Refuses a rotated format for a head size the Walsh–Hadamard transform does not
+    /// cover (a power of two, up to 512).
+    pub fn check_head_dim(self, head_dim: usize) -> Result<(), UnsupportedHeadDim> {
+        for f in [self.k, self.v] {
+            if f.rotated() && !(head_dim.is_power_of_two() && (2..=512).contains(&head_dim)) {
+                return Err(UnsupportedHeadDim {
+                    format: f,
+                    head_dim,
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+impl From<KvFormat> for KvFormats {
+    fn from(f: KvFormat) -> Self {
+        KvFormats::same(f)
+    }
+}
+
+impl fmt::Display for KvFormats {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.name())
+    }
+}
+
+/// A rotated format asked of a model whose head size is not a power of two.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "KV format {format} rotates each head with a Walsh–Hadamard transform, which needs a \
+     power-of-two head_dim (2..=512); this model's head_dim is {head_dim}"
+)]
+pub struct UnsupportedHeadDim {
+    pub format: KvFormat,
+    pub head_dim: usize,
 }
 
 /// A name that is none of [`KvFormat::ALL`]'s.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown KV format {0:?}: expected one of f16, bf16, q8_0, q4_0")]
+#[error("unknown KV format {0:?}: expected one of f16, bf16, q8_0, q4_0, iq4_nl, q4h, q8h")]
 pub struct UnknownKvFormat(pub String);
 
 impl KvFormat {
-    /// Every format, in the order `folio` lists them.
+    /// The formats llama.cpp's KV cache shares with folio, stored as ggml stores them.
     pub const ALL: [KvFormat; 4] = [
         KvFormat::F16,
         KvFormat::Bf16,
@@ -43,13 +160,43 @@ impl KvFormat {
         KvFormat::Q4_0,
     ];
 
-    /// The ggml type whose blocks this format stores.
+    /// The formats beyond [`KvFormat::ALL`]: IQ4_NL blocks, and the rotated ones.
+    pub const MORE: [KvFormat; 3] = [KvFormat::Iq4Nl, KvFormat::Q4h, KvFormat::Q8h];
+
+    /// Every format, in the order `folio` lists them.
+    pub const EVERY: [KvFormat; 7] = [
+        KvFormat::F16,
+        KvFormat::Bf16,
+        KvFormat::Q8_0,
+        KvFormat::Q4_0,
+        KvFormat::Iq4Nl,
+        KvFormat::Q4h,
+        KvFormat::Q8h,
+    ];
+
+    /// The ggml type whose blocks this format stores (a rotated format stores its code's
+    /// blocks, of rotated values).
     pub fn ggml_type(self) -> GgmlType {
         match self {
             KvFormat::F16 => GgmlType::F16,
             KvFormat::Bf16 => GgmlType::BF16,
-            KvFormat::Q8_0 => GgmlType::Q8_0,
+            KvFormat::Q8_0 | KvFormat::Q8h => GgmlType::Q8_0,
             KvFormat::Q4_0 => GgmlType::Q4_0,
+            KvFormat::Iq4Nl | KvFormat::Q4h => GgmlType::IQ4_NL,
+        }
+    }
+
+    /// Whether rows are Walsh–Hadamard rotated before they are encoded.
+    pub fn rotated(self) -> bool {
+        matches!(self, KvFormat::Q4h | KvFormat::Q8h)
+    }
+
+    /// The unrotated format whose blocks this one stores (itself when not rotated).
+    pub fn code(self) -> KvFormat {
+        match self {
+            KvFormat::Q4h => KvFormat::Iq4Nl,
+            KvFormat::Q8h => KvFormat::Q8_0,
+            f => f,
         }
     }
 
@@ -66,18 +213,22 @@ impl KvFormat {
     /// ignored).
     pub fn parse(s: &str) -> Option<KvFormat> {
         let s = s.trim();
-        KvFormat::ALL
+        KvFormat::EVERY
             .into_iter()
             .find(|f| f.name().eq_ignore_ascii_case(s))
     }
 
-    /// The llama.cpp spelling: `f16`, `bf16`, `q8_0`, `q4_0`.
+    /// The llama.cpp spelling: `f16`, `bf16`, `q8_0`, `q4_0`, `iq4_nl`; folio's rotated
+    /// `q4h` (IQ4_NL blocks) and `q8h` (q8_0 blocks).
     pub fn name(self) -> &'static str {
         match self {
             KvFormat::F16 => "f16",
             KvFormat::Bf16 => "bf16",
             KvFormat::Q8_0 => "q8_0",
             KvFormat::Q4_0 => "q4_0",
+            KvFormat::Iq4Nl => "iq4_nl",
+            KvFormat::Q4h => "q4h",
+            KvFormat::Q8h => "q8h",
         }
     }
 
@@ -149,5 +300,39 @@ mod tests {
         assert_eq!(KvFormat::Q8_0.bytes_per_32(), 34);
         assert_eq!("Q8_0".parse::<KvFormat>(), Ok(KvFormat::Q8_0));
         assert!("q3".parse::<KvFormat>().is_err());
+    }
+
+    #[test]
+    fn more_formats_and_pairs() {
+        assert_eq!(KvFormat::Q4h.bits_per_value(), 4.5);
+        assert_eq!(KvFormat::Iq4Nl.row_bytes(128), 72);
+        assert_eq!(KvFormat::Q8h.row_bytes(128), 136);
+        assert_eq!(KvFormat::Q4h.code(), KvFormat::Iq4Nl);
+        assert!(KvFormat::Q8h.rotated() && !KvFormat::Iq4Nl.rotated());
+        for f in KvFormat::EVERY {
+            assert_eq!(KvFormat::parse(f.name()), Some(f));
+        }
+        let p = KvFormats {
+            k: KvFormat::Q4h,
+            v: KvFormat::Q4_0,
+        };
+        assert_eq!(p.name(), "k=q4h,v=q4_0");
+        assert_eq!(KvFormats::parse("k=q4h,v=q4_0"), Some(p));
+        assert_eq!(KvFormats::parse("q4h:q4_0"), Some(p));
+        assert_eq!(KvFormats::same(KvFormat::Q8_0).name(), "q8_0");
+        assert_eq!(KvFormats::parse("q8_0"), Some(KvFormat::Q8_0.into()));
+        assert_eq!(KvFormats::parse("q4h:q5"), None);
+        // 128 K values at 72 bytes + 128 V values at 72: 4.5 bits each.
+        assert_eq!(p.bytes_for(128), 144);
+        assert_eq!(p.bytes_per_value(), 18.0 / 32.0);
+        let q8h = KvFormats {
+            k: KvFormat::Q8h,
+            v: KvFormat::Q4h,
+        };
+        assert_eq!(q8h.row_pair_bytes(128), 136 + 72);
+        assert!(q8h.check_head_dim(128).is_ok());
+        let e = q8h.check_head_dim(96).unwrap_err();
+        assert!(e.to_string().contains("head_dim is 96"), "{e}");
+        assert!(KvFormats::same(KvFormat::Q4_0).check_head_dim(96).is_ok());
     }
 }

@@ -14,18 +14,19 @@ fn main() {
         .unwrap_or(2.87);
     let (hd, bs) = (64, 16);
     let isa = folio_kernels::cpu::isa();
-    for format in [KvFormat::F16, KvFormat::Q8_0] {
+    for format in [KvFormat::F16, KvFormat::Q8_0, KvFormat::Q4h] {
         let rb = format.row_bytes(hd);
         let blocks = ctx.div_ceil(bs);
         let bytes = vec![0x11u8; blocks * bs * rb];
         let kv = PagedKv {
             k: &bytes,
             v: &bytes,
-            format,
+            k_format: format,
+            v_format: format,
             head_dim: hd,
             block_size: bs,
-            block_stride: bs * rb,
-            head_offset: 0,
+            block_rows: bs,
+            head_row: 0,
         };
         let table: Vec<u32> = (0..blocks as u32).rev().collect();
         let q: Vec<f32> = (0..g * hd).map(|i| (i % 7) as f32 * 0.01).collect();

@@ -8,7 +8,8 @@
 //!   (the kernel that decides folio's speed), in ggml's summation order or the faster
 //!   block order ([`matmul::Sums`]).
 //! - [`ops`]: rmsnorm, SwiGLU, rope, residual add.
-//! - [`attn`]: KV storage formats (f16, bf16, q8_0, q4_0) and the paged attention kernel
+//! - [`attn`]: KV storage formats (f16, bf16, q8_0, q4_0, iq4_nl, rotated q4h/q8h; K and V
+//!   each its own) and the paged attention kernel
 //!   that reads each format in place, with llama.cpp's softmax and summation orders.
 //!
 //! The arithmetic follows llama.cpp's on an AVX-512 CPU operation for operation (with

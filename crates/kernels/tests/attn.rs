@@ -59,26 +59,26 @@ impl Cache {
     }
 
     fn view(&self, head: usize) -> PagedKv<'_> {
-        let rb = self.format.row_bytes(self.hd);
         PagedKv {
             k: &self.k,
             v: &self.v,
-            format: self.format,
+            k_format: self.format,
+            v_format: self.format,
             head_dim: self.hd,
             block_size: self.bs,
-            block_stride: self.heads * self.bs * rb,
-            head_offset: head * self.bs * rb,
+            block_rows: self.heads * self.bs,
+            head_row: head * self.bs,
         }
     }
 
     /// Decoded (K, V) row of position `j`.
     fn row(&self, head: usize, j: usize) -> (Vec<f32>, Vec<f32>) {
         let kv = self.view(head);
-        let off = kv.row_offset(self.table[j / self.bs] as usize, j % self.bs);
-        let rb = kv.row_bytes();
+        let (b, s) = (self.table[j / self.bs] as usize, j % self.bs);
+        let (ko, vo) = (kv.k_offset(b, s), kv.v_offset(b, s));
         let (mut k, mut v) = (vec![0.0; self.hd], vec![0.0; self.hd]);
-        attn::load_row_scalar(self.format, &self.k[off..off + rb], &mut k);
-        attn::load_row_scalar(self.format, &self.v[off..off + rb], &mut v);
+        attn::load_row_scalar(self.format, &self.k[ko..ko + kv.k_row_bytes()], &mut k);
+        attn::load_row_scalar(self.format, &self.v[vo..vo + kv.v_row_bytes()], &mut v);
         (k, v)
     }
 }

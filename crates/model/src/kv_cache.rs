@@ -1,4 +1,5 @@
-//! Paged KV storage: the bytes of every physical block (page), per slot, in one [`KvFormat`].
+//! Paged KV storage: the bytes of every physical block (page), per slot, K in one
+//! [`KvFormat`] and V in another ([`KvFormats`]).
 //!
 //! A page holds the K/V of [`KvLayout::slots`] layers; in the single layout that is every
 //! layer and a page is a block of the whole model. Layer `l` lives in slot
@@ -7,33 +8,38 @@
 //! ```text
 //! slot s, K (V alike):   [page 0][page 1] ... [page N-1]
 //! one block:             [kv_head 0: slot 0..p rows][kv_head 1: ...] ...
-//! one row:               head_dim values in the format (q8_0/q4_0: groups of 32 along
-//!                        head_dim, each with its f16 scale)
+//! one row:               head_dim values in the format (q8_0/q4_0/iq4_nl: groups of 32
+//!                        along head_dim, each with its f16 scale; q4h/q8h rotated first)
 //! ```
+//! A latent cache ([`KvCache::new_latent`], multi-head latent attention) stores K rows only:
+//! one head whose row is the compressed latent plus the shared RoPE key, read as both K
+//! and V.
+//! K and V rows have the same index in their buffers (block, head, slot); each side's
+//! byte offset is that index times its own row size.
 //! Heads are outermost inside a block so attention streams one head's rows contiguously.
 //! Values are encoded when written ([`KvCache::write_row`]) and decoded by the attention
-//! kernel as it reads them. A latent cache ([`KvCache::new_latent`], multi-head latent
-//! attention) stores K rows only: one head whose row is the compressed latent plus the
-//! shared rotary key, and attention reads its values from the same row.
-//! Ownership of blocks (tables, ref counts, prefix cache) lives
+//! kernel as it reads them. Ownership of blocks (tables, ref counts, prefix cache) lives
 //! in folio-core; this type only stores values at the slots it is told to.
 
 use crate::kv_layout::KvLayout;
 use folio_kernels::attn::{self, PagedKv};
 
-pub use folio_kernels::attn::KvFormat;
+pub use folio_kernels::attn::{KvFormat, KvFormats, UnsupportedHeadDim};
 
 /// The paged cache of one model: `num_blocks` pages of `block_size` token slots.
 pub struct KvCache {
-    pub format: KvFormat,
+    /// K's and V's storage formats.
+    pub formats: KvFormats,
     pub block_size: usize,
     pub num_blocks: usize,
     pub n_layers: usize,
     pub layout: KvLayout,
     pub n_kv_heads: usize,
     pub head_dim: usize,
-    /// Bytes of one (token, head) row: `format.row_bytes(head_dim)`.
-    row_bytes: usize,
+    /// Bytes of one (token, head) row of K: `formats.k.row_bytes(head_dim)`.
+    k_row_bytes: usize,
+    /// Bytes of one (token, head) row of V (0 in a latent cache).
+    v_row_bytes: usize,
     /// Values are the K rows themselves (MLA's latent): `v` holds nothing.
     v_is_k: bool,
     k: Vec<Vec<u8>>,
@@ -49,30 +55,34 @@ impl KvCache {
         head_dim: usize,
         block_size: usize,
         num_blocks: usize,
-        format: KvFormat,
+        formats: impl Into<KvFormats>,
     ) -> KvCache {
-        let row_bytes = format.row_bytes(head_dim);
-        let per_slot = num_blocks * block_size * n_kv_heads * row_bytes;
+        let formats = formats.into();
+        let (k_row_bytes, v_row_bytes) =
+            (formats.k.row_bytes(head_dim), formats.v.row_bytes(head_dim));
+        let rows = num_blocks * block_size * n_kv_heads;
         let slots = layout.slots();
         KvCache {
-            format,
+            formats,
             block_size,
             num_blocks,
             n_layers: layout.n_layers(),
             layout,
             n_kv_heads,
             head_dim,
-            row_bytes,
+            k_row_bytes,
+            v_row_bytes,
             v_is_k: false,
-            // Zero bytes decode to 0.0 in every format (a zero scale for q8_0/q4_0).
-            k: (0..slots).map(|_| zeroed(per_slot)).collect(),
-            v: (0..slots).map(|_| zeroed(per_slot)).collect(),
+            // Zero bytes decode to 0.0 in every format (a zero scale for the quantized ones).
+            k: (0..slots).map(|_| zeroed(rows * k_row_bytes)).collect(),
+            v: (0..slots).map(|_| zeroed(rows * v_row_bytes)).collect(),
         }
     }
 
     /// A cache of one row of `row_dim` values per token per layer, which attention reads as
     /// both key and value (MLA: `kv_lora_rank + qk_rope`, see [`crate::mla`]): half the
-    /// bytes of a K+V cache of that row, and a fraction of the decompressed K and V.
+    /// bytes of a K+V cache of that row, and a fraction of the decompressed K and V. Its
+    /// rows are in K's format; V's is unused.
     pub fn new_latent(
         layout: KvLayout,
         row_dim: usize,
@@ -81,9 +91,10 @@ impl KvCache {
         format: KvFormat,
     ) -> KvCache {
         let mut c = KvCache::new(layout, 1, row_dim, block_size, 0, format);
-        let per_slot = num_blocks * block_size * c.row_bytes;
         c.num_blocks = num_blocks;
         c.v_is_k = true;
+        c.v_row_bytes = 0;
+        let per_slot = num_blocks * block_size * c.k_row_bytes;
         c.k = (0..c.layout.slots()).map(|_| zeroed(per_slot)).collect();
         c.v = (0..c.layout.slots()).map(|_| Vec::new()).collect();
         c
@@ -94,24 +105,15 @@ impl KvCache {
         self.v_is_k
     }
 
-    /// 2 for K and V, 1 for a latent cache.
-    fn planes(&self) -> usize {
-        if self.v_is_k {
-            1
-        } else {
-            2
-        }
-    }
-
     /// Bytes of one page, K and V of every slot: what one pool block costs.
     pub fn page_bytes(
         layout: &KvLayout,
         n_kv_heads: usize,
         head_dim: usize,
         block_size: usize,
-        format: KvFormat,
+        formats: impl Into<KvFormats>,
     ) -> usize {
-        2 * layout.slots() * n_kv_heads * block_size * format.row_bytes(head_dim)
+        layout.slots() * n_kv_heads * block_size * formats.into().row_pair_bytes(head_dim)
     }
 
     /// Sets every byte of K and V in every layer to `byte`. Benchmarks call it so that the
@@ -125,23 +127,48 @@ impl KvCache {
 
     /// Bytes of K+V one token occupies in this cache (all layers and heads).
     pub fn bytes_per_token(&self) -> usize {
-        self.planes() * self.n_layers * self.n_kv_heads * self.row_bytes
+        self.n_layers * self.n_kv_heads * (self.k_row_bytes + self.v_row_bytes)
     }
 
-    /// Bytes of one (token, head) row of K or V.
-    pub fn row_bytes(&self) -> usize {
-        self.row_bytes
+    /// Bytes of K of one token in this cache (all layers and heads).
+    pub fn k_bytes_per_token(&self) -> usize {
+        self.n_layers * self.n_kv_heads * self.k_row_bytes
     }
 
-    /// Bytes of one block of one layer's K (or V): every head's `block_size` rows.
-    pub fn block_bytes(&self) -> usize {
-        self.n_kv_heads * self.block_size * self.row_bytes
+    /// Bytes of V of one token in this cache (all layers and heads).
+    pub fn v_bytes_per_token(&self) -> usize {
+        self.n_layers * self.n_kv_heads * self.v_row_bytes
     }
 
-    /// Byte offset of (block, head, slot-in-block) in a layer buffer.
+    /// Bytes of one (token, head) row of K.
+    pub fn k_row_bytes(&self) -> usize {
+        self.k_row_bytes
+    }
+
+    /// Bytes of one (token, head) row of V.
+    pub fn v_row_bytes(&self) -> usize {
+        self.v_row_bytes
+    }
+
+    /// Rows of one block of one layer: every head's `block_size` rows.
+    fn block_rows(&self) -> usize {
+        self.n_kv_heads * self.block_size
+    }
+
+    /// Bytes of one block of one layer's K.
+    pub fn k_block_bytes(&self) -> usize {
+        self.block_rows() * self.k_row_bytes
+    }
+
+    /// Bytes of one block of one layer's V.
+    pub fn v_block_bytes(&self) -> usize {
+        self.block_rows() * self.v_row_bytes
+    }
+
+    /// Row index of (block, head, slot-in-block) in a layer buffer, K and V alike.
     #[inline]
-    pub fn offset(&self, block: usize, head: usize, slot: usize) -> usize {
-        ((block * self.n_kv_heads + head) * self.block_size + slot) * self.row_bytes
+    pub fn row_index(&self, block: usize, head: usize, slot: usize) -> usize {
+        (block * self.n_kv_heads + head) * self.block_size + slot
     }
 
     /// One KV head of one layer as the attention kernel reads it (through the block table
@@ -151,11 +178,12 @@ impl KvCache {
         PagedKv {
             k: &self.k[s],
             v: if self.v_is_k { &self.k[s] } else { &self.v[s] },
-            format: self.format,
+            k_format: self.formats.k,
+            v_format: self.formats.v,
             head_dim: self.head_dim,
             block_size: self.block_size,
-            block_stride: self.block_bytes(),
-            head_offset: head * self.block_size * self.row_bytes,
+            block_rows: self.block_rows(),
+            head_row: head * self.block_size,
         }
     }
 
@@ -191,12 +219,12 @@ impl KvCache {
             self.head_dim,
             row.len()
         );
-        let (off, rb, s) = (
-            self.offset(block, 0, slot),
-            self.row_bytes,
+        let (i, kr, s) = (
+            self.row_index(block, 0, slot),
+            self.k_row_bytes,
             self.layout.slot(layer),
         );
-        attn::store_row(self.format, row, &mut self.k[s][off..off + rb]);
+        attn::store_row(self.formats.k, row, &mut self.k[s][i * kr..(i + 1) * kr]);
     }
 
     /// Layer `layer`'s K and V for tasks that store rows in parallel, each its own slots
@@ -206,13 +234,15 @@ impl KvCache {
         LayerWriter {
             k: self.k[s].as_mut_ptr(),
             v: self.v[s].as_mut_ptr(),
-            len: self.k[s].len().min(self.v[s].len()),
+            k_len: self.k[s].len(),
+            v_len: self.v[s].len(),
             cache: self,
         }
     }
 
     /// Decodes the K and V rows at (layer, block, head, slot) into `k` and `v`
-    /// (`head_dim` values each): what attention sees, for tests and inspection.
+    /// (`head_dim` values each): what attention sees, for tests and inspection (a rotated
+    /// format's rows rotated back, as written up to the format's rounding).
     #[allow(clippy::too_many_arguments)]
     pub fn read_row(
         &self,
@@ -223,11 +253,14 @@ impl KvCache {
         k: &mut [f32],
         v: &mut [f32],
     ) {
-        let off = self.offset(block, head, slot);
-        let (rb, s) = (self.row_bytes, self.layout.slot(layer));
-        attn::load_row_scalar(self.format, &self.k[s][off..off + rb], k);
-        let vs = if self.v_is_k { &self.k[s] } else { &self.v[s] };
-        attn::load_row_scalar(self.format, &vs[off..off + rb], v);
+        let i = self.row_index(block, head, slot);
+        let (kr, vr, s) = (self.k_row_bytes, self.v_row_bytes, self.layout.slot(layer));
+        attn::load_row_unrotated(self.formats.k, &self.k[s][i * kr..(i + 1) * kr], k);
+        if self.v_is_k {
+            attn::load_row_unrotated(self.formats.k, &self.k[s][i * kr..(i + 1) * kr], v);
+        } else {
+            attn::load_row_unrotated(self.formats.v, &self.v[s][i * vr..(i + 1) * vr], v);
+        }
     }
 
     /// Copies the first `n_slots` slots of page `src` into page `dst` in every layer slot
@@ -243,15 +276,13 @@ impl KvCache {
             self.num_blocks,
             self.block_size
         );
-        let n = n_slots * self.row_bytes;
+        let (kr, vr) = (self.k_row_bytes, self.v_row_bytes);
         for l in 0..self.k.len() {
             for h in 0..self.n_kv_heads {
-                let s = self.offset(src, h, 0);
-                let d = self.offset(dst, h, 0);
-                self.k[l].copy_within(s..s + n, d);
-                if !self.v_is_k {
-                    self.v[l].copy_within(s..s + n, d);
-                }
+                let s = self.row_index(src, h, 0);
+                let d = self.row_index(dst, h, 0);
+                self.k[l].copy_within(s * kr..(s + n_slots) * kr, d * kr);
+                self.v[l].copy_within(s * vr..(s + n_slots) * vr, d * vr);
             }
         }
     }
@@ -261,25 +292,24 @@ impl KvCache {
 impl KvCache {
     /// Bytes of one page across all its slots, K and V: the payload of a spilled block.
     pub fn block_payload_bytes(&self) -> usize {
-        self.planes() * self.k.len() * self.block_bytes()
+        self.k.len() * (self.k_block_bytes() + self.v_block_bytes())
     }
 
-    /// Copies out page `block` of every slot (K then V per slot), in the cache's format.
+    /// Copies out page `block` of every slot (K then V per slot), in the cache's formats,
+    /// encoded bytes as they are (rotated rows stay rotated).
     pub fn export_block(&self, block: usize) -> Vec<u8> {
-        let bb = self.block_bytes();
+        let (kb, vb) = (self.k_block_bytes(), self.v_block_bytes());
         let mut out = Vec::with_capacity(self.block_payload_bytes());
         for l in 0..self.k.len() {
-            out.extend_from_slice(&self.k[l][block * bb..(block + 1) * bb]);
-            if !self.v_is_k {
-                out.extend_from_slice(&self.v[l][block * bb..(block + 1) * bb]);
-            }
+            out.extend_from_slice(&self.k[l][block * kb..(block + 1) * kb]);
+            out.extend_from_slice(&self.v[l][block * vb..(block + 1) * vb]);
         }
         out
     }
 
     /// Writes a payload produced by [`KvCache::export_block`] into block `block`.
     pub fn import_block(&mut self, block: usize, payload: &[u8]) -> Result<(), ImportError> {
-        let bb = self.block_bytes();
+        let (kb, vb) = (self.k_block_bytes(), self.v_block_bytes());
         if block >= self.num_blocks || payload.len() != self.block_payload_bytes() {
             return Err(ImportError {
                 block,
@@ -289,12 +319,9 @@ impl KvCache {
             });
         }
         for l in 0..self.k.len() {
-            let o = self.planes() * l * bb;
-            self.k[l][block * bb..(block + 1) * bb].copy_from_slice(&payload[o..o + bb]);
-            if !self.v_is_k {
-                self.v[l][block * bb..(block + 1) * bb]
-                    .copy_from_slice(&payload[o + bb..o + 2 * bb]);
-            }
+            let o = l * (kb + vb);
+            self.k[l][block * kb..(block + 1) * kb].copy_from_slice(&payload[o..o + kb]);
+            self.v[l][block * vb..(block + 1) * vb].copy_from_slice(&payload[o + kb..o + kb + vb]);
         }
         Ok(())
     }
@@ -345,7 +372,8 @@ fn advise_huge(v: &[u8]) {
 pub struct LayerWriter<'a> {
     k: *mut u8,
     v: *mut u8,
-    len: usize,
+    k_len: usize,
+    v_len: usize,
     cache: &'a KvCache,
 }
 
@@ -371,20 +399,22 @@ impl LayerWriter<'_> {
             v.len(),
             c.head_dim
         );
-        let (off, rb) = (c.offset(block, head, slot), c.row_bytes);
+        let i = c.row_index(block, head, slot);
+        let (kr, vr) = (c.k_row_bytes, c.v_row_bytes);
         assert!(
-            off + rb <= self.len,
+            (i + 1) * kr <= self.k_len && (i + 1) * vr <= self.v_len,
             "write_row: block {block} slot {slot} lies outside the cache ({} blocks)",
             c.num_blocks
         );
         // SAFETY: in bounds (checked above); disjoint from other writers (contract).
         let (kd, vd) = unsafe {
             (
-                std::slice::from_raw_parts_mut(self.k.add(off), rb),
-                std::slice::from_raw_parts_mut(self.v.add(off), rb),
+                std::slice::from_raw_parts_mut(self.k.add(i * kr), kr),
+                std::slice::from_raw_parts_mut(self.v.add(i * vr), vr),
             )
         };
-        attn::store_row(c.format, k, kd);
-        attn::store_row(c.format, v, vd);
+        // Encoded once, here: a rotated format rotates the row before its code.
+        attn::store_row(c.formats.k, k, kd);
+        attn::store_row(c.formats.v, v, vd);
     }
 }

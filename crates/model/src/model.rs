@@ -6,8 +6,8 @@ use crate::norm::Norm;
 use crate::par::{self, Rows};
 use crate::weights::Weights;
 use crate::{
-    Activation, Arch, ForwardBatch, ForwardOutput, KvCache, KvFormat, KvLayout, ModelConfig,
-    ModelError,
+    Activation, Arch, ForwardBatch, ForwardOutput, KvCache, KvFormat, KvFormats, KvLayout,
+    ModelConfig, ModelError,
 };
 use folio_gguf::GgufFile;
 use folio_kernels::matmul::Sums;
@@ -68,7 +68,8 @@ impl AttnPrecision {
         match (self, kv) {
             (AttnPrecision::F32, _) => None,
             (AttnPrecision::F16, _) => Some(KvFormat::F16),
-            (AttnPrecision::Kv, KvFormat::Q4_0) => Some(KvFormat::Q8_0),
+            (AttnPrecision::Kv, KvFormat::Q4_0 | KvFormat::Iq4Nl) => Some(KvFormat::Q8_0),
+            (AttnPrecision::Kv, KvFormat::Q4h) => Some(KvFormat::Q8h),
             (AttnPrecision::Kv, f) => Some(f),
         }
     }
@@ -159,7 +160,12 @@ impl Model {
     }
 
     /// A KV cache shaped for this model, single layout (one page per block of all layers).
-    pub fn new_kv_cache(&self, block_size: usize, num_blocks: usize, format: KvFormat) -> KvCache {
+    pub fn new_kv_cache(
+        &self,
+        block_size: usize,
+        num_blocks: usize,
+        format: impl Into<KvFormats>,
+    ) -> KvCache {
         self.new_kv_cache_with(
             KvLayout::single(self.config.n_layers),
             block_size,
@@ -174,11 +180,13 @@ impl Model {
         layout: KvLayout,
         block_size: usize,
         num_blocks: usize,
-        format: KvFormat,
+        format: impl Into<KvFormats>,
     ) -> KvCache {
         let c = &self.config;
+        let formats: KvFormats = format.into();
         if c.mla.is_some() {
-            return KvCache::new_latent(layout, c.head_dim, block_size, num_blocks, format);
+            // One latent row per token, in K's format.
+            return KvCache::new_latent(layout, c.head_dim, block_size, num_blocks, formats.k);
         }
         KvCache::new(
             layout,
@@ -186,7 +194,7 @@ impl Model {
             c.head_dim,
             block_size,
             num_blocks,
-            format,
+            formats,
         )
     }
 
@@ -409,7 +417,7 @@ impl Model {
                 scale: c.attn_scale,
                 window: if window { c.sliding_window } else { None },
                 softcap: c.attn_softcap,
-                q_round: self.attn_precision.query_format(kv.format),
+                q_round: self.attn_precision.query_format(kv.formats.k),
                 sinks: (!w.attn_sinks.is_empty()).then_some(&w.attn_sinks[..]),
             };
             if let (Some(m), Some(mw)) = (&c.mla, &w.mla) {
@@ -430,6 +438,13 @@ impl Model {
                 if let Some(lr) = &lora {
                     lr.apply(pool, l, LoraMatrix::Qkv, &h, d, &mut qkv, qkv_dim);
                 }
+                // A rotated K format stores `k - b_k` (Qwen2's K bias, a few channels of large,
+                // nearly position-independent values that 4 bits cannot hold beside the rest):
+                // `q·b_k` is the same for every key of a query, so the softmax is unchanged
+                // (not under a soft-cap, whose tanh is not shift-invariant).
+                let k_shift =
+                    (kv.formats.k.rotated() && c.attn_softcap.is_none() && !w.bqkv.is_empty())
+                        .then(|| &w.bqkv[qd..qd + kvd]);
                 {
                     let (qkv_rows, q_rows) = (Rows::new(&mut qkv, qkv_dim), Rows::new(&mut q, qd));
                     let cache = kv.layer_writer(l);
@@ -465,6 +480,11 @@ impl Model {
                             if !no_rope {
                                 rope.apply(qr, nh, pos as u32);
                                 rope.apply(kr, nkv, pos as u32);
+                            }
+                            if let Some(b) = k_shift {
+                                for (x, y) in kr.iter_mut().zip(b) {
+                                    *x -= y;
+                                }
                             }
                             q_out.copy_from_slice(qr);
                             if let Some(temp) = &c.attn_temp {

@@ -31,6 +31,8 @@ pub enum SpawnError {
         block_size: usize,
         block_bytes: f64,
     },
+    #[error("--kv-format: {0}")]
+    KvHeadDim(#[from] folio_model::kv_cache::UnsupportedHeadDim),
     #[error("scheduler config: {0}")]
     Scheduler(#[from] folio_core::sched::SchedulerError),
     #[error("kv_disk_dir {dir}: {source}")]
@@ -86,6 +88,11 @@ pub fn spawn_engine_with_draft(
         }
         (None, _) => KvLayout::single(c.n_layers),
     };
+    // A rotated format needs a power-of-two head_dim (refused here, naming it).
+    cfg.kv_format.check_head_dim(c.head_dim)?;
+    if let Some(d) = &draft {
+        cfg.kv_format.check_head_dim(d.config.head_dim)?;
+    }
     let bytes_per_token = c.kv_bytes_per_token(cfg.kv_format.bytes_per_value());
     let block_bytes =
         bytes_per_token * cfg.block_size as f64 * layout.slots() as f64 / c.n_layers as f64;
@@ -186,11 +193,13 @@ pub fn spawn_engine_with_draft(
         kv_capacity_tokens: sched.kv().max_seq_tokens(cfg.max_chunk),
         kv_layers_per_block: kv.layout.slots(),
         kv_block_bytes: block_bytes.round() as usize,
-        kv_bytes_per_token: bytes_per_token.round() as usize,
+        kv_bytes_per_token: kv.bytes_per_token(),
         kv_bytes_per_token_uncompressed: c
             .kv_bytes_per_token_uncompressed(cfg.kv_format.bytes_per_value())
             .round() as usize,
-        kv_format: cfg.kv_format.name().into(),
+        kv_format: cfg.kv_format.name(),
+        kv_k_bytes_per_token: kv.k_bytes_per_token(),
+        kv_v_bytes_per_token: kv.v_bytes_per_token(),
         numerics: numerics.into(),
         hidden_size: c.d_model,
         gguf_pooling: crate::Pooling::from_gguf(c.pooling_type),

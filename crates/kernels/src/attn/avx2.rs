@@ -23,7 +23,7 @@ pub fn supports(hd: usize) -> bool {
 }
 
 thread_local! {
-    /// Byte offset of every position's row, and the scores.
+    /// Row index of every position, and the scores.
     static SCRATCH: std::cell::RefCell<(Vec<usize>, Vec<f32>)> =
         const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
 }
@@ -79,6 +79,27 @@ impl Rows8 for Q4Rows {
         let b = if c % 4 < 2 { b } else { _mm_srli_epi16(b, 4) };
         let nib = _mm_and_si128(b, _mm_set1_epi8(0x0f));
         let v = _mm256_sub_epi32(_mm256_cvtepu8_epi32(nib), _mm256_set1_epi32(8));
+        _mm256_mul_ps(_mm256_cvtepi32_ps(v), scale_at(g))
+    }
+}
+
+/// ggml's IQ4_NL levels as a byte-shuffle table.
+#[inline(always)]
+unsafe fn iq4_levels() -> __m128i {
+    _mm_loadu_si128(folio_gguf::dequant::KVALUES_IQ4NL.as_ptr() as *const __m128i)
+}
+
+/// IQ4_NL groups (also `q4h`'s): q4_0's nibble layout, each nibble an index into the 16
+/// levels (looked up by a byte shuffle), times the f16 scale.
+struct Iq4Rows;
+impl Rows8 for Iq4Rows {
+    #[inline(always)]
+    unsafe fn chunk(row: *const u8, c: usize) -> __m256 {
+        let g = row.add((c / 4) * 18);
+        let b = _mm_loadl_epi64(g.add(2 + (c % 2) * 8) as *const __m128i);
+        let b = if c % 4 < 2 { b } else { _mm_srli_epi16(b, 4) };
+        let nib = _mm_and_si128(b, _mm_set1_epi8(0x0f));
+        let v = _mm256_cvtepi8_epi32(_mm_shuffle_epi8(iq4_levels(), nib));
         _mm256_mul_ps(_mm256_cvtepi32_ps(v), scale_at(g))
     }
 }
@@ -213,15 +234,15 @@ unsafe fn softmax_f16(x: &mut [f32], sink: Option<f32>) {
 #[inline(always)]
 unsafe fn scores<R: Rows8, const G: usize>(
     kv: &PagedKv,
-    offs: &[usize],
+    rows: &[usize],
     q: *const f32,
     scale: f32,
     s: *mut f32,
 ) {
-    let (hd, n_ctx) = (kv.head_dim, offs.len());
+    let (hd, n_ctx, rb) = (kv.head_dim, rows.len(), kv.k_row_bytes());
     let base = kv.k.as_ptr();
-    for (j, &off) in offs.iter().enumerate() {
-        let row = base.add(off);
+    for (j, &i) in rows.iter().enumerate() {
+        let row = base.add(i * rb);
         let mut lo = [_mm256_setzero_ps(); G];
         let mut hi = [_mm256_setzero_ps(); G];
         for c in 0..hd / LANES {
@@ -245,18 +266,18 @@ unsafe fn scores<R: Rows8, const G: usize>(
 #[allow(clippy::needless_range_loop)] // (g, h) index both the lanes and the output
 unsafe fn values<R: Rows8, const G: usize>(
     kv: &PagedKv,
-    offs: &[usize],
+    rows: &[usize],
     p: *const f32,
     out: *mut f32,
 ) {
-    let (hd, n_ctx) = (kv.head_dim, offs.len());
+    let (hd, n_ctx, rb) = (kv.head_dim, rows.len(), kv.v_row_bytes());
     let base = kv.v.as_ptr();
     for c in 0..hd / LANES {
         let mut lanes = [[[_mm256_setzero_ps(); 2]; G]; LANES];
         for (l, lane) in lanes.iter_mut().enumerate().take(n_ctx) {
             let mut j = l;
             while j < n_ctx {
-                let row = base.add(offs[j]);
+                let row = base.add(rows[j] * rb);
                 let (v0, v1) = (R::chunk(row, 2 * c), R::chunk(row, 2 * c + 1));
                 for (g, a) in lane.iter_mut().enumerate() {
                     let w = _mm256_set1_ps(*p.add(g * n_ctx + j));
@@ -284,13 +305,19 @@ unsafe fn values<R: Rows8, const G: usize>(
 }
 
 #[inline(always)]
-unsafe fn run<R: Rows8>(kv: &PagedKv, table: &[u32], n_ctx: usize, qs: &Queries, out: &mut [f32]) {
+unsafe fn run<RK: Rows8, RV: Rows8>(
+    kv: &PagedKv,
+    table: &[u32],
+    n_ctx: usize,
+    qs: &Queries,
+    out: &mut [f32],
+) {
     let (hd, n_q) = (kv.head_dim, qs.n);
     let (mut offs, mut sc) = SCRATCH.with(|s| std::mem::take(&mut *s.borrow_mut()));
     offs.clear();
     offs.extend((qs.first..n_ctx).map(|j| {
         let (block, row) = folio_core::kv::page(table, j, kv.block_size);
-        kv.row_offset(block, row)
+        kv.row_index(block, row)
     }));
     // The window's positions only: scores and values index them 0..n.
     let n_ctx = n_ctx - qs.first;
@@ -301,10 +328,10 @@ unsafe fn run<R: Rows8>(kv: &PagedKv, table: &[u32], n_ctx: usize, qs: &Queries,
     while g0 < n_q {
         let (qp, sp) = (q.add(g0 * hd), s.add(g0 * n_ctx));
         match (n_q - g0).min(MAX_G) {
-            1 => scores::<R, 1>(kv, &offs, qp, qs.scale, sp),
-            2 => scores::<R, 2>(kv, &offs, qp, qs.scale, sp),
-            3 => scores::<R, 3>(kv, &offs, qp, qs.scale, sp),
-            _ => scores::<R, 4>(kv, &offs, qp, qs.scale, sp),
+            1 => scores::<RK, 1>(kv, &offs, qp, qs.scale, sp),
+            2 => scores::<RK, 2>(kv, &offs, qp, qs.scale, sp),
+            3 => scores::<RK, 3>(kv, &offs, qp, qs.scale, sp),
+            _ => scores::<RK, 4>(kv, &offs, qp, qs.scale, sp),
         }
         g0 += MAX_G;
     }
@@ -316,10 +343,10 @@ unsafe fn run<R: Rows8>(kv: &PagedKv, table: &[u32], n_ctx: usize, qs: &Queries,
     while g0 < n_q {
         let (sp, op) = (s.add(g0 * n_ctx), o.add(g0 * hd));
         match (n_q - g0).min(MAX_G) {
-            1 => values::<R, 1>(kv, &offs, sp, op),
-            2 => values::<R, 2>(kv, &offs, sp, op),
-            3 => values::<R, 3>(kv, &offs, sp, op),
-            _ => values::<R, 4>(kv, &offs, sp, op),
+            1 => values::<RV, 1>(kv, &offs, sp, op),
+            2 => values::<RV, 2>(kv, &offs, sp, op),
+            3 => values::<RV, 3>(kv, &offs, sp, op),
+            _ => values::<RV, 4>(kv, &offs, sp, op),
         }
         g0 += MAX_G;
     }
@@ -334,10 +361,24 @@ unsafe fn run<R: Rows8>(kv: &PagedKv, table: &[u32], n_ctx: usize, qs: &Queries,
 /// `supports(kv.head_dim)`, `n_ctx > 0`; `qs.q` and `out` hold `qs.n * head_dim` values.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn attend(kv: &PagedKv, table: &[u32], n_ctx: usize, qs: &Queries, out: &mut [f32]) {
-    match kv.format {
-        KvFormat::F16 => run::<F16Rows>(kv, table, n_ctx, qs, out),
-        KvFormat::Bf16 => run::<Bf16Rows>(kv, table, n_ctx, qs, out),
-        KvFormat::Q8_0 => run::<Q8Rows>(kv, table, n_ctx, qs, out),
-        KvFormat::Q4_0 => run::<Q4Rows>(kv, table, n_ctx, qs, out),
+    // K's reader, then V's: each side in its own format (rotated formats read their
+    // code's blocks).
+    macro_rules! with_v {
+        ($rk:ty) => {
+            match kv.v_format.code() {
+                KvFormat::F16 => run::<$rk, F16Rows>(kv, table, n_ctx, qs, out),
+                KvFormat::Bf16 => run::<$rk, Bf16Rows>(kv, table, n_ctx, qs, out),
+                KvFormat::Q8_0 => run::<$rk, Q8Rows>(kv, table, n_ctx, qs, out),
+                KvFormat::Q4_0 => run::<$rk, Q4Rows>(kv, table, n_ctx, qs, out),
+                _ => run::<$rk, Iq4Rows>(kv, table, n_ctx, qs, out),
+            }
+        };
+    }
+    match kv.k_format.code() {
+        KvFormat::F16 => with_v!(F16Rows),
+        KvFormat::Bf16 => with_v!(Bf16Rows),
+        KvFormat::Q8_0 => with_v!(Q8Rows),
+        KvFormat::Q4_0 => with_v!(Q4Rows),
+        _ => with_v!(Iq4Rows),
     }
 }

@@ -83,20 +83,22 @@ pub fn attend(
         softcap,
         ..
     } = *qs;
-    let (hd, bs, rb) = (kv.head_dim, kv.block_size, kv.row_bytes());
+    let (hd, bs) = (kv.head_dim, kv.block_size);
+    let (krb, vrb) = (kv.k_row_bytes(), kv.v_row_bytes());
     // The visible positions are first..n_ctx; below, j counts from the first of them.
     let n_ctx = n_ctx - first;
     // Scores, then every decoded K row of the context.
     scratch.resize(n_q * n_ctx + n_ctx * hd, 0.0);
     let (scores, rows) = scratch.split_at_mut(n_q * n_ctx);
+    // Row index of visible position j (in K and V alike).
     let at = |j: usize| {
         let p = first + j;
         let (block, row) = folio_core::kv::page(table, p, bs);
-        kv.row_offset(block, row)
+        kv.row_index(block, row)
     };
     for (j, row) in rows.chunks_exact_mut(hd).enumerate() {
-        let off = at(j);
-        load_row_scalar(kv.format, &kv.k[off..off + rb], row);
+        let off = at(j) * krb;
+        load_row_scalar(kv.k_format, &kv.k[off..off + krb], row);
     }
     for g in 0..n_q {
         let qg = &q[g * hd..(g + 1) * hd];
@@ -122,8 +124,8 @@ pub fn attend(
     let mut acc = vec![0f32; n_q * width];
     let mut v = vec![0f32; hd];
     for j in 0..n_lanes_pos {
-        let off = at(j);
-        load_row_scalar(kv.format, &kv.v[off..off + rb], &mut v);
+        let off = at(j) * vrb;
+        load_row_scalar(kv.v_format, &kv.v[off..off + vrb], &mut v);
         for g in 0..n_q {
             let w = scores[g * n_ctx + j];
             let set = if sets == 1 { 0 } else { (j / LANES) % SETS };
@@ -152,8 +154,8 @@ pub fn attend(
     }
     // The f64 tail, position by position onto the lane sum (`ggml_vec_dot_f16`'s order).
     for j in n_lanes_pos..n_ctx {
-        let off = at(j);
-        load_row_scalar(kv.format, &kv.v[off..off + rb], &mut v);
+        let off = at(j) * vrb;
+        load_row_scalar(kv.v_format, &kv.v[off..off + vrb], &mut v);
         for g in 0..n_q {
             let w = scores[g * n_ctx + j];
             for (s, &x) in sums[g * hd..(g + 1) * hd].iter_mut().zip(&v) {

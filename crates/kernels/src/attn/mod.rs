@@ -30,6 +30,8 @@
 mod avx2;
 mod format;
 mod generic;
+pub mod hadamard;
+mod iq4;
 mod lanes;
 #[cfg(target_arch = "x86_64")]
 mod x86;
@@ -38,7 +40,8 @@ mod x86_f16;
 #[cfg(target_arch = "x86_64")]
 pub(crate) use x86::expf_512;
 
-pub use format::{load_row_scalar, store_row_scalar, KvFormat, GROUP};
+pub use folio_gguf::{KvFormats, UnsupportedHeadDim};
+pub use format::{load_row_scalar, load_row_unrotated, store_row_scalar, KvFormat, GROUP};
 pub use lanes::{expf_ggml, reduce16, softmax_lanes, softmax_lanes_sink, LANES};
 
 use crate::cpu::{isa, Isa};
@@ -61,34 +64,55 @@ pub enum SumOrder {
 /// of an odd multiple of 32 go to `ggml_vec_dot_f16`'s f64 tail.
 pub const KV_PAD: usize = 32;
 
-/// One KV head's rows in a paged layer buffer (K and V share the layout).
+/// One KV head's rows in a paged layer buffer. K and V share the row geometry (row `i` of
+/// K and of V belong to the same token and head) but each has its own format, so their
+/// byte offsets are the row index times each side's row size.
 #[derive(Clone, Copy, Debug)]
 pub struct PagedKv<'a> {
     /// The whole layer's keys.
     pub k: &'a [u8],
     /// The whole layer's values.
     pub v: &'a [u8],
-    pub format: KvFormat,
+    pub k_format: KvFormat,
+    pub v_format: KvFormat,
     pub head_dim: usize,
     /// Token slots per block.
     pub block_size: usize,
-    /// Bytes from one physical block to the next.
-    pub block_stride: usize,
-    /// Byte offset of this head's first row inside a block.
-    pub head_offset: usize,
+    /// Rows from one physical block to the next (every head's `block_size` rows).
+    pub block_rows: usize,
+    /// Row index of this head's first row inside a block.
+    pub head_row: usize,
 }
 
 impl PagedKv<'_> {
-    /// Bytes of one row.
+    /// Bytes of one K row.
     #[inline]
-    pub fn row_bytes(&self) -> usize {
-        self.format.row_bytes(self.head_dim)
+    pub fn k_row_bytes(&self) -> usize {
+        self.k_format.row_bytes(self.head_dim)
     }
 
-    /// Byte offset of physical block `block`'s row `slot` (this head) in `k` / `v`.
+    /// Bytes of one V row.
     #[inline]
-    pub fn row_offset(&self, block: usize, slot: usize) -> usize {
-        block * self.block_stride + self.head_offset + slot * self.row_bytes()
+    pub fn v_row_bytes(&self) -> usize {
+        self.v_format.row_bytes(self.head_dim)
+    }
+
+    /// Row index of physical block `block`'s slot `slot` (this head), in K and V alike.
+    #[inline]
+    pub fn row_index(&self, block: usize, slot: usize) -> usize {
+        block * self.block_rows + self.head_row + slot
+    }
+
+    /// Byte offset of (block, slot)'s row in `k`.
+    #[inline]
+    pub fn k_offset(&self, block: usize, slot: usize) -> usize {
+        self.row_index(block, slot) * self.k_row_bytes()
+    }
+
+    /// Byte offset of (block, slot)'s row in `v`.
+    #[inline]
+    pub fn v_offset(&self, block: usize, slot: usize) -> usize {
+        self.row_index(block, slot) * self.v_row_bytes()
     }
 
     /// Checks that every row `attend` will touch (positions `first..n_ctx`) lies inside both
@@ -102,12 +126,13 @@ impl PagedKv<'_> {
             "attend: block table has {} blocks, {n_ctx} positions need {n_blocks}",
             table.len()
         );
-        let len = self.k.len().min(self.v.len());
         for &b in &table[first / bs..n_blocks] {
-            let end = self.row_offset(b as usize, bs);
+            let (ke, ve) = (self.k_offset(b as usize, bs), self.v_offset(b as usize, bs));
             assert!(
-                end <= len,
-                "attend: block {b} ends at byte {end}, buffers hold {len}"
+                ke <= self.k.len() && ve <= self.v.len(),
+                "attend: block {b} ends at byte {ke} of K ({}) and {ve} of V ({})",
+                self.k.len(),
+                self.v.len()
             );
         }
     }
@@ -158,7 +183,43 @@ pub(crate) fn softcap_scores(scores: &mut [f32], cap: Option<f32>) {
 /// across calls to avoid allocation).
 ///
 /// `isa` picks the kernel ([`crate::cpu::isa`] for the best one); the tests run each.
+///
+/// A rotated K format (`q4h`, `q8h`) rotates the queries once here, a rotated V format the
+/// outputs once at the end ([`hadamard`]): the kernels themselves read every format's rows
+/// as stored, in the rotated domain, and never rotate per key.
 pub fn attend_with(
+    isa: Isa,
+    kv: &PagedKv,
+    table: &[u32],
+    n_ctx: usize,
+    qs: &Queries,
+    scores: &mut Vec<f32>,
+    out: &mut [f32],
+) {
+    let hd = kv.head_dim;
+    if !kv.k_format.rotated() {
+        attend_stored(isa, kv, table, n_ctx, qs, scores, out);
+    } else {
+        let mut q = QROT.with(|b| std::mem::take(&mut *b.borrow_mut()));
+        q.clear();
+        q.extend_from_slice(qs.q);
+        hadamard::fwht_rows(hd, &mut q);
+        let rotated = Queries { q: &q, ..*qs };
+        attend_stored(isa, kv, table, n_ctx, &rotated, scores, out);
+        QROT.with(|b| *b.borrow_mut() = q);
+    }
+    if kv.v_format.rotated() {
+        hadamard::fwht_rows(hd, out);
+    }
+}
+
+thread_local! {
+    /// The rotated queries of [`attend_with`] (reused across calls).
+    static QROT: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// [`attend_with`] over rows as stored: queries already in K's domain, outputs left in V's.
+fn attend_stored(
     isa: Isa,
     kv: &PagedKv,
     table: &[u32],
@@ -195,7 +256,7 @@ pub fn attend_with(
     // kernel (same operations, 8 lanes) or the reference.
     #[cfg(target_arch = "x86_64")]
     if isa.clamp() == Isa::Avx512
-        && x86::supports(kv.format, hd)
+        && x86::supports(kv.k_format, hd)
         && qs.first == 0
         && qs.softcap.is_none()
     {
@@ -260,7 +321,7 @@ pub fn round_queries(format: KvFormat, head_dim: usize, x: &mut [f32]) {
     };
     for row in x.chunks_exact_mut(head_dim) {
         store_row_scalar(format, row, bytes);
-        load_row_scalar(format, bytes, row);
+        load_row_unrotated(format, bytes, row);
     }
 }
 

@@ -116,6 +116,38 @@ impl Rows for Q4Rows {
     }
 }
 
+/// IQ4_NL groups (also `q4h`'s): q4_0's nibble layout, each nibble an index into ggml's
+/// 16 levels (looked up by a byte shuffle), times the f16 scale.
+struct Iq4Rows;
+impl Iq4Rows {
+    #[inline(always)]
+    unsafe fn levels(nib: __m128i) -> __m512 {
+        let lut = _mm_loadu_si128(folio_gguf::dequant::KVALUES_IQ4NL.as_ptr() as *const __m128i);
+        _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_shuffle_epi8(lut, nib)))
+    }
+}
+impl Rows for Iq4Rows {
+    #[inline(always)]
+    unsafe fn chunk(row: *const u8, c: usize) -> __m512 {
+        let g = row.add((c >> 1) * 18);
+        let b = _mm_loadu_si128(g.add(2) as *const __m128i);
+        let b = if c & 1 == 0 { b } else { _mm_srli_epi16(b, 4) };
+        let nib = _mm_and_si128(b, _mm_set1_epi8(0x0f));
+        _mm512_mul_ps(Self::levels(nib), scale_at(g))
+    }
+
+    #[inline(always)]
+    unsafe fn pair(row: *const u8, c: usize) -> (__m512, __m512) {
+        let g = row.add((c >> 1) * 18);
+        let d = scale_at(g);
+        let b = _mm_loadu_si128(g.add(2) as *const __m128i);
+        let m = _mm_set1_epi8(0x0f);
+        let lo = Self::levels(_mm_and_si128(b, m));
+        let hi = Self::levels(_mm_and_si128(_mm_srli_epi16(b, 4), m));
+        (_mm512_mul_ps(lo, d), _mm512_mul_ps(hi, d))
+    }
+}
+
 /// Blocks ahead of the one being scored whose rows are prefetched: one block of scoring
 /// (~16 rows x ~20 cycles) is about one DRAM latency, so two keep the misses covered
 /// (measured ~2% faster than one at 16 sequences x 256 tokens).
@@ -127,26 +159,25 @@ const PAIR: usize = 2;
 const KH: i32 = _MM_HINT_T0;
 const VH: i32 = _MM_HINT_T1;
 
-/// Physical rows of the sequence, block by block: `(first row pointer, first position,
-/// rows in this block, first row pointer and row count of the block [`AHEAD`] further)`.
+/// Physical rows of the sequence, block by block: `(row index of the block's first row,
+/// first position, rows in this block, row index and row count of the block [`AHEAD`]
+/// further)`. Row `i` lies at `i · row_bytes` in K and in V, each with its own row size.
 #[inline(always)]
 fn blocks<'a>(
-    base: *const u8,
     kv: &'a PagedKv,
     table: &'a [u32],
     n_ctx: usize,
-) -> impl Iterator<Item = (*const u8, usize, usize, *const u8, usize)> + 'a {
+) -> impl Iterator<Item = (usize, usize, usize, usize, usize)> + 'a {
     let bs = kv.block_size;
     let n_blocks = n_ctx.div_ceil(bs);
-    // wrapping_add: the pointers stay in bounds (checked by PagedKv::check) or are never
-    // read (a next block past the end has 0 rows); this only avoids an unsafe block here.
-    let at = move |i: usize| base.wrapping_add(kv.row_offset(table[i] as usize, 0));
+    let at = move |i: usize| kv.row_index(table[i] as usize, 0);
     (0..n_blocks).map(move |i| {
         let j = i * bs;
+        // A next block past the end has 0 rows: its index is never used.
         let next = if i + AHEAD < n_blocks {
             at(i + AHEAD)
         } else {
-            base
+            0
         };
         let next_n = n_ctx.saturating_sub(j + AHEAD * bs).min(bs);
         (at(i), j, bs.min(n_ctx - j), next, next_n)
@@ -239,15 +270,18 @@ unsafe fn scores_pass<R: Rows, const G: usize, const SINGLE: bool>(
     s: *mut f32,
     s_stride: usize,
 ) {
-    let (hd, rb) = (kv.head_dim, kv.row_bytes());
+    let (hd, rb, vrb) = (kv.head_dim, kv.k_row_bytes(), kv.v_row_bytes());
     let nc = hd / 16;
     let vscale = _mm512_set1_ps(scale);
     // Per-row partial sums of 16 consecutive positions, reduced together.
     let mut sums = [[_mm512_setzero_ps(); 16]; G];
     let mut k = 0;
-    // V row j sits at the same offset in `kv.v` as K row j in `kv.k`.
-    let v_minus_k = (kv.v.as_ptr() as isize).wrapping_sub(kv.k.as_ptr() as isize);
-    for (mut row, j, n, next, next_n) in blocks(kv.k.as_ptr(), kv, table, n_ctx) {
+    let (kb, vb) = (kv.k.as_ptr(), kv.v.as_ptr());
+    for (first, j, n, next_i, next_n) in blocks(kv, table, n_ctx) {
+        // wrapping_add: the pointers stay in bounds (checked by PagedKv::check) or are
+        // never read (a next block past the end has 0 rows).
+        let mut row = kb.wrapping_add(first * rb);
+        let (next, next_v) = (kb.wrapping_add(next_i * rb), vb.wrapping_add(next_i * vrb));
         let mut r = 0;
         while r < n {
             // Batched: PAIR rows at once when they fit before the next flush. Each row's
@@ -257,9 +291,8 @@ unsafe fn scores_pass<R: Rows, const G: usize, const SINGLE: bool>(
             if !SINGLE && r + PAIR <= n && k + PAIR <= 16 {
                 for rr in r..r + PAIR {
                     if rr < next_n {
-                        let next_k = next.wrapping_add(rr * rb);
-                        prefetch_rows::<KH>(next_k, rb);
-                        prefetch_rows::<VH>(next_k.wrapping_offset(v_minus_k), rb);
+                        prefetch_rows::<KH>(next.wrapping_add(rr * rb), rb);
+                        prefetch_rows::<VH>(next_v.wrapping_add(rr * vrb), vrb);
                     }
                 }
                 let mut acc = [[_mm512_setzero_ps(); G]; PAIR];
@@ -297,11 +330,10 @@ unsafe fn scores_pass<R: Rows, const G: usize, const SINGLE: bool>(
                 continue;
             }
             if r < next_n {
-                let next_k = next.wrapping_add(r * rb);
-                prefetch_rows::<KH>(next_k, rb);
+                prefetch_rows::<KH>(next.wrapping_add(r * rb), rb);
                 // The value pass visits positions 16 apart, one per block, so its reads
                 // cannot stream: fetch each V row along with its K row instead.
-                prefetch_rows::<VH>(next_k.wrapping_offset(v_minus_k), rb);
+                prefetch_rows::<VH>(next_v.wrapping_add(r * vrb), vrb);
             }
             // Batched: one FMA chain per head; single: four (chunk c into set c % 4).
             // `supports` guarantees whole groups of 4 chunks; named accumulators (no
@@ -571,7 +603,7 @@ unsafe fn softmax_512(x: &mut [f32], sink: Option<f32>) {
 
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn run<R: Rows, const SINGLE: bool>(
+unsafe fn run<RK: Rows, RV: Rows, const SINGLE: bool>(
     kv: &PagedKv,
     table: &[u32],
     n_ctx: usize,
@@ -588,10 +620,10 @@ unsafe fn run<R: Rows, const SINGLE: bool>(
     while g0 < n_q {
         let (qp, sp) = (q.as_ptr().add(g0 * hd), s.add(g0 * n_ctx));
         match (n_q - g0).min(MAX_G) {
-            1 => scores_pass::<R, 1, SINGLE>(kv, table, n_ctx, qp, scale, sp, n_ctx),
-            2 => scores_pass::<R, 2, SINGLE>(kv, table, n_ctx, qp, scale, sp, n_ctx),
-            3 => scores_pass::<R, 3, SINGLE>(kv, table, n_ctx, qp, scale, sp, n_ctx),
-            _ => scores_pass::<R, 4, SINGLE>(kv, table, n_ctx, qp, scale, sp, n_ctx),
+            1 => scores_pass::<RK, 1, SINGLE>(kv, table, n_ctx, qp, scale, sp, n_ctx),
+            2 => scores_pass::<RK, 2, SINGLE>(kv, table, n_ctx, qp, scale, sp, n_ctx),
+            3 => scores_pass::<RK, 3, SINGLE>(kv, table, n_ctx, qp, scale, sp, n_ctx),
+            _ => scores_pass::<RK, 4, SINGLE>(kv, table, n_ctx, qp, scale, sp, n_ctx),
         }
         g0 += MAX_G;
     }
@@ -606,7 +638,7 @@ unsafe fn run<R: Rows, const SINGLE: bool>(
     let bs = kv.block_size;
     let (mut blk, mut slot) = (0, 0);
     for _ in 0..n_ctx {
-        offs.push(kv.row_offset(table[blk] as usize, slot));
+        offs.push(kv.v_offset(table[blk] as usize, slot));
         slot += 1;
         if slot == bs {
             (blk, slot) = (blk + 1, 0);
@@ -617,10 +649,10 @@ unsafe fn run<R: Rows, const SINGLE: bool>(
     while g0 < n_q {
         let (sp, op) = (s.add(g0 * n_ctx), o.add(g0 * hd));
         match (n_q - g0).min(MAX_G) {
-            1 => values_pass::<R, 1, SINGLE>(kv, &offs, sp, n_ctx, op),
-            2 => values_pass::<R, 2, SINGLE>(kv, &offs, sp, n_ctx, op),
-            3 => values_pass::<R, 3, SINGLE>(kv, &offs, sp, n_ctx, op),
-            _ => values_pass::<R, 4, SINGLE>(kv, &offs, sp, n_ctx, op),
+            1 => values_pass::<RV, 1, SINGLE>(kv, &offs, sp, n_ctx, op),
+            2 => values_pass::<RV, 2, SINGLE>(kv, &offs, sp, n_ctx, op),
+            3 => values_pass::<RV, 3, SINGLE>(kv, &offs, sp, n_ctx, op),
+            _ => values_pass::<RV, 4, SINGLE>(kv, &offs, sp, n_ctx, op),
         }
         g0 += MAX_G;
     }
@@ -650,21 +682,34 @@ pub unsafe fn attend_512(
     debug_assert_eq!(qs.first, 0, "attend_512 reads from position 0");
     debug_assert!(qs.softcap.is_none(), "attend_512 does not soft-cap");
     macro_rules! go {
-        ($r:ty) => {
+        ($rk:ty, $rv:ty) => {
             match order {
                 SumOrder::Batched => {
-                    run::<$r, false>(kv, table, n_ctx, q, n_q, scale, qs.sinks, scores, out)
+                    run::<$rk, $rv, false>(kv, table, n_ctx, q, n_q, scale, qs.sinks, scores, out)
                 }
                 SumOrder::Single => {
-                    run::<$r, true>(kv, table, n_ctx, q, n_q, scale, qs.sinks, scores, out)
+                    run::<$rk, $rv, true>(kv, table, n_ctx, q, n_q, scale, qs.sinks, scores, out)
                 }
             }
         };
     }
-    match kv.format {
-        KvFormat::F16 => go!(F16Rows),
-        KvFormat::Bf16 => go!(Bf16Rows),
-        KvFormat::Q8_0 => go!(Q8Rows),
-        KvFormat::Q4_0 => go!(Q4Rows),
+    // K's reader, then V's (rotated formats read their code's blocks).
+    macro_rules! with_v {
+        ($rk:ty) => {
+            match kv.v_format.code() {
+                KvFormat::F16 => go!($rk, F16Rows),
+                KvFormat::Bf16 => go!($rk, Bf16Rows),
+                KvFormat::Q8_0 => go!($rk, Q8Rows),
+                KvFormat::Q4_0 => go!($rk, Q4Rows),
+                _ => go!($rk, Iq4Rows),
+            }
+        };
+    }
+    match kv.k_format.code() {
+        KvFormat::F16 => with_v!(F16Rows),
+        KvFormat::Bf16 => with_v!(Bf16Rows),
+        KvFormat::Q8_0 => with_v!(Q8Rows),
+        KvFormat::Q4_0 => with_v!(Q4Rows),
+        _ => with_v!(Iq4Rows),
     }
 }
