@@ -99,7 +99,8 @@ pub struct Report {
     /// The host's int8 dot-product peak on the pool's threads (the fastest instruction it
     /// has), what `mfu` divides by.
     pub int8_peak: Option<crate::profile::peak::Peak>,
-    /// Multiply-accumulates one token costs in the weight matrices.
+    /// Multiply-accumulates one token costs in the weight matrices, the output head's
+    /// included (a prefill row counts the head once, for its one logit row).
     pub macs_per_token: u64,
     pub rows: Vec<Row>,
 }
@@ -121,6 +122,14 @@ pub fn run(
     let dram_gb_s = dram / 1e9;
     let int8_peak = crate::profile::peak::int8_peak(threads, 3);
     let macs_per_token = model.weights.macs_per_token();
+    // The output head runs only for the rows that need logits: one per sequence per step
+    // (a 512-token prefill asks one), so a row's MACs are its tokens through the layers
+    // plus its logit rows through the head.
+    let head = model.weights.head();
+    let head_macs = (head.rows() * head.cols()) as u64;
+    let macs = |tokens: usize, logit_rows: usize| {
+        tokens as f64 * (macs_per_token - head_macs) as f64 + logit_rows as f64 * head_macs as f64
+    };
     let kernel = folio_kernels::cpu::matmul_path(folio_kernels::cpu::isa()).to_string();
     let dense_wb = model.weights.bytes_per_step();
     let mut rows = Vec::new();
@@ -139,7 +148,7 @@ pub fn run(
             mbu: wb as f64 * steps as f64 / seconds / dram,
             mfu: int8_peak
                 .as_ref()
-                .map(|p| tokens as f64 * macs_per_token as f64 / seconds / p.macs_s),
+                .map(|p| macs(tokens, batch * steps) / seconds / p.macs_s),
             kernel: kernel.clone(),
             vs_batch_1: None,
             rows_per_expert: moe.map(|m| m.last_rows_per_expert()),
