@@ -10,8 +10,10 @@
 # from dequantized Q4_K_M weights, not from F16: fine as test inputs, not as quality references.
 # No imatrix: IQ4_XS / IQ4_NL / Q2_K / Q3_K_M are made without one (llama-quantize allows it
 # for these types). With IMATRIX=FILE (an importance matrix, which llama-quantize requires
-# for the 2-bit i-quants) the grid i-quants IQ2_XXS IQ2_XS IQ2_S IQ3_XXS IQ3_S are made too,
-# and every type is quantized with it. Make one from a small text first, e.g.
+# for the 2-bit i-quants) the grid i-quants IQ2_XXS IQ2_XS IQ2_S IQ2_M IQ3_XXS IQ3_S, IQ1_S,
+# IQ1_M, the ternary TQ1_0 TQ2_0 and MXFP4 are made too, and every type is quantized with it.
+# Note llama-quantize's names: its IQ2_S mix holds IQ2_XS matrices (and IQ3_S), its IQ2_M
+# mix the IQ2_S ones; MXFP4_MOE on a dense model makes every matrix MXFP4. Make one from a small text first, e.g.
 #   llama-imatrix -m SRC.gguf -f text.txt -o /work/dl/qwen.imatrix -t 1 --chunks 4 llama-quantize picks per-tensor types itself (token_embd, output, and
 # some ffn_down / attn_v get other types in the _K_M/_XS mixes; rows not a multiple of 256
 # fall back to a legacy type), so each file mixes types: see the listing.
@@ -29,7 +31,8 @@ pairs="q4_0:Q4_0 q8_0:Q8_0 q5_k_m:Q5_K_M q6_k:Q6_K iq4_xs:IQ4_XS q3_k_m:Q3_K_M
 imat=()
 if [ -n "$IMATRIX" ]; then
     imat=(--imatrix "$IMATRIX")
-    pairs="$pairs iq2_xxs:IQ2_XXS iq2_xs:IQ2_XS iq2_s:IQ2_S iq3_xxs:IQ3_XXS iq3_s:IQ3_S"
+    pairs="$pairs iq2_xxs:IQ2_XXS iq2_xs:IQ2_XS iq2_s:IQ2_S iq2_m:IQ2_M iq3_xxs:IQ3_XXS iq3_s:IQ3_S
+           iq1_s:IQ1_S iq1_m:IQ1_M tq1_0:TQ1_0 tq2_0:TQ2_0 mxfp4:MXFP4_MOE"
 fi
 for pair in $pairs; do
     name=${pair%%:*}

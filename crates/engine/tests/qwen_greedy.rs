@@ -73,3 +73,58 @@ fn iq_mix_matches_llama_cpp() {
         quant("qwen-iqmix.gguf"),
     );
 }
+
+/// One real file per new weight type, each `llama-quantize`d from the Q4_K_M with the
+/// importance matrix (`IMATRIX=... scripts/make_quants.sh`). llama-quantize's mixes keep some
+/// matrices in other types (see testdata/qwen-coder-greedy.README.md): its IQ2_S mix is
+/// IQ2_XS + IQ3_S matrices, so the IQ2_S matrices come from its IQ2_M mix.
+macro_rules! real_file_cases {
+    ($($fn_name:ident, $label:literal, $stem:literal;)*) => {$(
+        #[test]
+        fn $fn_name() {
+            check(
+                $label,
+                include_str!(concat!("../../../testdata/qwen-coder-greedy-", $stem, ".json")),
+                quant(concat!("qwen-", $stem, ".gguf")),
+            );
+        }
+    )*};
+}
+
+real_file_cases! {
+    iq2_xs_matches_llama_cpp, "IQ2_XS", "iq2_xs";
+    iq2_s_mix_matches_llama_cpp, "IQ2_S (llama-quantize's IQ2_S mix: IQ2_XS + IQ3_S)", "iq2_s";
+    iq2_m_matches_llama_cpp, "IQ2_M (IQ2_S matrices)", "iq2_m";
+    iq3_xxs_matches_llama_cpp, "IQ3_XXS", "iq3_xxs";
+    iq3_s_matches_llama_cpp, "IQ3_S", "iq3_s";
+    mxfp4_matches_llama_cpp, "MXFP4", "mxfp4";
+}
+
+/// The 1-bit and ternary files part from llama.cpp at gaps above the near-tie rule (IQ1_S 0.22
+/// at step 0 of code_c_reverse, IQ1_M 0.13, TQ1_0 0.32..0.75, TQ2_0 likewise), and not
+/// because of folio: requantized to ~1.6 bits, this 1.5B model is chaotic. llama.cpp
+/// itself, on the TQ2_0 file and on the same weights written out as F16 (exact for ternary
+/// values), gives step-0 top-5 log-probabilities up to 0.9 apart and a different top-1 on
+/// code_fib; folio's TQ2_0 lies as close to that F16 run as llama.cpp's TQ2_0 does. Only
+/// llama.cpp's own summation (activations in Q8_K, its order) would reproduce its tokens,
+/// so these run on request (`-- --ignored`) and print where they part.
+macro_rules! chaotic_file_cases {
+    ($($fn_name:ident, $label:literal, $stem:literal;)*) => {$(
+        #[test]
+        #[ignore = "1-bit/ternary requant of a 1.5B model: chaotic, parts from llama.cpp above the near-tie gap (see the comment)"]
+        fn $fn_name() {
+            check(
+                $label,
+                include_str!(concat!("../../../testdata/qwen-coder-greedy-", $stem, ".json")),
+                quant(concat!("qwen-", $stem, ".gguf")),
+            );
+        }
+    )*};
+}
+
+chaotic_file_cases! {
+    iq1_s_against_llama_cpp, "IQ1_S", "iq1_s";
+    iq1_m_against_llama_cpp, "IQ1_M", "iq1_m";
+    tq1_0_against_llama_cpp, "TQ1_0", "tq1_0";
+    tq2_0_against_llama_cpp, "TQ2_0", "tq2_0";
+}
