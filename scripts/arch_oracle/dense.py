@@ -74,3 +74,12 @@ def head(t, tied=False):
     t.norm("output_norm.weight", D)
     if not tied:
         t.tensor("output.weight", [D, VOCAB], scale=D ** -0.5 * 4)
+
+
+def llama(t, layers, tied=False):
+    """A whole llama-shaped model: shape keys, embeddings, pre-norm blocks, head. Keys an
+    architecture adds after this go after the shape keys, as its converter writes them."""
+    shape_keys(t, layers)
+    embeddings(t)
+    llama_layers(t, layers)
+    head(t, tied)

@@ -8,10 +8,7 @@ LAYERS = 2
 
 def build(gguf, seed):
     t = Tiny(gguf, "llama", seed)
-    dense.shape_keys(t, LAYERS)
-    dense.embeddings(t)
-    dense.llama_layers(t, LAYERS)
-    dense.head(t)
+    dense.llama(t, LAYERS)
     return t
 
 
