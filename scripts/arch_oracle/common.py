@@ -135,8 +135,8 @@ def post(url, body, timeout=120):
         return json.loads(r.read())
 
 
-def start_server(server, gguf_path, ctx, extra):
-    port = free_port()
+def start_server(server, gguf_path, ctx, extra, port=0):
+    port = port or free_port()
     cmd = [server, "-m", gguf_path, "--port", str(port), "-t", "2", "-c", str(ctx),
            "-np", "1", "--no-warmup", "-b", "512", "-ub", "512",
            # Flash attention off: llama.cpp's CPU flash attention sums V in f16, which moves
@@ -185,6 +185,7 @@ def run_oracle(name, build, prompts, n_predict=16, ctx=512, server_args=()):
     ap.add_argument("--server", help="llama-server binary")
     ap.add_argument("--out", default="testdata/arch")
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--port", type=int, default=0, help="llama-server's port (default: a free one)")
     a = ap.parse_args()
     gguf = import_gguf(a.llama_cpp)
     server = a.server or os.path.join(a.llama_cpp, "..", "..", "..", "build", "bin", "llama-server")
@@ -192,7 +193,7 @@ def run_oracle(name, build, prompts, n_predict=16, ctx=512, server_args=()):
     path = os.path.join(a.out, f"{name}.gguf")
     t = build(gguf, a.seed)
     t.write(path)
-    proc, base = start_server(server, path, ctx, server_args)
+    proc, base = start_server(server, path, ctx, server_args, a.port)
     try:
         props = json.loads(urllib.request.urlopen(base + "/props", timeout=10).read())
         cases = []

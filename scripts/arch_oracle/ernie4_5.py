@@ -1,6 +1,6 @@
 """A tiny dense `ernie4_5` (ERNIE 4.5 0.3B): llama's block with llama's adjacent-pair RoPE,
 GQA, a tied head. See common.py."""
-from common import Tiny, VOCAB, prompt_ids, run_oracle
+from common import Tiny, prompt_ids, run_oracle
 import dense
 
 LAYERS = 2
@@ -8,10 +8,7 @@ LAYERS = 2
 
 def build(gguf, seed):
     t = Tiny(gguf, "ernie4_5", seed)
-    dense.shape_keys(t, LAYERS)
-    t.tensor("token_embd.weight", [dense.D, VOCAB], scale=1.0)
-    dense.llama_layers(t, LAYERS)
-    dense.head(t, tied=True)
+    dense.llama(t, LAYERS, tied=True)
     return t
 
 

@@ -3,7 +3,7 @@ GraniteModel.set_gguf_parameters writes: `embedding_scale` on the token embeddin
 `residual_scale` on each branch before its residual add, `attention.scale` in place of
 1/sqrt(head_dim), and `logit_scale` dividing the logits. No head_dim key (Granite's
 converter drops it). See common.py."""
-from common import Tiny, VOCAB, prompt_ids, run_oracle
+from common import Tiny, prompt_ids, run_oracle
 import dense
 
 LAYERS = 2
@@ -11,14 +11,11 @@ LAYERS = 2
 
 def build(gguf, seed):
     t = Tiny(gguf, "granite", seed)
-    dense.shape_keys(t, LAYERS)
+    dense.llama(t, LAYERS, tied=True)
     t.kv("add_attention_scale", 0.1)
     t.kv("add_embedding_scale", 12.0)
     t.kv("add_residual_scale", 0.22)
     t.kv("add_logit_scale", 2.0)
-    t.tensor("token_embd.weight", [dense.D, VOCAB], scale=1.0)
-    dense.llama_layers(t, LAYERS)
-    dense.head(t, tied=True)
     return t
 
 

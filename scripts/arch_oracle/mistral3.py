@@ -5,7 +5,7 @@ temperature `attention.temperature_scale` (HF's llama_4_scaling_beta), whose ste
 original context. The original context is 32 tokens here so that the 70-token prompt
 crosses two steps of the temperature (positions 32 and 64) and YaRN's ramp covers pairs.
 See common.py."""
-from common import Tiny, VOCAB, prompt_ids, run_oracle
+from common import Tiny, prompt_ids, run_oracle
 import dense
 
 LAYERS = 2
@@ -14,7 +14,7 @@ ORIG_CTX = 32
 
 def build(gguf, seed):
     t = Tiny(gguf, "mistral3", seed)
-    dense.shape_keys(t, LAYERS)
+    dense.llama(t, LAYERS)
     t.kv("add_rope_scaling_type", gguf.RopeScalingType.YARN)
     t.kv("add_rope_scaling_factor", 4.0)
     t.kv("add_rope_scaling_orig_ctx_len", ORIG_CTX)
@@ -22,9 +22,6 @@ def build(gguf, seed):
     t.kv("add_rope_scaling_yarn_beta_slow", 1.0)
     t.kv("add_rope_scaling_yarn_log_mul", 1.0)
     t.kv("add_attn_temperature_scale", 0.5)
-    t.tensor("token_embd.weight", [dense.D, VOCAB], scale=1.0)
-    dense.llama_layers(t, LAYERS)
-    dense.head(t)
     return t
 
 

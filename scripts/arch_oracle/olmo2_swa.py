@@ -3,8 +3,9 @@ it: `attention.sliding_window` and `attention.sliding_window_pattern` as one fla
 (three window layers, then a global one). The global layer ropes with YaRN, the window
 layers plainly with the same base (llama.cpp's olmo2 graph). An 8-token window, so the
 23- and 70-token prompts reach past it. See olmo2.py and common.py."""
-from common import Tiny, VOCAB, prompt_ids, run_oracle
+from common import Tiny, prompt_ids, run_oracle
 import dense
+import olmo2
 
 LAYERS = 4
 WINDOW = 8
@@ -18,17 +19,10 @@ def build(gguf, seed):
     t.kv("add_rope_scaling_type", gguf.RopeScalingType.YARN)
     t.kv("add_rope_scaling_factor", 4.0)
     t.kv("add_rope_scaling_orig_ctx_len", 32)
-    t.tensor("token_embd.weight", [dense.D, VOCAB], scale=1.0)
-    for i in range(LAYERS):
-        p = f"blk.{i}"
-        dense.attention(t, i)
-        # Q/K norm weights near 0.5: softer scores, so that summation-order noise (the
-        # queries' f16 rounding, the matmuls' order) stays well under the test's tolerance.
-        t.norm(f"{p}.attn_q_norm.weight", dense.HEADS * dense.HD)[...] *= 0.5
-        t.norm(f"{p}.attn_k_norm.weight", dense.KV_HEADS * dense.HD)[...] *= 0.5
-        t.norm(f"{p}.post_attention_norm.weight", dense.D)
-        dense.ffn(t, i)
-        t.norm(f"{p}.post_ffw_norm.weight", dense.D)
+    dense.embeddings(t)
+    # Q/K norm weights near 0.5: softer scores, so that summation-order noise (the
+    # queries' f16 rounding, the matmuls' order) stays well under the test's tolerance.
+    olmo2.layers(t, LAYERS, qk_gain=0.5)
     dense.head(t)
     return t
 

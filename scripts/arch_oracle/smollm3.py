@@ -1,7 +1,7 @@
 """A tiny `smollm3`: llama's block, RoPE skipped in every fourth layer (llama.cpp's
 `n_no_rope_layer_step` = 4, fixed by the architecture): 4 layers, so layer 3 is NoPE.
 Tied head, as SmolLM3-3B. See common.py."""
-from common import Tiny, VOCAB, prompt_ids, run_oracle
+from common import Tiny, prompt_ids, run_oracle
 import dense
 
 LAYERS = 4
@@ -9,10 +9,7 @@ LAYERS = 4
 
 def build(gguf, seed):
     t = Tiny(gguf, "smollm3", seed)
-    dense.shape_keys(t, LAYERS)
-    t.tensor("token_embd.weight", [dense.D, VOCAB], scale=1.0)
-    dense.llama_layers(t, LAYERS)
-    dense.head(t, tied=True)
+    dense.llama(t, LAYERS, tied=True)
     return t
 
 

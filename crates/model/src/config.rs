@@ -728,18 +728,21 @@ impl ModelConfig {
         if cohere2 {
             logit_mul = required_f32(f, &key("logit_scale"))?;
         }
-        // Multimodal RoPE (GLM-4V's sections) is not implemented: refuse such a file.
+        // Multimodal RoPE (GLM-4V's sections) is not implemented: refuse such a file. (For
+        // text alone llama.cpp's M-RoPE gives every section the same position, which is
+        // NeoX-style RoPE: glm4's usual adjacent pairs would be wrong.)
         let sections_key = key("rope.dimension_sections");
         if let Some(v) = f.get(&sections_key) {
-            let nonzero = v
+            let sections: Vec<i64> = v
                 .as_array()
                 .unwrap_or_default()
                 .iter()
-                .any(|x| x.as_i64().is_some_and(|s| s != 0));
-            if nonzero {
+                .map(|x| x.as_i64().unwrap_or(0))
+                .collect();
+            if sections.iter().any(|&s| s != 0) {
                 return Err(meta_err(
                     &sections_key,
-                    "multimodal RoPE sections are not supported".into(),
+                    format!("{sections:?}: multimodal RoPE (M-RoPE sections, as GLM-4V's) is not supported; expected no sections or all 0"),
                 ));
             }
         }

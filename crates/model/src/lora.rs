@@ -43,8 +43,16 @@ pub const TARGETS: [&str; 8] = [
     "ffn_down",
 ];
 
+/// The attention tensors of multi-head latent attention (`deepseek2`), none of which an
+/// adapter may target: [`crate::mla`] runs its own projections (the latent KV, the absorbed
+/// `attn_k_b`/`attn_v_b`, `attn_output` over the heads' latent values), which have no
+/// LoRA step, so an adapter on them would load and change nothing.
+const MLA_ATTENTION: &str =
+    "attn_q, attn_q_a, attn_q_b, attn_kv_a_mqa, attn_kv_b, attn_k_b, attn_v_b, attn_output";
+
 /// Where `blk.N.<kind>.weight` of `cfg` lands: matrix, first output row, input and output
-/// widths. `None` when the model has no such tensor.
+/// widths. `None` when the model has no such tensor or folio applies no LoRA to it
+/// ([`why_not`] says which).
 fn place(cfg: &ModelConfig, kind: &str) -> Option<(LoraMatrix, usize, usize, usize)> {
     let (d, qd, kvd, f) = (
         cfg.d_model,
@@ -55,6 +63,9 @@ fn place(cfg: &ModelConfig, kind: &str) -> Option<(LoraMatrix, usize, usize, usi
     let phi3 = cfg.arch == Arch::Phi3;
     let dense = cfg.moe.is_none();
     let fused_up = cfg.arch.fused_gate_up();
+    if cfg.mla.is_some() && kind.starts_with("attn_") {
+        return None;
+    }
     Some(match kind {
         "attn_q" if !phi3 => (LoraMatrix::Qkv, 0, d, qd),
         "attn_k" if !phi3 => (LoraMatrix::Qkv, qd, d, kvd),
@@ -68,6 +79,21 @@ fn place(cfg: &ModelConfig, kind: &str) -> Option<(LoraMatrix, usize, usize, usi
         "ffn_down" if dense => (LoraMatrix::Down, 0, f, d),
         _ => return None,
     })
+}
+
+/// Why [`place`] refuses `kind` on `cfg`, for the load error.
+fn why_not(cfg: &ModelConfig, kind: &str) -> String {
+    let arch = cfg.arch.name();
+    if cfg.mla.is_some() && kind.starts_with("attn_") {
+        format!("the base model ({arch}) uses multi-head latent attention, and folio applies no LoRA to its attention tensors ({MLA_ATTENTION}); an adapter for it may target none of them")
+    } else if cfg.moe.is_some() && kind.starts_with("ffn_") {
+        format!("the base model ({arch}, mixture of experts) has no {kind} tensor an adapter can target")
+    } else {
+        format!(
+            "the base model ({arch}) has no {kind} tensor an adapter can target (targets: {})",
+            TARGETS.join(", ")
+        )
+    }
 }
 
 /// One low-rank pair on one base tensor.
@@ -248,20 +274,8 @@ impl LoraAdapter {
                     format!("layer {layer}, the base model has {}", cfg.n_layers),
                 ));
             }
-            let (m, off, n_in, n_out) = place(cfg, kind).ok_or_else(|| {
-                tensor_err(
-                    &t.name,
-                    format!(
-                        "the base model ({}{}) has no {kind} tensor an adapter can target",
-                        cfg.arch.name(),
-                        if cfg.moe.is_some() {
-                            ", mixture of experts"
-                        } else {
-                            ""
-                        }
-                    ),
-                )
-            })?;
+            let (m, off, n_in, n_out) =
+                place(cfg, kind).ok_or_else(|| tensor_err(&t.name, why_not(cfg, kind)))?;
             for (name, info) in [(&t.name, t), (&b_name, b)] {
                 if !matches!(
                     info.ggml_type,

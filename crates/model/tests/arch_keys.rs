@@ -2,7 +2,7 @@
 //! writes, and fail at load naming whichever is missing or misshapen. The files are the
 //! oracle fixtures testdata/arch/{glm4,cohere2}.gguf, copied with one change each.
 
-use folio_gguf::{GgufFile, GgufWriter};
+use folio_gguf::{GgufFile, GgufWriter, Value};
 use folio_model::{Arch, Model, ModelConfig, ModelError};
 use std::path::PathBuf;
 
@@ -123,19 +123,44 @@ fn cohere2_ignores_an_output_tensor() {
     assert!(m.weights.output.is_none());
 }
 
-#[test]
-fn glm4_nextn_layers_are_refused() {
-    let f = fixture("glm4");
+/// A copy of the fixture with one more key.
+fn with_key(arch: &str, key: &str, value: Value) -> GgufFile {
+    let f = fixture(arch);
     let mut w = GgufWriter::new();
     for (k, v) in f.metadata() {
         if k != "general.alignment" {
             w.add_metadata(k, v.clone());
         }
     }
-    w.add_metadata("glm4.nextn_predict_layers", folio_gguf::Value::U32(1));
+    w.add_metadata(key, value);
     for t in f.tensors() {
         w.add_tensor(&t.name, &t.dims, t.ggml_type, f.tensor_data(t).to_vec());
     }
-    let f = GgufFile::from_bytes(w.to_bytes()).expect("valid gguf");
+    GgufFile::from_bytes(w.to_bytes()).expect("valid gguf")
+}
+
+#[test]
+fn glm4_nextn_layers_are_refused() {
+    let f = with_key("glm4", "glm4.nextn_predict_layers", Value::U32(1));
     metadata_err(&f, "glm4.nextn_predict_layers");
+}
+
+/// GLM-4V's M-RoPE sections are refused naming the key and its value; all-zero sections
+/// (no M-RoPE) load.
+#[test]
+fn glm4_mrope_sections_are_refused() {
+    let sections = |s: [i32; 4]| Value::Array(s.iter().map(|&x| Value::I32(x)).collect());
+    let key = "glm4.rope.dimension_sections";
+    let f = with_key("glm4", key, sections([2, 2, 4, 0]));
+    match Model::from_gguf(&f) {
+        Err(ModelError::Metadata { key: k, what }) => {
+            assert_eq!(k, key);
+            assert!(what.starts_with("[2, 2, 4, 0]: multimodal RoPE"), "{what}");
+        }
+        Err(other) => panic!("expected a Metadata error for {key}, got {other}"),
+        Ok(_) => panic!("loaded with M-RoPE sections"),
+    }
+    let e = err(&f);
+    assert!(e.contains(key) && e.contains("[2, 2, 4, 0]"), "{e}");
+    Model::from_gguf(&with_key("glm4", key, sections([0; 4]))).expect("zero sections load");
 }

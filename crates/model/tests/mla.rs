@@ -191,3 +191,43 @@ fn load_errors_name_the_key_and_the_tensor() {
         .to_string();
     assert!(e.contains("deepseek2.attention.key_length"), "{e}");
 }
+
+/// An adapter on an MLA model's attention (which has no LoRA step) or on its MoE FFN is
+/// refused at load, the error naming the tensor and why; none is skipped silently.
+#[test]
+fn lora_on_mla_attention_is_refused_naming_the_tensor() {
+    use folio_model::LoraAdapter;
+    let model = Model::from_gguf(&fixture("deepseek2")).expect("model");
+    let adapter = |kind: &str| {
+        let mut w = GgufWriter::new();
+        w.add_metadata("general.architecture", Value::String("deepseek2".into()));
+        w.add_metadata("general.type", Value::String("adapter".into()));
+        w.add_metadata("adapter.type", Value::String("lora".into()));
+        w.add_metadata("adapter.lora.alpha", Value::F32(16.0));
+        let base = format!("blk.1.{kind}.weight");
+        let d = model.config.d_model as u64;
+        w.add_tensor_f32(&format!("{base}.lora_a"), &[d, 4], GgmlType::F32, &vec![0.01; 4 * d as usize])
+            .expect("lora_a");
+        w.add_tensor_f32(&format!("{base}.lora_b"), &[4, d], GgmlType::F32, &vec![0.01; 4 * d as usize])
+            .expect("lora_b");
+        GgufFile::from_bytes(w.to_bytes()).expect("adapter")
+    };
+    for kind in [
+        "attn_q", "attn_q_a", "attn_q_b", "attn_kv_a_mqa", "attn_kv_b", "attn_k", "attn_v",
+        "attn_output",
+    ] {
+        let e = LoraAdapter::from_gguf(&adapter(kind), &model.config, 64, 0)
+            .err()
+            .expect("refused")
+            .to_string();
+        assert!(e.contains(&format!("blk.1.{kind}.weight.lora_a")), "{e}");
+        assert!(e.contains("multi-head latent attention"), "{e}");
+        assert!(e.contains("attn_kv_a_mqa"), "{e}");
+    }
+    let e = LoraAdapter::from_gguf(&adapter("ffn_up"), &model.config, 64, 0)
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(e.contains("blk.1.ffn_up.weight.lora_a"), "{e}");
+    assert!(e.contains("mixture of experts"), "{e}");
+}
