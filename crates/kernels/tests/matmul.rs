@@ -454,29 +454,39 @@ fn stacked_parts_of_mixed_types_equal_the_parts_alone() {
         (stack.rows(), stack.cols(), stack.weight_bytes()),
         (total, cols, bytes)
     );
-    let n = 5;
-    let x = random_x(n, cols, 3);
-    for isa in Isa::available() {
-        let mut got = vec![f32::NAN; n * total];
-        stack.matmul_with(isa, &x, n, &mut got, &pool);
-        let mut r0 = 0;
-        for p in &parts {
-            let mut want = vec![0f32; n * p.rows];
-            p.m.matmul_with(isa, &x, n, &mut want, &pool);
-            for b in 0..n {
-                assert_eq!(
-                    &got[b * total + r0..b * total + r0 + p.rows],
-                    &want[b * p.rows..(b + 1) * p.rows],
-                    "{isa:?} {:?}",
-                    p.ty
-                );
-            }
-            r0 += p.rows;
+    // Both accumulation forms (the fast one quantizes the activations once for all parts
+    // and spreads all parts' panels in one hand-off), batches below, at and above a tile.
+    let (mut stack, mut parts) = (stack, parts);
+    for sums in [Sums::Block, Sums::Ggml] {
+        stack.set_sums(sums);
+        for p in parts.iter_mut() {
+            p.m.set_sums(sums);
         }
-        let mut row = vec![0f32; cols];
-        stack.row_f32(30, &mut row);
-        assert_eq!(&row[..], &parts[1].w[6 * cols..7 * cols]);
+        for n in [1, 5, 8, 16, 17, 40] {
+            let x = random_x(n, cols, 3 + n as u64);
+            for isa in Isa::available() {
+                let mut got = vec![f32::NAN; n * total];
+                stack.matmul_with(isa, &x, n, &mut got, &pool);
+                let mut r0 = 0;
+                for p in &parts {
+                    let mut want = vec![0f32; n * p.rows];
+                    p.m.matmul_with(isa, &x, n, &mut want, &pool);
+                    for b in 0..n {
+                        assert_eq!(
+                            &got[b * total + r0..b * total + r0 + p.rows],
+                            &want[b * p.rows..(b + 1) * p.rows],
+                            "{isa:?} {sums:?} n={n} {:?}",
+                            p.ty
+                        );
+                    }
+                    r0 += p.rows;
+                }
+            }
+        }
     }
+    let mut row = vec![0f32; cols];
+    stack.row_f32(30, &mut row);
+    assert_eq!(&row[..], &parts[1].w[6 * cols..7 * cols]);
     let e = QMatrix::stack(vec![
         case(WeightType::Q8_0, 2, 64, 1).m,
         case(WeightType::Q8_0, 2, 32, 1).m,

@@ -3,10 +3,23 @@
 //! Each probe runs chains of one int8 multiply-accumulate instruction on every thread, with
 //! enough independent accumulators to cover the instruction's latency, so the figure is the
 //! issue rate of the execution ports, not a latency:
-//! - `vpdpbusd zmm` (AVX-512 VNNI): 64 u8×i8 MACs an instruction;
+//! - `vpdpbusd zmm` (AVX-512 VNNI): 64 u8×i8 MACs an instruction (16 i32 lanes × 4);
 //! - `vpdpbusd ymm` (AVX-512 VNNI + VL): 32;
 //! - `vpmaddubsw ymm` → `vpmaddwd` → `vpaddd` (AVX2, ggml's and folio's int8 dot without
 //!   VNNI): 32 MACs per `vpmaddubsw`, the three instructions counted as one step.
+//!
+//! The reported peak is the fastest of them (on an AVX-512 VNNI host, `vpdpbusd zmm`):
+//! MACs per second on all threads *at once*. On AMD Zen 4 (one 512-bit op as two 256-bit
+//! halves) that is about 64 MACs a cycle a core; Zen 5 has two full 512-bit VNNI pipes,
+//! 128 MACs a cycle a core (2 × 4 GHz × 128 ≈ 1 TMAC/s on this 2-core VM).
+//!
+//! Method, chosen for a shared machine: the threads start together at a barrier for each of
+//! many short trials (about 5 ms each), a trial lasts as long as its slowest thread, and the
+//! probe reports the fastest trial. A thread descheduled by another process only spoils the
+//! trials it was away for, where one long trial (as before) halved the figure whenever a
+//! compiler ran beside it on one of the two cores (520 vs 1040 GMAC/s between runs). A
+//! trial never counts one thread's quiet moment with another's: the rate is that of all
+//! threads running together, what a matmul over the whole pool gets.
 //!
 //! AMX (`tdpbssd`) is reported as absent: no host this runs on grants it yet, and a probe
 //! that cannot run here could not be checked.
@@ -28,9 +41,12 @@ pub struct Peak {
     pub threads: usize,
 }
 
-/// Instructions per accumulator per timed loop: long enough (tens of ms on 2 threads) that
-/// the thread start-up is noise.
+/// Instructions per accumulator per trial: 24 M instructions a thread, ~3-6 ms at 1-2 a
+/// cycle, short enough that many trials fit between another process's time slices.
 const ITERS: u64 = 2_000_000;
+
+/// Trials per requested repetition (see the module doc).
+const TRIALS_PER_REP: usize = 10;
 
 /// Every probe this CPU can run, best of `reps` each, widest first.
 pub fn int8_peaks(threads: usize, reps: usize) -> Vec<Peak> {
@@ -90,19 +106,37 @@ pub fn best(peaks: Vec<Peak>) -> Option<Peak> {
 }
 
 /// Runs `f` (which issues `ITERS` × `x86::CHAINS` instructions of `macs` MACs each) on
-/// `threads` threads at once, best of `reps`.
+/// `threads` threads at once, `reps` × [`TRIALS_PER_REP`] trials started together at a
+/// barrier (after one untimed warm-up, which also lifts the clock); a trial's time is its
+/// slowest thread's, the figure the fastest trial's.
 fn measure(name: &str, macs: u64, threads: usize, reps: usize, f: impl Fn() -> i32 + Sync) -> Peak {
     let threads = threads.max(1);
-    let mut best = f64::INFINITY;
-    for _ in 0..reps.max(1) {
-        let t = Instant::now();
-        std::thread::scope(|s| {
-            for _ in 0..threads {
-                s.spawn(|| black_box(f()));
-            }
-        });
-        best = best.min(t.elapsed().as_secs_f64());
-    }
+    let trials = reps.max(1) * TRIALS_PER_REP;
+    let barrier = std::sync::Barrier::new(threads);
+    let times: Vec<Vec<f64>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| {
+                    black_box(f());
+                    (0..trials)
+                        .map(|_| {
+                            barrier.wait();
+                            let t = Instant::now();
+                            black_box(f());
+                            t.elapsed().as_secs_f64()
+                        })
+                        .collect::<Vec<f64>>()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("a probe thread does not panic"))
+            .collect()
+    });
+    let best = (0..trials)
+        .map(|i| times.iter().map(|t| t[i]).fold(0.0, f64::max))
+        .fold(f64::INFINITY, f64::min);
     let total = (threads as u64 * ITERS * x86::CHAINS as u64 * macs) as f64;
     Peak {
         instruction: name.into(),

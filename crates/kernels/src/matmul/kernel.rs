@@ -179,7 +179,7 @@ mod avx512 {
         let m4 = _mm512_set1_epi8(0x0f);
         let mut acc = [[_mm512_setzero_ps(); 8]; NB];
         let mut summs = [_mm512_setzero_ps(); NB];
-        let ahead = crate::cpu::weight_prefetch();
+        let ahead = t.ahead;
         for blk in 0..t.nb {
             let base = t.w.add(blk * bb);
             if ahead > 0 {

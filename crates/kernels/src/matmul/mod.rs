@@ -485,30 +485,53 @@ impl QMatrix {
             isa
         };
         match &self.data {
-            Storage::Packed(p) => {
-                // Group sums feed only the offset term of symmetric layouts in ggml's lane
-                // order.
-                let extra = ExtraSums {
-                    groups: self.sums == Sums::Ggml && !p.layout.stored_min(),
-                    halves: false,
-                };
-                let sums = self.sums;
-                // SAFETY: as in `over_panels`.
-                let tiles = |span: &Span| unsafe { kernel::run_panels(qisa, sums, p, span) };
-                self.quant_matmul(p.panels, extra, &tiles, qisa, x, n, (outp, ostride), pool)
-            }
-            Storage::Super(p) => {
-                let extra = ExtraSums {
-                    groups: false,
-                    halves: p.ty.desc().sub16,
-                };
-                // SAFETY: as in `over_panels`; the 16-sums were computed for the types that
-                // read them.
-                let tiles = |span: &Span| unsafe { sb_kernel::run_panels(qisa, p, span) };
-                self.quant_matmul(p.panels, extra, &tiles, qisa, x, n, (outp, ostride), pool)
+            Storage::Packed(_) | Storage::Super(_) => {
+                let (panels, extra) = self.quantized().expect("a quantized storage");
+                // SAFETY: as in `over_panels`; `extra` holds the sums the kernel reads.
+                let tiles = |span: &Span| unsafe { self.run_span(qisa, span) };
+                self.quant_matmul(panels, extra, &tiles, qisa, x, n, (outp, ostride), pool)
             }
             Storage::F32(w) => self.dense_matmul(w, isa, x, n, outp, ostride, pool),
             Storage::F16(w) => self.dense_matmul(w, isa, x, n, outp, ostride, pool),
+            // The fast form quantizes the activations once for all parts (a Q4_K + Q6_K QKV
+            // would otherwise quantize them once a part) and spreads every part's panels over
+            // the pool in one hand-off.
+            Storage::Stack(parts)
+                if self.sums == Sums::Block && parts.iter().all(|(_, m)| m.quantized().is_some()) =>
+            {
+                let mut starts = Vec::with_capacity(parts.len());
+                let mut panels = 0;
+                let mut extra = ExtraSums::default();
+                for (_, m) in parts {
+                    let (p, e) = m.quantized().expect("checked above");
+                    starts.push(panels);
+                    panels += p;
+                    extra.groups |= e.groups;
+                    extra.halves |= e.halves;
+                }
+                let tiles = |span: &Span| {
+                    let (p0, p1) = span.panels;
+                    for ((r0, m), &s0) in parts.iter().zip(&starts) {
+                        let s1 = s0 + m.quantized().expect("checked above").0;
+                        let (a, b) = (p0.max(s0), p1.min(s1));
+                        if a >= b {
+                            continue;
+                        }
+                        let part = Span {
+                            panels: (a - s0, b - s0),
+                            acts: span.acts,
+                            rows: m.rows,
+                            // The part's rows r0..r0+m.rows lie inside every output row.
+                            out: span.out.wrapping_add(*r0),
+                            ostride: span.ostride,
+                        };
+                        // SAFETY: as in `over_panels`: the part's panels a..b are rows of
+                        // this task alone; `extra` holds every part's sums.
+                        unsafe { m.run_span(qisa, &part) }
+                    }
+                };
+                self.quant_matmul(panels, extra, &tiles, qisa, x, n, (outp, ostride), pool)
+            }
             Storage::Stack(parts) => {
                 for (r0, part) in parts {
                     // SAFETY: the part's rows r0..r0+part.rows lie inside every output row.
@@ -516,6 +539,43 @@ impl QMatrix {
                     part.matmul_raw(isa, x, n, o, ostride, pool);
                 }
             }
+        }
+    }
+
+    /// A quantized matrix's panel count and the activation sums its kernel reads (`None`
+    /// for dense and stacked matrices).
+    fn quantized(&self) -> Option<(usize, ExtraSums)> {
+        match &self.data {
+            Storage::Packed(p) => Some((
+                p.panels,
+                // Group sums feed only the offset term of symmetric layouts in ggml's lane
+                // order.
+                ExtraSums {
+                    groups: self.sums == Sums::Ggml && !p.layout.stored_min(),
+                    halves: false,
+                },
+            )),
+            Storage::Super(p) => Some((
+                p.panels,
+                ExtraSums {
+                    groups: false,
+                    halves: p.ty.desc().sub16,
+                },
+            )),
+            _ => None,
+        }
+    }
+
+    /// Runs the quantized kernel of this matrix over `span`.
+    ///
+    /// # Safety
+    /// As [`tile::for_each_tile`]; `isa` must be supported (VNNI for `Avx512`) and the
+    /// span's activations must hold the sums [`QMatrix::quantized`] names.
+    unsafe fn run_span(&self, isa: Isa, span: &Span) {
+        match &self.data {
+            Storage::Packed(p) => kernel::run_panels(isa, self.sums, p, span),
+            Storage::Super(p) => sb_kernel::run_panels(isa, p, span),
+            _ => unreachable!("run_span is called on quantized matrices only"),
         }
     }
 

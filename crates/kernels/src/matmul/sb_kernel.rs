@@ -178,7 +178,7 @@ mod avx512 {
             _mm512_setzero_si512()
         };
         let mut acc = [_mm512_setzero_ps(); NR];
-        let ahead = crate::cpu::weight_prefetch();
+        let ahead = t.ahead;
         for s in 0..nsb {
             let sbp = t.w.add(s * sbb);
             if ahead > 0 {
