@@ -8,7 +8,7 @@ use crate::error::{at_least_one, Result};
 use crate::model::ModelProfile;
 use crate::table::Table;
 use crate::units::{fx, gib, group, mib, round_up, GIB};
-use folio_gguf::{KvFormat, KvFormats};
+use folio_gguf::KvFormats;
 
 /// A request's shape: prompt tokens and output tokens.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -578,6 +578,7 @@ impl Window {
 mod window_tests {
     use super::*;
     use crate::model::ModelProfile;
+    use folio_gguf::KvFormat;
 
     #[test]
     fn gemma3_270m_window_layers_hold_at_most_their_window() {
