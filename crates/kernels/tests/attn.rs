@@ -10,7 +10,6 @@ use folio_kernels::attn::{self, KvFormat, SumOrder};
 use folio_kernels::Isa;
 use half::f16;
 use rand::rngs::StdRng;
-use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 
 fn round_f16(v: &mut [f32]) {

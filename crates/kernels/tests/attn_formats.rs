@@ -11,7 +11,6 @@ use folio_kernels::attn::{self, hadamard, KvFormat, SumOrder};
 use folio_kernels::Isa;
 use half::f16;
 use rand::rngs::StdRng;
-use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 
 /// Every pair of K and V formats the tests cross.

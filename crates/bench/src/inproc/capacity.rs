@@ -136,17 +136,18 @@ pub fn peak_holding(
 pub fn print_table(rows: &[CapacityRow]) {
     let Some(first) = rows.first() else { return };
     println!(
-        "KV capacity: {} requests queued, each reaching {} tokens of KV ({} generated), \
-         through folio-core's scheduler over the engine's pool",
-        first.queued, first.context, first.output_tokens
+        "KV capacity: requests reaching {} tokens of KV ({} generated), `queued` at once, \
+         through folio-core's scheduler over the engine's pool; vs f16 by reserve-final",
+        first.context, first.output_tokens
     );
     println!(
-        "{:<12} {:>9} {:>9} {:>9} {:>11} {:>9} {:>9} {:>12} {:>12} {:>7}",
+        "{:<12} {:>9} {:>9} {:>9} {:>11} {:>6} {:>6} {:>9} {:>12} {:>13} {:>7}",
         "kv",
         "K B/tok",
         "V B/tok",
         "B/tok",
         "pool blocks",
+        "queued",
         "plan",
         "on-demand",
         "preemptions",
@@ -156,18 +157,19 @@ pub fn print_table(rows: &[CapacityRow]) {
     let f16 = rows
         .iter()
         .find(|r| r.kv_format == "f16")
-        .map(|r| r.on_demand);
+        .map(|r| r.reserve_final);
     for r in rows {
         let vs = f16
             .filter(|&b| b > 0)
-            .map_or(String::new(), |b| format!("{:.2}x", r.on_demand as f64 / b as f64));
+            .map_or(String::new(), |b| format!("{:.2}x", r.reserve_final as f64 / b as f64));
         println!(
-            "{:<12} {:>9} {:>9} {:>9} {:>11} {:>9} {:>9} {:>12} {:>12} {:>7}",
+            "{:<12} {:>9} {:>9} {:>9} {:>11} {:>6} {:>6} {:>9} {:>12} {:>13} {:>7}",
             r.kv_format,
             r.k_bytes_per_token,
             r.v_bytes_per_token,
             r.bytes_per_token,
             r.pool_blocks,
+            r.queued,
             r.predicted.map_or("-".into(), |p| p.to_string()),
             r.on_demand,
             r.on_demand_preemptions,
