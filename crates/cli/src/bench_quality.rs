@@ -26,7 +26,7 @@ pub struct QualityArgs {
     /// (`q8_0:q4h`: keys q8_0, values q4h).
     #[arg(
         long,
-        value_parser = kv_formats_parser,
+        value_parser = crate::engine_args::kv_formats_parser,
         value_delimiter = ',',
         default_value = "f16,bf16,q8_0,q4_0"
     )]
@@ -87,18 +87,6 @@ pub struct QualityArgs {
     pub json: Option<PathBuf>,
 }
 
-/// Engine flags at their defaults (the same defaults `folio serve` has).
-/// One `--kv-format` entry: a format for both, or `K:V`.
-fn kv_formats_parser(s: &str) -> Result<folio_model::KvFormats, String> {
-    folio_model::KvFormats::parse(s).ok_or_else(|| {
-        let names: Vec<&str> = folio_model::KvFormat::EVERY.map(|f| f.name()).to_vec();
-        format!(
-            "{s:?}: expected a format or K:V, formats {}",
-            names.join(", ")
-        )
-    })
-}
-
 impl QualityArgs {
     /// The (K, V) formats of the in-process configurations, in order: the crossing of
     /// --kv-format-k and --kv-format-v when either is given, else --kv-format.
@@ -120,16 +108,7 @@ impl QualityArgs {
     }
 }
 
-/// A configuration's label part for its formats: `q8_0`, or `q8_0:q4h` when K and V
-/// differ (no comma: labels are comma lists elsewhere).
-fn kv_label(f: folio_model::KvFormats) -> String {
-    if f.k == f.v {
-        f.k.name().to_string()
-    } else {
-        format!("{}:{}", f.k.name(), f.v.name())
-    }
-}
-
+/// Engine flags at their defaults (the same defaults `folio serve` has).
 fn default_engine_args() -> EngineArgs {
     #[derive(Parser)]
     struct Wrap {
@@ -348,7 +327,7 @@ pub fn run(a: QualityArgs) -> Result<()> {
     if let Some(path) = &path {
         for kv in a.kv_pairs() {
             for p in &a.attn_precision {
-                let label = format!("{}/{}", kv_label(kv), value_name(p));
+                let label = format!("{}/{}", folio_bench::inproc::model::kv_label(kv), value_name(p));
                 let mut e = default_engine_args();
                 e.model = vec![path.clone()];
                 (e.kv_format_k, e.kv_format_v) = (Some(kv.k), Some(kv.v));

@@ -56,6 +56,18 @@ pub fn kv_format_parser() -> impl clap::builder::TypedValueParser<Value = KvForm
         .map(|s| KvFormat::parse(&s).expect("a listed KvFormat name"))
 }
 
+/// One `--kv-format` entry of `bench quality`, `bench model` and `plan`: a format for K
+/// and V, or `K:V` apart.
+pub fn kv_formats_parser(s: &str) -> Result<folio_model::KvFormats, String> {
+    folio_model::KvFormats::parse(s).ok_or_else(|| {
+        let names: Vec<&str> = KvFormat::EVERY.map(|f| f.name()).to_vec();
+        format!(
+            "{s:?}: expected a format or K:V, formats {}",
+            names.join(", ")
+        )
+    })
+}
+
 /// llama.cpp's single-dash spellings of the KV cache types, `-ctk` and `-ctv` (with or
 /// without `=value`), as the long flags clap knows; every other argument as it is.
 pub fn llama_spelling(arg: std::ffi::OsString) -> std::ffi::OsString {

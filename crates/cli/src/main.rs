@@ -297,9 +297,21 @@ enum BenchCmd {
         /// Matmul arithmetic: `fast`, or `llama` for llama.cpp's exact outputs.
         #[arg(long, value_enum, default_value = "fast")]
         numerics: engine_args::NumericsArg,
-        /// KV cache storage format of every row (`folio serve --kv-format`).
-        #[arg(long, value_parser = engine_args::kv_format_parser(), default_value = "f16")]
-        kv_format: folio_model::KvFormat,
+        /// KV cache storage formats, rows for each (a comma list; `K:V` sets the two apart,
+        /// as `folio serve --kv-format-k/-v`).
+        #[arg(long, value_parser = engine_args::kv_formats_parser, value_delimiter = ',', default_value = "f16")]
+        kv_format: Vec<folio_model::KvFormats>,
+        /// Instead of speed: how many requests reaching --context tokens of KV the engine's
+        /// pool of --kv-cache-bytes runs at once per format, through folio-core's scheduler
+        /// (no forward pass), beside `folio plan`'s prediction.
+        #[arg(long)]
+        capacity: bool,
+        /// KV cache memory of the --capacity pool (suffixes k, m, g), as `folio serve`.
+        #[arg(long, default_value = "2g")]
+        kv_cache_bytes: String,
+        /// --capacity: tokens each request generates (the last of its --context tokens).
+        #[arg(long, default_value_t = 256)]
+        output_tokens: usize,
         /// Compute threads (default: every core), as `--threads` on `serve`.
         #[arg(long)]
         threads: Option<usize>,
@@ -516,17 +528,23 @@ fn main() -> Result<()> {
                     context,
                     numerics,
                     kv_format,
+                    capacity,
+                    kv_cache_bytes,
+                    output_tokens,
                     threads,
                 },
         } => {
             engine_args::apply_threads(threads)?;
             let path = engine_args::resolve_model(model.as_deref())?;
+            if capacity {
+                return bench_capacity(&path, &kv_format, context, &kv_cache_bytes, output_tokens, json);
+            }
             let gguf = folio_gguf::GgufFile::open(&path)
                 .with_context(|| format!("opening {}", path.display()))?;
             let mut m = folio_model::Model::from_gguf(&gguf)
                 .with_context(|| format!("loading {}", path.display()))?;
             m.set_sums(numerics.sums());
-            let rows = bench_model::run(&m, quick, &batch, context, decode_only, kv_format)?;
+            let rows = bench_model::run(&m, quick, &batch, context, decode_only, &kv_format)?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&rows)?);
             } else {
@@ -535,4 +553,50 @@ fn main() -> Result<()> {
             Ok(())
         }
     }
+}
+
+/// `folio bench model --capacity`: the engine's pool and scheduler per format, beside
+/// `folio plan`'s count for the same pool.
+fn bench_capacity(
+    path: &std::path::Path,
+    formats: &[folio_model::KvFormats],
+    context: usize,
+    kv_cache_bytes: &str,
+    output_tokens: usize,
+    json: bool,
+) -> Result<()> {
+    let gguf =
+        folio_gguf::GgufFile::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let m = folio_model::Model::from_gguf(&gguf)
+        .with_context(|| format!("loading {}", path.display()))?;
+    let profile = plan_cmd::model_from_gguf(path)?;
+    let cfg = folio_engine::EngineConfig {
+        kv_cache_bytes: engine_args::parse_bytes("--kv-cache-bytes", kv_cache_bytes)?,
+        ..folio_engine::EngineConfig::default()
+    };
+    let mut rows = Vec::new();
+    for &f in formats {
+        f.check_head_dim(m.config.head_dim)?;
+        let fit = folio_plan::kv_fit::fit_row(
+            &profile,
+            f,
+            context as u64,
+            cfg.block_size as u64,
+            cfg.kv_cache_bytes as u64,
+        );
+        // Enough queued that the pool, not the queue, is what stops admission.
+        let queued = (fit.requests as usize + 4).max(1);
+        let mut r = folio_bench::inproc::capacity::measure(&m, &cfg, f, context, output_tokens, queued)?;
+        r.predicted = Some(fit.requests);
+        rows.push(r);
+    }
+    if json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+    } else {
+        folio_bench::inproc::capacity::print_table(&rows);
+        if rows.iter().any(|r| r.queued > cfg.max_running) {
+            println!("note: more requests fit than --max-running ({}) lets run", cfg.max_running);
+        }
+    }
+    Ok(())
 }

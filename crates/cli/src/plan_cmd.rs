@@ -35,9 +35,20 @@ pub struct PlanArgs {
     /// Memory for KV and auxiliary buffers, e.g. 12GiB (default 12GiB; machine section 1GiB).
     #[arg(long)]
     pub kv_bytes: Option<String>,
-    /// KV storage format: f32, f16, bf16, q8_0, q4_0 (default: the model's).
+    /// KV storage format of K and V, or `K:V` apart: f16, bf16, q8_0, q4_0, iq4_nl, q4h,
+    /// q8h (default: the model's; a GGUF file: f16, as `folio serve`).
+    #[arg(long, value_parser = crate::engine_args::kv_formats_parser)]
+    pub kv_format: Option<folio_plan::KvFormats>,
+    /// K's storage format (default: --kv-format); llama.cpp's -ctk/--cache-type-k.
+    #[arg(long, visible_alias = "cache-type-k", value_parser = crate::engine_args::kv_format_parser())]
+    pub kv_format_k: Option<KvFormat>,
+    /// V's storage format (default: --kv-format); llama.cpp's -ctv/--cache-type-v.
+    #[arg(long, visible_alias = "cache-type-v", value_parser = crate::engine_args::kv_format_parser())]
+    pub kv_format_v: Option<KvFormat>,
+    /// Tokens of KV one request holds at its longest, for the capacity section's table of
+    /// how many such requests each format fits in --kv-bytes (default 8192).
     #[arg(long)]
-    pub kv_format: Option<String>,
+    pub context: Option<u64>,
     /// Tokens per KV block.
     #[arg(long, default_value_t = 16)]
     pub block: u64,
@@ -75,7 +86,7 @@ pub struct PlanArgs {
 
 /// A model profile from a GGUF header: shapes, tied output, QK-norm, and the bytes one decode
 /// step reads (every tensor except an untied input embedding, which is only indexed).
-fn model_from_gguf(path: &Path) -> Result<ModelProfile> {
+pub(crate) fn model_from_gguf(path: &Path) -> Result<ModelProfile> {
     let f =
         folio_gguf::GgufFile::open(path).with_context(|| format!("opening {}", path.display()))?;
     let arch = f.get_str("general.architecture")?.to_string();
@@ -208,11 +219,17 @@ pub fn run(args: PlanArgs) -> Result<()> {
     p.batch = args.batch;
     p.shared_prefix = args.shared_prefix;
     p.kv_budget_bytes = args.kv_bytes.as_deref().map(parse_bytes).transpose()?;
-    p.kv_format = args
-        .kv_format
-        .as_deref()
-        .map(str::parse::<KvFormat>)
-        .transpose()?;
+    p.kv_format = match (args.kv_format, args.kv_format_k, args.kv_format_v) {
+        (None, None, None) => None,
+        (both, k, v) => {
+            let base = both.unwrap_or_else(|| p.model.kv_format.into());
+            Some(folio_plan::KvFormats {
+                k: k.unwrap_or(base.k),
+                v: v.unwrap_or(base.v),
+            })
+        }
+    };
+    p.context = args.context;
     p.block = args.block;
     p.deadline_s = args.deadline_s;
     p.hit_rate = args.hit_rate;

@@ -36,6 +36,7 @@ pub mod engine;
 pub mod gbnf;
 pub mod grammar_limits;
 pub mod kv_events;
+pub mod kv_pool;
 pub mod logit_rules;
 pub mod lora;
 pub mod model_key;

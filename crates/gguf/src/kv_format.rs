@@ -123,6 +123,42 @@ impl KvFormats {
     }
 }
 
+/// What one token stores in a paged KV cache: `layers × kv_heads` rows of `head_dim`
+/// values in K's format and as many in V's, or, for a latent cache (multi-head latent
+/// attention), the K rows alone, read as both key and value.
+///
+/// The one description of a token's KV bytes: the cache's byte layout (folio-model's
+/// `KvCache`), the engine's pool sizing and `folio plan` all count through it, so the
+/// planner's figures are the bytes the engine allocates (rows padded to whole groups).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct KvRows {
+    pub layers: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+    /// Values are read from the K rows (MLA's latent row): no V rows are stored.
+    pub latent: bool,
+}
+
+impl KvRows {
+    /// Bytes of one token's K, all layers and heads.
+    pub fn k_bytes_per_token(self, f: KvFormats) -> u64 {
+        (self.layers * self.kv_heads * f.k.row_bytes(self.head_dim)) as u64
+    }
+
+    /// Bytes of one token's V, all layers and heads (0 in a latent cache).
+    pub fn v_bytes_per_token(self, f: KvFormats) -> u64 {
+        match self.latent {
+            true => 0,
+            false => (self.layers * self.kv_heads * f.v.row_bytes(self.head_dim)) as u64,
+        }
+    }
+
+    /// Bytes of one token's K and V: what each cached position costs.
+    pub fn bytes_per_token(self, f: KvFormats) -> u64 {
+        self.k_bytes_per_token(f) + self.v_bytes_per_token(f)
+    }
+}
+
 impl From<KvFormat> for KvFormats {
     fn from(f: KvFormat) -> Self {
         KvFormats::same(f)
@@ -334,5 +370,24 @@ mod tests {
         let e = q8h.check_head_dim(96).unwrap_err();
         assert!(e.to_string().contains("head_dim is 96"), "{e}");
         assert!(KvFormats::same(KvFormat::Q4_0).check_head_dim(96).is_ok());
+    }
+
+    #[test]
+    fn token_bytes_count_padded_rows_and_the_latent_row_once() {
+        // Qwen2.5-Coder-1.5B: 28 layers, 2 KV heads of 128.
+        let qwen = KvRows { layers: 28, kv_heads: 2, head_dim: 128, latent: false };
+        let f16 = KvFormats::same(KvFormat::F16);
+        assert_eq!(qwen.k_bytes_per_token(f16), 14_336);
+        assert_eq!(qwen.bytes_per_token(f16), 28_672);
+        let mixed = KvFormats { k: KvFormat::Q8_0, v: KvFormat::Q4h };
+        assert_eq!(qwen.k_bytes_per_token(mixed), 28 * 2 * 136);
+        assert_eq!(qwen.v_bytes_per_token(mixed), 28 * 2 * 72);
+        // A head of 40 values pads to two groups in q4_0.
+        let odd = KvRows { layers: 1, kv_heads: 1, head_dim: 40, latent: false };
+        assert_eq!(odd.bytes_per_token(KvFormat::Q4_0.into()), 72);
+        // MLA: one latent row of 576 per layer in K's format; V's format is unused.
+        let mla = KvRows { layers: 27, kv_heads: 1, head_dim: 576, latent: true };
+        assert_eq!(mla.bytes_per_token(KvFormats { k: KvFormat::F16, v: KvFormat::Q4_0 }), 27 * 1152);
+        assert_eq!(mla.v_bytes_per_token(f16), 0);
     }
 }

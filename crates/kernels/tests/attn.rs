@@ -2,84 +2,19 @@
 //! bit-identical to the scalar reference in both summation orders, and both close to a
 //! plain f64 attention.
 
-use folio_kernels::attn::{self, KvFormat, PagedKv, SumOrder};
+mod common;
+
+use common::{plain_window, rand_vec, run_window, Cache};
+use folio_kernels::attn::{self, KvFormat, SumOrder};
 
 use folio_kernels::Isa;
 use half::f16;
 use rand::rngs::StdRng;
-use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
-
-fn rand_vec(n: usize, r: &mut StdRng, lim: f32) -> Vec<f32> {
-    (0..n).map(|_| r.gen_range(-lim..lim)).collect()
-}
 
 fn round_f16(v: &mut [f32]) {
     for x in v {
         *x = f16::from_f32(*x).to_f32();
-    }
-}
-
-/// A layer buffer of `num_blocks` blocks × `heads` heads × `bs` slots in `format`, every
-/// row random, plus a shuffled block table.
-struct Cache {
-    k: Vec<u8>,
-    v: Vec<u8>,
-    format: KvFormat,
-    hd: usize,
-    bs: usize,
-    heads: usize,
-    table: Vec<u32>,
-}
-
-impl Cache {
-    fn new(format: KvFormat, hd: usize, bs: usize, heads: usize, n_ctx: usize, seed: u64) -> Cache {
-        let mut r = StdRng::seed_from_u64(seed);
-        let n_blocks = n_ctx.div_ceil(bs) + 2;
-        let rb = format.row_bytes(hd);
-        let rows = n_blocks * heads * bs;
-        let (mut k, mut v) = (vec![0u8; rows * rb], vec![0u8; rows * rb]);
-        for i in 0..rows {
-            let kr = rand_vec(hd, &mut r, 2.0);
-            let vr = rand_vec(hd, &mut r, 1.0);
-            attn::store_row_scalar(format, &kr, &mut k[i * rb..(i + 1) * rb]);
-            attn::store_row_scalar(format, &vr, &mut v[i * rb..(i + 1) * rb]);
-        }
-        let mut table: Vec<u32> = (0..n_blocks as u32).collect();
-        table.shuffle(&mut r);
-        Cache {
-            k,
-            v,
-            format,
-            hd,
-            bs,
-            heads,
-            table,
-        }
-    }
-
-    fn view(&self, head: usize) -> PagedKv<'_> {
-        PagedKv {
-            k: &self.k,
-            v: &self.v,
-            k_format: self.format,
-            v_format: self.format,
-            head_dim: self.hd,
-            block_size: self.bs,
-            block_rows: self.heads * self.bs,
-            head_row: head * self.bs,
-        }
-    }
-
-    /// Decoded (K, V) row of position `j`.
-    fn row(&self, head: usize, j: usize) -> (Vec<f32>, Vec<f32>) {
-        let kv = self.view(head);
-        let (b, s) = (self.table[j / self.bs] as usize, j % self.bs);
-        let (ko, vo) = (kv.k_offset(b, s), kv.v_offset(b, s));
-        let (mut k, mut v) = (vec![0.0; self.hd], vec![0.0; self.hd]);
-        attn::load_row_scalar(self.format, &self.k[ko..ko + kv.k_row_bytes()], &mut k);
-        attn::load_row_scalar(self.format, &self.v[vo..vo + kv.v_row_bytes()], &mut v);
-        (k, v)
     }
 }
 
@@ -99,88 +34,9 @@ fn run_in(
     run_window(isa, order, c, head, 0, n_ctx, q, n_q, None)
 }
 
-/// Attention of the queries over positions `first..n_ctx` only (a sliding window).
-#[allow(clippy::too_many_arguments)]
-fn run_window(
-    isa: Isa,
-    order: SumOrder,
-    c: &Cache,
-    head: usize,
-    first: usize,
-    n_ctx: usize,
-    q: &[f32],
-    n_q: usize,
-    softcap: Option<f32>,
-) -> Vec<f32> {
-    let scale = 1.0 / (c.hd as f32).sqrt();
-    let mut out = vec![f32::NAN; n_q * c.hd];
-    let mut scratch = Vec::new();
-    attn::attend_with(
-        isa,
-        &c.view(head),
-        &c.table,
-        n_ctx,
-        &attn::Queries {
-            q,
-            n: n_q,
-            scale,
-            order,
-            first,
-            softcap,
-            sinks: None,
-        },
-        &mut scratch,
-        &mut out,
-    );
-    out
-}
-
 /// Plain attention in f64 over the decoded rows (no f16 rounding of the weights).
 fn plain(c: &Cache, head: usize, n_ctx: usize, q: &[f32], n_q: usize) -> Vec<f32> {
     plain_window(c, head, 0, n_ctx, q, n_q, None)
-}
-
-/// [`plain`] over positions `first..n_ctx`.
-fn plain_window(
-    c: &Cache,
-    head: usize,
-    first: usize,
-    n_ctx: usize,
-    q: &[f32],
-    n_q: usize,
-    softcap: Option<f32>,
-) -> Vec<f32> {
-    let hd = c.hd;
-    let rows: Vec<_> = (first..n_ctx).map(|j| c.row(head, j)).collect();
-    let mut out = vec![0f32; n_q * hd];
-    for g in 0..n_q {
-        let qg = &q[g * hd..(g + 1) * hd];
-        let s: Vec<f64> = rows
-            .iter()
-            .map(|(k, _)| {
-                qg.iter()
-                    .zip(k)
-                    .map(|(&a, &b)| a as f64 * b as f64)
-                    .sum::<f64>()
-                    / (hd as f64).sqrt()
-            })
-            .map(|x| match softcap {
-                Some(cap) => (x / cap as f64).tanh() * cap as f64,
-                None => x,
-            })
-            .collect();
-        let m = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-        let e: Vec<f64> = s.iter().map(|x| (x - m).exp()).collect();
-        let z: f64 = e.iter().sum();
-        for d in 0..hd {
-            out[g * hd + d] = rows
-                .iter()
-                .zip(&e)
-                .map(|((_, v), w)| w / z * v[d] as f64)
-                .sum::<f64>() as f32;
-        }
-    }
-    out
 }
 
 fn close(a: &[f32], b: &[f32], tol: f32, what: &str) {
@@ -199,7 +55,7 @@ fn every_isa_matches_scalar_and_plain_attention() {
         for hd in [64, 128, 48, 40] {
             for n_q in [1, 2, 3, 4, 5, 8, 9] {
                 for &(n_ctx, bs) in &SHAPES {
-                    let c = Cache::new(format, hd, bs, 3, n_ctx, (hd * 1000 + n_ctx) as u64);
+                    let c = Cache::one(format, hd, bs, 3, n_ctx, (hd * 1000 + n_ctx) as u64);
                     let mut r = StdRng::seed_from_u64(n_q as u64);
                     let mut q = rand_vec(n_q * hd, &mut r, 1.0);
                     round_f16(&mut q);
@@ -231,7 +87,7 @@ fn a_window_sees_only_its_positions() {
                 (17, 4, 3),
                 (9, 4, 8),
             ] {
-                let mut c = Cache::new(format, hd, bs, 3, n_ctx, (hd + n_ctx + first) as u64);
+                let mut c = Cache::one(format, hd, bs, 3, n_ctx, (hd + n_ctx + first) as u64);
                 let mut r = StdRng::seed_from_u64(first as u64);
                 let mut q = rand_vec(3 * hd, &mut r, 1.0);
                 round_f16(&mut q);
@@ -261,7 +117,7 @@ fn a_window_sees_only_its_positions() {
 fn soft_capped_scores_match_plain_attention() {
     for format in [KvFormat::F16, KvFormat::Q8_0] {
         for (n_ctx, first, cap) in [(40, 0, 0.5f32), (40, 9, 0.5), (70, 0, 2.0), (17, 0, 1e6)] {
-            let c = Cache::new(format, 64, 16, 2, n_ctx, (n_ctx + first) as u64);
+            let c = Cache::one(format, 64, 16, 2, n_ctx, (n_ctx + first) as u64);
             let mut r = StdRng::seed_from_u64(7);
             // Large queries, so the cap bends the scores.
             let mut q = rand_vec(2 * 64, &mut r, 4.0);
@@ -311,7 +167,7 @@ fn every_isa_is_bit_identical_to_the_reference() {
                     (4, SumOrder::Batched, 1.0),
                     (3, SumOrder::Batched, 60.0),
                 ] {
-                    let c = Cache::new(format, hd, bs, 2, n_ctx, 7 + n_ctx as u64);
+                    let c = Cache::one(format, hd, bs, 2, n_ctx, 7 + n_ctx as u64);
                     let mut r = StdRng::seed_from_u64(11 + n_q as u64);
                     let mut q = rand_vec(n_q * hd, &mut r, lim);
                     round_f16(&mut q);
@@ -335,7 +191,7 @@ fn every_isa_is_bit_identical_to_the_reference() {
 fn one_position_returns_its_value_row() {
     // softmax over one score is exactly 1, so the output is V's row for every head.
     for format in KvFormat::ALL {
-        let c = Cache::new(format, 64, 4, 3, 1, 5);
+        let c = Cache::one(format, 64, 4, 3, 1, 5);
         let q = vec![0.25f32; 2 * 64];
         let (_, v) = c.row(2, 0);
         for isa in Isa::available() {
@@ -348,7 +204,7 @@ fn one_position_returns_its_value_row() {
 
 #[test]
 fn empty_context_gives_zeros() {
-    let c = Cache::new(KvFormat::Q8_0, 64, 4, 1, 4, 1);
+    let c = Cache::one(KvFormat::Q8_0, 64, 4, 1, 4, 1);
     for isa in Isa::available() {
         assert_eq!(run(isa, &c, 0, 0, &[1.0; 64], 1), vec![0.0; 64]);
     }
@@ -357,7 +213,7 @@ fn empty_context_gives_zeros() {
 #[test]
 #[should_panic(expected = "attend: block")]
 fn table_outside_the_buffer_is_refused() {
-    let mut c = Cache::new(KvFormat::F16, 64, 4, 1, 8, 1);
+    let mut c = Cache::one(KvFormat::F16, 64, 4, 1, 8, 1);
     c.table[1] = 1000;
     run(folio_kernels::cpu::isa(), &c, 0, 8, &[1.0; 64], 1);
 }
@@ -503,7 +359,7 @@ fn round_queries_rounds_each_row_to_the_format() {
 fn sinks_join_the_softmax_denominator_on_every_isa() {
     for format in [KvFormat::F16, KvFormat::Q8_0] {
         for (hd, n_ctx, first) in [(64, 40, 0), (64, 40, 9), (80, 33, 0), (64, 1, 0)] {
-            let c = Cache::new(format, hd, 16, 2, n_ctx, (hd + n_ctx + first) as u64);
+            let c = Cache::one(format, hd, 16, 2, n_ctx, (hd + n_ctx + first) as u64);
             let mut r = StdRng::seed_from_u64(11);
             let mut q = rand_vec(3 * hd, &mut r, 1.0);
             round_f16(&mut q);

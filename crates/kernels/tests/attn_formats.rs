@@ -4,25 +4,14 @@
 //! unrotated ones, and every ISA bit-identical to the scalar reference.
 
 use folio_gguf::dequant::{self, KVALUES_IQ4NL};
-use folio_kernels::attn::{self, hadamard, KvFormat, PagedKv, Queries, SumOrder};
+mod common;
+
+use common::{outlier_row, rand_vec, Cache};
+use folio_kernels::attn::{self, hadamard, KvFormat, SumOrder};
 use folio_kernels::Isa;
 use half::f16;
 use rand::rngs::StdRng;
-use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
-
-fn rand_vec(n: usize, r: &mut StdRng, lim: f32) -> Vec<f32> {
-    (0..n).map(|_| r.gen_range(-lim..lim)).collect()
-}
-
-/// Keys like Qwen2's: small values plus a few outlier channels (same channels every row).
-fn outlier_row(hd: usize, r: &mut StdRng) -> Vec<f32> {
-    let mut k = rand_vec(hd, r, 1.0);
-    for c in [3, hd / 2 + 1] {
-        k[c] = 40.0 + r.gen_range(-2.0..2.0);
-    }
-    k
-}
 
 /// Every pair of K and V formats the tests cross.
 fn pairs() -> Vec<(KvFormat, KvFormat)> {
@@ -36,138 +25,6 @@ fn pairs() -> Vec<(KvFormat, KvFormat)> {
         (KvFormat::Bf16, KvFormat::Q8_0),
     ]);
     p
-}
-
-/// One layer buffer of `heads` heads, K in `kf` and V in `vf`, and a shuffled table.
-struct Cache {
-    k: Vec<u8>,
-    v: Vec<u8>,
-    kf: KvFormat,
-    vf: KvFormat,
-    hd: usize,
-    bs: usize,
-    heads: usize,
-    table: Vec<u32>,
-}
-
-impl Cache {
-    #[allow(clippy::too_many_arguments)]
-    fn new(
-        kf: KvFormat,
-        vf: KvFormat,
-        hd: usize,
-        bs: usize,
-        heads: usize,
-        n_ctx: usize,
-        seed: u64,
-        outliers: bool,
-    ) -> Cache {
-        let mut r = StdRng::seed_from_u64(seed);
-        let n_blocks = n_ctx.div_ceil(bs) + 2;
-        let (kr, vr) = (kf.row_bytes(hd), vf.row_bytes(hd));
-        let rows = n_blocks * heads * bs;
-        let (mut k, mut v) = (vec![0u8; rows * kr], vec![0u8; rows * vr]);
-        for i in 0..rows {
-            let krow = if outliers {
-                outlier_row(hd, &mut r)
-            } else {
-                rand_vec(hd, &mut r, 2.0)
-            };
-            let vrow = rand_vec(hd, &mut r, 1.0);
-            attn::store_row_scalar(kf, &krow, &mut k[i * kr..(i + 1) * kr]);
-            attn::store_row_scalar(vf, &vrow, &mut v[i * vr..(i + 1) * vr]);
-        }
-        let mut table: Vec<u32> = (0..n_blocks as u32).collect();
-        table.shuffle(&mut r);
-        Cache {
-            k,
-            v,
-            kf,
-            vf,
-            hd,
-            bs,
-            heads,
-            table,
-        }
-    }
-
-    fn view(&self, head: usize) -> PagedKv<'_> {
-        PagedKv {
-            k: &self.k,
-            v: &self.v,
-            k_format: self.kf,
-            v_format: self.vf,
-            head_dim: self.hd,
-            block_size: self.bs,
-            block_rows: self.heads * self.bs,
-            head_row: head * self.bs,
-        }
-    }
-
-    /// (K, V) of position `j` as written, up to rounding (rotation undone).
-    fn row(&self, head: usize, j: usize) -> (Vec<f32>, Vec<f32>) {
-        let kv = self.view(head);
-        let (b, s) = (self.table[j / self.bs] as usize, j % self.bs);
-        let (ko, vo) = (kv.k_offset(b, s), kv.v_offset(b, s));
-        let (mut k, mut v) = (vec![0.0; self.hd], vec![0.0; self.hd]);
-        attn::load_row_unrotated(self.kf, &self.k[ko..ko + kv.k_row_bytes()], &mut k);
-        attn::load_row_unrotated(self.vf, &self.v[vo..vo + kv.v_row_bytes()], &mut v);
-        (k, v)
-    }
-
-    fn attend(&self, isa: Isa, order: SumOrder, n_ctx: usize, q: &[f32], n_q: usize) -> Vec<f32> {
-        let mut out = vec![f32::NAN; n_q * self.hd];
-        let qs = Queries {
-            q,
-            n: n_q,
-            scale: 1.0 / (self.hd as f32).sqrt(),
-            order,
-            first: 0,
-            softcap: None,
-            sinks: None,
-        };
-        attn::attend_with(
-            isa,
-            &self.view(1),
-            &self.table,
-            n_ctx,
-            &qs,
-            &mut Vec::new(),
-            &mut out,
-        );
-        out
-    }
-
-    /// Attention in f64 over the decoded, unrotated rows.
-    fn plain(&self, n_ctx: usize, q: &[f32], n_q: usize) -> Vec<f32> {
-        let hd = self.hd;
-        let rows: Vec<_> = (0..n_ctx).map(|j| self.row(1, j)).collect();
-        let mut out = vec![0f32; n_q * hd];
-        for g in 0..n_q {
-            let qg = &q[g * hd..(g + 1) * hd];
-            let s: Vec<f64> = rows
-                .iter()
-                .map(|(k, _)| {
-                    qg.iter()
-                        .zip(k)
-                        .map(|(&a, &b)| a as f64 * b as f64)
-                        .sum::<f64>()
-                        / (hd as f64).sqrt()
-                })
-                .collect();
-            let m = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-            let e: Vec<f64> = s.iter().map(|x| (x - m).exp()).collect();
-            let z: f64 = e.iter().sum();
-            for d in 0..hd {
-                out[g * hd + d] = rows
-                    .iter()
-                    .zip(&e)
-                    .map(|((_, v), w)| w / z * v[d] as f64)
-                    .sum::<f64>() as f32;
-            }
-        }
-        out
-    }
 }
 
 fn f16_queries(n: usize, seed: u64) -> Vec<f32> {

@@ -836,6 +836,17 @@ impl ModelConfig {
         }
     }
 
+    /// What one token stores in this model's KV cache (MLA: one latent row per layer, read
+    /// as K and V): the rows [`crate::KvCache`] lays out, in whatever formats.
+    pub fn kv_rows(&self) -> crate::KvRows {
+        crate::KvRows {
+            layers: self.n_layers,
+            kv_heads: self.n_kv_heads,
+            head_dim: self.head_dim,
+            latent: self.mla.is_some(),
+        }
+    }
+
     /// Bytes of K and V per token at `bytes_per_value` (DESIGN.md §requests: k = 2 × layers × kv_heads × head_dim × bytes).
     /// MLA caches one latent row (no V): see [`ModelConfig::kv_bytes_per_token_uncompressed`].
     pub fn kv_bytes_per_token(&self, bytes_per_value: f64) -> f64 {

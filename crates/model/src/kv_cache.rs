@@ -24,7 +24,7 @@
 use crate::kv_layout::KvLayout;
 use folio_kernels::attn::{self, PagedKv};
 
-pub use folio_kernels::attn::{KvFormat, KvFormats, UnsupportedHeadDim};
+pub use folio_kernels::attn::{KvFormat, KvFormats, KvRows, UnsupportedHeadDim};
 
 /// The paged cache of one model: `num_blocks` pages of `block_size` token slots.
 pub struct KvCache {
@@ -125,19 +125,30 @@ impl KvCache {
         }
     }
 
+    /// What one token stores here: the descriptor the engine's pool sizing and `folio
+    /// plan` count with.
+    pub fn rows(&self) -> KvRows {
+        KvRows {
+            layers: self.n_layers,
+            kv_heads: self.n_kv_heads,
+            head_dim: self.head_dim,
+            latent: self.v_is_k,
+        }
+    }
+
     /// Bytes of K+V one token occupies in this cache (all layers and heads).
     pub fn bytes_per_token(&self) -> usize {
-        self.n_layers * self.n_kv_heads * (self.k_row_bytes + self.v_row_bytes)
+        self.rows().bytes_per_token(self.formats) as usize
     }
 
     /// Bytes of K of one token in this cache (all layers and heads).
     pub fn k_bytes_per_token(&self) -> usize {
-        self.n_layers * self.n_kv_heads * self.k_row_bytes
+        self.rows().k_bytes_per_token(self.formats) as usize
     }
 
     /// Bytes of V of one token in this cache (all layers and heads).
     pub fn v_bytes_per_token(&self) -> usize {
-        self.n_layers * self.n_kv_heads * self.v_row_bytes
+        self.rows().v_bytes_per_token(self.formats) as usize
     }
 
     /// Bytes of one (token, head) row of K.

@@ -48,7 +48,7 @@ pub mod weights;
 pub use batch::{ForwardBatch, ForwardOutput, SeqSpan};
 pub use config::{Activation, Arch, ModelConfig, RopeYarn};
 pub use error::ModelError;
-pub use kv_cache::{ImportError, KvCache, KvFormat, KvFormats};
+pub use kv_cache::{ImportError, KvCache, KvFormat, KvFormats, KvRows};
 pub use kv_layout::KvLayout;
 pub use lora::{LoraAdapter, LoraSet};
 pub use model::{AttnPrecision, ForwardStats, Model};

@@ -3,7 +3,10 @@
 //! a tiny synthetic model with quantized KV stay close to f16 KV, copy-on-write copies are
 //! exact, and capacity follows bytes per token.
 
+mod kv_tiny;
+
 use folio_testkit::tiny as common;
+use kv_tiny::{prompt, run, tiny_model, HD, SHAPE, VOCAB};
 
 use common::{build, randn, rel_err, Shape};
 use folio_gguf::{GgmlType, GgufFile};
@@ -11,50 +14,6 @@ use folio_kernels::pool::ThreadPool;
 use folio_model::{AttnPrecision, ForwardBatch, KvCache, KvFormat, KvLayout, Model};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
-
-/// A tiny llama shape with a GQA group of 3, like SmolLM2.
-const SHAPE: Shape = Shape {
-    d: 384,
-    heads: 6,
-    kv_heads: 2,
-    hd: 64,
-    ffn: 512,
-    vocab: 300,
-    layers: 2,
-    ctx: 128,
-};
-const HD: usize = SHAPE.hd;
-const VOCAB: usize = SHAPE.vocab;
-
-/// A tiny model of SHAPE with f32 weights.
-fn tiny_model(seed: u64) -> Model {
-    let f =
-        GgufFile::from_bytes(build(&SHAPE, "llama", GgmlType::F32, seed)).expect("valid tiny gguf");
-    Model::from_gguf(&f).expect("load tiny model")
-}
-
-fn prompt(seed: u64, n: usize) -> Vec<u32> {
-    common::prompt(seed, n, VOCAB)
-}
-
-/// Logits of every position: a 20-token prefill, a 6-token chunk, then 3 decode steps,
-/// through a scattered block table (block size 4).
-fn run(model: &Model, format: KvFormat) -> Vec<Vec<f32>> {
-    let toks = prompt(3, 29);
-    let mut kv = model.new_kv_cache(4, 12, format);
-    let table: Vec<u32> = vec![7, 2, 11, 0, 5, 1, 9, 3];
-    let pool = ThreadPool::global();
-    let mut pos = 0;
-    let mut rows = Vec::new();
-    for len in [20usize, 6, 1, 1, 1] {
-        let mut b = ForwardBatch::new();
-        b.push(&toks[pos..pos + len], pos, table.clone(), len);
-        let logits = model.forward(&b, &mut kv, pool).expect("forward");
-        rows.extend(logits.chunks(VOCAB).map(|r| r.to_vec()));
-        pos += len;
-    }
-    rows
-}
 
 #[test]
 fn quantized_kv_logits_stay_close_to_f16() {

@@ -5,7 +5,10 @@
 //! logits of an unshared cache, and a block exported and imported (the disk tier's
 //! payload) reads back bit for bit.
 
+mod kv_tiny;
+
 use folio_testkit::tiny as common;
+use kv_tiny::{prompt, run, tiny_model, HD, SHAPE, VOCAB};
 
 use common::{build, randn, rel_err, Shape};
 use folio_gguf::{GgmlType, GgufFile};
@@ -14,31 +17,6 @@ use folio_kernels::pool::ThreadPool;
 use folio_model::{ForwardBatch, KvCache, KvFormat, KvFormats, KvLayout, Model};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
-
-/// A tiny llama shape with a GQA group of 3 and head_dim 64 (a power of two, so the
-/// rotated formats apply).
-const SHAPE: Shape = Shape {
-    d: 384,
-    heads: 6,
-    kv_heads: 2,
-    hd: 64,
-    ffn: 512,
-    vocab: 300,
-    layers: 2,
-    ctx: 128,
-};
-const HD: usize = SHAPE.hd;
-const VOCAB: usize = SHAPE.vocab;
-
-fn tiny_model(seed: u64) -> Model {
-    let f =
-        GgufFile::from_bytes(build(&SHAPE, "llama", GgmlType::F32, seed)).expect("valid tiny gguf");
-    Model::from_gguf(&f).expect("load tiny model")
-}
-
-fn prompt(seed: u64, n: usize) -> Vec<u32> {
-    common::prompt(seed, n, VOCAB)
-}
 
 fn pair(k: KvFormat, v: KvFormat) -> KvFormats {
     KvFormats { k, v }
@@ -54,25 +32,6 @@ fn configs() -> Vec<KvFormats> {
         pair(KvFormat::F16, KvFormat::Q8_0),
     ]);
     c
-}
-
-/// Logits of every position: a 20-token prefill, a 6-token chunk, then 3 decode steps,
-/// through a scattered block table (block size 4).
-fn run(model: &Model, formats: KvFormats) -> Vec<Vec<f32>> {
-    let toks = prompt(3, 29);
-    let mut kv = model.new_kv_cache(4, 12, formats);
-    let table: Vec<u32> = vec![7, 2, 11, 0, 5, 1, 9, 3];
-    let pool = ThreadPool::global();
-    let mut pos = 0;
-    let mut rows = Vec::new();
-    for len in [20usize, 6, 1, 1, 1] {
-        let mut b = ForwardBatch::new();
-        b.push(&toks[pos..pos + len], pos, table.clone(), len);
-        let logits = model.forward(&b, &mut kv, pool).expect("forward");
-        rows.extend(logits.chunks(VOCAB).map(|r| r.to_vec()));
-        pos += len;
-    }
-    rows
 }
 
 #[test]

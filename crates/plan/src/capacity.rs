@@ -8,7 +8,7 @@ use crate::error::{at_least_one, Result};
 use crate::model::ModelProfile;
 use crate::table::Table;
 use crate::units::{fx, gib, group, mib, round_up, GIB};
-use folio_gguf::KvFormat;
+use folio_gguf::KvFormats;
 
 /// A request's shape: prompt tokens and output tokens.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -62,11 +62,15 @@ pub struct SharedRow {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CapacityReport {
     pub model: String,
-    pub format: KvFormat,
+    pub format: KvFormats,
     pub block: u64,
     pub budget_bytes: u64,
     /// `k = 2 × layers × kv_heads × head_dim × bytes per value` (MLA: the latent row).
     pub bytes_per_token: u64,
+    /// K's part of `bytes_per_token` (MLA: the whole latent row).
+    pub k_bytes_per_token: u64,
+    /// V's part of `bytes_per_token` (MLA: 0, values are read from the latent row).
+    pub v_bytes_per_token: u64,
     /// MLA: the bytes per token of the decompressed K and V it saves against.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub uncompressed_bytes_per_token: Option<u64>,
@@ -96,7 +100,7 @@ fn row(label: &str, s: Shape, k: u64, block: u64, budget: u64) -> CapacityRow {
 /// `M_KV = shared + private·b` for `batch` requests sharing `prefix` prompt tokens.
 pub fn shared(
     model: &ModelProfile,
-    format: KvFormat,
+    format: KvFormats,
     s: Shape,
     prefix: u64,
     batch: u64,
@@ -125,7 +129,7 @@ pub fn shared(
 /// Capacity of each shape (and optionally a shared-prefix batch) in `budget` bytes of KV.
 pub fn capacity(
     model: &ModelProfile,
-    format: KvFormat,
+    format: impl Into<KvFormats>,
     shapes: &[(&str, Shape)],
     block: u64,
     budget: u64,
@@ -136,6 +140,7 @@ pub fn capacity(
         at_least_one("input tokens", s.input)?;
         at_least_one("output tokens", s.output)?;
     }
+    let format = format.into();
     let k = model.kv_bytes_per_token_in(format);
     Ok(CapacityReport {
         model: model.name.clone(),
@@ -143,6 +148,8 @@ pub fn capacity(
         block,
         budget_bytes: budget,
         bytes_per_token: k,
+        k_bytes_per_token: model.kv_k_bytes_per_token_in(format),
+        v_bytes_per_token: model.kv_v_bytes_per_token_in(format),
         uncompressed_bytes_per_token: model
             .mla
             .as_ref()
@@ -159,9 +166,11 @@ impl CapacityReport {
     pub fn tables(&self) -> Vec<Table> {
         let mut t = Table::new(
             format!(
-                "KV capacity: {} {} KV, {} B = {} KiB per token{}, {} GiB budget, {}-token blocks",
+                "KV capacity: {} {} KV, K {} B + V {} B = {} B = {} KiB per token{}, {} GiB budget, {}-token blocks",
                 self.model,
                 self.format.name(),
+                group(self.k_bytes_per_token),
+                group(self.v_bytes_per_token),
                 group(self.bytes_per_token),
                 fx(self.bytes_per_token as f64 / 1024.0, 2),
                 // MLA: the latent row against the decompressed K and V.
@@ -503,7 +512,7 @@ pub struct Window {
 /// The window table for `contexts`, or `None` for a model without window layers.
 pub fn window(
     model: &ModelProfile,
-    format: KvFormat,
+    format: KvFormats,
     contexts: &[u64],
     block: u64,
 ) -> Option<Window> {
@@ -569,6 +578,7 @@ impl Window {
 mod window_tests {
     use super::*;
     use crate::model::ModelProfile;
+    use folio_gguf::KvFormat;
 
     #[test]
     fn gemma3_270m_window_layers_hold_at_most_their_window() {
@@ -581,7 +591,7 @@ mod window_tests {
         m.layers = 18;
         m.kv_heads = 1;
         m.head_dim = 256;
-        let w = window(&m, KvFormat::F16, &[100, 4000], 16).expect("window model");
+        let w = window(&m, KvFormat::F16.into(), &[100, 4000], 16).expect("window model");
         let per_layer = 2 * 256 * 2; // K and V, f16
                                      // 100 tokens: the window is not yet reached, nothing is saved.
         assert_eq!(w.rows[0].all_global_bytes, 112 * per_layer * 18);
@@ -590,6 +600,6 @@ mod window_tests {
         assert_eq!(w.rows[1].all_global_bytes, 4000 * per_layer * 18);
         assert_eq!(w.rows[1].windowed_bytes, (4000 * 3 + 528 * 15) * per_layer);
         m.sliding_window = 0;
-        assert!(window(&m, KvFormat::F16, &[4000], 16).is_none());
+        assert!(window(&m, KvFormat::F16.into(), &[4000], 16).is_none());
     }
 }

@@ -12,6 +12,7 @@
 //!   measured machine profile JSON), [`KvFormat`] (KV formats, from folio-gguf), [`efficiency`] (the reference efficiency table's
 //!   measured rounds and MFU, and interpolation over them).
 //! - analyses: [`capacity`] (KV per token/request, capacity, sharing, paging, branches, LoRA),
+//!   [`kv_fit`] (every KV format's bytes per token and requests of a context in the pool),
 //!   [`roofline`] (`d(b,L)`, `b_KV`, bounds, MBU/MFU), [`schedule`] (folio-core's scheduler
 //!   through its simulator), [`cache`] (`V_h`), [`compress`], [`offload`], [`spec`], [`desk`],
 //!   [`serving`] (Little, goodput, Amdahl, cost), [`machine`] (predictions on a measured machine).
@@ -24,6 +25,7 @@ pub mod desk;
 pub mod efficiency;
 pub mod error;
 pub mod hardware;
+pub mod kv_fit;
 pub mod machine;
 pub mod model;
 pub mod offload;
@@ -37,7 +39,7 @@ pub mod units;
 
 pub use error::{PlanError, Result};
 /// The KV storage format, shared with the kernels (its sizes are ggml's block sizes).
-pub use folio_gguf::KvFormat;
+pub use folio_gguf::{KvFormat, KvFormats};
 pub use hardware::{HardwareProfile, MachineProfile, RoundFit};
 pub use model::ModelProfile;
 pub use sections::{render, render_json, run_all, run_section, PlanInput, Section, SectionOutput};

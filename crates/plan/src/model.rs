@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::error::{PlanError, Result};
-use folio_gguf::KvFormat;
+use folio_gguf::{KvFormat, KvFormats, KvRows};
 
 /// A weight file of the model in some format (used by the unified-memory fit check).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -182,14 +182,54 @@ impl ModelProfile {
         }
     }
 
-    /// The uncompressed form's KV bytes per token in `format`.
-    pub fn kv_bytes_per_token_uncompressed_in(&self, format: KvFormat) -> u64 {
-        format.bytes_for(self.kv_values_per_token_uncompressed())
+    /// What one token stores in folio's cache: `layers × kv_heads` rows of `head_dim`, or
+    /// MLA's one latent row of `kv_lora_rank + rope_dim` per layer (read as K and V).
+    pub fn kv_rows(&self) -> KvRows {
+        match &self.mla {
+            Some(m) => KvRows {
+                layers: self.layers as usize,
+                kv_heads: 1,
+                head_dim: (m.kv_lora_rank + m.rope_dim) as usize,
+                latent: true,
+            },
+            None => KvRows {
+                layers: self.layers as usize,
+                kv_heads: self.kv_heads as usize,
+                head_dim: self.head_dim as usize,
+                latent: false,
+            },
+        }
     }
 
-    /// `k`: KV bytes per token in `format`.
-    pub fn kv_bytes_per_token_in(&self, format: KvFormat) -> u64 {
-        format.bytes_for(self.kv_values_per_token())
+    /// The uncompressed form's KV bytes per token in `format`: MLA's every head's K in K's
+    /// format and V in V's.
+    pub fn kv_bytes_per_token_uncompressed_in(&self, format: impl Into<KvFormats>) -> u64 {
+        let f = format.into();
+        match &self.mla {
+            Some(m) => {
+                self.layers
+                    * self.heads
+                    * (f.k.row_bytes(m.qk_head_dim as usize) + f.v.row_bytes(m.v_head_dim as usize))
+                        as u64
+            }
+            None => self.kv_bytes_per_token_in(f),
+        }
+    }
+
+    /// `k`: KV bytes per token in `format` (a format or K and V apart), the bytes the
+    /// engine's cache allocates ([`KvRows`]: rows padded to whole groups).
+    pub fn kv_bytes_per_token_in(&self, format: impl Into<KvFormats>) -> u64 {
+        self.kv_rows().bytes_per_token(format.into())
+    }
+
+    /// K's part of [`ModelProfile::kv_bytes_per_token_in`] (MLA: the whole latent row).
+    pub fn kv_k_bytes_per_token_in(&self, format: impl Into<KvFormats>) -> u64 {
+        self.kv_rows().k_bytes_per_token(format.into())
+    }
+
+    /// V's part of [`ModelProfile::kv_bytes_per_token_in`] (MLA: 0, V is read from K).
+    pub fn kv_v_bytes_per_token_in(&self, format: impl Into<KvFormats>) -> u64 {
+        self.kv_rows().v_bytes_per_token(format.into())
     }
 
     /// `k` in the profile's own KV format.

@@ -18,7 +18,7 @@ use crate::schedule::{reference_modes, reference_workload, schedule, Mode, WorkI
 use crate::spec::{draft_length, draft_sources, payback, spec_row, DraftCost, Spec};
 use crate::table::Table;
 use crate::units::{GB, MIB};
-use folio_gguf::KvFormat;
+use folio_gguf::{KvFormat, KvFormats};
 
 /// A section of the plan.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -98,7 +98,10 @@ pub struct PlanInput {
     pub batch: Option<u64>,
     pub shared_prefix: Option<u64>,
     pub kv_budget_bytes: Option<u64>,
-    pub kv_format: Option<KvFormat>,
+    /// K's and V's formats (default: the model profile's, both sides).
+    pub kv_format: Option<KvFormats>,
+    /// Tokens of KV a request holds at its longest, for the formats' fit table (default 8,192).
+    pub context: Option<u64>,
     pub block: u64,
     pub deadline_s: Option<f64>,
     pub hit_rate: f64,
@@ -131,6 +134,7 @@ impl PlanInput {
             shared_prefix: None,
             kv_budget_bytes: None,
             kv_format: None,
+            context: None,
             block: 16,
             deadline_s: None,
             hit_rate: 0.5,
@@ -155,8 +159,8 @@ impl PlanInput {
         self.kv_budget_bytes.unwrap_or(12 << 30)
     }
 
-    fn format(&self) -> KvFormat {
-        self.kv_format.unwrap_or(self.model.kv_format)
+    fn format(&self) -> KvFormats {
+        self.kv_format.unwrap_or(self.model.kv_format.into())
     }
 
     fn out(&self) -> u64 {
@@ -267,10 +271,18 @@ pub fn run_section(section: Section, p: &PlanInput) -> Result<SectionOutput> {
                 .collect();
             let win = capacity::window(&p.model, p.format(), &contexts, p.block);
             t.extend(win.as_ref().map(|w| w.table()));
+            let fit = crate::kv_fit::kv_fit(
+                &p.model,
+                p.format(),
+                p.context.unwrap_or(8192),
+                p.block,
+                p.budget(),
+            )?;
+            t.push(fit.table());
             t.extend(sharing_tables(&pages, &br, &lo));
             (
                 t,
-                serde_json::json!({"capacity": json(&cap), "window": json(&win), "paging": json(&pages), "branches": json(&br), "lora": json(&lo)}),
+                serde_json::json!({"capacity": json(&cap), "kv_fit": json(&fit), "window": json(&win), "paging": json(&pages), "branches": json(&br), "lora": json(&lo)}),
             )
         }
         Section::Roofline => {

@@ -65,9 +65,24 @@ fn desk_for_a_user_workload() {
 #[test]
 fn kv_format_flag_changes_capacity() {
     let mut p = PlanInput::reference();
-    p.kv_format = Some(KvFormat::Q8_0);
+    p.kv_format = Some(KvFormat::Q8_0.into());
     let out = run_section(Section::Capacity, &p).unwrap();
     assert_eq!(out.data["capacity"]["bytes_per_token"], 78_336);
+    // K and V apart: Qwen3-8B's 36 layers × 8 KV heads, K rows of 136 B (q8_0), V of 72 (q4h).
+    p.kv_format = Some(folio_plan::KvFormats {
+        k: KvFormat::Q8_0,
+        v: KvFormat::Q4h,
+    });
+    p.context = Some(8192);
+    let out = run_section(Section::Capacity, &p).unwrap();
+    let cap = &out.data["capacity"];
+    assert_eq!(
+        (&cap["k_bytes_per_token"], &cap["v_bytes_per_token"], &cap["bytes_per_token"]),
+        (&serde_json::json!(39_168), &serde_json::json!(20_736), &serde_json::json!(59_904))
+    );
+    // 12 GiB / (16 · 59,904) = 13,443 blocks; an 8K request holds 512: 26 fit.
+    let fit = out.data["kv_fit"]["rows"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!((&fit["pool_blocks"], &fit["requests"]), (&serde_json::json!(13_443), &serde_json::json!(26)));
 }
 
 #[test]

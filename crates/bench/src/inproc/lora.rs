@@ -80,7 +80,7 @@ pub fn run(
                 *b,
                 256,
                 steps,
-                folio_model::KvFormat::F16,
+                folio_model::KvFormat::F16.into(),
                 &|s| (n > 0).then(|| sets[s % n].clone()),
             )?;
             times.push(p.round_s);

@@ -16,13 +16,15 @@
 use crate::error::Result;
 use crate::profile::rounds::tokens;
 use folio_kernels::pool::ThreadPool;
-use folio_model::{ForwardBatch, KvFormat, Model};
+use folio_model::{ForwardBatch, KvFormats, Model};
 use serde::Serialize;
 use std::time::Instant;
 
 #[derive(Serialize)]
 pub struct Row {
     pub test: String,
+    /// The KV formats of the row's cache (`q8_0`, or `q8_0:q4h` with K and V apart).
+    pub kv_format: String,
     pub batch: usize,
     pub context: usize,
     pub tokens: usize,
@@ -57,7 +59,7 @@ fn best_of<F: FnMut() -> Result<f64>>(reps: usize, mut f: F) -> Result<f64> {
     Ok(best)
 }
 
-pub fn prefill(model: &Model, n: usize, reps: usize, format: KvFormat) -> Result<f64> {
+pub fn prefill(model: &Model, n: usize, reps: usize, format: KvFormats) -> Result<f64> {
     let pool = ThreadPool::global();
     let blocks = n.div_ceil(BLOCK);
     let mut kv = model.new_kv_cache(BLOCK, blocks, format);
@@ -73,7 +75,7 @@ pub fn prefill(model: &Model, n: usize, reps: usize, format: KvFormat) -> Result
 
 /// Seconds for `steps` greedy decode steps of one sequence from an empty cache (tg, as
 /// llama-bench measures it).
-pub fn tg(model: &Model, steps: usize, format: KvFormat) -> Result<f64> {
+pub fn tg(model: &Model, steps: usize, format: KvFormats) -> Result<f64> {
     let pool = ThreadPool::global();
     let blocks = (steps + 1).div_ceil(BLOCK);
     let mut kv = model.new_kv_cache(BLOCK, blocks, format);
@@ -115,7 +117,7 @@ pub fn run(
     batches: &[usize],
     context: usize,
     decode_only: bool,
-    format: KvFormat,
+    formats: &[KvFormats],
 ) -> Result<Report> {
     let threads = ThreadPool::global().n_threads();
     let dram = crate::profile::probe::read_bandwidth(PROBE_BYTES, threads, 3);
@@ -133,11 +135,18 @@ pub fn run(
     let kernel = folio_kernels::cpu::matmul_path(folio_kernels::cpu::isa()).to_string();
     let dense_wb = model.weights.bytes_per_step();
     let mut rows = Vec::new();
-    let row = |test: &str, batch, context, tokens: usize, seconds: f64, steps: usize| {
+    let row = |test: &str,
+               format: KvFormats,
+               batch,
+               context,
+               tokens: usize,
+               seconds: f64,
+               steps: usize| {
         let moe = model.moe_stats();
         let wb = moe.as_ref().map_or(dense_wb, |m| m.last_step_weight_bytes);
         Row {
             test: test.into(),
+            kv_format: kv_label(format),
             batch,
             context,
             tokens,
@@ -155,42 +164,50 @@ pub fn run(
         }
     };
     let reps = if quick { 1 } else { 3 };
-    if !decode_only {
-        let s = prefill(model, 512, reps, format)?;
-        rows.push(row("pp512", 1, 0, 512, s, 1));
-        let n_tg = if quick { 32 } else { 128 };
-        let s = best_of(reps.min(2), || tg(model, n_tg, format))?;
-        rows.push(row(&format!("tg{n_tg}"), 1, 0, n_tg, s, n_tg));
+    for &format in formats {
+        if !decode_only {
+            let s = prefill(model, 512, reps, format)?;
+            rows.push(row("pp512", format, 1, 0, 512, s, 1));
+            let n_tg = if quick { 32 } else { 128 };
+            let s = best_of(reps.min(2), || tg(model, n_tg, format))?;
+            rows.push(row(&format!("tg{n_tg}"), format, 1, 0, n_tg, s, n_tg));
+        }
+        // Batched rows: the same measurement as `folio profile` (median round of `steps`
+        // rounds at a fixed context, 256 tokens unless asked), so the two commands agree by
+        // method.
+        let steps = if quick { 8 } else { 32 };
+        for &b in batches {
+            let p = crate::profile::rounds::decode_round(
+                model,
+                ThreadPool::global(),
+                b,
+                context,
+                steps,
+                format,
+                &|_| None,
+            )?;
+            rows.push(row(
+                "decode",
+                format,
+                b,
+                context,
+                b * steps,
+                p.round_s * steps as f64,
+                steps,
+            ));
+        }
     }
-    // Batched rows: the same measurement as `folio profile` (median round of `steps`
-    // rounds at a fixed context, 256 tokens unless asked), so the two commands agree by
-    // method.
-    let steps = if quick { 8 } else { 32 };
-    for &b in batches {
-        let p = crate::profile::rounds::decode_round(
-            model,
-            ThreadPool::global(),
-            b,
-            context,
-            steps,
-            format,
-            &|_| None,
-        )?;
-        rows.push(row(
-            "decode",
-            b,
-            context,
-            b * steps,
-            p.round_s * steps as f64,
-            steps,
-        ));
-    }
-    let base = rows
+    // Each format's decode rows against its own batch-1 row.
+    let base: Vec<(String, f64)> = rows
         .iter()
-        .find(|r| r.test == "decode" && r.batch == 1)
-        .map(|r| r.tok_s);
+        .filter(|r| r.test == "decode" && r.batch == 1)
+        .map(|r| (r.kv_format.clone(), r.tok_s))
+        .collect();
     for r in rows.iter_mut().filter(|r| r.test == "decode") {
-        r.vs_batch_1 = base.map(|b| r.tok_s / b);
+        r.vs_batch_1 = base
+            .iter()
+            .find(|(f, _)| *f == r.kv_format)
+            .map(|(_, b)| r.tok_s / b);
     }
     Ok(Report {
         dram_gb_s,
@@ -199,6 +216,15 @@ pub fn run(
         macs_per_token,
         rows,
     })
+}
+
+/// `q8_0`, or `q8_0:q4h` when K and V differ (no comma: `--kv-format` is a comma list).
+pub fn kv_label(f: KvFormats) -> String {
+    if f.k == f.v {
+        f.k.name().to_string()
+    } else {
+        format!("{}:{}", f.k.name(), f.v.name())
+    }
 }
 
 pub fn print_table(report: &Report) {
@@ -220,8 +246,9 @@ pub fn print_table(report: &Report) {
     }
     let rows = &report.rows;
     println!(
-        "{:<8} {:>5} {:>7} {:>7} {:>9} {:>10} {:>12} {:>9} {:>5} {:>5} {:>6}  kernel",
+        "{:<8} {:<10} {:>5} {:>7} {:>7} {:>9} {:>10} {:>12} {:>9} {:>5} {:>5} {:>6}  kernel",
         "test",
+        "kv",
         "batch",
         "context",
         "tokens",
@@ -239,8 +266,9 @@ pub fn print_table(report: &Report) {
             .mfu
             .map_or("-".to_string(), |x| format!("{:.0}%", x * 100.0));
         println!(
-            "{:<8} {:>5} {:>7} {:>7} {:>9.3} {:>10.1} {:>12.1} {:>9.1} {:>4.0}% {:>5} {:>6}  {}",
+            "{:<8} {:<10} {:>5} {:>7} {:>7} {:>9.3} {:>10.1} {:>12.1} {:>9.1} {:>4.0}% {:>5} {:>6}  {}",
             r.test,
+            r.kv_format,
             r.batch,
             r.context,
             r.tokens,

@@ -8,7 +8,7 @@
 
 use crate::error::Result;
 use folio_kernels::pool::ThreadPool;
-use folio_model::{ForwardBatch, KvFormat, Model};
+use folio_model::{ForwardBatch, KvFormat, KvFormats, Model};
 use serde::{Deserialize, Serialize};
 use std::time::Instant;
 
@@ -80,7 +80,7 @@ pub fn decode_round(
     batch: usize,
     context: usize,
     steps: usize,
-    format: KvFormat,
+    format: KvFormats,
     lora: &dyn Fn(usize) -> Option<folio_model::LoraSet>,
 ) -> Result<DecodePoint> {
     let steps = steps.max(1);

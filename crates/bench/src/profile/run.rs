@@ -144,7 +144,7 @@ pub fn run(
                 b,
                 c,
                 steps_for(b, c, opts.quick),
-                KvFormat::F16,
+                KvFormat::F16.into(),
                 &|_| None,
             )?;
             log(&format!(

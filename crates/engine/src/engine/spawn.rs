@@ -9,10 +9,10 @@ use crate::constraint::Grammars;
 use crate::tier::DiskTier;
 use crate::EngineConfig;
 use folio_core::cost::StepCurve;
-use folio_core::kv::{KvConfig, WindowKv};
-use folio_core::{Scheduler, SchedulerConfig};
+use crate::kv_pool::KvPool;
+use folio_core::Scheduler;
 use folio_kernels::pool::ThreadPool;
-use folio_model::{KvLayout, Model};
+use folio_model::Model;
 use folio_tokenizer::Tokenizer;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering::Relaxed;
@@ -77,26 +77,13 @@ pub fn spawn_engine_with_draft(
         }
     }
     let c = &model.config;
-    // Sliding-window layers get their own page groups, released behind the window
-    // (folio_core::kv::window), unless the second tier is on: it spills whole pages of one
-    // chain hash, and a hybrid block spans several pages.
-    let layout = match (model.hybrid_kv_layout(), &cfg.kv_disk_dir) {
-        (Some(l), None) => l,
-        (Some(_), Some(_)) => {
-            tracing::info!("kv: the disk tier keeps sliding-window layers' KV whole");
-            KvLayout::single(c.n_layers)
-        }
-        (None, _) => KvLayout::single(c.n_layers),
-    };
     // A rotated format needs a power-of-two head_dim (refused here, naming it).
     cfg.kv_format.check_head_dim(c.head_dim)?;
     if let Some(d) = &draft {
         cfg.kv_format.check_head_dim(d.config.head_dim)?;
     }
-    let bytes_per_token = c.kv_bytes_per_token(cfg.kv_format.bytes_per_value());
-    let block_bytes =
-        bytes_per_token * cfg.block_size as f64 * layout.slots() as f64 / c.n_layers as f64;
-    let num_blocks = (cfg.kv_cache_bytes as f64 / block_bytes).floor() as usize;
+    let pool = KvPool::new(&model, &cfg);
+    let (layout, block_bytes, num_blocks) = (pool.layout.clone(), pool.block_bytes, pool.num_blocks);
     if num_blocks < 2 {
         return Err(SpawnError::KvTooSmall {
             bytes: cfg.kv_cache_bytes as u64,
@@ -125,30 +112,7 @@ pub fn spawn_engine_with_draft(
     let salt = folio_core::kv::fnv1a(
         format!("{model_id}\0{}\0{numerics}", cfg.kv_format.name()).as_bytes(),
     );
-    let sched_cfg = SchedulerConfig {
-        policy: cfg.policy,
-        token_budget: cfg.token_budget,
-        max_chunk: cfg.max_chunk,
-        max_running: cfg.max_running,
-        reservation: cfg.reservation,
-        kv: KvConfig {
-            num_blocks,
-            block_size: cfg.block_size,
-            prefix_cache: cfg.prefix_cache,
-            eviction: cfg.eviction,
-            salt,
-            // Block values use the measured step and tier costs (`Engine::learn_costs`,
-            // from the first step on; the tier's from its probe at open, below).
-            window: (layout.n_groups() > 1).then(|| WindowKv {
-                tokens: match (cfg.swa_full, c.sliding_window) {
-                    (false, Some(w)) => w,
-                    _ => usize::MAX,
-                },
-                pages: layout.window_pages(),
-            }),
-            ..KvConfig::default()
-        },
-    };
+    let sched_cfg = pool.scheduler_config(&model, &cfg, salt);
     let mut sched = Scheduler::new(sched_cfg)?;
     sched.kv_mut().enable_events(cfg.kv_events.is_some());
     let kv = model.new_kv_cache_with(layout, cfg.block_size, num_blocks, cfg.kv_format);

@@ -40,7 +40,7 @@ mod x86_f16;
 #[cfg(target_arch = "x86_64")]
 pub(crate) use x86::expf_512;
 
-pub use folio_gguf::{KvFormats, UnsupportedHeadDim};
+pub use folio_gguf::{KvFormats, KvRows, UnsupportedHeadDim};
 pub use format::{load_row_scalar, load_row_unrotated, store_row_scalar, KvFormat, GROUP};
 pub use lanes::{expf_ggml, reduce16, softmax_lanes, softmax_lanes_sink, LANES};
 
