@@ -517,3 +517,149 @@ proptest! {
         check(&c, n, &ThreadPool::new(2));
     }
 }
+
+/// ggml's `quantize_row_q8_K_ref` of one 256-value block: (qs, bsums, d).
+fn q8k_ref(x: &[f32]) -> ([i32; 256], [i32; 16], f32) {
+    let (mut max, mut amax) = (0f32, 0f32);
+    for &v in x {
+        if v.abs() > amax {
+            amax = v.abs();
+            max = v;
+        }
+    }
+    let mut qs = [0i32; 256];
+    if amax == 0.0 {
+        return (qs, [0; 16], 0.0);
+    }
+    let iscale = -127.0f32 / max;
+    for (q, &v) in qs.iter_mut().zip(x) {
+        *q = ((iscale * v).round_ties_even() as i32).min(127);
+    }
+    let mut bs = [0i32; 16];
+    for (j, b) in bs.iter_mut().enumerate() {
+        *b = qs[16 * j..16 * j + 16].iter().sum();
+    }
+    (qs, bs, 1.0 / iscale)
+}
+
+/// ggml's x86 `ggml_vec_dot_q6_K_q8_K` / `ggml_vec_dot_q5_K_q8_K` (AVX2 branch) on the
+/// GGUF bytes of one row, lane by lane, decoded as ggml's `dequantize_row_*` reads them.
+fn ggml_k_dot(ty: WeightType, row: &[u8], x: &[f32]) -> f32 {
+    let h16 = |b: &[u8], i: usize| f16::from_le_bytes([b[i], b[i + 1]]).to_f32();
+    let mut acc = [0f32; 8];
+    let mut summs = 0f32;
+    let bytes = if ty == WeightType::Q6_K { 210 } else { 176 };
+    for (b, xs) in row.chunks_exact(bytes).zip(x.chunks_exact(256)) {
+        let (qs, bs, yd) = q8k_ref(xs);
+        let mut q = [0i32; 256];
+        let mut s16 = [0i32; 16];
+        let mut off = 0;
+        let d;
+        if ty == WeightType::Q6_K {
+            let (ql, qh, sc) = (&b[0..128], &b[128..192], &b[192..208]);
+            d = h16(b, 208);
+            for n in 0..2 {
+                let (ql, qh) = (&ql[64 * n..], &qh[32 * n..]);
+                for l in 0..32 {
+                    let v = 128 * n + l;
+                    q[v] = ((ql[l] & 15) | ((qh[l] & 3) << 4)) as i32;
+                    q[v + 32] = ((ql[l + 32] & 15) | (((qh[l] >> 2) & 3) << 4)) as i32;
+                    q[v + 64] = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) as i32;
+                    q[v + 96] = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) as i32;
+                }
+            }
+            for i in 0..16 {
+                s16[i] = sc[i] as i8 as i32;
+            }
+            off = 32;
+        } else {
+            d = h16(b, 0);
+            let dmin = h16(b, 2);
+            let (sc, qh, ql) = (&b[4..16], &b[16..48], &b[48..176]);
+            let sm = |j: usize| -> (i32, i32) {
+                if j < 4 {
+                    ((sc[j] & 63) as i32, (sc[j + 4] & 63) as i32)
+                } else {
+                    (
+                        ((sc[j + 4] & 15) | ((sc[j - 4] >> 6) << 4)) as i32,
+                        ((sc[j + 4] >> 4) | ((sc[j] >> 6) << 4)) as i32,
+                    )
+                }
+            };
+            let mut isum = 0;
+            for j in 0..8 {
+                let (s, m) = sm(j);
+                s16[2 * j] = s;
+                s16[2 * j + 1] = s;
+                isum += m * (bs[2 * j] + bs[2 * j + 1]);
+            }
+            for j in 0..4 {
+                for l in 0..32 {
+                    let h = qh[l] >> (2 * j);
+                    q[64 * j + l] = ((ql[32 * j + l] & 15) | ((h & 1) << 4)) as i32;
+                    q[64 * j + 32 + l] = ((ql[32 * j + l] >> 4) | (((h >> 1) & 1) << 4)) as i32;
+                }
+            }
+            summs = (-yd * dmin).mul_add(isum as f32, summs);
+        }
+        let dd = yd * d;
+        for l in 0..8 {
+            let mut s = 0i32;
+            for c in 0..8 {
+                for t in 0..4 {
+                    let k = 32 * c + 4 * l + t;
+                    s += s16[k / 16] * q[k] * qs[k];
+                }
+            }
+            s -= off * (bs[2 * l] * s16[2 * l] + bs[2 * l + 1] * s16[2 * l + 1]);
+            acc[l] = dd.mul_add(s as f32, acc[l]);
+        }
+    }
+    let h = ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+    if ty == WeightType::Q5_K {
+        h + summs
+    } else {
+        h
+    }
+}
+
+/// `--numerics llama` on Q5_K/Q6_K: every output equals ggml's x86 dot product on the GGUF
+/// bytes (written here from ggml's code, independent of the crate's decoder), for every
+/// ISA, several row and batch counts; the default numerics is untouched by the switch.
+#[test]
+fn k_quants_under_ggml_sums_equal_ggmls_dot_product() {
+    let pool = ThreadPool::new(3);
+    for ty in [WeightType::Q5_K, WeightType::Q6_K] {
+        for (rows, cols) in [(1, 256), (17, 512), (40, 768)] {
+            let mut rng = StdRng::seed_from_u64(rows as u64);
+            let raw = random_raw(ty, rows, cols, &mut rng);
+            let mut m = QMatrix::from_ggml(ty, rows, cols, &raw).expect("valid");
+            let row_bytes = raw.len() / rows;
+            for n in [1, 4, 9] {
+                let x = random_x(n, cols, n as u64);
+                let mut block = vec![0f32; n * rows];
+                m.matmul(&x, n, &mut block, &pool);
+                m.set_sums(Sums::Ggml);
+                for isa in Isa::available() {
+                    let mut got = vec![f32::NAN; n * rows];
+                    m.matmul_with(isa, &x, n, &mut got, &pool);
+                    for b in 0..n {
+                        for r in 0..rows {
+                            let want = ggml_k_dot(
+                                ty,
+                                &raw[r * row_bytes..(r + 1) * row_bytes],
+                                &x[b * cols..(b + 1) * cols],
+                            );
+                            let g = got[b * rows + r];
+                            assert_eq!(g.to_bits(), want.to_bits(), "{ty:?} {isa:?} {rows}x{cols} n={n} b={b} r={r}: {g} vs {want}");
+                        }
+                    }
+                }
+                m.set_sums(Sums::Block);
+                let mut again = vec![0f32; n * rows];
+                m.matmul(&x, n, &mut again, &pool);
+                assert_eq!(block, again, "{ty:?}: Block numerics changed by the switch");
+            }
+        }
+    }
+}

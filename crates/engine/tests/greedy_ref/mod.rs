@@ -142,6 +142,19 @@ pub fn check_model(
     model: &Model,
     lora: Option<&folio_model::LoraSet>,
 ) {
+    check_model_with(label, reference, f, model, lora, None)
+}
+
+/// [`check_model`], or with `exact = Some(tol)`: no parting at all (no near-tie allowance)
+/// and every top-5 log-probability (relative to the top-1) within `tol` of llama.cpp's.
+pub fn check_model_with(
+    label: &str,
+    reference: &str,
+    f: &GgufFile,
+    model: &Model,
+    lora: Option<&folio_model::LoraSet>,
+    exact: Option<f64>,
+) {
     let tok = Tokenizer::from_gguf(f).expect("tokenizer");
     let data: Value = serde_json::from_str(reference).expect("json");
     let eog = tok.eog_ids().to_vec();
@@ -173,6 +186,13 @@ pub fn check_model(
                     dev = dev.max(((lps[s][id] - lps[s][id0]) - (lp - lp0)).abs());
                 }
             }
+            if let Some(tol) = exact {
+                if dev > tol {
+                    failures.push(format!(
+                        "{label} {name} {kind}: top-5 log-prob deviation {dev:.6} > {tol}"
+                    ));
+                }
+            }
             let Some(step) = parted else {
                 eprintln!(
                     "{label} {name} {kind}: all {} tokens identical (top-5 log-prob deviation <= {dev:.3})",
@@ -188,7 +208,7 @@ pub fn check_model(
             );
             eprintln!("{line}");
             let past_end = mask && step >= natural_len;
-            if gap >= NEAR_TIE && !past_end {
+            if exact.is_some() || (gap >= NEAR_TIE && !past_end) {
                 failures.push(line);
             }
         }

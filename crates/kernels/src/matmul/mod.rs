@@ -25,6 +25,7 @@
 
 mod dense;
 mod ggml;
+mod ggml_k;
 mod kernel;
 mod packed;
 mod sb_format;
@@ -251,6 +252,8 @@ pub struct QMatrix {
     data: Storage,
     /// Accumulation form of the quantized kernels.
     sums: Sums,
+    /// Q5_K/Q6_K rows decoded for llama.cpp's arithmetic, while `sums` is `Ggml`.
+    ggml_k: Option<ggml_k::KRows>,
 }
 
 thread_local! {
@@ -355,16 +358,25 @@ impl QMatrix {
             cols,
             data,
             sums: Sums::default(),
+            ggml_k: None,
         })
     }
 
     /// How the quantized kernels accumulate (see [`Sums`]); dense matrices ignore it.
     pub fn set_sums(&mut self, sums: Sums) {
         self.sums = sums;
-        if let Storage::Stack(parts) = &mut self.data {
-            for (_, m) in parts {
-                m.set_sums(sums);
+        match &mut self.data {
+            Storage::Stack(parts) => {
+                for (_, m) in parts {
+                    m.set_sums(sums);
+                }
             }
+            Storage::Super(p) if sums == Sums::Ggml && ggml_k::KRows::covers(p.ty) => {
+                if self.ggml_k.is_none() {
+                    self.ggml_k = Some(ggml_k::KRows::build(p, self.rows));
+                }
+            }
+            _ => self.ggml_k = None,
         }
     }
 
@@ -397,6 +409,7 @@ impl QMatrix {
             cols,
             data: Storage::Stack(at),
             sums,
+            ggml_k: None,
         })
     }
 
@@ -485,6 +498,11 @@ impl QMatrix {
             isa
         };
         match &self.data {
+            Storage::Super(_) if self.ggml_k.is_some() => {
+                let k = self.ggml_k.as_ref().expect("checked");
+                // SAFETY: `matmul_with` checked the sizes of x and the output.
+                unsafe { k.matmul(qisa, x, n, outp, ostride, pool) }
+            }
             Storage::Packed(_) | Storage::Super(_) => {
                 let (panels, extra) = self.quantized().expect("a quantized storage");
                 // SAFETY: as in `over_panels`; `extra` holds the sums the kernel reads.
