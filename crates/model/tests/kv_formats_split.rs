@@ -66,7 +66,7 @@ fn rows_read_back_in_each_sides_format() {
 #[test]
 fn logits_stay_close_to_f16_kv() {
     let model = tiny_model(42);
-    let f16 = run(&model, KvFormat::F16.into());
+    let f16 = run(&model, KvFormat::F16);
     // Worst error relative to the logits' RMS; the bounds leave about 2-4x margin over
     // what this model measures (random keys: no outliers for the rotation to spread).
     for (f, tol) in [
@@ -245,7 +245,7 @@ fn qwen2_keys_stored_minus_their_bias_keep_the_logits() {
     // for q8h). The stored key is really shifted: it differs from f16's by about b_k.
     let f = GgufFile::from_bytes(build(&SHAPE, "qwen2", GgmlType::F32, 42)).expect("tiny gguf");
     let model = Model::from_gguf(&f).expect("load");
-    let f16 = run(&model, KvFormat::F16.into());
+    let f16 = run(&model, KvFormat::F16);
     let got = run(&model, pair(KvFormat::Q8h, KvFormat::F16));
     let worst = got
         .iter()

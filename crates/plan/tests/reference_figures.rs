@@ -97,7 +97,7 @@ fn efficiency_table_reads_bounds_and_mbu() {
 #[test]
 fn sharing_paging_branches() {
     let m = qwen3_8b();
-    let s = shared(&m, KvFormat::Bf16, long(), 6144, 16, 16, KV12);
+    let s = shared(&m, KvFormat::Bf16.into(), long(), 6144, 16, 16, KV12);
     assert_eq!(s.shared_bytes as f64 / MIB, 864.0);
     assert_eq!(s.private_tokens, 2304);
     assert_eq!(s.private_bytes as f64 / MIB, 324.0);
