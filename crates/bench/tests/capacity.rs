@@ -42,11 +42,7 @@ fn the_pool_holds_what_plan_counts() {
     ] {
         let r = measure(&model, &cfg, formats, 128, 32, fit + 4).expect("measure");
         let what = r.kv_format.clone();
-        assert_eq!(
-            (r.bytes_per_token, r.pool_blocks),
-            (bpt, blocks),
-            "{what}"
-        );
+        assert_eq!((r.bytes_per_token, r.pool_blocks), (bpt, blocks), "{what}");
         // Reserve-final admission: exactly the count of whole final lengths in the pool.
         assert_eq!(r.reserve_final, fit as usize, "{what}");
         // On demand admits by the prompt's blocks (7), more than fit at full length, and
@@ -55,7 +51,9 @@ fn the_pool_holds_what_plan_counts() {
         assert!(r.on_demand_preemptions > 0, "{what}");
     }
     assert_eq!(
-        (measure(&model, &cfg, mixed, 128, 32, 1).unwrap().k_bytes_per_token),
+        (measure(&model, &cfg, mixed, 128, 32, 1)
+            .unwrap()
+            .k_bytes_per_token),
         2 * 2 * 68
     );
     assert!(measure(&model, &cfg, mixed, 128, 0, 1).is_err());

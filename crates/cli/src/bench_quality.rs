@@ -327,7 +327,11 @@ pub fn run(a: QualityArgs) -> Result<()> {
     if let Some(path) = &path {
         for kv in a.kv_pairs() {
             for p in &a.attn_precision {
-                let label = format!("{}/{}", folio_bench::inproc::model::kv_label(kv), value_name(p));
+                let label = format!(
+                    "{}/{}",
+                    folio_bench::inproc::model::kv_label(kv),
+                    value_name(p)
+                );
                 let mut e = default_engine_args();
                 e.model = vec![path.clone()];
                 (e.kv_format_k, e.kv_format_v) = (Some(kv.k), Some(kv.v));

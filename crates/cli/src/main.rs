@@ -537,7 +537,14 @@ fn main() -> Result<()> {
             engine_args::apply_threads(threads)?;
             let path = engine_args::resolve_model(model.as_deref())?;
             if capacity {
-                return bench_capacity(&path, &kv_format, context, &kv_cache_bytes, output_tokens, json);
+                return bench_capacity(
+                    &path,
+                    &kv_format,
+                    context,
+                    &kv_cache_bytes,
+                    output_tokens,
+                    json,
+                );
             }
             let gguf = folio_gguf::GgufFile::open(&path)
                 .with_context(|| format!("opening {}", path.display()))?;
@@ -586,7 +593,8 @@ fn bench_capacity(
         );
         // Enough queued that the pool, not the queue, is what stops admission.
         let queued = (fit.requests as usize + 4).max(1);
-        let mut r = folio_bench::inproc::capacity::measure(&m, &cfg, f, context, output_tokens, queued)?;
+        let mut r =
+            folio_bench::inproc::capacity::measure(&m, &cfg, f, context, output_tokens, queued)?;
         r.predicted = Some(fit.requests);
         rows.push(r);
     }
@@ -595,7 +603,10 @@ fn bench_capacity(
     } else {
         folio_bench::inproc::capacity::print_table(&rows);
         if rows.iter().any(|r| r.queued > cfg.max_running) {
-            println!("note: more requests fit than --max-running ({}) lets run", cfg.max_running);
+            println!(
+                "note: more requests fit than --max-running ({}) lets run",
+                cfg.max_running
+            );
         }
     }
     Ok(())

@@ -49,7 +49,12 @@ impl KvPool {
 
     /// The scheduler's settings over this pool: `cfg`'s batching and reservation, the
     /// prefix cache keyed by `salt`, and the window pages of a hybrid layout.
-    pub fn scheduler_config(&self, model: &Model, cfg: &EngineConfig, salt: u64) -> SchedulerConfig {
+    pub fn scheduler_config(
+        &self,
+        model: &Model,
+        cfg: &EngineConfig,
+        salt: u64,
+    ) -> SchedulerConfig {
         SchedulerConfig {
             policy: cfg.policy,
             token_budget: cfg.token_budget,

@@ -375,19 +375,43 @@ mod tests {
     #[test]
     fn token_bytes_count_padded_rows_and_the_latent_row_once() {
         // Qwen2.5-Coder-1.5B: 28 layers, 2 KV heads of 128.
-        let qwen = KvRows { layers: 28, kv_heads: 2, head_dim: 128, latent: false };
+        let qwen = KvRows {
+            layers: 28,
+            kv_heads: 2,
+            head_dim: 128,
+            latent: false,
+        };
         let f16 = KvFormats::same(KvFormat::F16);
         assert_eq!(qwen.k_bytes_per_token(f16), 14_336);
         assert_eq!(qwen.bytes_per_token(f16), 28_672);
-        let mixed = KvFormats { k: KvFormat::Q8_0, v: KvFormat::Q4h };
+        let mixed = KvFormats {
+            k: KvFormat::Q8_0,
+            v: KvFormat::Q4h,
+        };
         assert_eq!(qwen.k_bytes_per_token(mixed), 28 * 2 * 136);
         assert_eq!(qwen.v_bytes_per_token(mixed), 28 * 2 * 72);
         // A head of 40 values pads to two groups in q4_0.
-        let odd = KvRows { layers: 1, kv_heads: 1, head_dim: 40, latent: false };
+        let odd = KvRows {
+            layers: 1,
+            kv_heads: 1,
+            head_dim: 40,
+            latent: false,
+        };
         assert_eq!(odd.bytes_per_token(KvFormat::Q4_0.into()), 72);
         // MLA: one latent row of 576 per layer in K's format; V's format is unused.
-        let mla = KvRows { layers: 27, kv_heads: 1, head_dim: 576, latent: true };
-        assert_eq!(mla.bytes_per_token(KvFormats { k: KvFormat::F16, v: KvFormat::Q4_0 }), 27 * 1152);
+        let mla = KvRows {
+            layers: 27,
+            kv_heads: 1,
+            head_dim: 576,
+            latent: true,
+        };
+        assert_eq!(
+            mla.bytes_per_token(KvFormats {
+                k: KvFormat::F16,
+                v: KvFormat::Q4_0
+            }),
+            27 * 1152
+        );
         assert_eq!(mla.v_bytes_per_token(f16), 0);
     }
 }

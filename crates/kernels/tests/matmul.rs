@@ -651,7 +651,11 @@ fn k_quants_under_ggml_sums_equal_ggmls_dot_product() {
                                 &x[b * cols..(b + 1) * cols],
                             );
                             let g = got[b * rows + r];
-                            assert_eq!(g.to_bits(), want.to_bits(), "{ty:?} {isa:?} {rows}x{cols} n={n} b={b} r={r}: {g} vs {want}");
+                            assert_eq!(
+                                g.to_bits(),
+                                want.to_bits(),
+                                "{ty:?} {isa:?} {rows}x{cols} n={n} b={b} r={r}: {g} vs {want}"
+                            );
                         }
                     }
                 }

@@ -206,14 +206,30 @@ fn lora_on_mla_attention_is_refused_naming_the_tensor() {
         w.add_metadata("adapter.lora.alpha", Value::F32(16.0));
         let base = format!("blk.1.{kind}.weight");
         let d = model.config.d_model as u64;
-        w.add_tensor_f32(&format!("{base}.lora_a"), &[d, 4], GgmlType::F32, &vec![0.01; 4 * d as usize])
-            .expect("lora_a");
-        w.add_tensor_f32(&format!("{base}.lora_b"), &[4, d], GgmlType::F32, &vec![0.01; 4 * d as usize])
-            .expect("lora_b");
+        w.add_tensor_f32(
+            &format!("{base}.lora_a"),
+            &[d, 4],
+            GgmlType::F32,
+            &vec![0.01; 4 * d as usize],
+        )
+        .expect("lora_a");
+        w.add_tensor_f32(
+            &format!("{base}.lora_b"),
+            &[4, d],
+            GgmlType::F32,
+            &vec![0.01; 4 * d as usize],
+        )
+        .expect("lora_b");
         GgufFile::from_bytes(w.to_bytes()).expect("adapter")
     };
     for kind in [
-        "attn_q", "attn_q_a", "attn_q_b", "attn_kv_a_mqa", "attn_kv_b", "attn_k", "attn_v",
+        "attn_q",
+        "attn_q_a",
+        "attn_q_b",
+        "attn_kv_a_mqa",
+        "attn_kv_b",
+        "attn_k",
+        "attn_v",
         "attn_output",
     ] {
         let e = LoraAdapter::from_gguf(&adapter(kind), &model.config, 64, 0)

@@ -148,17 +148,31 @@ mod tests {
         let f = kv_fit(&m, mixed, 8192, 16, 2 << 30).unwrap();
         let f16 = &f.rows[0];
         assert_eq!(
-            (f16.k_bytes_per_token, f16.v_bytes_per_token, f16.bytes_per_token),
+            (
+                f16.k_bytes_per_token,
+                f16.v_bytes_per_token,
+                f16.bytes_per_token
+            ),
             (11_520, 11_520, 23_040)
         );
         // 2 GiB / (16 · 23,040) = 5,825 blocks; an 8K request holds 512.
         assert_eq!((f16.pool_blocks, f16.requests), (5_825, 11));
-        let q4h = f.rows.iter().find(|r| r.format == KvFormat::Q4h.into()).unwrap();
+        let q4h = f
+            .rows
+            .iter()
+            .find(|r| r.format == KvFormat::Q4h.into())
+            .unwrap();
         // 90 · 36 = 3,240 B per token for each of K and V.
-        assert_eq!((q4h.bytes_per_token, q4h.pool_blocks, q4h.requests), (6_480, 20_712, 40));
+        assert_eq!(
+            (q4h.bytes_per_token, q4h.pool_blocks, q4h.requests),
+            (6_480, 20_712, 40)
+        );
         let last = f.rows.last().unwrap();
         assert_eq!(last.format, mixed);
-        assert_eq!((last.k_bytes_per_token, last.v_bytes_per_token), (6_120, 3_240));
+        assert_eq!(
+            (last.k_bytes_per_token, last.v_bytes_per_token),
+            (6_120, 3_240)
+        );
         assert!(f.table().to_string().contains("q8_0:q4h *"));
         assert!(kv_fit(&m, mixed, 0, 16, 1).is_err());
     }

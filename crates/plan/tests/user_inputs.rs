@@ -77,12 +77,28 @@ fn kv_format_flag_changes_capacity() {
     let out = run_section(Section::Capacity, &p).unwrap();
     let cap = &out.data["capacity"];
     assert_eq!(
-        (&cap["k_bytes_per_token"], &cap["v_bytes_per_token"], &cap["bytes_per_token"]),
-        (&serde_json::json!(39_168), &serde_json::json!(20_736), &serde_json::json!(59_904))
+        (
+            &cap["k_bytes_per_token"],
+            &cap["v_bytes_per_token"],
+            &cap["bytes_per_token"]
+        ),
+        (
+            &serde_json::json!(39_168),
+            &serde_json::json!(20_736),
+            &serde_json::json!(59_904)
+        )
     );
     // 12 GiB / (16 · 59,904) = 13,443 blocks; an 8K request holds 512: 26 fit.
-    let fit = out.data["kv_fit"]["rows"].as_array().unwrap().last().unwrap().clone();
-    assert_eq!((&fit["pool_blocks"], &fit["requests"]), (&serde_json::json!(13_443), &serde_json::json!(26)));
+    let fit = out.data["kv_fit"]["rows"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(
+        (&fit["pool_blocks"], &fit["requests"]),
+        (&serde_json::json!(13_443), &serde_json::json!(26))
+    );
 }
 
 #[test]

@@ -63,8 +63,8 @@ pub fn measure(
         let mut cfg = cfg.clone();
         cfg.reservation = reservation;
         let sched_cfg = pool.scheduler_config(model, &cfg, 0);
-        let mut sched = Scheduler::new(sched_cfg)
-            .map_err(|e| BenchError::msg(format!("scheduler: {e}")))?;
+        let mut sched =
+            Scheduler::new(sched_cfg).map_err(|e| BenchError::msg(format!("scheduler: {e}")))?;
         peak_holding(&mut sched, context, output_tokens, queued)
     };
     let (on_demand, on_demand_preemptions) = run(KvReservation::OnDemand)?;
@@ -159,9 +159,9 @@ pub fn print_table(rows: &[CapacityRow]) {
         .find(|r| r.kv_format == "f16")
         .map(|r| r.reserve_final);
     for r in rows {
-        let vs = f16
-            .filter(|&b| b > 0)
-            .map_or(String::new(), |b| format!("{:.2}x", r.reserve_final as f64 / b as f64));
+        let vs = f16.filter(|&b| b > 0).map_or(String::new(), |b| {
+            format!("{:.2}x", r.reserve_final as f64 / b as f64)
+        });
         println!(
             "{:<12} {:>9} {:>9} {:>9} {:>11} {:>6} {:>6} {:>9} {:>12} {:>13} {:>7}",
             r.kv_format,

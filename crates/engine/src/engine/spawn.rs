@@ -6,10 +6,10 @@ use super::runner::{DraftModel, Runner};
 use super::Engine;
 use crate::api::{EngineHandle, EngineInfo, EngineMetrics};
 use crate::constraint::Grammars;
+use crate::kv_pool::KvPool;
 use crate::tier::DiskTier;
 use crate::EngineConfig;
 use folio_core::cost::StepCurve;
-use crate::kv_pool::KvPool;
 use folio_core::Scheduler;
 use folio_kernels::pool::ThreadPool;
 use folio_model::Model;
@@ -83,7 +83,8 @@ pub fn spawn_engine_with_draft(
         cfg.kv_format.check_head_dim(d.config.head_dim)?;
     }
     let pool = KvPool::new(&model, &cfg);
-    let (layout, block_bytes, num_blocks) = (pool.layout.clone(), pool.block_bytes, pool.num_blocks);
+    let (layout, block_bytes, num_blocks) =
+        (pool.layout.clone(), pool.block_bytes, pool.num_blocks);
     if num_blocks < 2 {
         return Err(SpawnError::KvTooSmall {
             bytes: cfg.kv_cache_bytes as u64,

@@ -218,8 +218,7 @@ fn scale_min_k4(j: usize, q: &[u8; 12]) -> (u8, u8) {
 /// One output value with the kernel for `isa` (AVX2 and AVX-512 run the AVX2 kernel).
 pub(crate) fn dot(isa: Isa, ty: SbType, w: &[KBlock], y: &[Q8K]) -> f32 {
     #[cfg(target_arch = "x86_64")]
-    if isa != Isa::Scalar && is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")
-    {
+    if isa != Isa::Scalar && is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
         // SAFETY: features checked just above.
         return unsafe { avx2::dot(ty, w, y) };
     }
@@ -267,7 +266,7 @@ pub(crate) fn dot_scalar(ty: SbType, w: &[KBlock], y: &[Q8K]) -> f32 {
 
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
-    use super::{KBlock, Q8K, SbType};
+    use super::{KBlock, SbType, Q8K};
     use std::arch::x86_64::*;
 
     /// ggml's AVX2 arithmetic: `vpmaddubsw` pairs, `vpmaddwd` by the 16-value scale, int32
@@ -321,18 +320,27 @@ mod tests {
     use super::*;
 
     fn lcg(seed: &mut u64) -> u32 {
-        *seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        *seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         (*seed >> 33) as u32
     }
 
     #[test]
     fn q8k_matches_ggml_rule() {
-        let x: Vec<f32> = (0..256).map(|i| ((i * 37 % 101) as f32 - 50.0) * 0.013).collect();
+        let x: Vec<f32> = (0..256)
+            .map(|i| ((i * 37 % 101) as f32 - 50.0) * 0.013)
+            .collect();
         let mut y = [Q8K::ZERO];
         quantize_q8k(&x, &mut y);
-        let max = x.iter().fold(0f32, |m, &v| if v.abs() > m.abs() { v } else { m });
+        let max = x
+            .iter()
+            .fold(0f32, |m, &v| if v.abs() > m.abs() { v } else { m });
         assert_eq!(y[0].d, 1.0 / (-127.0 / max));
-        assert_eq!(y[0].bsums[0], y[0].qs[..16].iter().map(|&q| q as i16).sum::<i16>());
+        assert_eq!(
+            y[0].bsums[0],
+            y[0].qs[..16].iter().map(|&q| q as i16).sum::<i16>()
+        );
         assert!(y[0].qs.iter().any(|&q| q == -127 || q == 127));
     }
 
@@ -357,24 +365,36 @@ mod tests {
                     }
                     for j in 0..8 {
                         let s = if ty == SbType::Q6_K {
-                            [(lcg(&mut seed) % 256) as i8 as i16, (lcg(&mut seed) % 256) as i8 as i16]
+                            [
+                                (lcg(&mut seed) % 256) as i8 as i16,
+                                (lcg(&mut seed) % 256) as i8 as i16,
+                            ]
                         } else {
                             let s = (lcg(&mut seed) % 64) as i16;
                             [s, s]
                         };
                         b.s16[2 * j] = s[0];
                         b.s16[2 * j + 1] = s[1];
-                        b.mins[j] = if ty == SbType::Q5_K { (lcg(&mut seed) % 64) as i16 } else { 0 };
+                        b.mins[j] = if ty == SbType::Q5_K {
+                            (lcg(&mut seed) % 64) as i16
+                        } else {
+                            0
+                        };
                     }
                     w.push(b);
                 }
-                let x: Vec<f32> =
-                    (0..nsb * QK).map(|_| (lcg(&mut seed) % 2001) as f32 * 1e-3 - 1.0).collect();
+                let x: Vec<f32> = (0..nsb * QK)
+                    .map(|_| (lcg(&mut seed) % 2001) as f32 * 1e-3 - 1.0)
+                    .collect();
                 let mut y = vec![Q8K::ZERO; nsb];
                 quantize_q8k(&x, &mut y);
                 let want = dot_scalar(ty, &w, &y);
                 for isa in Isa::available() {
-                    assert_eq!(dot(isa, ty, &w, &y).to_bits(), want.to_bits(), "{ty:?} {isa:?}");
+                    assert_eq!(
+                        dot(isa, ty, &w, &y).to_bits(),
+                        want.to_bits(),
+                        "{ty:?} {isa:?}"
+                    );
                 }
             }
         }

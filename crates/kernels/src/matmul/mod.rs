@@ -515,7 +515,8 @@ impl QMatrix {
             // would otherwise quantize them once a part) and spreads every part's panels over
             // the pool in one hand-off.
             Storage::Stack(parts)
-                if self.sums == Sums::Block && parts.iter().all(|(_, m)| m.quantized().is_some()) =>
+                if self.sums == Sums::Block
+                    && parts.iter().all(|(_, m)| m.quantized().is_some()) =>
             {
                 let mut starts = Vec::with_capacity(parts.len());
                 let mut panels = 0;

@@ -37,7 +37,14 @@ pub struct Cache {
 
 impl Cache {
     /// K and V both in `format`, keys without outliers.
-    pub fn one(format: KvFormat, hd: usize, bs: usize, heads: usize, n_ctx: usize, seed: u64) -> Cache {
+    pub fn one(
+        format: KvFormat,
+        hd: usize,
+        bs: usize,
+        heads: usize,
+        n_ctx: usize,
+        seed: u64,
+    ) -> Cache {
         Cache::new(format, format, hd, bs, heads, n_ctx, seed, false)
     }
 
@@ -106,7 +113,14 @@ impl Cache {
     }
 
     /// Attention of head 1 over every position (the formats' tests).
-    pub fn attend(&self, isa: Isa, order: SumOrder, n_ctx: usize, q: &[f32], n_q: usize) -> Vec<f32> {
+    pub fn attend(
+        &self,
+        isa: Isa,
+        order: SumOrder,
+        n_ctx: usize,
+        q: &[f32],
+        n_q: usize,
+    ) -> Vec<f32> {
         run_window(isa, order, self, 1, 0, n_ctx, q, n_q, None)
     }
 
@@ -199,4 +213,3 @@ pub fn plain_window(
     }
     out
 }
-
