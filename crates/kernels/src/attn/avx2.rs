@@ -172,7 +172,7 @@ unsafe fn mask8(n: usize) -> __m256i {
 
 /// `super::softmax_lanes`, then each probability rounded to f16 precision.
 #[inline(always)]
-unsafe fn softmax_f16(x: &mut [f32], sink: Option<f32>) {
+pub(super) unsafe fn softmax_f16(x: &mut [f32], sink: Option<f32>) {
     let n = x.len();
     let p = x.as_mut_ptr();
     let mut vm = _mm256_set1_ps(f32::NEG_INFINITY);

@@ -558,7 +558,7 @@ pub(crate) unsafe fn expf_512(x: __m512) -> __m512 {
 
 /// [`super::softmax_lanes`] on 16 lanes at a time (bit-identical).
 #[inline(always)]
-unsafe fn softmax_512(x: &mut [f32], sink: Option<f32>) {
+pub(super) unsafe fn softmax_512(x: &mut [f32], sink: Option<f32>) {
     let ptr = x.as_mut_ptr();
     // The maximum is exact in any order (scores are never NaN).
     let mut vm = _mm512_set1_ps(f32::NEG_INFINITY);
