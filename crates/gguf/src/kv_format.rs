@@ -458,8 +458,10 @@ mod tests {
         assert_eq!(KvFormat::Q4c.bits_per_value(), 6.0);
         let p = KvFormats::parse("q4c:q4h").unwrap();
         assert_eq!(p.row_pair_bytes(128), 96 + 72);
-        assert!(p.check_head_dim(128).is_ok() && p.check_head_dim(96).is_ok());
-        let e = p.check_head_dim(80).unwrap_err();
+        assert!(p.check_head_dim(128).is_ok());
+        let plain = KvFormats::parse("q4c:q4_0").unwrap();
+        assert!(plain.check_head_dim(96).is_ok());
+        let e = plain.check_head_dim(80).unwrap_err();
         assert!(e.to_string().contains("head_dim is 80"), "{e}");
         let e = KvFormats::same(KvFormat::Q4c)
             .check_head_dim(128)
