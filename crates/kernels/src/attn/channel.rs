@@ -17,8 +17,10 @@
 //! Attention folds the scales into the query once per page and query head, `q·k_r =
 //! Σ_c (q_c·scale_c)·code_rc + Σ_c q_c·min_c`, so a key row costs one multiply-add per
 //! channel, as an f16 row does; the codes are read as stored, never decoded to a copy.
-//! The scalar [`Dot`] is the reference; the AVX2 and AVX-512 ones unpack 8 / 16 codes per
-//! instruction and match it within float reassociation.
+//! Each page's codes are unpacked once and read by every query head of the GQA group; the
+//! AVX-512 kernel sums a head's 16 rows into one vector of 16 scores at once. The scalar
+//! [`Dot`] is the reference; the AVX2 and AVX-512 ones match it within float
+//! reassociation.
 
 use super::{load_row_scalar, PagedKv, Queries};
 use crate::cpu::Isa;
@@ -113,28 +115,91 @@ pub fn decode_row(hd: usize, group: &[u8], r: usize, out: &mut [f32]) {
 
 /// The dot products the kernel is made of, one implementation per ISA.
 trait Dot {
-    /// `Σ_c qf[c] · code(c)` over one row's `qf.len() / 2` code bytes.
-    unsafe fn codes(qf: &[f32], row: &[u8]) -> f32;
+    /// `Σ_c qf[c] · x[c]` over f32 values.
+    #[inline(always)]
+    unsafe fn dot(qf: &[f32], x: &[f32]) -> f32 {
+        let mut acc = [0f32; 16];
+        for (a, b) in qf.chunks_exact(16).zip(x.chunks_exact(16)) {
+            for l in 0..16 {
+                acc[l] = a[l].mul_add(b[l], acc[l]);
+            }
+        }
+        acc.iter().sum()
+    }
+
+    /// `dst[i]` = the f16 at bytes `2i` of `src`.
+    #[inline(always)]
+    unsafe fn halves(src: &[u8], dst: &mut [f32]) {
+        for (d, s) in dst.iter_mut().zip(src.chunks_exact(2)) {
+            *d = f16::from_le_bytes([s[0], s[1]]).to_f32();
+        }
+    }
+
+    /// Scores of page rows `lo..hi` for every head: `s[g][r] = Σ_c qf_g[c] · code(r, c) +
+    /// bias[g]`, written at `scores[g * stride + at + r]` (`at` is negative when the window starts inside the page). The codes are unpacked once per
+    /// page into `dec` (`G × hd`), then every head reads them (a GQA group of 6 heads
+    /// shares each unpack).
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    unsafe fn page(
+        hd: usize,
+        qf: &[f32],
+        bias: &[f32],
+        codes: &[u8],
+        dec: &mut [f32],
+        (lo, hi): (usize, usize),
+        scores: &mut [f32],
+        (stride, at): (usize, isize),
+    ) {
+        unpack(hd, codes, lo, hi, dec);
+        for (g, b) in bias.iter().enumerate() {
+            let q = &qf[g * hd..(g + 1) * hd];
+            for r in lo..hi {
+                scores[g * stride + (at + r as isize) as usize] =
+                    Self::dot(q, &dec[r * hd..(r + 1) * hd]) + b;
+            }
+        }
+    }
     /// The softmax of one head's scores, the sink in the denominator.
     unsafe fn softmax(p: &mut [f32], sink: Option<f32>);
+
+    /// `out_g = Σ_j p[g][j] · v(first + j)` for every head (`out` overwritten).
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn values(
+        kv: &PagedKv,
+        table: &[u32],
+        first: usize,
+        n_ctx: usize,
+        p: &[f32],
+        n_q: usize,
+        vrow: &mut [f32],
+        out: &mut [f32],
+    ) {
+        let hd = kv.head_dim;
+        let n_vis = n_ctx - first;
+        out.fill(0.0);
+        let vrb = kv.v_row_bytes();
+        for j in 0..n_vis {
+            let (block, row) = folio_core::kv::page(table, first + j, kv.block_size);
+            let off = kv.v_offset(block, row);
+            load_row_scalar(kv.v_format, &kv.v[off..off + vrb], vrow);
+            for g in 0..n_q {
+                let w = p[g * n_vis + j];
+                if w == 0.0 {
+                    continue;
+                }
+                for (o, &x) in out[g * hd..(g + 1) * hd].iter_mut().zip(vrow.iter()) {
+                    *o = x.mul_add(w, *o);
+                }
+            }
+        }
+    }
 }
 
 /// The reference: plain Rust, channel by channel.
 struct Scalar;
 
 impl Dot for Scalar {
-    #[inline(always)]
-    unsafe fn codes(qf: &[f32], row: &[u8]) -> f32 {
-        let mut s = 0f32;
-        for (c32, bytes) in row.chunks_exact(16).enumerate() {
-            let q = &qf[c32 * 32..c32 * 32 + 32];
-            for (i, &b) in bytes.iter().enumerate() {
-                s += q[i] * (b & 15) as f32 + q[i + 16] * (b >> 4) as f32;
-            }
-        }
-        s
-    }
-
     #[inline(always)]
     unsafe fn softmax(p: &mut [f32], sink: Option<f32>) {
         super::softmax_lanes_sink(p, sink)
@@ -146,32 +211,33 @@ struct Avx2;
 
 #[cfg(target_arch = "x86_64")]
 impl Dot for Avx2 {
-    /// 8 codes per unpack: bytes `8h .. 8h + 8` of a 32-channel chunk hold channels
-    /// `8h ..` (low nibbles) and `16 + 8h ..` (high nibbles).
-    #[inline(always)]
-    unsafe fn codes(qf: &[f32], row: &[u8]) -> f32 {
-        use std::arch::x86_64::*;
-        let (q, b) = (qf.as_ptr(), row.as_ptr());
-        let (mut a0, mut a1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
-        let low = _mm256_set1_epi32(15);
-        for c32 in 0..row.len() / 16 {
-            for h in 0..2 {
-                let w = _mm256_cvtepu8_epi32(_mm_loadl_epi64(b.add(c32 * 16 + 8 * h) as _));
-                let lo = _mm256_cvtepi32_ps(_mm256_and_si256(w, low));
-                let hi = _mm256_cvtepi32_ps(_mm256_srli_epi32::<4>(w));
-                a0 = _mm256_fmadd_ps(lo, _mm256_loadu_ps(q.add(c32 * 32 + 8 * h)), a0);
-                a1 = _mm256_fmadd_ps(hi, _mm256_loadu_ps(q.add(c32 * 32 + 16 + 8 * h)), a1);
-            }
-        }
-        let s = _mm256_add_ps(a0, a1);
-        let s = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps::<1>(s));
-        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-        _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
-    }
-
     #[inline(always)]
     unsafe fn softmax(p: &mut [f32], sink: Option<f32>) {
         super::avx2::softmax_f16(p, sink)
+    }
+
+    #[inline(always)]
+    unsafe fn halves(src: &[u8], dst: &mut [f32]) {
+        use std::arch::x86_64::*;
+        for (i, d) in dst.chunks_exact_mut(8).enumerate() {
+            let h = _mm_loadu_si128(src.as_ptr().add(16 * i) as _);
+            _mm256_storeu_ps(d.as_mut_ptr(), _mm256_cvtph_ps(h));
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn values(
+        kv: &PagedKv,
+        table: &[u32],
+        first: usize,
+        n_ctx: usize,
+        p: &[f32],
+        n_q: usize,
+        _vrow: &mut [f32],
+        out: &mut [f32],
+    ) {
+        // The AVX2 kernel's value pass, every V format's reader (AVX-512 hosts have AVX2).
+        super::avx2::weigh_values(kv, table, first, n_ctx, p, n_q, out)
     }
 }
 
@@ -180,27 +246,91 @@ struct Avx512;
 
 #[cfg(target_arch = "x86_64")]
 impl Dot for Avx512 {
-    /// 16 codes per unpack: a 32-channel chunk's 16 bytes hold channels 0..16 (low
-    /// nibbles) and 16..32 (high nibbles).
-    #[inline(always)]
-    unsafe fn codes(qf: &[f32], row: &[u8]) -> f32 {
-        use std::arch::x86_64::*;
-        let (q, b) = (qf.as_ptr(), row.as_ptr());
-        let (mut a0, mut a1) = (_mm512_setzero_ps(), _mm512_setzero_ps());
-        let low = _mm512_set1_epi32(15);
-        for c32 in 0..row.len() / 16 {
-            let w = _mm512_cvtepu8_epi32(_mm_loadu_si128(b.add(c32 * 16) as _));
-            let lo = _mm512_cvtepi32_ps(_mm512_and_si512(w, low));
-            let hi = _mm512_cvtepi32_ps(_mm512_srli_epi32::<4>(w));
-            a0 = _mm512_fmadd_ps(lo, _mm512_loadu_ps(q.add(c32 * 32)), a0);
-            a1 = _mm512_fmadd_ps(hi, _mm512_loadu_ps(q.add(c32 * 32 + 16)), a1);
-        }
-        _mm512_reduce_add_ps(_mm512_add_ps(a0, a1))
-    }
-
     #[inline(always)]
     unsafe fn softmax(p: &mut [f32], sink: Option<f32>) {
         super::x86::softmax_512(p, sink)
+    }
+
+    #[inline(always)]
+    unsafe fn halves(src: &[u8], dst: &mut [f32]) {
+        use std::arch::x86_64::*;
+        for (i, d) in dst.chunks_exact_mut(16).enumerate() {
+            let h = _mm256_loadu_si256(src.as_ptr().add(32 * i) as _);
+            _mm512_storeu_ps(d.as_mut_ptr(), _mm512_cvtph_ps(h));
+        }
+    }
+
+    /// A whole page: each head's 16 row sums reduced together into one vector of 16
+    /// scores (`x86::reduce16`), instead of 16 horizontal sums.
+    #[inline(always)]
+    unsafe fn page(
+        hd: usize,
+        qf: &[f32],
+        bias: &[f32],
+        codes: &[u8],
+        dec: &mut [f32],
+        (lo, hi): (usize, usize),
+        scores: &mut [f32],
+        (stride, at): (usize, isize),
+    ) {
+        use std::arch::x86_64::*;
+        unpack(hd, codes, lo, hi, dec);
+        let d = dec.as_ptr();
+        let m: __mmask16 = (((1u32 << hi) - 1) & !((1u32 << lo) - 1)) as u16;
+        for (g, &b) in bias.iter().enumerate() {
+            let q = qf.as_ptr().add(g * hd);
+            let mut acc = [_mm512_setzero_ps(); 16];
+            for (r, a) in acc.iter_mut().enumerate().take(hi).skip(lo) {
+                for c in 0..hd / 16 {
+                    let x = _mm512_loadu_ps(d.add(r * hd + 16 * c));
+                    *a = _mm512_fmadd_ps(x, _mm512_loadu_ps(q.add(16 * c)), *a);
+                }
+            }
+            let v = _mm512_add_ps(super::x86::reduce16(&acc), _mm512_set1_ps(b));
+            // Lanes below `lo` fall before the row's start and are masked off (never written).
+            let out = scores.as_mut_ptr().add(g * stride).wrapping_offset(at);
+            _mm512_mask_storeu_ps(out, m, v);
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn values(
+        kv: &PagedKv,
+        table: &[u32],
+        first: usize,
+        n_ctx: usize,
+        p: &[f32],
+        n_q: usize,
+        _vrow: &mut [f32],
+        out: &mut [f32],
+    ) {
+        // The AVX-512 kernel's value pass, every V format's reader (its register blocks
+        // need head_dim in 64s; the AVX2 one takes the rest).
+        if super::x86::supports(kv.v_format, kv.head_dim) {
+            super::x86::weigh_values(kv, table, first, n_ctx, p, n_q, out)
+        } else {
+            super::avx2::weigh_values(kv, table, first, n_ctx, p, n_q, out)
+        }
+    }
+}
+
+/// Rows `lo..hi` of a page's codes as f32 values (`dec[r * hd + c]`, unscaled codes).
+#[inline(always)]
+fn unpack(hd: usize, codes: &[u8], lo: usize, hi: usize, dec: &mut [f32]) {
+    for r in lo..hi {
+        let row = &codes[r * hd / 2..(r + 1) * hd / 2];
+        let out = &mut dec[r * hd..(r + 1) * hd];
+        for (c32, (bytes, o)) in row
+            .chunks_exact(16)
+            .zip(out.chunks_exact_mut(32))
+            .enumerate()
+        {
+            let _ = c32;
+            for i in 0..16 {
+                o[i] = (bytes[i] & 15) as f32;
+                o[i + 16] = (bytes[i] >> 4) as f32;
+            }
+        }
     }
 }
 
@@ -279,11 +409,12 @@ unsafe fn body<D: Dot>(
     let n_vis = n_ctx - first;
     let head = kv.head_row / kv.block_size;
     let krb = kv.k_row_bytes();
-    scratch.resize(n_q * n_vis + n_q * hd + 3 * hd, 0.0);
+    scratch.resize(n_q * n_vis + n_q * hd + 3 * hd + G * hd, 0.0);
     let (scores, rest) = scratch.split_at_mut(n_q * n_vis);
     let (qf, rest) = rest.split_at_mut(n_q * hd);
     let (scale_c, rest) = rest.split_at_mut(hd);
-    let (min_c, vrow) = rest.split_at_mut(hd);
+    let (min_c, rest) = rest.split_at_mut(hd);
+    let (vrow, dec) = rest.split_at_mut(hd);
     let mut bias = [0f32; 64];
     let mut bias_heap = Vec::new();
     let bias = if n_q <= bias.len() {
@@ -311,26 +442,29 @@ unsafe fn body<D: Dot>(
         }
         let group = &kv.k[kv.k_offset(b, 0)..][..G * krb];
         let (codes, hdr) = group.split_at(G * hd / 2);
-        for c in 0..hd {
-            scale_c[c] = f16::from_le_bytes([hdr[2 * c], hdr[2 * c + 1]]).to_f32();
-            min_c[c] = f16::from_le_bytes([hdr[2 * hd + 2 * c], hdr[2 * hd + 2 * c + 1]]).to_f32();
-        }
+        D::halves(&hdr[..2 * hd], scale_c);
+        D::halves(&hdr[2 * hd..4 * hd], min_c);
         for g in 0..n_q {
             let q = &qs.q[g * hd..(g + 1) * hd];
             let f = &mut qf[g * hd..(g + 1) * hd];
-            let mut m = 0f32;
             for c in 0..hd {
                 f[c] = q[c] * scale_c[c];
-                m = q[c].mul_add(min_c[c], m);
             }
-            bias[g] = m;
+            // (In 16 lanes: one serial chain of hd multiply-adds per head and page costs
+            // more than the page's scores.)
+            bias[g] = D::dot(q, min_c);
         }
-        for p in lo..hi {
-            let row = &codes[(p - page * G) * hd / 2..][..hd / 2];
-            for g in 0..n_q {
-                scores[g * n_vis + p - first] = D::codes(&qf[g * hd..(g + 1) * hd], row) + bias[g];
-            }
-        }
+        // Rows lo..hi of the page sit at scores[g * n_vis + page * G + r - first].
+        D::page(
+            hd,
+            qf,
+            bias,
+            codes,
+            dec,
+            (lo - page * G, hi - page * G),
+            scores,
+            (n_vis, (page * G) as isize - first as isize),
+        );
     }
     for s in scores.iter_mut() {
         *s *= qs.scale;
@@ -344,20 +478,5 @@ unsafe fn body<D: Dot>(
             *v = f16::from_f32(*v).to_f32();
         }
     }
-    out.fill(0.0);
-    let vrb = kv.v_row_bytes();
-    for j in 0..n_vis {
-        let (block, row) = folio_core::kv::page(table, first + j, kv.block_size);
-        let off = kv.v_offset(block, row);
-        load_row_scalar(kv.v_format, &kv.v[off..off + vrb], vrow);
-        for g in 0..n_q {
-            let w = scores[g * n_vis + j];
-            if w == 0.0 {
-                continue;
-            }
-            for (o, &x) in out[g * hd..(g + 1) * hd].iter_mut().zip(vrow.iter()) {
-                *o = x.mul_add(w, *o);
-            }
-        }
-    }
+    D::values(kv, table, first, n_ctx, scores, n_q, vrow, out);
 }
