@@ -584,6 +584,7 @@ fn bench_capacity(
     let mut rows = Vec::new();
     for &f in formats {
         f.check_head_dim(m.config.head_dim)?;
+        f.check_pages(cfg.block_size, m.config.mla.is_some())?;
         let fit = folio_plan::kv_fit::fit_row(
             &profile,
             f,

@@ -40,6 +40,11 @@ pub enum KvFormat {
     Q4h,
     /// Rotated (Walsh–Hadamard per head), then q8_0 blocks: 8.5 bits per value.
     Q8h,
+    /// Keys only: 4-bit codes quantized per channel over each 16-token group of a page
+    /// (KIVI's key quantization at page granularity), an f16 scale and minimum per channel
+    /// and group: 6 bits per value. A channel that carries an outlier gets its own range
+    /// instead of widening the scale of the 31 values beside it.
+    Q4c,
 }
 
 /// The K and V formats of one cache (chosen apart: keys carry the outlier channels).
@@ -108,16 +113,46 @@ impl KvFormats {
         self.k.rotated() || self.v.rotated()
     }
 
-    /// Refuses a rotated format for a head size the Walsh–Hadamard transform does not
-    /// cover (a power of two, up to 512).
-    pub fn check_head_dim(self, head_dim: usize) -> Result<(), UnsupportedHeadDim> {
+    /// Refuses a pair a model of `head_dim` cannot store: a rotated format for a head size
+    /// the Walsh–Hadamard transform does not cover (a power of two, up to 512), a
+    /// per-channel key format for a head size that is not whole groups of 32, or a
+    /// per-channel format asked to hold values (values are quantized per token).
+    pub fn check_head_dim(self, head_dim: usize) -> Result<(), KvFormatRefused> {
+        if self.v.per_channel() {
+            return Err(KvFormatRefused::KeyOnly { format: self.v });
+        }
         for f in [self.k, self.v] {
             if f.rotated() && !(head_dim.is_power_of_two() && (2..=512).contains(&head_dim)) {
-                return Err(UnsupportedHeadDim {
+                return Err(KvFormatRefused::HeadDim {
                     format: f,
                     head_dim,
                 });
             }
+            if f.per_channel() && !(head_dim.is_multiple_of(32) && head_dim <= 512) {
+                return Err(KvFormatRefused::ChannelHeadDim {
+                    format: f,
+                    head_dim,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Refuses a per-channel key format in pages that are not one channel group long
+    /// ([`KvFormat::CHANNEL_GROUP`] tokens), or in a latent (MLA) cache, whose one row is
+    /// read as both key and value.
+    pub fn check_pages(self, block_size: usize, latent: bool) -> Result<(), KvFormatRefused> {
+        if !self.k.per_channel() {
+            return Ok(());
+        }
+        if latent {
+            return Err(KvFormatRefused::Latent { format: self.k });
+        }
+        if block_size != KvFormat::CHANNEL_GROUP {
+            return Err(KvFormatRefused::BlockSize {
+                format: self.k,
+                block_size,
+            });
         }
         Ok(())
     }
@@ -171,20 +206,40 @@ impl fmt::Display for KvFormats {
     }
 }
 
-/// A rotated format asked of a model whose head size is not a power of two.
+/// A KV format asked of a model or a cache that cannot store it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "KV format {format} rotates each head with a Walsh–Hadamard transform, which needs a \
-     power-of-two head_dim (2..=512); this model's head_dim is {head_dim}"
-)]
-pub struct UnsupportedHeadDim {
-    pub format: KvFormat,
-    pub head_dim: usize,
+pub enum KvFormatRefused {
+    #[error(
+        "KV format {format} rotates each head with a Walsh–Hadamard transform, which needs a \
+         power-of-two head_dim (2..=512); this model's head_dim is {head_dim}"
+    )]
+    HeadDim { format: KvFormat, head_dim: usize },
+    #[error(
+        "KV format {format} packs each key row in groups of 32 channels, which needs a \
+         head_dim that is a multiple of 32 (up to 512); this model's head_dim is {head_dim}"
+    )]
+    ChannelHeadDim { format: KvFormat, head_dim: usize },
+    #[error(
+        "KV format {format} quantizes keys per channel and cannot hold values \
+         (--kv-format-v / -ctv {format}); pair it with a per-token value format, e.g. \
+         --kv-format {format}:q4h"
+    )]
+    KeyOnly { format: KvFormat },
+    #[error(
+        "KV format {format} quantizes each channel over one page of 16 tokens, which needs \
+         --block-size 16; the block size is {block_size}"
+    )]
+    BlockSize { format: KvFormat, block_size: usize },
+    #[error(
+        "KV format {format} quantizes keys per channel, but this model (multi-head latent \
+         attention) reads one latent row as key and value; choose a per-token format"
+    )]
+    Latent { format: KvFormat },
 }
 
 /// A name that is none of [`KvFormat::ALL`]'s.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown KV format {0:?}: expected one of f16, bf16, q8_0, q4_0, iq4_nl, q4h, q8h")]
+#[error("unknown KV format {0:?}: expected one of f16, bf16, q8_0, q4_0, iq4_nl, q4h, q8h, q4c")]
 pub struct UnknownKvFormat(pub String);
 
 impl KvFormat {
@@ -196,11 +251,12 @@ impl KvFormat {
         KvFormat::Q4_0,
     ];
 
-    /// The formats beyond [`KvFormat::ALL`]: IQ4_NL blocks, and the rotated ones.
+    /// The formats beyond [`KvFormat::ALL`] that hold keys and values: IQ4_NL blocks, and
+    /// the rotated ones.
     pub const MORE: [KvFormat; 3] = [KvFormat::Iq4Nl, KvFormat::Q4h, KvFormat::Q8h];
 
     /// Every format, in the order `folio` lists them.
-    pub const EVERY: [KvFormat; 7] = [
+    pub const EVERY: [KvFormat; 8] = [
         KvFormat::F16,
         KvFormat::Bf16,
         KvFormat::Q8_0,
@@ -208,18 +264,36 @@ impl KvFormat {
         KvFormat::Iq4Nl,
         KvFormat::Q4h,
         KvFormat::Q8h,
+        KvFormat::Q4c,
     ];
 
+    /// Tokens per channel group of [`KvFormat::Q4c`]: one page of the default block size,
+    /// so a group is encoded once, when its page fills.
+    pub const CHANNEL_GROUP: usize = 16;
+
     /// The ggml type whose blocks this format stores (a rotated format stores its code's
-    /// blocks, of rotated values).
-    pub fn ggml_type(self) -> GgmlType {
-        match self {
+    /// blocks, of rotated values); `None` for folio's per-channel key format, which ggml
+    /// does not have.
+    pub fn ggml_type(self) -> Option<GgmlType> {
+        Some(match self {
             KvFormat::F16 => GgmlType::F16,
             KvFormat::Bf16 => GgmlType::BF16,
             KvFormat::Q8_0 | KvFormat::Q8h => GgmlType::Q8_0,
             KvFormat::Q4_0 => GgmlType::Q4_0,
             KvFormat::Iq4Nl | KvFormat::Q4h => GgmlType::IQ4_NL,
-        }
+            KvFormat::Q4c => return None,
+        })
+    }
+
+    /// Whether values are quantized per channel over a page's tokens (keys only): rows
+    /// are encoded a page group at a time, not one by one.
+    pub fn per_channel(self) -> bool {
+        self == KvFormat::Q4c
+    }
+
+    /// Whether this format can hold values (every format but the per-channel key one).
+    pub fn holds_values(self) -> bool {
+        !self.per_channel()
     }
 
     /// Whether rows are Walsh–Hadamard rotated before they are encoded.
@@ -236,9 +310,13 @@ impl KvFormat {
         }
     }
 
-    /// `(values per block, bytes per block)` of [`KvFormat::ggml_type`].
+    /// `(values per block, bytes per block)` of [`KvFormat::ggml_type`]. Q4c's "block"
+    /// is one row's share of 32 channels: 16 bytes of codes plus 1/16 of the group's
+    /// 32 × 4 bytes of f16 scales and minimums.
     fn geometry(self) -> (usize, usize) {
-        let t = self.ggml_type();
+        let Some(t) = self.ggml_type() else {
+            return (32, 16 + 32 * 4 / KvFormat::CHANNEL_GROUP);
+        };
         match (t.block_size(), t.type_size()) {
             (Some(n), Some(b)) => (n, b),
             _ => unreachable!("every KV format is a ggml type with a known layout"),
@@ -265,6 +343,7 @@ impl KvFormat {
             KvFormat::Iq4Nl => "iq4_nl",
             KvFormat::Q4h => "q4h",
             KvFormat::Q8h => "q8h",
+            KvFormat::Q4c => "q4c",
         }
     }
 
@@ -370,6 +449,37 @@ mod tests {
         let e = q8h.check_head_dim(96).unwrap_err();
         assert!(e.to_string().contains("head_dim is 96"), "{e}");
         assert!(KvFormats::same(KvFormat::Q4_0).check_head_dim(96).is_ok());
+    }
+
+    #[test]
+    fn per_channel_keys_hold_keys_only_in_16_token_pages() {
+        // 128 values: 64 bytes of codes + 128 channels x 4 bytes / 16 rows = 96 (6 bits).
+        assert_eq!(KvFormat::Q4c.row_bytes(128), 96);
+        assert_eq!(KvFormat::Q4c.bits_per_value(), 6.0);
+        let p = KvFormats::parse("q4c:q4h").unwrap();
+        assert_eq!(p.row_pair_bytes(128), 96 + 72);
+        assert!(p.check_head_dim(128).is_ok());
+        let plain = KvFormats::parse("q4c:q4_0").unwrap();
+        assert!(plain.check_head_dim(96).is_ok());
+        let e = plain.check_head_dim(80).unwrap_err();
+        assert!(e.to_string().contains("head_dim is 80"), "{e}");
+        let e = KvFormats::same(KvFormat::Q4c)
+            .check_head_dim(128)
+            .unwrap_err();
+        assert_eq!(
+            e,
+            KvFormatRefused::KeyOnly {
+                format: KvFormat::Q4c
+            }
+        );
+        assert!(e.to_string().contains("q4c:q4h"), "{e}");
+        assert!(p.check_pages(16, false).is_ok());
+        let e = p.check_pages(32, false).unwrap_err();
+        assert!(e.to_string().contains("block size is 32"), "{e}");
+        assert!(p.check_pages(16, true).is_err());
+        assert!(KvFormats::same(KvFormat::Q4h).check_pages(32, true).is_ok());
+        assert_eq!(KvFormat::Q4c.ggml_type(), None);
+        assert!(!KvFormat::Q4c.holds_values() && KvFormat::Q4h.holds_values());
     }
 
     #[test]

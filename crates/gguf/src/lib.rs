@@ -56,7 +56,7 @@ mod writer;
 pub use error::{GgufError, Result};
 pub use file::GgufFile;
 pub use ggml_type::GgmlType;
-pub use kv_format::{KvFormat, KvFormats, KvRows, UnknownKvFormat, UnsupportedHeadDim};
+pub use kv_format::{KvFormat, KvFormatRefused, KvFormats, KvRows, UnknownKvFormat};
 pub use tensor_info::TensorInfo;
 pub use value::Value;
 pub use writer::GgufWriter;

@@ -27,6 +27,7 @@ fn main() {
             block_size: bs,
             block_rows: bs,
             head_row: 0,
+            k_staged: Default::default(),
         };
         let table: Vec<u32> = (0..blocks as u32).rev().collect();
         let q: Vec<f32> = (0..g * hd).map(|i| (i % 7) as f32 * 0.01).collect();

@@ -17,14 +17,17 @@
 //! K and V rows have the same index in their buffers (block, head, slot); each side's
 //! byte offset is that index times its own row size.
 //! Heads are outermost inside a block so attention streams one head's rows contiguously.
+//! A per-channel key format (q4c) encodes a block's K a whole page at a time, when its 16
+//! rows are written; rows wait in f16 in a [`KeyStage`] until then.
 //! Values are encoded when written ([`KvCache::write_row`]) and decoded by the attention
 //! kernel as it reads them. Ownership of blocks (tables, ref counts, prefix cache) lives
 //! in folio-core; this type only stores values at the slots it is told to.
 
 use crate::kv_layout::KvLayout;
+use crate::kv_stage::KeyStage;
 use folio_kernels::attn::{self, PagedKv};
 
-pub use folio_kernels::attn::{KvFormat, KvFormats, KvRows, UnsupportedHeadDim};
+pub use folio_kernels::attn::{KvFormat, KvFormatRefused, KvFormats, KvRows};
 
 /// The paged cache of one model: `num_blocks` pages of `block_size` token slots.
 pub struct KvCache {
@@ -44,6 +47,8 @@ pub struct KvCache {
     v_is_k: bool,
     k: Vec<Vec<u8>>,
     v: Vec<Vec<u8>>,
+    /// Per layer slot, the staged pages of a per-channel K format (empty otherwise).
+    k_stage: Vec<KeyStage>,
 }
 
 impl KvCache {
@@ -62,6 +67,21 @@ impl KvCache {
             (formats.k.row_bytes(head_dim), formats.v.row_bytes(head_dim));
         let rows = num_blocks * block_size * n_kv_heads;
         let slots = layout.slots();
+        assert!(
+            !formats.v.per_channel()
+                && (!formats.k.per_channel()
+                    || (block_size == KvFormat::CHANNEL_GROUP && head_dim.is_multiple_of(32))),
+            "KvCache::new: {} needs pages of {} tokens and a head_dim multiple of 32 \
+             (block_size {block_size}, head_dim {head_dim}); KvFormats::check_pages refuses it",
+            formats.name(),
+            KvFormat::CHANNEL_GROUP
+        );
+        let k_stage = match formats.k.per_channel() {
+            true => (0..slots)
+                .map(|_| KeyStage::new(num_blocks, n_kv_heads, head_dim))
+                .collect(),
+            false => Vec::new(),
+        };
         KvCache {
             formats,
             block_size,
@@ -76,6 +96,7 @@ impl KvCache {
             // Zero bytes decode to 0.0 in every format (a zero scale for the quantized ones).
             k: (0..slots).map(|_| zeroed(rows * k_row_bytes)).collect(),
             v: (0..slots).map(|_| zeroed(rows * v_row_bytes)).collect(),
+            k_stage,
         }
     }
 
@@ -90,6 +111,10 @@ impl KvCache {
         num_blocks: usize,
         format: KvFormat,
     ) -> KvCache {
+        assert!(
+            !format.per_channel(),
+            "KvCache::new_latent: {format} keys cannot be a latent row (read as values too)"
+        );
         let mut c = KvCache::new(layout, 1, row_dim, block_size, 0, format);
         c.num_blocks = num_blocks;
         c.v_is_k = true;
@@ -195,7 +220,15 @@ impl KvCache {
             block_size: self.block_size,
             block_rows: self.block_rows(),
             head_row: head * self.block_size,
+            k_staged: self.k_stage.get(s).map(KeyStage::view).unwrap_or_default(),
         }
+    }
+
+    /// Staged pages of a per-channel K format in layer `layer`'s slot (0 otherwise).
+    pub fn staged_pages(&self, layer: usize) -> usize {
+        self.k_stage
+            .get(self.layout.slot(layer))
+            .map_or(0, KeyStage::staged)
     }
 
     /// Encodes one token's K and V rows (`head_dim` values each) for one head into
@@ -213,8 +246,45 @@ impl KvCache {
         k: &[f32],
         v: &[f32],
     ) {
+        if self.formats.k.per_channel() {
+            return self.write_row_staged(layer, block, head, slot, k, v);
+        }
         // SAFETY: `&mut self` excludes every other writer.
         unsafe { self.layer_writer(layer).write_row(block, head, slot, k, v) }
+    }
+
+    /// [`KvCache::write_row`] for a per-channel K format: K through the layer slot's
+    /// [`KeyStage`] (encoded when its page fills), V encoded here.
+    fn write_row_staged(
+        &mut self,
+        layer: usize,
+        block: usize,
+        head: usize,
+        slot: usize,
+        k: &[f32],
+        v: &[f32],
+    ) {
+        assert!(
+            k.len() == self.head_dim
+                && v.len() == self.head_dim
+                && block < self.num_blocks
+                && head < self.n_kv_heads
+                && slot < self.block_size,
+            "write_row: block {block} (of {}), head {head}, slot {slot}, k {} and v {} values \
+             (head_dim {})",
+            self.num_blocks,
+            k.len(),
+            v.len(),
+            self.head_dim
+        );
+        let (s, kb, vr) = (
+            self.layout.slot(layer),
+            self.k_block_bytes(),
+            self.v_row_bytes,
+        );
+        self.k_stage[s].write(&mut self.k[s], kb, block, head, slot, k);
+        let i = self.row_index(block, head, slot);
+        attn::store_row(self.formats.v, v, &mut self.v[s][i * vr..(i + 1) * vr]);
     }
 
     /// Encodes one token's latent row (`head_dim` values) into (layer, block, slot) of a
@@ -266,7 +336,19 @@ impl KvCache {
     ) {
         let i = self.row_index(block, head, slot);
         let (kr, vr, s) = (self.k_row_bytes, self.v_row_bytes, self.layout.slot(layer));
-        attn::load_row_unrotated(self.formats.k, &self.k[s][i * kr..(i + 1) * kr], k);
+        if self.formats.k.per_channel() {
+            if !self.k_stage[s].read(block, head, slot, k) {
+                let g = self.row_index(block, head, 0) * kr;
+                attn::channel::decode_row(
+                    self.head_dim,
+                    &self.k[s][g..g + self.block_size * kr],
+                    slot,
+                    k,
+                );
+            }
+        } else {
+            attn::load_row_unrotated(self.formats.k, &self.k[s][i * kr..(i + 1) * kr], k);
+        }
         if self.v_is_k {
             attn::load_row_unrotated(self.formats.k, &self.k[s][i * kr..(i + 1) * kr], v);
         } else {
@@ -287,12 +369,17 @@ impl KvCache {
             self.num_blocks,
             self.block_size
         );
-        let (kr, vr) = (self.k_row_bytes, self.v_row_bytes);
+        let (kr, vr, kb) = (self.k_row_bytes, self.v_row_bytes, self.k_block_bytes());
         for l in 0..self.k.len() {
+            if let Some(stage) = self.k_stage.get_mut(l) {
+                stage.copy(&mut self.k[l], kb, src, dst, n_slots);
+            }
             for h in 0..self.n_kv_heads {
                 let s = self.row_index(src, h, 0);
                 let d = self.row_index(dst, h, 0);
-                self.k[l].copy_within(s * kr..(s + n_slots) * kr, d * kr);
+                if self.k_stage.is_empty() {
+                    self.k[l].copy_within(s * kr..(s + n_slots) * kr, d * kr);
+                }
                 self.v[l].copy_within(s * vr..(s + n_slots) * vr, d * vr);
             }
         }
@@ -312,7 +399,11 @@ impl KvCache {
         let (kb, vb) = (self.k_block_bytes(), self.v_block_bytes());
         let mut out = Vec::with_capacity(self.block_payload_bytes());
         for l in 0..self.k.len() {
-            out.extend_from_slice(&self.k[l][block * kb..(block + 1) * kb]);
+            match self.k_stage.get(l) {
+                // A staged page leaves encoded as it would be now.
+                Some(stage) => out.extend_from_slice(&stage.export(&self.k[l], kb, block)),
+                None => out.extend_from_slice(&self.k[l][block * kb..(block + 1) * kb]),
+            }
             out.extend_from_slice(&self.v[l][block * vb..(block + 1) * vb]);
         }
         out
@@ -330,6 +421,9 @@ impl KvCache {
             });
         }
         for l in 0..self.k.len() {
+            if let Some(stage) = self.k_stage.get_mut(l) {
+                stage.drop_block(block);
+            }
             let o = l * (kb + vb);
             self.k[l][block * kb..(block + 1) * kb].copy_from_slice(&payload[o..o + kb]);
             self.v[l][block * vb..(block + 1) * vb].copy_from_slice(&payload[o + kb..o + kb + vb]);
@@ -403,6 +497,12 @@ impl LayerWriter<'_> {
     /// If the position is outside the cache or a row is not `head_dim` long.
     pub unsafe fn write_row(&self, block: usize, head: usize, slot: usize, k: &[f32], v: &[f32]) {
         let c = self.cache;
+        assert!(
+            !c.formats.k.per_channel(),
+            "LayerWriter: {} keys are staged a page at a time; write them with \
+             KvCache::write_row",
+            c.formats.k
+        );
         assert!(
             k.len() == c.head_dim && v.len() == c.head_dim,
             "write_row: k ({}) and v ({}) must hold head_dim = {} values",

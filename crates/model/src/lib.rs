@@ -35,6 +35,7 @@ pub mod config;
 pub mod error;
 pub mod kv_cache;
 pub mod kv_layout;
+pub mod kv_stage;
 pub mod lora;
 pub mod mla;
 pub mod model;

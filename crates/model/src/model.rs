@@ -70,6 +70,8 @@ impl AttnPrecision {
             (AttnPrecision::F16, _) => Some(KvFormat::F16),
             (AttnPrecision::Kv, KvFormat::Q4_0 | KvFormat::Iq4Nl) => Some(KvFormat::Q8_0),
             (AttnPrecision::Kv, KvFormat::Q4h) => Some(KvFormat::Q8h),
+            // Per-channel keys have no per-row form to round a query to.
+            (AttnPrecision::Kv, KvFormat::Q4c) => Some(KvFormat::F16),
             (AttnPrecision::Kv, f) => Some(f),
         }
     }
@@ -395,11 +397,13 @@ impl Model {
         // its rows written one after another in token order, as the model always did.
         let slot_of =
             |group: usize, &(seq, pos): &(usize, usize)| batch.seqs[seq].slot(group, pos, bs);
-        let parallel_writes = (0..kv.layout.n_groups()).all(|g| {
-            let mut slots: Vec<usize> = token_pos.iter().map(|tp| slot_of(g, tp)).collect();
-            slots.sort_unstable();
-            slots.windows(2).all(|w| w[0] != w[1])
-        });
+        // (A per-channel K format stages rows a page at a time: one writer.)
+        let parallel_writes = !kv.formats.k.per_channel()
+            && (0..kv.layout.n_groups()).all(|g| {
+                let mut slots: Vec<usize> = token_pos.iter().map(|tp| slot_of(g, tp)).collect();
+                slots.sort_unstable();
+                slots.windows(2).all(|w| w[0] != w[1])
+            });
         let lora = LoraRows::of(batch);
         let qk_whole = c.arch.qk_norm_whole();
         for (l, w) in layers.iter().enumerate() {

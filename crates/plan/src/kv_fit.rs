@@ -60,8 +60,8 @@ pub fn fit_row(
     }
 }
 
-/// Every format of [`KvFormat::EVERY`] apart from `chosen`'s pair when K and V differ, which
-/// comes last.
+/// Every format of [`KvFormat::EVERY`] for K and V (a key-only format with q4h values), and
+/// `chosen`'s pair last when it is none of those.
 pub fn kv_fit(
     model: &ModelProfile,
     chosen: KvFormats,
@@ -71,7 +71,17 @@ pub fn kv_fit(
 ) -> Result<KvFit> {
     at_least_one("block size", block)?;
     at_least_one("context", context)?;
-    let mut formats: Vec<KvFormats> = KvFormat::EVERY.into_iter().map(KvFormats::same).collect();
+    // Every format that holds keys and values, for both; a key-only one (q4c) beside q4h.
+    let mut formats: Vec<KvFormats> = KvFormat::EVERY
+        .into_iter()
+        .map(|f| match f.holds_values() {
+            true => KvFormats::same(f),
+            false => KvFormats {
+                k: f,
+                v: KvFormat::Q4h,
+            },
+        })
+        .collect();
     if !formats.contains(&chosen) {
         formats.push(chosen);
     }

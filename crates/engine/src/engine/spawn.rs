@@ -32,7 +32,7 @@ pub enum SpawnError {
         block_bytes: f64,
     },
     #[error("--kv-format: {0}")]
-    KvHeadDim(#[from] folio_model::kv_cache::UnsupportedHeadDim),
+    KvFormat(#[from] folio_model::kv_cache::KvFormatRefused),
     #[error("scheduler config: {0}")]
     Scheduler(#[from] folio_core::sched::SchedulerError),
     #[error("kv_disk_dir {dir}: {source}")]
@@ -79,8 +79,11 @@ pub fn spawn_engine_with_draft(
     let c = &model.config;
     // A rotated format needs a power-of-two head_dim (refused here, naming it).
     cfg.kv_format.check_head_dim(c.head_dim)?;
+    cfg.kv_format.check_pages(cfg.block_size, c.mla.is_some())?;
     if let Some(d) = &draft {
         cfg.kv_format.check_head_dim(d.config.head_dim)?;
+        cfg.kv_format
+            .check_pages(cfg.block_size, d.config.mla.is_some())?;
     }
     let pool = KvPool::new(&model, &cfg);
     let (layout, block_bytes, num_blocks) =

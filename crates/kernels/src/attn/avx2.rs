@@ -172,7 +172,7 @@ unsafe fn mask8(n: usize) -> __m256i {
 
 /// `super::softmax_lanes`, then each probability rounded to f16 precision.
 #[inline(always)]
-unsafe fn softmax_f16(x: &mut [f32], sink: Option<f32>) {
+pub(super) unsafe fn softmax_f16(x: &mut [f32], sink: Option<f32>) {
     let n = x.len();
     let p = x.as_mut_ptr();
     let mut vm = _mm256_set1_ps(f32::NEG_INFINITY);
@@ -302,6 +302,71 @@ unsafe fn values<R: Rows8, const G: usize>(
             }
         }
     }
+}
+
+/// The value pass alone, over positions `first..n_ctx` weighted by `p` (`[n_q][n_ctx -
+/// first]`), into `out` (`[n_q][head_dim]`, overwritten): for a kernel that computes its
+/// scores itself (the per-channel key format's, `super::channel`).
+///
+/// # Safety
+/// AVX2, FMA and F16C must be present (the caller's target features); `kv.check(table,
+/// first, n_ctx)` must have passed and `supports(kv.head_dim)`.
+#[inline(always)]
+pub(super) unsafe fn weigh_values(
+    kv: &PagedKv,
+    table: &[u32],
+    first: usize,
+    n_ctx: usize,
+    p: &[f32],
+    n_q: usize,
+    out: &mut [f32],
+) {
+    macro_rules! go {
+        ($rv:ty) => {
+            weigh_values_in::<$rv>(kv, table, first, n_ctx, p, n_q, out)
+        };
+    }
+    match kv.v_format.code() {
+        KvFormat::F16 => go!(F16Rows),
+        KvFormat::Bf16 => go!(Bf16Rows),
+        KvFormat::Q8_0 => go!(Q8Rows),
+        KvFormat::Q4_0 => go!(Q4Rows),
+        _ => go!(Iq4Rows),
+    }
+}
+
+#[inline(always)]
+unsafe fn weigh_values_in<RV: Rows8>(
+    kv: &PagedKv,
+    table: &[u32],
+    first: usize,
+    n_ctx: usize,
+    p: &[f32],
+    n_q: usize,
+    out: &mut [f32],
+) {
+    let hd = kv.head_dim;
+    let (mut offs, sc) = SCRATCH.with(|s| std::mem::take(&mut *s.borrow_mut()));
+    offs.clear();
+    offs.extend((first..n_ctx).map(|j| {
+        let (block, row) = folio_core::kv::page(table, j, kv.block_size);
+        kv.row_index(block, row)
+    }));
+    let n = n_ctx - first;
+    debug_assert!(p.len() == n_q * n && out.len() == n_q * hd);
+    let (s, o) = (p.as_ptr(), out.as_mut_ptr());
+    let mut g0 = 0;
+    while g0 < n_q {
+        let (sp, op) = (s.add(g0 * n), o.add(g0 * hd));
+        match (n_q - g0).min(MAX_G) {
+            1 => values::<RV, 1>(kv, &offs, sp, op),
+            2 => values::<RV, 2>(kv, &offs, sp, op),
+            3 => values::<RV, 3>(kv, &offs, sp, op),
+            _ => values::<RV, 4>(kv, &offs, sp, op),
+        }
+        g0 += MAX_G;
+    }
+    SCRATCH.with(|s| *s.borrow_mut() = (offs, sc));
 }
 
 #[inline(always)]

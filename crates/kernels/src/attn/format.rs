@@ -66,6 +66,10 @@ pub fn store_row_scalar(format: KvFormat, src: &[f32], dst: &mut [u8]) {
             }
         }
         KvFormat::Q4h | KvFormat::Q8h => unreachable!("rotated formats encode their code"),
+        KvFormat::Q4c => panic!(
+            "store_row: q4c encodes a page of 16 rows at a time (channel::encode_group), \
+             not one row"
+        ),
     }
 }
 
@@ -114,5 +118,8 @@ pub fn load_row_scalar(format: KvFormat, src: &[u8], dst: &mut [f32]) {
                 out.copy_from_slice(&y[..out.len()]);
             }
         }
+        KvFormat::Q4c => panic!(
+            "load_row: a q4c row decodes with its page's channel scales (channel::decode_row)"
+        ),
     }
 }

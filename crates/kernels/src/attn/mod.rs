@@ -28,6 +28,7 @@
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
+pub mod channel;
 mod format;
 mod generic;
 pub mod hadamard;
@@ -40,7 +41,8 @@ mod x86_f16;
 #[cfg(target_arch = "x86_64")]
 pub(crate) use x86::expf_512;
 
-pub use folio_gguf::{KvFormats, KvRows, UnsupportedHeadDim};
+pub use channel::Staged;
+pub use folio_gguf::{KvFormatRefused, KvFormats, KvRows};
 pub use format::{load_row_scalar, load_row_unrotated, store_row_scalar, KvFormat, GROUP};
 pub use lanes::{expf_ggml, reduce16, softmax_lanes, softmax_lanes_sink, LANES};
 
@@ -82,6 +84,8 @@ pub struct PagedKv<'a> {
     pub block_rows: usize,
     /// Row index of this head's first row inside a block.
     pub head_row: usize,
+    /// A per-channel key format's pages not encoded yet (empty for every other format).
+    pub k_staged: Staged<'a>,
 }
 
 impl PagedKv<'_> {
@@ -126,7 +130,17 @@ impl PagedKv<'_> {
             "attend: block table has {} blocks, {n_ctx} positions need {n_blocks}",
             table.len()
         );
+        let heads = self.block_rows / bs;
         for &b in &table[first / bs..n_blocks] {
+            if let Some(&s) = self.k_staged.slot_of.get(b as usize) {
+                let end = (s as usize + 1) * self.k_staged.heads * bs * self.head_dim;
+                assert!(
+                    s == channel::NONE
+                        || (self.k_staged.heads == heads && end <= self.k_staged.rows.len()),
+                    "attend: block {b}'s staging slot {s} ends at row value {end} of {}",
+                    self.k_staged.rows.len()
+                );
+            }
             let (ke, ve) = (self.k_offset(b as usize, bs), self.v_offset(b as usize, bs));
             assert!(
                 ke <= self.k.len() && ve <= self.v.len(),
@@ -197,7 +211,12 @@ pub fn attend_with(
     out: &mut [f32],
 ) {
     let hd = kv.head_dim;
-    if !kv.k_format.rotated() {
+    if kv.k_format.per_channel() {
+        check_io(kv, table, n_ctx, qs, out);
+        if n_ctx > 0 && qs.n > 0 {
+            channel::attend(isa, kv, table, n_ctx, qs, scores, out);
+        }
+    } else if !kv.k_format.rotated() {
         attend_stored(isa, kv, table, n_ctx, qs, scores, out);
     } else {
         let mut q = QROT.with(|b| std::mem::take(&mut *b.borrow_mut()));
@@ -228,6 +247,40 @@ fn attend_stored(
     scores: &mut Vec<f32>,
     out: &mut [f32],
 ) {
+    check_io(kv, table, n_ctx, qs, out);
+    if n_ctx == 0 || qs.n == 0 {
+        return;
+    }
+    let hd = kv.head_dim;
+    // NOTE: the AVX-512 kernel walks whole blocks from position 0 and fuses the softmax into
+    // its score pass; a window that starts mid-context, or soft-capped scores, take the AVX2
+    // kernel (same operations, 8 lanes) or the reference.
+    #[cfg(target_arch = "x86_64")]
+    if isa.clamp() == Isa::Avx512
+        && x86::supports(kv.k_format, hd)
+        && qs.first == 0
+        && qs.softcap.is_none()
+    {
+        scores.resize(qs.n * n_ctx, 0.0);
+        // SAFETY: clamp() guarantees AVX-512; `check` bounds every row read.
+        unsafe { x86::attend_512(kv, table, n_ctx, qs, scores, out) };
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if isa.clamp() != Isa::Scalar {
+        // SAFETY: clamp() guarantees AVX2, FMA and F16C (AVX-512 hosts have them too);
+        // `check` bounds every row read.
+        if qs.order == SumOrder::Batched && avx2::supports(hd) {
+            return unsafe { avx2::attend(kv, table, n_ctx, qs, out) };
+        }
+        return unsafe { generic::attend_avx2(kv, table, n_ctx, qs, scores, out) };
+    }
+    generic::attend(kv, table, n_ctx, qs, scores, out)
+}
+
+/// The checks every kernel relies on: lengths, sinks, the visible range and every row the
+/// kernel will read inside the buffers. Zeroes `out`.
+fn check_io(kv: &PagedKv, table: &[u32], n_ctx: usize, qs: &Queries, out: &mut [f32]) {
     let (q, n_q) = (qs.q, qs.n);
     let hd = kv.head_dim;
     assert!(
@@ -251,30 +304,6 @@ fn attend_stored(
         qs.first
     );
     kv.check(table, qs.first, n_ctx);
-    // NOTE: the AVX-512 kernel walks whole blocks from position 0 and fuses the softmax into
-    // its score pass; a window that starts mid-context, or soft-capped scores, take the AVX2
-    // kernel (same operations, 8 lanes) or the reference.
-    #[cfg(target_arch = "x86_64")]
-    if isa.clamp() == Isa::Avx512
-        && x86::supports(kv.k_format, hd)
-        && qs.first == 0
-        && qs.softcap.is_none()
-    {
-        scores.resize(n_q * n_ctx, 0.0);
-        // SAFETY: clamp() guarantees AVX-512; `check` bounds every row read.
-        unsafe { x86::attend_512(kv, table, n_ctx, qs, scores, out) };
-        return;
-    }
-    #[cfg(target_arch = "x86_64")]
-    if isa.clamp() != Isa::Scalar {
-        // SAFETY: clamp() guarantees AVX2, FMA and F16C (AVX-512 hosts have them too);
-        // `check` bounds every row read.
-        if qs.order == SumOrder::Batched && avx2::supports(hd) {
-            return unsafe { avx2::attend(kv, table, n_ctx, qs, out) };
-        }
-        return unsafe { generic::attend_avx2(kv, table, n_ctx, qs, scores, out) };
-    }
-    generic::attend(kv, table, n_ctx, qs, scores, out)
 }
 
 /// Rounds every value to the nearest f16 (ties to even) and back: the query rounding

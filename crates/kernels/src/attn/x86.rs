@@ -202,7 +202,7 @@ unsafe fn prefetch_rows<const HINT: i32>(p: *const u8, bytes: usize) {
 /// quarters, eighths, pairs), so each sum is bit-identical to reducing `v[r]` alone, at
 /// about a third of the shuffles.
 #[inline(always)]
-unsafe fn reduce16(v: &[__m512; 16]) -> __m512 {
+pub(super) unsafe fn reduce16(v: &[__m512; 16]) -> __m512 {
     // Lanes i and i + 8: rows (2p, 2p + 1) in the two 256-bit halves.
     let mut w = [_mm512_setzero_ps(); 8];
     for (p, w) in w.iter_mut().enumerate() {
@@ -558,7 +558,7 @@ pub(crate) unsafe fn expf_512(x: __m512) -> __m512 {
 
 /// [`super::softmax_lanes`] on 16 lanes at a time (bit-identical).
 #[inline(always)]
-unsafe fn softmax_512(x: &mut [f32], sink: Option<f32>) {
+pub(super) unsafe fn softmax_512(x: &mut [f32], sink: Option<f32>) {
     let ptr = x.as_mut_ptr();
     // The maximum is exact in any order (scores are never NaN).
     let mut vm = _mm512_set1_ps(f32::NEG_INFINITY);
@@ -599,6 +599,57 @@ unsafe fn softmax_512(x: &mut [f32], sink: Option<f32>) {
         _mm512_mask_storeu_ps(ptr.add(i), m, _mm512_mul_ps(v, inv));
         i += 16;
     }
+}
+
+/// The value pass alone (batched order) over positions `first..n_ctx` weighted by `p`
+/// (`[n_q][n_ctx - first]`), into `out` (`[n_q][head_dim]`, overwritten): for a kernel
+/// that computes its scores itself (the per-channel key format's, `super::channel`).
+///
+/// # Safety
+/// AVX-512 F/BW/VL, AVX2, FMA and F16C must be present (the caller's target features);
+/// `kv.check(table, first, n_ctx)` must have passed and `supports(kv.v_format, head_dim)`.
+#[inline(always)]
+pub(super) unsafe fn weigh_values(
+    kv: &PagedKv,
+    table: &[u32],
+    first: usize,
+    n_ctx: usize,
+    p: &[f32],
+    n_q: usize,
+    out: &mut [f32],
+) {
+    let hd = kv.head_dim;
+    let mut offs = OFFSETS.with(|o| std::mem::take(&mut *o.borrow_mut()));
+    offs.clear();
+    offs.extend((first..n_ctx).map(|j| {
+        let (block, row) = folio_core::kv::page(table, j, kv.block_size);
+        kv.v_offset(block, row)
+    }));
+    let n = n_ctx - first;
+    let (s, o) = (p.as_ptr(), out.as_mut_ptr());
+    macro_rules! go {
+        ($rv:ty) => {{
+            let mut g0 = 0;
+            while g0 < n_q {
+                let (sp, op) = (s.add(g0 * n), o.add(g0 * hd));
+                match (n_q - g0).min(MAX_G) {
+                    1 => values_pass::<$rv, 1, false>(kv, &offs, sp, n, op),
+                    2 => values_pass::<$rv, 2, false>(kv, &offs, sp, n, op),
+                    3 => values_pass::<$rv, 3, false>(kv, &offs, sp, n, op),
+                    _ => values_pass::<$rv, 4, false>(kv, &offs, sp, n, op),
+                }
+                g0 += MAX_G;
+            }
+        }};
+    }
+    match kv.v_format.code() {
+        KvFormat::F16 => go!(F16Rows),
+        KvFormat::Bf16 => go!(Bf16Rows),
+        KvFormat::Q8_0 => go!(Q8Rows),
+        KvFormat::Q4_0 => go!(Q4Rows),
+        _ => go!(Iq4Rows),
+    }
+    OFFSETS.with(|o| *o.borrow_mut() = offs);
 }
 
 #[inline(always)]

@@ -98,6 +98,7 @@ impl Cache {
             block_size: self.bs,
             block_rows: self.heads * self.bs,
             head_row: head * self.bs,
+            k_staged: Default::default(),
         }
     }
 
