@@ -167,9 +167,16 @@ def main():
     ap.add_argument("model", help="model description written into the file")
     ap.add_argument("out")
     ap.add_argument("--prompts", default="qwen-coder", choices=sorted(PROMPT_SETS))
+    ap.add_argument(
+        "--server-flags",
+        default="",
+        help="further llama-server flags the server runs with, written into 'engine' (e.g. '-fa off')",
+    )
     a = ap.parse_args()
 
     engine, props = engine_string(a.url)
+    if a.server_flags:
+        engine += " " + a.server_flags
     data = {
         "engine": engine,
         "model": a.model,

@@ -12,21 +12,8 @@
 //! not fetch 1 GB), the others (made by scripts/make_quants.sh) from `$FOLIO_QUANTS_DIR`.
 //! A missing file skips its case with a printed reason.
 
-use std::path::PathBuf;
-
 mod greedy_ref;
-use greedy_ref::{catalogue, check};
-
-fn quant(file: &str) -> Result<PathBuf, String> {
-    let dir = std::env::var_os("FOLIO_QUANTS_DIR")
-        .ok_or("FOLIO_QUANTS_DIR is not set (scripts/make_quants.sh makes the files)")?;
-    let p = PathBuf::from(dir).join(file);
-    if p.is_file() {
-        Ok(p)
-    } else {
-        Err(format!("{} does not exist", p.display()))
-    }
-}
+use greedy_ref::{catalogue, check, quant};
 
 #[test]
 fn q4_k_m_matches_llama_cpp() {
@@ -100,31 +87,6 @@ real_file_cases! {
     mxfp4_matches_llama_cpp, "MXFP4", "mxfp4";
 }
 
-/// The 1-bit and ternary files part from llama.cpp at gaps above the near-tie rule (IQ1_S 0.22
-/// at step 0 of code_c_reverse, IQ1_M 0.13, TQ1_0 0.32..0.75, TQ2_0 likewise), and not
-/// because of folio: requantized to ~1.6 bits, this 1.5B model is chaotic. llama.cpp
-/// itself, on the TQ2_0 file and on the same weights written out as F16 (exact for ternary
-/// values), gives step-0 top-5 log-probabilities up to 0.9 apart and a different top-1 on
-/// code_fib; folio's TQ2_0 lies as close to that F16 run as llama.cpp's TQ2_0 does. Only
-/// llama.cpp's own summation (activations in Q8_K, its order) would reproduce its tokens,
-/// so these run on request (`-- --ignored`) and print where they part.
-macro_rules! chaotic_file_cases {
-    ($($fn_name:ident, $label:literal, $stem:literal;)*) => {$(
-        #[test]
-        #[ignore = "1-bit/ternary requant of a 1.5B model: chaotic, parts from llama.cpp above the near-tie gap (see the comment)"]
-        fn $fn_name() {
-            check(
-                $label,
-                include_str!(concat!("../../../testdata/qwen-coder-greedy-", $stem, ".json")),
-                quant(concat!("qwen-", $stem, ".gguf")),
-            );
-        }
-    )*};
-}
-
-chaotic_file_cases! {
-    iq1_s_against_llama_cpp, "IQ1_S", "iq1_s";
-    iq1_m_against_llama_cpp, "IQ1_M", "iq1_m";
-    tq1_0_against_llama_cpp, "TQ1_0", "tq1_0";
-    tq2_0_against_llama_cpp, "TQ2_0", "tq2_0";
-}
+// The 1-bit and ternary files (IQ1_S, IQ1_M, TQ1_0, TQ2_0) are checked bit for bit under
+// `--numerics llama` in `llama_numerics.rs`: requantized to ~1.6 bits this 1.5B model is
+// chaotic, so only llama.cpp's own summation reproduces its tokens.

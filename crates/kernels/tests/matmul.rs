@@ -542,13 +542,14 @@ fn q8k_ref(x: &[f32]) -> ([i32; 256], [i32; 16], f32) {
     (qs, bs, 1.0 / iscale)
 }
 
-/// ggml's x86 `ggml_vec_dot_q6_K_q8_K` / `ggml_vec_dot_q5_K_q8_K` (AVX2 branch) on the
+/// ggml's x86 `ggml_vec_dot_q{4,5,6}_K_q8_K` (AVX2 branch) on the
 /// GGUF bytes of one row, lane by lane, decoded as ggml's `dequantize_row_*` reads them.
 fn ggml_k_dot(ty: WeightType, row: &[u8], x: &[f32]) -> f32 {
     let h16 = |b: &[u8], i: usize| f16::from_le_bytes([b[i], b[i + 1]]).to_f32();
     let mut acc = [0f32; 8];
     let mut summs = 0f32;
-    let bytes = if ty == WeightType::Q6_K { 210 } else { 176 };
+    let mut acc_m = [0f32; 4];
+    let bytes = ty.block().1;
     for (b, xs) in row.chunks_exact(bytes).zip(x.chunks_exact(256)) {
         let (qs, bs, yd) = q8k_ref(xs);
         let mut q = [0i32; 256];
@@ -575,7 +576,7 @@ fn ggml_k_dot(ty: WeightType, row: &[u8], x: &[f32]) -> f32 {
         } else {
             d = h16(b, 0);
             let dmin = h16(b, 2);
-            let (sc, qh, ql) = (&b[4..16], &b[16..48], &b[48..176]);
+            let sc = &b[4..16];
             let sm = |j: usize| -> (i32, i32) {
                 if j < 4 {
                     ((sc[j] & 63) as i32, (sc[j + 4] & 63) as i32)
@@ -593,14 +594,32 @@ fn ggml_k_dot(ty: WeightType, row: &[u8], x: &[f32]) -> f32 {
                 s16[2 * j + 1] = s;
                 isum += m * (bs[2 * j] + bs[2 * j + 1]);
             }
-            for j in 0..4 {
-                for l in 0..32 {
-                    let h = qh[l] >> (2 * j);
-                    q[64 * j + l] = ((ql[32 * j + l] & 15) | ((h & 1) << 4)) as i32;
-                    q[64 * j + 32 + l] = ((ql[32 * j + l] >> 4) | (((h >> 1) & 1) << 4)) as i32;
+            if ty == WeightType::Q4_K {
+                // Q4_K: `qs[128]`; its mins go to a 4-lane accumulator, lane m the 32-blocks
+                // 2m and 2m+1.
+                let ql = &b[16..144];
+                for j in 0..4 {
+                    for l in 0..32 {
+                        q[64 * j + l] = (ql[32 * j + l] & 15) as i32;
+                        q[64 * j + 32 + l] = (ql[32 * j + l] >> 4) as i32;
+                    }
                 }
+                for (m, a) in acc_m.iter_mut().enumerate() {
+                    let pair = |j: usize| bs[2 * j] + bs[2 * j + 1];
+                    let prod = sm(2 * m).1 * pair(2 * m) + sm(2 * m + 1).1 * pair(2 * m + 1);
+                    *a = (-yd * dmin).mul_add(prod as f32, *a);
+                }
+            } else {
+                let (qh, ql) = (&b[16..48], &b[48..176]);
+                for j in 0..4 {
+                    for l in 0..32 {
+                        let h = qh[l] >> (2 * j);
+                        q[64 * j + l] = ((ql[32 * j + l] & 15) | ((h & 1) << 4)) as i32;
+                        q[64 * j + 32 + l] = ((ql[32 * j + l] >> 4) | (((h >> 1) & 1) << 4)) as i32;
+                    }
+                }
+                summs = (-yd * dmin).mul_add(isum as f32, summs);
             }
-            summs = (-yd * dmin).mul_add(isum as f32, summs);
         }
         let dd = yd * d;
         for l in 0..8 {
@@ -616,20 +635,190 @@ fn ggml_k_dot(ty: WeightType, row: &[u8], x: &[f32]) -> f32 {
         }
     }
     let h = ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
-    if ty == WeightType::Q5_K {
-        h + summs
+    match ty {
+        WeightType::Q4_K => h + ((acc_m[0] + acc_m[2]) + (acc_m[1] + acc_m[3])),
+        WeightType::Q5_K => h + summs,
+        _ => h,
+    }
+}
+
+/// ggml's x86 `ggml_vec_dot_{tq1_0,tq2_0,iq1_s,iq1_m}_q8_K` (AVX2 branch) on the GGUF bytes
+/// of one row, lane by lane (lane `l` holds values `32c + 4l .. +4` of every 32-chunk `c`),
+/// decoded as ggml's `dequantize_row_*` reads them.
+fn ggml_low_dot(ty: WeightType, row: &[u8], x: &[f32]) -> f32 {
+    use folio_gguf::dequant::iq1s_grid_value;
+    let h16 = |b: &[u8], i: usize| f16::from_le_bytes([b[i], b[i + 1]]).to_f32();
+    let lane = |k: usize| (k % 32) / 4;
+    let (mut acc, mut acc2, mut acc1) = ([0f32; 8], [0f32; 8], 0f32);
+    let bytes = ty.block().1;
+    for (b, xs) in row.chunks_exact(bytes).zip(x.chunks_exact(256)) {
+        let (qs, bs, yd) = q8k_ref(xs);
+        let (mut sumi, mut sumi2) = ([0i32; 8], [0i32; 8]);
+        let d = match ty {
+            WeightType::TQ1_0 | WeightType::TQ2_0 => {
+                let mut q = [0i32; 256];
+                if ty == WeightType::TQ2_0 {
+                    for j in 0..2 {
+                        for l in 0..4 {
+                            for m in 0..32 {
+                                q[128 * j + 32 * l + m] = ((b[32 * j + m] >> (2 * l)) & 3) as i32;
+                            }
+                        }
+                    }
+                } else {
+                    let digit =
+                        |byte: u8, n: u32| ((byte.wrapping_mul(3u8.pow(n)) as i32) * 3) >> 8;
+                    for k in 0..256 {
+                        q[k] = match k {
+                            0..160 => digit(b[k % 32], (k / 32) as u32),
+                            160..240 => digit(b[32 + (k - 160) % 16], ((k - 160) / 16) as u32),
+                            _ => digit(b[48 + (k - 240) % 4], ((k - 240) / 4) as u32),
+                        };
+                    }
+                }
+                for k in 0..256 {
+                    sumi[lane(k)] += q[k] * qs[k];
+                }
+                for (l, s) in sumi.iter_mut().enumerate() {
+                    *s -= bs[2 * l] + bs[2 * l + 1];
+                }
+                h16(b, bytes - 2)
+            }
+            WeightType::IQ1_S => {
+                let mut isum = 0;
+                for ib in 0..8 {
+                    let qh = u16::from_le_bytes([b[34 + 2 * ib], b[35 + 2 * ib]]) as usize;
+                    let ls = 2 * ((qh >> 12) & 7) as i32 + 1;
+                    for l in 0..4 {
+                        let idx = b[2 + 4 * ib + l] as usize | (((qh >> (3 * l)) & 7) << 8);
+                        for j in 0..8 {
+                            let k = 32 * ib + 8 * l + j;
+                            sumi[lane(k)] += ls * iq1s_grid_value(idx, j) as i32 * qs[k];
+                        }
+                    }
+                    let sign = if qh & 0x8000 != 0 { -1 } else { 1 };
+                    isum += (bs[2 * ib] + bs[2 * ib + 1]) * sign * ls;
+                }
+                let d = yd * h16(b, 0);
+                acc1 = d.mul_add(isum as f32, acc1);
+                h16(b, 0)
+            }
+            WeightType::IQ1_M => {
+                let sc = |i: usize| u16::from_le_bytes([b[48 + 2 * i], b[49 + 2 * i]]);
+                let bits = (sc(0) >> 12)
+                    | ((sc(1) >> 8) & 0xf0)
+                    | ((sc(2) >> 4) & 0xf00)
+                    | (sc(3) & 0xf000);
+                for ib in 0..8 {
+                    for l in 0..4 {
+                        let nib = (b[32 + 2 * ib + l / 2] >> (4 * (l % 2))) as usize;
+                        let idx = b[4 * ib + l] as usize | ((nib & 7) << 8);
+                        let s = 2 * ((sc(ib / 2) >> (6 * (ib % 2) + 3 * (l / 2))) & 7) as i32 + 1;
+                        let delta = if nib & 8 != 0 { -1 } else { 1 };
+                        for j in 0..8 {
+                            let k = 32 * ib + 8 * l + j;
+                            sumi[lane(k)] += s * iq1s_grid_value(idx, j) as i32 * qs[k];
+                            sumi2[lane(k)] += s * delta * qs[k];
+                        }
+                    }
+                }
+                f16::from_bits(bits).to_f32()
+            }
+            other => unreachable!("{other:?}"),
+        };
+        let dd = yd * d;
+        for l in 0..8 {
+            acc[l] = dd.mul_add(sumi[l] as f32, acc[l]);
+            acc2[l] = dd.mul_add(sumi2[l] as f32, acc2[l]);
+        }
+    }
+    let hsum = |a: &[f32; 8]| ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
+    match ty {
+        WeightType::IQ1_S => hsum(&acc) + 0.125 * acc1,
+        WeightType::IQ1_M => hsum(&acc) + 0.125 * hsum(&acc2),
+        _ => hsum(&acc),
+    }
+}
+
+/// ggml's x86 `ggml_vec_dot_q2_K_q8_K` / `ggml_vec_dot_iq2_xxs_q8_K` (AVX2 branch) on the
+/// GGUF bytes of one row, lane by lane, decoded as ggml's `dequantize_row_*` reads them.
+fn ggml_q2_dot(ty: WeightType, row: &[u8], x: &[f32]) -> f32 {
+    use folio_gguf::grids::{IQ2XXS_GRID, KSIGNS_IQ2XS};
+    let h16 = |b: &[u8], i: usize| f16::from_le_bytes([b[i], b[i + 1]]).to_f32();
+    let u32_at = |b: &[u8], i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+    let mut acc = [0f32; 8];
+    for (b, xs) in row.chunks_exact(ty.block().1).zip(x.chunks_exact(256)) {
+        let (qs, bs, yd) = q8k_ref(xs);
+        let mut sumi = [0i32; 8];
+        let d = if ty == WeightType::Q2_K {
+            let dmin = -yd * h16(b, 82);
+            for l in 0..8 {
+                let prod =
+                    (b[2 * l] >> 4) as i32 * bs[2 * l] + (b[2 * l + 1] >> 4) as i32 * bs[2 * l + 1];
+                acc[l] = dmin.mul_add(prod as f32, acc[l]);
+            }
+            for n in 0..2 {
+                for j in 0..4 {
+                    for l in 0..32 {
+                        let k = 128 * n + 32 * j + l;
+                        let q = ((b[16 + 32 * n + l] >> (2 * j)) & 3) as i32;
+                        sumi[(k % 32) / 4] += (b[k / 16] & 15) as i32 * q * qs[k];
+                    }
+                }
+            }
+            h16(b, 80)
+        } else {
+            for ib in 0..8 {
+                let (a0, a1) = (u32_at(b, 2 + 8 * ib), u32_at(b, 6 + 8 * ib));
+                let ls = 2 * (a1 >> 28) as i32 + 1;
+                for l in 0..4 {
+                    let grid = IQ2XXS_GRID[((a0 >> (8 * l)) & 255) as usize].to_le_bytes();
+                    let signs = KSIGNS_IQ2XS[((a1 >> (7 * l)) & 127) as usize];
+                    for j in 0..8 {
+                        let k = 32 * ib + 8 * l + j;
+                        let v = if signs & (1 << j) != 0 {
+                            -(grid[j] as i32)
+                        } else {
+                            grid[j] as i32
+                        };
+                        sumi[(k % 32) / 4] += ls * v * qs[k];
+                    }
+                }
+            }
+            h16(b, 0)
+        };
+        let dd = yd * d;
+        for l in 0..8 {
+            acc[l] = dd.mul_add(sumi[l] as f32, acc[l]);
+        }
+    }
+    let h = ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+    if ty == WeightType::IQ2_XXS {
+        0.125 * h
     } else {
         h
     }
 }
 
-/// `--numerics llama` on Q5_K/Q6_K: every output equals ggml's x86 dot product on the GGUF
+/// `--numerics llama` on Q2_K, Q4_K, Q5_K, Q6_K, IQ2_XXS, TQ1_0, TQ2_0, IQ1_S, IQ1_M: every output equals
+/// ggml's x86 dot product on the GGUF
 /// bytes (written here from ggml's code, independent of the crate's decoder), for every
 /// ISA, several row and batch counts; the default numerics is untouched by the switch.
 #[test]
-fn k_quants_under_ggml_sums_equal_ggmls_dot_product() {
+fn ggml_sums_equal_ggmls_dot_product() {
     let pool = ThreadPool::new(3);
-    for ty in [WeightType::Q5_K, WeightType::Q6_K] {
+    let types = [
+        WeightType::Q2_K,
+        WeightType::Q4_K,
+        WeightType::Q5_K,
+        WeightType::Q6_K,
+        WeightType::IQ2_XXS,
+        WeightType::TQ1_0,
+        WeightType::TQ2_0,
+        WeightType::IQ1_S,
+        WeightType::IQ1_M,
+    ];
+    for ty in types {
         for (rows, cols) in [(1, 256), (17, 512), (40, 768)] {
             let mut rng = StdRng::seed_from_u64(rows as u64);
             let raw = random_raw(ty, rows, cols, &mut rng);
@@ -645,11 +834,17 @@ fn k_quants_under_ggml_sums_equal_ggmls_dot_product() {
                     m.matmul_with(isa, &x, n, &mut got, &pool);
                     for b in 0..n {
                         for r in 0..rows {
-                            let want = ggml_k_dot(
-                                ty,
+                            let (w, xs) = (
                                 &raw[r * row_bytes..(r + 1) * row_bytes],
                                 &x[b * cols..(b + 1) * cols],
                             );
+                            let want = match ty {
+                                WeightType::Q4_K | WeightType::Q5_K | WeightType::Q6_K => {
+                                    ggml_k_dot(ty, w, xs)
+                                }
+                                WeightType::Q2_K | WeightType::IQ2_XXS => ggml_q2_dot(ty, w, xs),
+                                _ => ggml_low_dot(ty, w, xs),
+                            };
                             let g = got[b * rows + r];
                             assert_eq!(
                                 g.to_bits(),

@@ -135,10 +135,11 @@ impl Model {
     }
 
     /// How every quantized matmul accumulates: [`Sums::Ggml`] gives llama.cpp's exact bits
-    /// (every other operation already follows llama.cpp) for Q4_0, Q4_1 and Q8_0 weights
-    /// with an f16 KV cache on an AVX-512 CPU (llama.cpp's own arithmetic differs on other
-    /// CPUs, and its K-quant dot products are not reproduced); [`Sums::Block`] (the
-    /// default) runs batched steps ~1.6x faster with last-bit differences.
+    /// (every other operation already follows llama.cpp's reference arithmetic: no flash
+    /// attention, no repacked or tiled matmuls) for Q4_0, Q4_1, Q8_0, Q2_K, Q4_K, Q5_K, Q6_K,
+    /// IQ2_XXS, TQ1_0, TQ2_0, IQ1_S and IQ1_M weights with an f16 KV cache on an AVX-512 CPU
+    /// (llama.cpp's own arithmetic differs on other CPUs); [`Sums::Block`] (the default)
+    /// runs batched steps ~1.6x faster with last-bit differences.
     ///
     /// Attention follows: with `Ggml` it reproduces llama.cpp's per-token summation orders
     /// too, with `Block` every token sums in the batched order (no f64 tail).

@@ -39,6 +39,20 @@ const EOT_TEXTS: &[&str] = &[
     "<end_of_utterance>",
 ];
 
+/// The texts by which llama.cpp (`llama_vocab::load`) finds the fill-in-the-middle pad,
+/// repository and file-separator tokens, which it adds to the end-of-generation set.
+const FIM_EOG_TEXTS: [&[&str]; 3] = [
+    &["<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"],
+    &[
+        "<|fim_repo|>",
+        "<|repo_name|>",
+        "<fim-repo>",
+        "<REPO>",
+        "<reponame>",
+    ],
+    &["<|file_sep|>"],
+];
+
 /// Token texts that end generation in common chat formats. llama.cpp treats each one
 /// present in the vocabulary as end-of-generation, whatever the metadata says, and makes
 /// it a control token if the file did not (Gemma 3's `</s>` is typed normal).
@@ -183,6 +197,14 @@ impl Tokenizer {
             .chain(eot_id)
             .chain(EOG_TEXTS.iter().filter_map(|t| by_text.get(t).copied()))
             .collect();
+        // llama.cpp also ends generation at the fill-in-the-middle pad, repository and file
+        // separator tokens (its `special_fim_{pad,rep,sep}_id`), first text found of each.
+        for texts in FIM_EOG_TEXTS {
+            if let Some(&id) = texts.iter().find_map(|t| by_text.get(t)) {
+                types[id as usize] = token_type::CONTROL;
+                eog_ids.push(id);
+            }
+        }
         eog_ids.sort_unstable();
         eog_ids.dedup();
         drop_eog_exceptions(&mut eog_ids, &mut types, &spec.tokens);

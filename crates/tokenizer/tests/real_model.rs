@@ -108,8 +108,9 @@ fn special_ids_and_end_of_generation_set() {
     let Some(tok) = load() else { return };
     assert_eq!(tok.vocab_size(), 49152);
     assert_eq!((tok.bos_id(), tok.eos_id()), (Some(1), Some(2)));
-    // <|endoftext|> = 0 and <|im_end|> = 2, as llama.cpp's EOG set for this model.
-    assert_eq!(tok.eog_ids(), &[0, 2]);
+    // <|endoftext|> = 0, <|im_end|> = 2 and the fill-in-the-middle repository token
+    // <reponame> = 4: llama.cpp b11312's EOG set for this model ("printing all EOG tokens").
+    assert_eq!(tok.eog_ids(), &[0, 2, 4]);
     assert!(tok.is_special(1) && tok.is_special(16) && !tok.is_special(17));
     assert_eq!(tok.token_bytes(1), b"<|im_start|>");
     assert_eq!(tok.token_bytes(198), b"\n");

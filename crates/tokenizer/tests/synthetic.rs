@@ -87,6 +87,29 @@ fn text_round_trips_through_the_tiny_vocab() {
     }
 }
 
+/// llama.cpp also ends generation at the fill-in-the-middle pad, repository and
+/// file-separator tokens (Qwen2.5-Coder's `<|fim_pad|>`, `<|repo_name|>`, `<|file_sep|>`),
+/// typed control whatever the file says; the other FIM tokens stay ordinary.
+#[test]
+fn fim_pad_repo_and_file_separator_join_the_eog_set() {
+    let mut spec = tiny_spec();
+    let first = spec.tokens.len() as u32;
+    for t in [
+        "<|fim_pad|>",
+        "<|repo_name|>",
+        "<|file_sep|>",
+        "<|fim_middle|>",
+    ] {
+        spec.tokens.push(t.into());
+        spec.token_types.push(1);
+    }
+    let tok = Tokenizer::from_spec(spec).unwrap();
+    for id in first..first + 3 {
+        assert!(tok.is_eog(id) && tok.is_special(id), "{id}");
+    }
+    assert!(!tok.is_eog(first + 3));
+}
+
 #[test]
 fn end_of_turn_texts_join_the_eog_set() {
     let mut spec = tiny_spec();

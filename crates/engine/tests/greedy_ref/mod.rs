@@ -119,6 +119,18 @@ pub fn catalogue(name: &str) -> Result<PathBuf, String> {
     }
 }
 
+/// A file made by scripts/make_quants.sh, from `$FOLIO_QUANTS_DIR`.
+pub fn quant(file: &str) -> Result<PathBuf, String> {
+    let dir = std::env::var_os("FOLIO_QUANTS_DIR")
+        .ok_or("FOLIO_QUANTS_DIR is not set (scripts/make_quants.sh makes the files)")?;
+    let p = PathBuf::from(dir).join(file);
+    if p.is_file() {
+        Ok(p)
+    } else {
+        Err(format!("{} does not exist", p.display()))
+    }
+}
+
 /// Runs every prompt of `reference` on `path`, printing where folio's and llama.cpp's
 /// outputs part; fails on a prompt-id difference or on parting at a step that is no near-tie.
 pub fn check(label: &str, reference: &str, path: Result<PathBuf, String>) {

@@ -61,10 +61,11 @@ pub enum SumOrder {
     Single,
 }
 
-/// Cells llama.cpp's KV cache view is padded to (build b4748, without flash attention):
-/// a lone query's value sums run over that many positions, in sets of 64, and the last 32
-/// of an odd multiple of 32 go to `ggml_vec_dot_f16`'s f64 tail.
-pub const KV_PAD: usize = 32;
+/// Cells llama.cpp's KV cache view is padded to without flash attention (`max(n_pad, 256)`
+/// in b11312's `llama_kv_cache::get_n_kv`; 32 in older builds): a lone query's value sums
+/// run over that many positions in sets of 64, and positions past the last whole 64 go to
+/// `ggml_vec_dot_f16`'s f64 tail, which a multiple of 64 such as 256 never leaves.
+pub const KV_PAD: usize = 256;
 
 /// One KV head's rows in a paged layer buffer. K and V share the row geometry (row `i` of
 /// K and of V belong to the same token and head) but each has its own format, so their

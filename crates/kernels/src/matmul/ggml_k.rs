@@ -1,8 +1,9 @@
-//! llama.cpp's exact arithmetic for Q5_K and Q6_K weights (`--numerics llama`).
+//! llama.cpp's exact arithmetic for Q5_K, Q6_K, TQ1_0, TQ2_0, IQ1_S and IQ1_M weights
+//! (`--numerics llama`).
 //!
-//! On x86 llama.cpp (b11312) multiplies these two types with `ggml_vec_dot_q5_K_q8_K` /
-//! `ggml_vec_dot_q6_K_q8_K`, their `__AVX2__` branch even on AVX-512 CPUs (ggml's CPU
-//! "repack" picks no interleaved layout for Q5_K/Q6_K on x86), one output value at a time,
+//! On x86 llama.cpp (b11312) multiplies these types with `ggml_vec_dot_<type>_q8_K`, their
+//! `__AVX2__` branch even on AVX-512 CPUs (ggml's CPU "repack" picks no interleaved layout
+//! for them on x86), one output value at a time,
 //! after quantizing each activation row to Q8_K (`quantize_row_q8_K_ref`: one f32 scale per
 //! 256 values, `-127 / max`, round-half-even, plus 16-value sums `bsums`). Per superblock
 //! and per lane `l` of 8 (one int32 lane of a 256-bit register: values `32c + 4l .. +4`
@@ -16,7 +17,23 @@
 //! ```
 //! (`s16` is the scale of each 16 values: Q6_K's int8 scales, Q5_K's 6-bit scale of each
 //! 32 twice; `off` is 32 for Q6_K's unsigned 6-bit codes, 0 for Q5_K; GCC contracts the
-//! `summs += dmin * isum` into one FMA, checked in the peer's object code.) Every ISA here
+//! `summs += dmin * isum` into one FMA, checked in the peer's object code.)
+//!
+//! The ternary types are Q6_K's formula with every `s16 = 1` and `off = 1` (codes 0..2 are
+//! `value + 1`; `ggml_vec_dot_tq{1,2}_0_q8_K` subtract `bsums` the same way, and GCC turns
+//! their `add(mul(sumi, d), acc)` into the same FMA, checked in the object code).
+//!
+//! IQ1_S / IQ1_M (`g` the grid value in {-1, 0, 1}, `δ` the ±1 sign of the 1/8 offset, per
+//! 32 values for IQ1_S, per 8 for IQ1_M; `d = y.d * w.d`):
+//! ```text
+//! sumi[l]  = sum_{k in lane l} s16[k/16] * g[k] * y[k]
+//! acc[l]   = fma(d, f32(sumi[l]), acc[l])
+//! IQ1_S:   isum = sum_ib (bsums[2ib] + bsums[2ib+1]) * δ_ib * s16[2ib];  acc1 = fma(d, f32(isum), acc1)
+//!          out  = hsum(acc) + acc1 / 8
+//! IQ1_M:   sumi2[l] = sum_{k in lane l} s16[k/16] * δ[k/8] * y[k];  acc2[l] = fma(d, f32(sumi2[l]), acc2[l])
+//!          out  = hsum(acc) + hsum(acc2) / 8
+//! ```
+//! (the `/ 8` is exact, so ggml's `+ IQ1S_DELTA * acc1` needs no FMA decision). Every ISA here
 //! performs exactly these f32 operations in this order, so SIMD equals the scalar
 //! reference bit for bit. The AVX2 kernel is also the AVX-512 one, as in llama.cpp.
 //!
@@ -35,12 +52,13 @@ const QK: usize = 256;
 #[derive(Clone, Copy)]
 #[repr(C, align(32))]
 pub(crate) struct KBlock {
-    /// Unsigned codes (Q6_K: 0..63, Q5_K: 0..31) in value order.
+    /// Unsigned codes in value order (Q6_K: 0..63, Q5_K: 0..31, TQ: 0..2 = value + 1;
+    /// IQ1: `(g + 1) | (δ > 0) << 2`).
     q: [u8; QK],
     /// Scale of each 16 values.
     s16: [i16; 16],
-    /// Q5_K's mins (one per 32 values).
-    mins: [i16; 8],
+    /// Q5_K's mins (one per 32 values, `0..8`), Q2_K's (one per 16).
+    mins: [i16; 16],
     d: f32,
     dmin: f32,
 }
@@ -100,7 +118,18 @@ pub(crate) struct KRows {
 impl KRows {
     /// Whether llama.cpp's arithmetic is reproduced for this type.
     pub fn covers(ty: SbType) -> bool {
-        matches!(ty, SbType::Q5_K | SbType::Q6_K)
+        matches!(
+            ty,
+            SbType::Q2_K
+                | SbType::Q4_K
+                | SbType::Q5_K
+                | SbType::Q6_K
+                | SbType::IQ2_XXS
+                | SbType::TQ1_0
+                | SbType::TQ2_0
+                | SbType::IQ1_S
+                | SbType::IQ1_M
+        )
     }
 
     /// Decodes the first `rows` rows of `p` (a type [`KRows::covers`]).
@@ -111,7 +140,7 @@ impl KRows {
         let zero = KBlock {
             q: [0; QK],
             s16: [0; 16],
-            mins: [0; 8],
+            mins: [0; 16],
             d: 0.0,
             dmin: 0.0,
         };
@@ -128,14 +157,51 @@ impl KRows {
                     u32::from_le_bytes(v)
                 };
                 let b = &mut blocks[r * nsb + s];
+                let iq1 = matches!(p.ty, SbType::IQ1_S | SbType::IQ1_M);
                 for sub in 0..8 {
                     let blk = &sbb[desc.header_bytes() + sub * desc.code_bytes()..];
                     for k in 0..32 {
-                        b.q[sub * 32 + k] = code(&desc, blk, pr, k) as u8;
+                        let c = code(&desc, blk, pr, k);
+                        b.q[sub * 32 + k] = match p.ty {
+                            _ if iq1 => iq1_code(c - 128),
+                            // The signed grid value (±8, ±25, ±43).
+                            SbType::IQ2_XXS => (c - 128) as i8 as u8,
+                            _ => c as u8,
+                        };
                     }
                 }
                 b.d = f16_bits(field(0));
-                if p.ty == SbType::Q6_K {
+                if matches!(p.ty, SbType::TQ1_0 | SbType::TQ2_0) {
+                    b.s16 = [1; 16];
+                } else if p.ty == SbType::Q2_K {
+                    b.dmin = f16_bits(field(1));
+                    for w in 0..4 {
+                        for (i, &sc) in field(2 + w).to_le_bytes().iter().enumerate() {
+                            b.s16[4 * w + i] = (sc & 15) as i16;
+                            b.mins[4 * w + i] = (sc >> 4) as i16;
+                        }
+                    }
+                } else if p.ty == SbType::IQ2_XXS {
+                    for ib in 0..8 {
+                        let ls = 2 * ((field(1) >> (4 * ib)) & 15) as i16 + 1;
+                        b.s16[2 * ib] = ls;
+                        b.s16[2 * ib + 1] = ls;
+                    }
+                } else if p.ty == SbType::IQ1_S {
+                    for ib in 0..8 {
+                        let ls = 2 * ((field(1) >> (3 * ib)) & 7) as i16 + 1;
+                        b.s16[2 * ib] = ls;
+                        b.s16[2 * ib + 1] = ls;
+                    }
+                } else if p.ty == SbType::IQ1_M {
+                    let sc = |w: usize| (field(1 + w / 2) >> (16 * (w % 2))) & 0xffff;
+                    for ib in 0..8 {
+                        for h in 0..2 {
+                            let s3 = (sc(ib / 2) >> (6 * (ib % 2) + 3 * h)) & 7;
+                            b.s16[2 * ib + h] = 2 * s3 as i16 + 1;
+                        }
+                    }
+                } else if p.ty == SbType::Q6_K {
                     for w in 0..4 {
                         for (i, &c) in field(1 + w).to_le_bytes().iter().enumerate() {
                             b.s16[4 * w + i] = c as i8 as i16;
@@ -202,6 +268,23 @@ impl KRows {
     }
 }
 
+/// The stored form `(g + 1) | (δ > 0) << 2` of an IQ1 value held as `8g ± 1` by the
+/// superblock layout (`sb_format::IQ1_VALUES`).
+fn iq1_code(v: i32) -> u8 {
+    let g = (v + 9) / 8 - 1;
+    let up = v - 8 * g > 0;
+    ((g + 1) as u8) | (up as u8) << 2
+}
+
+/// `off` of the module doc: what the `bsums` term subtracts per code unit.
+fn offset(ty: SbType) -> i32 {
+    match ty {
+        SbType::Q6_K => 32,
+        SbType::TQ1_0 | SbType::TQ2_0 => 1,
+        _ => 0,
+    }
+}
+
 /// ggml's `get_scale_min_k4`: the 6-bit scale and min of sub-block `j` of a Q4_K/Q5_K
 /// block's 12 scale bytes.
 fn scale_min_k4(j: usize, q: &[u8; 12]) -> (u8, u8) {
@@ -234,14 +317,35 @@ fn hsum8(a: &[f32; 8]) -> f32 {
 
 /// The reference: the lanes of ggml's AVX2 kernel one at a time.
 pub(crate) fn dot_scalar(ty: SbType, w: &[KBlock], y: &[Q8K]) -> f32 {
-    let off = if ty == SbType::Q6_K { 32 } else { 0 };
+    if matches!(ty, SbType::IQ1_S | SbType::IQ1_M) {
+        return dot_iq1_scalar(ty, w, y);
+    }
+    let off = offset(ty);
+    let signed = ty == SbType::IQ2_XXS;
     let mut acc = [0f32; 8];
     let mut summs = 0f32;
+    let mut acc_m = [0f32; 4];
     for (b, y) in w.iter().zip(y) {
         let d = y.d * b.d;
+        if ty == SbType::Q4_K {
+            q4k_mins(b, y, &mut acc_m);
+        }
         let mut sumi = [0i32; 8];
         for k in 0..QK {
-            sumi[(k % 32) / 4] += b.s16[k / 16] as i32 * b.q[k] as i32 * y.qs[k] as i32;
+            let q = if signed {
+                b.q[k] as i8 as i32
+            } else {
+                b.q[k] as i32
+            };
+            sumi[(k % 32) / 4] += b.s16[k / 16] as i32 * q * y.qs[k] as i32;
+        }
+        if ty == SbType::Q2_K {
+            let dmin = -y.d * b.dmin;
+            for (l, a) in acc.iter_mut().enumerate() {
+                let prod = b.mins[2 * l] as i32 * y.bsums[2 * l] as i32
+                    + b.mins[2 * l + 1] as i32 * y.bsums[2 * l + 1] as i32;
+                *a = dmin.mul_add(prod as f32, *a);
+            }
         }
         for (l, s) in sumi.iter_mut().enumerate() {
             let bs = y.bsums[2 * l] as i32 * b.s16[2 * l] as i32
@@ -257,10 +361,58 @@ pub(crate) fn dot_scalar(ty: SbType, w: &[KBlock], y: &[Q8K]) -> f32 {
             summs = dmin.mul_add(isum as f32, summs);
         }
     }
-    if ty == SbType::Q5_K {
-        hsum8(&acc) + summs
+    match ty {
+        SbType::Q4_K => hsum8(&acc) + ((acc_m[0] + acc_m[2]) + (acc_m[1] + acc_m[3])),
+        SbType::Q5_K => hsum8(&acc) + summs,
+        SbType::IQ2_XXS => 0.125 * hsum8(&acc),
+        _ => hsum8(&acc),
+    }
+}
+
+/// Q4_K's min term, ggml's 4-lane `acc_m`: lane `m` takes the mins of 32-blocks `2m` and
+/// `2m + 1` (`vpmaddwd` of the mins by the pair sums of `bsums`), one FMA per superblock.
+#[inline(always)]
+fn q4k_mins(b: &KBlock, y: &Q8K, acc_m: &mut [f32; 4]) {
+    let dmin = -y.d * b.dmin;
+    let pair = |j: usize| y.bsums[2 * j] as i32 + y.bsums[2 * j + 1] as i32;
+    for (m, a) in acc_m.iter_mut().enumerate() {
+        let prod = b.mins[2 * m] as i32 * pair(2 * m) + b.mins[2 * m + 1] as i32 * pair(2 * m + 1);
+        *a = dmin.mul_add(prod as f32, *a);
+    }
+}
+
+/// The IQ1_S / IQ1_M reference (module doc).
+fn dot_iq1_scalar(ty: SbType, w: &[KBlock], y: &[Q8K]) -> f32 {
+    let (mut acc, mut acc2, mut acc1) = ([0f32; 8], [0f32; 8], 0f32);
+    for (b, y) in w.iter().zip(y) {
+        let d = y.d * b.d;
+        let (mut sumi, mut sumi2) = ([0i32; 8], [0i32; 8]);
+        for k in 0..QK {
+            let (c, s, x) = (b.q[k], b.s16[k / 16] as i32, y.qs[k] as i32);
+            let delta = if c & 4 != 0 { 1 } else { -1 };
+            sumi[(k % 32) / 4] += s * ((c & 3) as i32 - 1) * x;
+            sumi2[(k % 32) / 4] += s * delta * x;
+        }
+        for l in 0..8 {
+            acc[l] = d.mul_add(sumi[l] as f32, acc[l]);
+            acc2[l] = d.mul_add(sumi2[l] as f32, acc2[l]);
+        }
+        if ty == SbType::IQ1_S {
+            let isum: i32 = (0..8)
+                .map(|ib| {
+                    let delta = if b.q[32 * ib] & 4 != 0 { 1 } else { -1 };
+                    (y.bsums[2 * ib] as i32 + y.bsums[2 * ib + 1] as i32)
+                        * delta
+                        * b.s16[2 * ib] as i32
+                })
+                .sum();
+            acc1 = d.mul_add(isum as f32, acc1);
+        }
+    }
+    if ty == SbType::IQ1_S {
+        hsum8(&acc) + 0.125 * acc1
     } else {
-        hsum8(&acc)
+        hsum8(&acc) + 0.125 * hsum8(&acc2)
     }
 }
 
@@ -273,28 +425,36 @@ mod avx2 {
     /// lanes, one FMA per superblock.
     #[target_feature(enable = "avx2,fma")]
     pub(super) unsafe fn dot(ty: SbType, w: &[KBlock], y: &[Q8K]) -> f32 {
-        let q6 = ty == SbType::Q6_K;
+        if matches!(ty, SbType::IQ1_S | SbType::IQ1_M) {
+            return dot_iq1(ty, w, y);
+        }
+        let off = super::offset(ty);
         let mut acc = _mm256_setzero_ps();
         let mut summs = 0f32;
+        let mut acc_m = [0f32; 4];
         for (b, y) in w.iter().zip(y) {
             let d = y.d * b.d;
-            let s16 = _mm256_loadu_si256(b.s16.as_ptr() as *const __m256i);
-            let bsums = _mm256_loadu_si256(y.bsums.as_ptr() as *const __m256i);
+            if ty == SbType::Q4_K {
+                super::q4k_mins(b, y, &mut acc_m);
+            }
             let mut sumi = _mm256_setzero_si256();
             for c in 0..8 {
                 let q = _mm256_loadu_si256(b.q.as_ptr().add(32 * c) as *const __m256i);
                 let x = _mm256_loadu_si256(y.qs.as_ptr().add(32 * c) as *const __m256i);
-                let p16 = _mm256_maddubs_epi16(q, x);
-                let sc = _mm256_set_m128i(
-                    _mm_set1_epi16(b.s16[2 * c + 1]),
-                    _mm_set1_epi16(b.s16[2 * c]),
-                );
-                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(sc, p16));
+                let p16 = if ty == SbType::IQ2_XXS {
+                    _mm256_maddubs_epi16(_mm256_abs_epi8(q), _mm256_sign_epi8(x, q))
+                } else {
+                    _mm256_maddubs_epi16(q, x)
+                };
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(scale_pair(b, c), p16));
             }
-            if q6 {
-                let sub = _mm256_slli_epi32(_mm256_madd_epi16(bsums, s16), 5);
-                sumi = _mm256_sub_epi32(sumi, sub);
-            } else {
+            if off != 0 {
+                let s16 = _mm256_loadu_si256(b.s16.as_ptr() as *const __m256i);
+                let bsums = _mm256_loadu_si256(y.bsums.as_ptr() as *const __m256i);
+                let bs = _mm256_madd_epi16(bsums, s16);
+                sumi = _mm256_sub_epi32(sumi, _mm256_mullo_epi32(bs, _mm256_set1_epi32(off)));
+            }
+            if ty == SbType::Q5_K {
                 let dmin = -y.d * b.dmin;
                 let mut isum = 0i32;
                 for j in 0..8 {
@@ -302,15 +462,81 @@ mod avx2 {
                 }
                 summs = dmin.mul_add(isum as f32, summs);
             }
+            if ty == SbType::Q2_K {
+                let mins = _mm256_loadu_si256(b.mins.as_ptr() as *const __m256i);
+                let bsums = _mm256_loadu_si256(y.bsums.as_ptr() as *const __m256i);
+                let prod = _mm256_cvtepi32_ps(_mm256_madd_epi16(mins, bsums));
+                acc = _mm256_fmadd_ps(_mm256_set1_ps(-y.d * b.dmin), prod, acc);
+            }
             acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
         }
+        let h = hsum(acc);
+        match ty {
+            SbType::Q4_K => h + ((acc_m[0] + acc_m[2]) + (acc_m[1] + acc_m[3])),
+            SbType::Q5_K => h + summs,
+            SbType::IQ2_XXS => 0.125 * h,
+            _ => h,
+        }
+    }
+
+    /// The 16-bit scales of 32-value chunk `c`: `s16[2c]` on the low 16 values (low 128
+    /// bits), `s16[2c + 1]` on the high ones.
+    #[inline(always)]
+    unsafe fn scale_pair(b: &KBlock, c: usize) -> __m256i {
+        _mm256_set_m128i(
+            _mm_set1_epi16(b.s16[2 * c + 1]),
+            _mm_set1_epi16(b.s16[2 * c]),
+        )
+    }
+
+    #[inline(always)]
+    unsafe fn hsum(v: __m256) -> f32 {
         let mut a = [0f32; 8];
-        _mm256_storeu_ps(a.as_mut_ptr(), acc);
-        let h = super::hsum8(&a);
-        if q6 {
-            h
+        _mm256_storeu_ps(a.as_mut_ptr(), v);
+        super::hsum8(&a)
+    }
+
+    /// IQ1_S / IQ1_M: `Σ g·y = Σ (g+1)·y - Σ y` and `Σ δ·y = 2 Σ [δ>0]·y - Σ y` per 16-bit
+    /// pair (exact, no saturation), then the same scale and FMA steps as ggml's kernel.
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn dot_iq1(ty: SbType, w: &[KBlock], y: &[Q8K]) -> f32 {
+        let (three, one) = (_mm256_set1_epi8(3), _mm256_set1_epi8(1));
+        let (mut acc, mut acc2, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps(), 0f32);
+        for (b, y) in w.iter().zip(y) {
+            let d = y.d * b.d;
+            let (mut sumi, mut sumi2) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+            for c in 0..8 {
+                let q = _mm256_loadu_si256(b.q.as_ptr().add(32 * c) as *const __m256i);
+                let x = _mm256_loadu_si256(y.qs.as_ptr().add(32 * c) as *const __m256i);
+                let ysum = _mm256_maddubs_epi16(one, x);
+                let g = _mm256_sub_epi16(_mm256_maddubs_epi16(_mm256_and_si256(q, three), x), ysum);
+                let sc = scale_pair(b, c);
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(g, sc));
+                if ty == SbType::IQ1_M {
+                    let up = _mm256_and_si256(_mm256_srli_epi16(q, 2), one);
+                    let pos = _mm256_maddubs_epi16(up, x);
+                    let dl = _mm256_sub_epi16(_mm256_add_epi16(pos, pos), ysum);
+                    sumi2 = _mm256_add_epi32(sumi2, _mm256_madd_epi16(dl, sc));
+                }
+            }
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+            if ty == SbType::IQ1_M {
+                acc2 = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi2), acc2);
+            } else {
+                let mut isum = 0i32;
+                for ib in 0..8 {
+                    let delta = if b.q[32 * ib] & 4 != 0 { 1 } else { -1 };
+                    isum += (y.bsums[2 * ib] as i32 + y.bsums[2 * ib + 1] as i32)
+                        * delta
+                        * b.s16[2 * ib] as i32;
+                }
+                acc1 = d.mul_add(isum as f32, acc1);
+            }
+        }
+        if ty == SbType::IQ1_S {
+            hsum(acc) + 0.125 * acc1
         } else {
-            h + summs
+            hsum(acc) + 0.125 * hsum(acc2)
         }
     }
 }
@@ -344,6 +570,76 @@ mod tests {
         assert!(y[0].qs.iter().any(|&q| q == -127 || q == 127));
     }
 
+    /// The IQ1 value `8g ± 1` maps back to its grid value and offset sign.
+    #[test]
+    fn iq1_codes_round_trip() {
+        for (v, g, up) in [
+            (-9, -1, 0),
+            (-7, -1, 1),
+            (-1, 0, 0),
+            (1, 0, 1),
+            (7, 1, 0),
+            (9, 1, 1),
+        ] {
+            assert_eq!(iq1_code(v), ((g + 1) as u8) | up << 2, "{v}");
+        }
+    }
+
+    /// Random blocks of the ternary and 1-bit types: every ISA equals the scalar reference.
+    #[test]
+    fn low_bit_types_avx2_equals_scalar() {
+        let mut seed = 11u64;
+        for ty in [SbType::TQ1_0, SbType::TQ2_0, SbType::IQ1_S, SbType::IQ1_M] {
+            for nsb in [1, 2, 5] {
+                let w: Vec<KBlock> = (0..nsb)
+                    .map(|_| {
+                        let mut b = KBlock {
+                            q: [0; QK],
+                            s16: [1; 16],
+                            mins: [0; 16],
+                            d: (lcg(&mut seed) % 1000) as f32 * 1e-5,
+                            dmin: 0.0,
+                        };
+                        let signs: [u8; 32] = std::array::from_fn(|_| (lcg(&mut seed) % 2) as u8);
+                        for (k, q) in b.q.iter_mut().enumerate() {
+                            *q = (lcg(&mut seed) % 3) as u8;
+                            match ty {
+                                SbType::IQ1_S => *q |= signs[k / 32] << 2,
+                                SbType::IQ1_M => *q |= signs[k / 8] << 2,
+                                _ => {}
+                            }
+                        }
+                        if ty != SbType::TQ1_0 && ty != SbType::TQ2_0 {
+                            for j in 0..16 {
+                                let s = 2 * (lcg(&mut seed) % 8) as i16 + 1;
+                                b.s16[j] = if ty == SbType::IQ1_S && j % 2 == 1 {
+                                    b.s16[j - 1]
+                                } else {
+                                    s
+                                };
+                            }
+                        }
+                        b
+                    })
+                    .collect();
+                let x: Vec<f32> = (0..nsb * QK)
+                    .map(|_| (lcg(&mut seed) % 2001) as f32 * 1e-3 - 1.0)
+                    .collect();
+                let mut y = vec![Q8K::ZERO; nsb];
+                quantize_q8k(&x, &mut y);
+                let want = dot_scalar(ty, &w, &y);
+                assert!(want.is_finite() && want != 0.0, "{ty:?}: {want}");
+                for isa in Isa::available() {
+                    assert_eq!(
+                        dot(isa, ty, &w, &y).to_bits(),
+                        want.to_bits(),
+                        "{ty:?} {isa:?}"
+                    );
+                }
+            }
+        }
+    }
+
     /// Random blocks: the AVX2 kernel equals the scalar reference bit for bit.
     #[test]
     fn avx2_equals_scalar() {
@@ -355,7 +651,7 @@ mod tests {
                     let mut b = KBlock {
                         q: [0; QK],
                         s16: [0; 16],
-                        mins: [0; 8],
+                        mins: [0; 16],
                         d: (lcg(&mut seed) % 1000) as f32 * 1e-5,
                         dmin: (lcg(&mut seed) % 1000) as f32 * 1e-5,
                     };
