@@ -230,6 +230,12 @@ fn glm4() {
     check("glm4")
 }
 
+/// GLM-4V's text model: multimodal RoPE sections (NeoX rotation on text).
+#[test]
+fn glm4_mrope() {
+    check("glm4_mrope")
+}
+
 #[test]
 fn cohere2() {
     check("cohere2")

@@ -180,6 +180,10 @@ pub struct ModelConfig {
     /// scaling type but `none` and `llama3`, as llama.cpp.
     pub rope_freq_scale: f32,
     pub rope_dim: usize,
+    /// NeoX RoPE (rotates `(x[i], x[i + rope_dim/2])`) rather than adjacent pairs: the
+    /// architecture's style ([`Arch::rope_neox`]), or multimodal RoPE on text (GLM-4V's
+    /// `rope.dimension_sections`, see `from_gguf`).
+    pub rope_neox: bool,
     /// Tokens a sliding-window layer sees (itself included): `attention.sliding_window`.
     /// `None`: every layer is global.
     pub sliding_window: Option<usize>,
@@ -728,23 +732,33 @@ impl ModelConfig {
         if cohere2 {
             logit_mul = required_f32(f, &key("logit_scale"))?;
         }
-        // Multimodal RoPE (GLM-4V's sections) is not implemented: refuse such a file. (For
-        // text alone llama.cpp's M-RoPE gives every section the same position, which is
-        // NeoX-style RoPE: glm4's usual adjacent pairs would be wrong.)
+        // Multimodal RoPE (GLM-4V's `rope.dimension_sections`). On text llama.cpp gives the
+        // temporal, height and width sections the token's position and the fourth ("extra",
+        // vision-only) position 0, rotating pairs NeoX-style (`ggml_mrope_cache_init`): with
+        // no fourth section every rotated pair then turns by the NeoX angle of its index.
+        // A fourth section (its pairs left unrotated on text) is refused.
         let sections_key = key("rope.dimension_sections");
+        let mut rope_neox = arch.rope_neox();
         if let Some(v) = f.get(&sections_key) {
             let sections: Vec<i64> = v
                 .as_array()
                 .unwrap_or_default()
                 .iter()
-                .map(|x| x.as_i64().unwrap_or(0))
+                .map(|x| x.as_i64().unwrap_or(-1))
                 .collect();
-            if sections.iter().any(|&s| s != 0) {
+            if sections.len() != 4 || sections.iter().any(|&s| s < 0) {
                 return Err(meta_err(
                     &sections_key,
-                    format!("{sections:?}: multimodal RoPE (M-RoPE sections, as GLM-4V's) is not supported; expected no sections or all 0"),
+                    format!("{sections:?}: expected 4 non-negative M-RoPE sections"),
                 ));
             }
+            if sections[3] != 0 {
+                return Err(meta_err(
+                    &sections_key,
+                    format!("{sections:?}: an M-RoPE fourth (vision) section is not supported; expected it 0"),
+                ));
+            }
+            rope_neox |= sections.iter().any(|&s| s > 0);
         }
         if cohere2 {
             nope_layers = window_layers.iter().map(|&w| !w).collect();
@@ -772,6 +786,7 @@ impl ModelConfig {
             rope_base,
             rope_freq_scale,
             rope_dim,
+            rope_neox,
             sliding_window,
             window_layers,
             rope_base_window,

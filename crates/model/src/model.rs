@@ -113,7 +113,7 @@ impl Model {
                     config.rope_dim,
                     config.rope_base_window,
                     1.0,
-                    config.arch.rope_neox(),
+                    config.rope_neox,
                 )),
             };
         Ok(Model {

@@ -79,7 +79,7 @@ pub(crate) fn build_base(f: &GgufFile, cfg: &ModelConfig, base: f32) -> Result<R
         head,
         cfg.rope_dim,
         base,
-        cfg.arch.rope_neox(),
+        cfg.rope_neox,
         &scaling,
     ))
 }

@@ -38,8 +38,9 @@
 //! reference bit for bit. The AVX2 kernel is also the AVX-512 one, as in llama.cpp.
 //!
 //! The weights are decoded at `set_sums` time from the superblock layout into one record
-//! per row and superblock (codes as bytes), ~1.3x the file's bytes, kept only while the
-//! llama numerics are on.
+//! per row and superblock (codes as bytes, 352 bytes per 256 values: ~1.6x a Q6_K file's
+//! bytes, ~7x an IQ1_S one's), kept only while the llama numerics are on: a parity mode,
+//! not a serving one.
 
 use super::sb_format::{code, f16_bits, SbPacked, SbType, PANEL};
 use crate::cpu::Isa;
@@ -62,6 +63,9 @@ pub(crate) struct KBlock {
     d: f32,
     dmin: f32,
 }
+
+// The module doc's bytes per record.
+const _: () = assert!(std::mem::size_of::<KBlock>() == 352);
 
 /// One superblock of an activation row quantized as ggml's `block_q8_K`.
 #[derive(Clone, Copy)]
