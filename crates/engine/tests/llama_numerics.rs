@@ -5,7 +5,8 @@
 //! token identical, no near-tie allowance, and llama.cpp's top-5 log-probabilities
 //! (relative to its top-1) reproduced to the file's 4 decimals.
 //!
-//! The K-quant, IQ2_XXS, ternary and 1-bit matrices then run llama.cpp's own arithmetic
+//! Q4_0 and Q8_0 run ggml's q8_0 lane sums; the K-quant, IQ2_XXS, ternary and 1-bit
+//! matrices llama.cpp's `ggml_vec_dot_*_q8_K`
 //! (activations quantized to Q8_K per 256 values, its AVX2 lane sums;
 //! `folio_kernels::matmul` `ggml_k`). Files from `$FOLIO_QUANTS_DIR`
 //! (scripts/make_quants.sh) and the catalogue; a missing file skips its case with a printed
@@ -45,6 +46,26 @@ fn q4_k_m_identical_to_llama_cpp() {
         "Q4_K_M",
         include_str!("../../../testdata/qwen-coder-greedy-q4_k_m-ref.json"),
         greedy_ref::catalogue("qwen2.5-coder-1.5b"),
+    );
+}
+
+/// Q4_0 matrices (Q6_K head).
+#[test]
+fn q4_0_identical_to_llama_cpp() {
+    check(
+        "Q4_0",
+        include_str!("../../../testdata/qwen-coder-greedy-q4_0-ref.json"),
+        quant("qwen-q4_0.gguf"),
+    );
+}
+
+/// Q8_0 matrices.
+#[test]
+fn q8_0_identical_to_llama_cpp() {
+    check(
+        "Q8_0",
+        include_str!("../../../testdata/qwen-coder-greedy-q8_0-ref.json"),
+        quant("qwen-q8_0.gguf"),
     );
 }
 
