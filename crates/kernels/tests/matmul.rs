@@ -862,3 +862,57 @@ fn ggml_sums_equal_ggmls_dot_product() {
         }
     }
 }
+
+/// `--numerics llama` on Q5_0: ggml's `ggml_vec_dot_q5_0_q8_0` (and tinyBLAS) sign-extend
+/// each 5-bit code to the byte `code - 16` and then sum exactly as for Q8_0, so a Q5_0
+/// matrix must give, bit for bit, what the Q8_0 matrix of the same values gives (the Q8_0
+/// bytes written here from the GGUF block layout), on every ISA, below, at and above one
+/// 16-row panel, for single and batched activations.
+#[test]
+fn ggml_sums_of_q5_0_are_those_of_its_q8_0_bytes() {
+    let pool = ThreadPool::new(3);
+    for (rows, cols) in [(1, 32), (16, 64), (17, 96), (40, 640)] {
+        let mut rng = StdRng::seed_from_u64(rows as u64 + 5);
+        let raw = random_raw(WeightType::Q5_0, rows, cols, &mut rng);
+        let mut q8 = Vec::with_capacity(rows * cols / 32 * 34);
+        for b in raw.chunks_exact(22) {
+            q8.extend_from_slice(&b[0..2]);
+            let qh = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
+            for j in 0..32 {
+                let lo = if j < 16 {
+                    b[6 + j] & 15
+                } else {
+                    b[6 + j - 16] >> 4
+                };
+                let code = lo | (((qh >> j) & 1) as u8) << 4;
+                q8.push((code as i8 - 16) as u8);
+            }
+        }
+        let mut m5 = QMatrix::from_ggml(WeightType::Q5_0, rows, cols, &raw).expect("valid");
+        let mut m8 = QMatrix::from_ggml(WeightType::Q8_0, rows, cols, &q8).expect("valid");
+        m5.set_sums(Sums::Ggml);
+        m8.set_sums(Sums::Ggml);
+        for n in [1, 4, 9] {
+            let x = random_x(n, cols, n as u64);
+            for isa in Isa::available() {
+                let (mut a, mut b) = (vec![f32::NAN; n * rows], vec![f32::NAN; n * rows]);
+                m5.matmul_with(isa, &x, n, &mut a, &pool);
+                m8.matmul_with(isa, &x, n, &mut b, &pool);
+                let (a, b): (Vec<u32>, Vec<u32>) = (
+                    a.iter().map(|v| v.to_bits()).collect(),
+                    b.iter().map(|v| v.to_bits()).collect(),
+                );
+                assert_eq!(a, b, "Q5_0 {isa:?} {rows}x{cols} n={n}");
+            }
+        }
+        // Back to the default numerics: the superblock kernel again, within rounding.
+        m5.set_sums(Sums::Block);
+        let x = random_x(2, cols, 7);
+        let (mut a, mut b) = (vec![0f32; 2 * rows], vec![0f32; 2 * rows]);
+        m5.matmul(&x, 2, &mut a, &pool);
+        m8.matmul(&x, 2, &mut b, &pool);
+        for (u, v) in a.iter().zip(&b) {
+            assert!((u - v).abs() <= 1e-3 * (1.0 + v.abs()), "{u} vs {v}");
+        }
+    }
+}

@@ -31,7 +31,8 @@ use crate::quant_act::GROUP;
 pub enum Sums {
     /// ggml's x86 order: llama.cpp's exact bits for Q4_0, Q4_1 and Q8_0 here, and for
     /// Q2_K, Q4_K, Q5_K, Q6_K, IQ2_XXS, TQ1_0, TQ2_0, IQ1_S and IQ1_M through their
-    /// `ggml_vec_dot_*_q8_K` (the `ggml_k` rows); other types keep the block order.
+    /// `ggml_vec_dot_*_q8_K` (the `ggml_k` rows), and Q5_0 through its Q8_0 bytes; other
+    /// types keep the block order.
     Ggml,
     /// One int32 sum and one FMA per block: fastest.
     #[default]

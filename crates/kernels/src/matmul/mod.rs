@@ -252,8 +252,20 @@ pub struct QMatrix {
     data: Storage,
     /// Accumulation form of the quantized kernels.
     sums: Sums,
-    /// Q5_K/Q6_K rows decoded for llama.cpp's arithmetic, while `sums` is `Ggml`.
-    ggml_k: Option<ggml_k::KRows>,
+    /// The form llama.cpp's arithmetic runs on, while `sums` is `Ggml`, for the types whose
+    /// ggml dot product the superblock kernels do not reproduce.
+    ggml: Option<GgmlForm>,
+}
+
+/// A superblock matrix rewritten for llama.cpp's summation order (`Sums::Ggml` only: a
+/// parity mode, larger than the file).
+enum GgmlForm {
+    /// K-quant, IQ2_XXS, ternary and 1-bit rows for `ggml_vec_dot_*_q8_K`.
+    K(ggml_k::KRows),
+    /// Q5_0 rows as Q8_0 blocks (same `d`, byte `code - 16`): `ggml_vec_dot_q5_0_q8_0`
+    /// and llamafile's tinyBLAS sign-extend each code to exactly that byte and then sum as
+    /// for Q8_0, so the Q8_0 kernel in ggml's lane order gives their bits.
+    Q8(Box<QMatrix>),
 }
 
 thread_local! {
@@ -358,7 +370,7 @@ impl QMatrix {
             cols,
             data,
             sums: Sums::default(),
-            ggml_k: None,
+            ggml: None,
         })
     }
 
@@ -372,11 +384,20 @@ impl QMatrix {
                 }
             }
             Storage::Super(p) if sums == Sums::Ggml && ggml_k::KRows::covers(p.ty) => {
-                if self.ggml_k.is_none() {
-                    self.ggml_k = Some(ggml_k::KRows::build(p, self.rows));
+                if self.ggml.is_none() {
+                    self.ggml = Some(GgmlForm::K(ggml_k::KRows::build(p, self.rows)));
                 }
             }
-            _ => self.ggml_k = None,
+            Storage::Super(p) if sums == Sums::Ggml && p.ty == SbType::Q5_0 => {
+                if self.ggml.is_none() {
+                    let raw = p.q5_0_as_q8_0(self.rows);
+                    let mut q8 = QMatrix::from_ggml(WeightType::Q8_0, self.rows, self.cols, &raw)
+                        .expect("a Q5_0 matrix's shape is a valid Q8_0 shape");
+                    q8.set_sums(Sums::Ggml);
+                    self.ggml = Some(GgmlForm::Q8(Box::new(q8)));
+                }
+            }
+            _ => self.ggml = None,
         }
     }
 
@@ -409,7 +430,7 @@ impl QMatrix {
             cols,
             data: Storage::Stack(at),
             sums,
-            ggml_k: None,
+            ggml: None,
         })
     }
 
@@ -498,10 +519,12 @@ impl QMatrix {
             isa
         };
         match &self.data {
-            Storage::Super(_) if self.ggml_k.is_some() => {
-                let k = self.ggml_k.as_ref().expect("checked");
-                // SAFETY: `matmul_with` checked the sizes of x and the output.
-                unsafe { k.matmul(qisa, x, n, outp, ostride, pool) }
+            Storage::Super(_) if self.ggml.is_some() => {
+                match self.ggml.as_ref().expect("checked") {
+                    // SAFETY: `matmul_with` checked the sizes of x and the output.
+                    GgmlForm::K(k) => unsafe { k.matmul(qisa, x, n, outp, ostride, pool) },
+                    GgmlForm::Q8(m) => m.matmul_raw(isa, x, n, outp, ostride, pool),
+                }
             }
             Storage::Packed(_) | Storage::Super(_) => {
                 let (panels, extra) = self.quantized().expect("a quantized storage");

@@ -618,6 +618,32 @@ impl SbPacked {
         unsafe { std::slice::from_raw_parts(self.lines.as_ptr() as *const u8, total) }
     }
 
+    /// A Q5_0 matrix's first `rows` rows as GGUF Q8_0 bytes: each block's `d` and every
+    /// value's byte `code - 16` (what ggml's Q5_0 dot products multiply), so the values are
+    /// exactly the file's.
+    pub fn q5_0_as_q8_0(&self, rows: usize) -> Vec<u8> {
+        assert_eq!(
+            self.ty,
+            SbType::Q5_0,
+            "q5_0_as_q8_0 on a {:?} matrix",
+            self.ty
+        );
+        let desc = self.ty.desc();
+        let bytes = self.bytes();
+        let mut out = Vec::with_capacity(rows * self.nb * 34);
+        for row in 0..rows {
+            let (p, r) = (row / PANEL, row % PANEL);
+            for s in 0..self.nb {
+                let sbb = &bytes[(p * self.nb + s) * desc.sb_bytes()..][..desc.sb_bytes()];
+                let at = desc.field_off(0) + r * 2;
+                out.extend_from_slice(&sbb[at..at + 2]);
+                let blk = &sbb[desc.header_bytes()..];
+                out.extend((0..32).map(|k| (code(&desc, blk, r, k) - desc.offset) as i8 as u8));
+            }
+        }
+        out
+    }
+
     /// Dequantizes row `row` into `out` (`nb * 32` values) exactly as ggml's
     /// `dequantize_row_*` does (same operations, same order).
     pub fn row_f32(&self, row: usize, out: &mut [f32]) {
