@@ -407,6 +407,13 @@ impl Model {
             });
         let lora = LoraRows::of(batch);
         let qk_whole = c.arch.qk_norm_whole();
+        // Gemma's graph in llama.cpp multiplies the queries by the scale (after RoPE) and the
+        // scores by 1: the scale then acts before the queries are rounded to f16, which
+        // differs from scaling the scores where a query value is an f16 subnormal.
+        let (q_scale, score_scale) = match c.arch.gemma() {
+            true => (Some(c.attn_scale), 1.0),
+            false => (None, c.attn_scale),
+        };
         for (l, w) in layers.iter().enumerate() {
             let window = c.is_window_layer(l);
             let no_rope = c.is_no_rope_layer(l);
@@ -419,7 +426,7 @@ impl Model {
                 n_heads: nh,
                 n_kv_heads: nkv,
                 head_dim: hd,
-                scale: c.attn_scale,
+                scale: score_scale,
                 window: if window { c.sliding_window } else { None },
                 softcap: c.attn_softcap,
                 q_round: self.attn_precision.query_format(kv.formats.k),
@@ -492,6 +499,9 @@ impl Model {
                                 }
                             }
                             q_out.copy_from_slice(qr);
+                            if let Some(f) = q_scale {
+                                q_out.iter_mut().for_each(|v| *v *= f);
+                            }
                             if let Some(temp) = &c.attn_temp {
                                 let f = temp.factor(pos);
                                 q_out.iter_mut().for_each(|v| *v *= f);

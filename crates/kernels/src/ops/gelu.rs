@@ -11,10 +11,13 @@ use std::sync::OnceLock;
 const SQRT_2_OVER_PI: f32 = 0.797_884_6;
 const GELU_COEF_A: f32 = 0.044715;
 
-/// `0.5 x (1 + tanh(√(2/π) x (1 + 0.044715 x²)))` in f32, as ggml's `ggml_gelu_f32`.
+/// `0.5 x (1 + tanh(√(2/π) x (1 + 0.044715 x²)))` in f32, as ggml's `ggml_gelu_f32`
+/// builds its table: the compiler contracts `1 + (0.044715 x) x` into one FMA (GCC's
+/// default `-ffp-contract=fast` on an FMA target; seen in the object code of
+/// `ggml_cpu_init`), which changes some f16 entries; `mul_add` is that FMA.
 #[inline]
 pub fn gelu_f32(x: f32) -> f32 {
-    0.5 * x * (1.0 + (SQRT_2_OVER_PI * x * (1.0 + GELU_COEF_A * x * x)).tanh())
+    0.5 * x * (1.0 + (SQRT_2_OVER_PI * x * (GELU_COEF_A * x).mul_add(x, 1.0)).tanh())
 }
 
 /// GELU of every f16 value, rounded to f16 (128 KiB, built on first use).
