@@ -238,8 +238,9 @@ unsafe fn scores<R: Rows8, const G: usize>(
     q: *const f32,
     scale: f32,
     s: *mut f32,
+    stride: usize,
 ) {
-    let (hd, n_ctx, rb) = (kv.head_dim, rows.len(), kv.k_row_bytes());
+    let (hd, rb) = (kv.head_dim, kv.k_row_bytes());
     let base = kv.k.as_ptr();
     for (j, &i) in rows.iter().enumerate() {
         let row = base.add(i * rb);
@@ -254,33 +255,37 @@ unsafe fn scores<R: Rows8, const G: usize>(
             }
         }
         for g in 0..G {
-            *s.add(g * n_ctx + j) = reduce16(lo[g], hi[g]) * scale;
+            *s.add(g * stride + j) = reduce16(lo[g], hi[g]) * scale;
         }
     }
 }
 
-/// `out_g = Σ_j p[g * n_ctx + j] · v_j` for `G` heads, each output value a dot product over
-/// positions in the batched order: lane `l` sums positions `l, l + 16, …` by FMA, then the
-/// tree of [`super::reduce16`] across lanes. 16 output values (two registers) at a time.
+/// `out_g = Σ_j p[g * stride + j] · v_j` for `G` heads, each output value a dot product
+/// over positions in the batched order: lane `l` sums the positions `≡ l (mod 16)` by FMA,
+/// then the tree of [`super::reduce16`] across lanes. Position j is `lead + j` counted
+/// from a multiple of 16 (`lead < 16`): llama.cpp's lanes follow the cache cell. 16
+/// output values (two registers) at a time.
 #[inline(always)]
 #[allow(clippy::needless_range_loop)] // (g, h) index both the lanes and the output
 unsafe fn values<R: Rows8, const G: usize>(
     kv: &PagedKv,
     rows: &[usize],
     p: *const f32,
+    stride: usize,
+    lead: usize,
     out: *mut f32,
 ) {
     let (hd, n_ctx, rb) = (kv.head_dim, rows.len(), kv.v_row_bytes());
     let base = kv.v.as_ptr();
     for c in 0..hd / LANES {
         let mut lanes = [[[_mm256_setzero_ps(); 2]; G]; LANES];
-        for (l, lane) in lanes.iter_mut().enumerate().take(n_ctx) {
-            let mut j = l;
+        for (l, lane) in lanes.iter_mut().enumerate() {
+            let mut j = (l + LANES - lead) % LANES;
             while j < n_ctx {
                 let row = base.add(rows[j] * rb);
                 let (v0, v1) = (R::chunk(row, 2 * c), R::chunk(row, 2 * c + 1));
                 for (g, a) in lane.iter_mut().enumerate() {
-                    let w = _mm256_set1_ps(*p.add(g * n_ctx + j));
+                    let w = _mm256_set1_ps(*p.add(g * stride + j));
                     a[0] = _mm256_fmadd_ps(v0, w, a[0]);
                     a[1] = _mm256_fmadd_ps(v1, w, a[1]);
                 }
@@ -359,10 +364,10 @@ unsafe fn weigh_values_in<RV: Rows8>(
     while g0 < n_q {
         let (sp, op) = (s.add(g0 * n), o.add(g0 * hd));
         match (n_q - g0).min(MAX_G) {
-            1 => values::<RV, 1>(kv, &offs, sp, op),
-            2 => values::<RV, 2>(kv, &offs, sp, op),
-            3 => values::<RV, 3>(kv, &offs, sp, op),
-            _ => values::<RV, 4>(kv, &offs, sp, op),
+            1 => values::<RV, 1>(kv, &offs, sp, n, 0, op),
+            2 => values::<RV, 2>(kv, &offs, sp, n, 0, op),
+            3 => values::<RV, 3>(kv, &offs, sp, n, 0, op),
+            _ => values::<RV, 4>(kv, &offs, sp, n, 0, op),
         }
         g0 += MAX_G;
     }
@@ -384,34 +389,39 @@ unsafe fn run<RK: Rows8, RV: Rows8>(
         let (block, row) = folio_core::kv::page(table, j, kv.block_size);
         kv.row_index(block, row)
     }));
-    // The window's positions only: scores and values index them 0..n.
-    let n_ctx = n_ctx - qs.first;
+    // The window's positions index the rows 0..n. A score row holds `lead` masked slots
+    // (−∞) first, so that its softmax chunks of 16 start at multiples of 16 of the
+    // absolute position, as llama.cpp's cells do.
+    let n = n_ctx - qs.first;
+    let lead = qs.first % LANES;
+    let stride = lead + n;
     sc.clear();
-    sc.resize(n_q * n_ctx, 0.0);
+    sc.resize(n_q * stride, f32::NEG_INFINITY);
     let (q, s, o) = (qs.q.as_ptr(), sc.as_mut_ptr(), out.as_mut_ptr());
     let mut g0 = 0;
     while g0 < n_q {
-        let (qp, sp) = (q.add(g0 * hd), s.add(g0 * n_ctx));
+        let (qp, sp) = (q.add(g0 * hd), s.add(g0 * stride + lead));
         match (n_q - g0).min(MAX_G) {
-            1 => scores::<RK, 1>(kv, &offs, qp, qs.scale, sp),
-            2 => scores::<RK, 2>(kv, &offs, qp, qs.scale, sp),
-            3 => scores::<RK, 3>(kv, &offs, qp, qs.scale, sp),
-            _ => scores::<RK, 4>(kv, &offs, qp, qs.scale, sp),
+            1 => scores::<RK, 1>(kv, &offs, qp, qs.scale, sp, stride),
+            2 => scores::<RK, 2>(kv, &offs, qp, qs.scale, sp, stride),
+            3 => scores::<RK, 3>(kv, &offs, qp, qs.scale, sp, stride),
+            _ => scores::<RK, 4>(kv, &offs, qp, qs.scale, sp, stride),
         }
         g0 += MAX_G;
     }
-    super::softcap_scores(&mut sc, qs.softcap);
-    for (g, p) in sc.chunks_exact_mut(n_ctx).enumerate() {
+    for (g, p) in sc.chunks_exact_mut(stride).enumerate() {
+        // (The cap acts on scores; the mask after it, as in ggml.)
+        super::softcap_scores(&mut p[lead..], qs.softcap);
         softmax_f16(p, qs.sink(g));
     }
     let mut g0 = 0;
     while g0 < n_q {
-        let (sp, op) = (s.add(g0 * n_ctx), o.add(g0 * hd));
+        let (sp, op) = (s.add(g0 * stride + lead), o.add(g0 * hd));
         match (n_q - g0).min(MAX_G) {
-            1 => values::<RV, 1>(kv, &offs, sp, op),
-            2 => values::<RV, 2>(kv, &offs, sp, op),
-            3 => values::<RV, 3>(kv, &offs, sp, op),
-            _ => values::<RV, 4>(kv, &offs, sp, op),
+            1 => values::<RV, 1>(kv, &offs, sp, stride, lead, op),
+            2 => values::<RV, 2>(kv, &offs, sp, stride, lead, op),
+            3 => values::<RV, 3>(kv, &offs, sp, stride, lead, op),
+            _ => values::<RV, 4>(kv, &offs, sp, stride, lead, op),
         }
         g0 += MAX_G;
     }

@@ -85,29 +85,38 @@ pub fn attend(
     } = *qs;
     let (hd, bs) = (kv.head_dim, kv.block_size);
     let (krb, vrb) = (kv.k_row_bytes(), kv.v_row_bytes());
-    // The visible positions are first..n_ctx; below, j counts from the first of them.
-    let n_ctx = n_ctx - first;
+    // llama.cpp's lanes, sets and softmax chunks follow the cache cell, i.e. the absolute
+    // position: below, j counts from `base`, the visible range's start rounded down to a
+    // whole set of lanes; the `lead` positions before `first` are masked (score −∞,
+    // probability 0) and their rows are never read.
+    let lead = first % (SETS * LANES);
+    let base = first - lead;
+    let n_ctx = n_ctx - base;
     // Scores, then every decoded K row of the context.
     scratch.resize(n_q * n_ctx + n_ctx * hd, 0.0);
     let (scores, rows) = scratch.split_at_mut(n_q * n_ctx);
-    // Row index of visible position j (in K and V alike).
+    // Row index of position base + j (in K and V alike).
     let at = |j: usize| {
-        let p = first + j;
+        let p = base + j;
         let (block, row) = folio_core::kv::page(table, p, bs);
         kv.row_index(block, row)
     };
-    for (j, row) in rows.chunks_exact_mut(hd).enumerate() {
+    for (j, row) in rows.chunks_exact_mut(hd).enumerate().skip(lead) {
         let off = at(j) * krb;
         load_row_scalar(kv.k_format, &kv.k[off..off + krb], row);
     }
     for g in 0..n_q {
         let qg = &q[g * hd..(g + 1) * hd];
         for (j, row) in rows.chunks_exact(hd).enumerate() {
-            scores[g * n_ctx + j] = dot(order, qg, row) * scale;
+            scores[g * n_ctx + j] = match j < lead {
+                true => f32::NEG_INFINITY,
+                false => dot(order, qg, row) * scale,
+            };
         }
     }
-    super::softcap_scores(scores, softcap);
     for (g, p) in scores.chunks_exact_mut(n_ctx).enumerate() {
+        // (The cap acts on scores; the mask after it, as in ggml.)
+        super::softcap_scores(&mut p[lead..], softcap);
         softmax_lanes_sink(p, qs.sink(g));
         for v in p.iter_mut() {
             *v = f16::from_f32(*v).to_f32();
@@ -123,7 +132,7 @@ pub fn attend(
     let width = sets * LANES * hd;
     let mut acc = vec![0f32; n_q * width];
     let mut v = vec![0f32; hd];
-    for j in 0..n_lanes_pos {
+    for j in lead..n_lanes_pos {
         let off = at(j) * vrb;
         load_row_scalar(kv.v_format, &kv.v[off..off + vrb], &mut v);
         for g in 0..n_q {
@@ -153,7 +162,7 @@ pub fn attend(
         }
     }
     // The f64 tail, position by position onto the lane sum (`ggml_vec_dot_f16`'s order).
-    for j in n_lanes_pos..n_ctx {
+    for j in n_lanes_pos.max(lead)..n_ctx {
         let off = at(j) * vrb;
         load_row_scalar(kv.v_format, &kv.v[off..off + vrb], &mut v);
         for g in 0..n_q {
