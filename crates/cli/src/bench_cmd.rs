@@ -442,7 +442,7 @@ pub enum NumericsArg {
     #[default]
     Fast,
     /// llama.cpp's summation order, bit for bit: the same tokens and logits as llama.cpp
-    /// (for Q4_0/Q4_1/Q8_0 weights with the f16 KV cache on an AVX-512 CPU).
+    /// (with the f16 KV cache; the README lists the weight types and models tested).
     Llama,
 }
 

@@ -5,35 +5,28 @@
 //! token identical, no near-tie allowance, and llama.cpp's top-5 log-probabilities
 //! (relative to its top-1) reproduced to the file's 4 decimals.
 //!
-//! Q4_0 and Q8_0 run ggml's q8_0 lane sums; the K-quant, IQ2_XXS, ternary and 1-bit
+//! Q4_0, Q5_0 and Q8_0 run ggml's q8_0 lane sums (Q5_0 as the Q8_0 bytes `code - 16`); the K-quant, IQ2_XXS, ternary and 1-bit
 //! matrices llama.cpp's `ggml_vec_dot_*_q8_K`
 //! (activations quantized to Q8_K per 256 values, its AVX2 lane sums;
 //! `folio_kernels::matmul` `ggml_k`). Files from `$FOLIO_QUANTS_DIR`
 //! (scripts/make_quants.sh) and the catalogue; a missing file skips its case with a printed
 //! reason.
 
-use folio_gguf::GgufFile;
 use folio_kernels::matmul::Sums;
 use folio_model::Model;
 use std::path::PathBuf;
 
 mod greedy_ref;
-use greedy_ref::{check_model_with, quant};
+use greedy_ref::{check_model_with, fetched, quant};
 
 /// The file's log-probabilities are rounded to 4 decimals: a difference of two of them is
 /// off by up to 1e-4.
 const LOGPROB_TOLERANCE: f64 = 1e-4 + 1e-6;
 
 fn check(label: &str, reference: &str, path: Result<PathBuf, String>) {
-    let path = match path {
-        Ok(p) => p,
-        Err(why) => {
-            eprintln!("skipping {label}: {why}");
-            return;
-        }
+    let Some((f, mut model)) = greedy_ref::load(label, path) else {
+        return;
     };
-    let f = GgufFile::open(&path).expect("open model");
-    let mut model = Model::from_gguf(&f).expect("load model");
     model.set_sums(Sums::Ggml);
     check_model_with(label, reference, &f, &model, None, Some(LOGPROB_TOLERANCE));
 }
@@ -126,5 +119,17 @@ fn iq1_m_identical_to_llama_cpp() {
         "IQ1_M",
         include_str!("../../../testdata/qwen-coder-greedy-iq1_m.json"),
         quant("qwen-iq1_m.gguf"),
+    );
+}
+
+/// Gemma 3 270M Q4_K_M (Q5_0, Q8_0, Q4_K and Q6_K matrices; the catalogue file, fetched on
+/// first use): its GELU table, Q/K norms, sliding-window and global layers and 262k-token
+/// head, the 2,047-token prompt included.
+#[test]
+fn gemma3_270m_identical_to_llama_cpp() {
+    check(
+        "gemma3-270m Q4_K_M",
+        include_str!("../../../testdata/gemma3-greedy-ref.json"),
+        fetched("gemma3-270m"),
     );
 }

@@ -134,16 +134,23 @@ pub fn quant(file: &str) -> Result<PathBuf, String> {
 /// Runs every prompt of `reference` on `path`, printing where folio's and llama.cpp's
 /// outputs part; fails on a prompt-id difference or on parting at a step that is no near-tie.
 pub fn check(label: &str, reference: &str, path: Result<PathBuf, String>) {
+    if let Some((f, model)) = load(label, path) {
+        check_model(label, reference, &f, &model, None);
+    }
+}
+
+/// Opens and loads the file at `path`, or prints why case `label` is skipped.
+pub fn load(label: &str, path: Result<PathBuf, String>) -> Option<(GgufFile, Model)> {
     let path = match path {
         Ok(p) => p,
         Err(why) => {
             eprintln!("skipping {label}: {why}");
-            return;
+            return None;
         }
     };
     let f = GgufFile::open(&path).expect("open model");
     let model = Model::from_gguf(&f).expect("load model");
-    check_model(label, reference, &f, &model, None);
+    Some((f, model))
 }
 
 /// [`check`] for a loaded `model` (its numerics set by the caller) under `lora`.
@@ -186,6 +193,8 @@ pub fn check_model_with(
             // How far folio's log-probabilities of llama.cpp's top-5 (relative to its top-1)
             // are from llama.cpp's, over the steps both runs share.
             let mut dev = 0f64;
+            // The first step whose deviation exceeds 1e-3: where to start looking.
+            let mut first_off = None;
             for s in 0..=parted.unwrap_or(want.len() - 1).min(lps.len() - 1) {
                 let top = &run["top5_logprobs_per_step"][s];
                 let id0 = top[0][0].as_u64().expect("id") as usize;
@@ -197,11 +206,14 @@ pub fn check_model_with(
                     );
                     dev = dev.max(((lps[s][id] - lps[s][id0]) - (lp - lp0)).abs());
                 }
+                if dev > 1e-3 && first_off.is_none() {
+                    first_off = Some(s);
+                }
             }
             if let Some(tol) = exact {
                 if dev > tol {
                     failures.push(format!(
-                        "{label} {name} {kind}: top-5 log-prob deviation {dev:.6} > {tol}"
+                        "{label} {name} {kind}: top-5 log-prob deviation {dev:.6} > {tol} (first above 1e-3 at step {first_off:?})"
                     ));
                 }
             }
