@@ -3,7 +3,7 @@
 //! SIMD ISA against the scalar kernel.
 
 use folio_gguf::GgmlType;
-use folio_kernels::matmul::{KernelError, QMatrix, Sums, WeightType};
+use folio_kernels::matmul::{amx_available, KernelError, QMatrix, Sums, Tiles, WeightType};
 use folio_kernels::{Isa, ThreadPool};
 use half::{bf16, f16};
 use proptest::prelude::*;
@@ -429,6 +429,55 @@ fn bad_shapes_are_errors_naming_the_field() {
 
 /// A stack of different types computes each part's rows with its own kernel, exactly as
 /// the parts alone do, and counts every part's bytes.
+/// AMX tiles (hosts with AMX-INT8): every quantized type in block sums, forced onto the
+/// tiles, equals the scalar reference bit for bit at batches below, at and above the 16-row
+/// tile and with a padded last tile; so does a stacked Q4_K + Q6_K + Q8_0 matrix.
+#[test]
+fn amx_tiles_equal_the_scalar_reference() {
+    if !amx_available() {
+        eprintln!("skipped: no AMX-INT8 here (or the OS does not grant the tile state)");
+        return;
+    }
+    let pool = ThreadPool::new(2);
+    let check = |m: &QMatrix, n: usize, what: &str| {
+        let x = random_x(n, m.cols(), 11 + n as u64);
+        let mut scalar = vec![f32::NAN; n * m.rows()];
+        m.matmul_with(Isa::Scalar, &x, n, &mut scalar, &pool);
+        let mut amx = vec![f32::NAN; n * m.rows()];
+        m.matmul_tiles(Isa::Avx512, Tiles::Amx, &x, n, &mut amx, &pool);
+        for (i, (a, s)) in amx.iter().zip(&scalar).enumerate() {
+            assert_eq!(
+                a.to_bits(),
+                s.to_bits(),
+                "{what} n={n} out[{i}]: AMX {a} vs scalar {s}"
+            );
+        }
+    };
+    for (i, ty) in ALL.into_iter().enumerate().filter(|(_, t)| !is_dense(*t)) {
+        // 40 rows: two whole panels and a partial one; an odd block count for the 32-types.
+        let c = case(ty, 40, cols_for(ty), 300 + i as u64);
+        for n in [1, 15, 16, 17, 33, 48] {
+            check(&c.m, n, ty.name());
+        }
+    }
+    let parts = [
+        (WeightType::Q4_K, 24),
+        (WeightType::Q6_K, 8),
+        (WeightType::Q8_0, 17),
+    ];
+    let stack = QMatrix::stack(
+        parts
+            .iter()
+            .enumerate()
+            .map(|(i, &(t, r))| case(t, r, 256, 50 + i as u64).m)
+            .collect(),
+    )
+    .unwrap();
+    for n in [7, 16, 40] {
+        check(&stack, n, "Q4_K+Q6_K+Q8_0 stack");
+    }
+}
+
 #[test]
 fn stacked_parts_of_mixed_types_equal_the_parts_alone() {
     let pool = ThreadPool::new(2);

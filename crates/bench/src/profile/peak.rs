@@ -21,8 +21,8 @@
 //! trial never counts one thread's quiet moment with another's: the rate is that of all
 //! threads running together, what a matmul over the whole pool gets.
 //!
-//! AMX (`tdpbssd`) is reported as absent: no host this runs on grants it yet, and a probe
-//! that cannot run here could not be checked.
+//! AMX (`tdpbssd`, 16 × 16 × 64 multiply-adds an instruction) is probed where the host
+//! has it and the OS grants the tile state: six independent accumulator tiles.
 //!
 //! NOTE: hand-written with `std::arch` because the probe must issue exactly these
 //! instructions; no crate measures instruction throughput.
@@ -65,6 +65,18 @@ pub fn int8_peaks(threads: usize, reps: usize) -> Vec<Peak> {
             out.push(measure("vpdpbusd ymm", 32, threads, reps, || unsafe {
                 x86::dpbusd_ymm(ITERS)
             }));
+        }
+        if folio_kernels::matmul::amx_available() {
+            // One unit of `measure` is 1/64 of a `tdpbssd` (16,384 multiply-adds), so a
+            // trial issues 64 times fewer of them than of the vector instructions.
+            // SAFETY: the OS granted the tile state (checked above).
+            out.push(measure(
+                "AMX tdpbssd",
+                16 * 16 * 64 / 64,
+                threads,
+                reps,
+                || unsafe { x86::tdpbssd(ITERS / 64) },
+            ));
         }
         if std::arch::is_x86_feature_detected!("avx2") {
             // SAFETY: AVX2 is present (checked above).
@@ -173,6 +185,52 @@ mod x86 {
             }
             s
         }};
+    }
+
+    /// `iters` × 12 `tdpbssd` into six independent tiles (int8 16 × 64 by 16 × 64).
+    ///
+    /// # Safety
+    /// The process must hold the AMX tile state (`folio_kernels::matmul::amx_available`).
+    pub unsafe fn tdpbssd(iters: u64) -> i32 {
+        use std::arch::asm;
+        #[repr(C, align(64))]
+        struct Cfg([u8; 64]);
+        let mut cfg = Cfg([0; 64]);
+        cfg.0[0] = 1;
+        for t in 0..8 {
+            cfg.0[16 + 2 * t] = 64;
+            cfg.0[48 + t] = 16;
+        }
+        let data = [black_box(1i8); 1024];
+        let mut c = [0i32; 256];
+        asm!(
+            "ldtilecfg [{cfg}]",
+            "tileloadd tmm0, [{d} + {s}*1]",
+            "tileloadd tmm1, [{d} + {s}*1]",
+            "tilezero tmm2", "tilezero tmm3", "tilezero tmm4",
+            "tilezero tmm5", "tilezero tmm6", "tilezero tmm7",
+            cfg = in(reg) cfg.0.as_ptr(), d = in(reg) data.as_ptr(), s = in(reg) 64usize,
+            options(nostack),
+        );
+        for _ in 0..iters {
+            for _ in 0..2 {
+                asm!(
+                    "tdpbssd tmm2, tmm0, tmm1",
+                    "tdpbssd tmm3, tmm0, tmm1",
+                    "tdpbssd tmm4, tmm0, tmm1",
+                    "tdpbssd tmm5, tmm0, tmm1",
+                    "tdpbssd tmm6, tmm0, tmm1",
+                    "tdpbssd tmm7, tmm0, tmm1",
+                    options(nostack, nomem),
+                );
+            }
+        }
+        asm!(
+            "tilestored [{c} + {s}*1], tmm2",
+            "tilerelease",
+            c = in(reg) c.as_mut_ptr(), s = in(reg) 64usize, options(nostack),
+        );
+        c[0]
     }
 
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]

@@ -116,10 +116,12 @@ pub fn run(
     if int8.is_empty() {
         log("int8 peak: no int8 dot-product instruction this CPU has is probed");
     }
-    if !super::peak::has_amx_int8() {
-        log("int8 peak (AMX tdpbssd): not present on this CPU");
-    } else {
-        log("int8 peak (AMX tdpbssd): present, not probed (no AMX path yet)");
+    if !folio_kernels::matmul::amx_available() {
+        log(if super::peak::has_amx_int8() {
+            "int8 peak (AMX tdpbssd): present, but the OS does not grant the tile state (or FOLIO_AMX=0)"
+        } else {
+            "int8 peak (AMX tdpbssd): not present on this CPU"
+        });
     }
     let peak = probe::matmul_flops(2048, 2048, 256, reps, pool);
     log(&format!(

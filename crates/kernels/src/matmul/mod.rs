@@ -23,6 +23,8 @@
 //! of signed grid magnitudes, so more bytes than the file's; see `sb_format`). F32/F16/BF16
 //! use a dense FMA kernel.
 
+mod amx;
+mod amx_panels;
 mod dense;
 mod ggml;
 mod ggml_k;
@@ -268,6 +270,49 @@ enum GgmlForm {
     Q8(Box<QMatrix>),
 }
 
+/// Whether a quantized matmul in block sums runs its integer products on AMX tiles (hosts
+/// with AMX: see [`amx_available`]); every choice gives the same bits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Tiles {
+    /// AMX from [`AMX_MIN_ROWS`] activation rows on where the host has it and
+    /// `FOLIO_AMX=1` asks for it (see [`amx_preferred`]); the vector kernels otherwise.
+    #[default]
+    Auto,
+    /// The AVX-512 / AVX2 kernels only.
+    Vector,
+    /// AMX for every batch size where the host has it (tests of small batches).
+    Amx,
+}
+
+/// Activation rows from which [`Tiles::Auto`] uses AMX: a tile product always computes 16
+/// rows, so below 16 the padding is paid for.
+pub const AMX_MIN_ROWS: usize = 16;
+
+/// Whether [`Tiles::Auto`] picks AMX: only when `FOLIO_AMX=1`. The tile kernels are exact
+/// but not yet faster: measured on an Intel Xeon with AMX-INT8 (2 threads, a Q4_K 8,960 ×
+/// 1,536 matrix times 512 rows), 251-259 GMAC/s on the tiles against 273-295 with AVX-512
+/// VNNI, Q8_0 299-307 against 354-369. Each 32-block's 16 × 16 product is stored and
+/// rescaled in f32 by the vector units (the activation scale is per 32 values), and that
+/// store, reload and epilogue cost as much as the products: with the epilogue skipped the
+/// tiles alone ran 435 GMAC/s, the epilogue alone 401.
+pub fn amx_preferred() -> bool {
+    static P: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *P.get_or_init(|| std::env::var("FOLIO_AMX").is_ok_and(|v| v.trim() == "1"))
+}
+
+/// Whether this host runs the AMX matmul kernels (AMX-INT8, the OS grants the tile state,
+/// `FOLIO_AMX=0` unset). Every quantized type has an AMX kernel (`amx_panels`).
+pub fn amx_available() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        amx::available()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
 thread_local! {
     /// Quantized activations of the calling thread, reused across calls (no allocation on
     /// the hot path once grown).
@@ -477,6 +522,19 @@ impl QMatrix {
     /// [`QMatrix::matmul`] with a forced ISA (clamped to what the CPU supports; the
     /// quantized AVX-512 kernels need VNNI and otherwise run the AVX2 ones).
     pub fn matmul_with(&self, isa: Isa, x: &[f32], n: usize, out: &mut [f32], pool: &ThreadPool) {
+        self.matmul_tiles(isa, Tiles::Auto, x, n, out, pool)
+    }
+
+    /// [`QMatrix::matmul_with`] with the AMX choice made by the caller.
+    pub fn matmul_tiles(
+        &self,
+        isa: Isa,
+        tiles: Tiles,
+        x: &[f32],
+        n: usize,
+        out: &mut [f32],
+        pool: &ThreadPool,
+    ) {
         assert_eq!(
             x.len(),
             n * self.cols,
@@ -494,6 +552,7 @@ impl QMatrix {
         }
         self.matmul_raw(
             isa.clamp(),
+            tiles,
             x,
             n,
             SendPtr(out.as_mut_ptr()),
@@ -503,9 +562,11 @@ impl QMatrix {
     }
 
     /// The matmul into `out`, whose activation row b starts `b * ostride` floats further.
+    #[allow(clippy::too_many_arguments)]
     fn matmul_raw(
         &self,
         isa: Isa,
+        tiles: Tiles,
         x: &[f32],
         n: usize,
         outp: SendPtr<f32>,
@@ -518,19 +579,27 @@ impl QMatrix {
         } else {
             isa
         };
+        let amx = qisa == Isa::Avx512
+            && self.sums == Sums::Block
+            && match tiles {
+                Tiles::Auto => n >= AMX_MIN_ROWS && amx_preferred(),
+                Tiles::Vector => false,
+                Tiles::Amx => true,
+            }
+            && amx_available();
         match &self.data {
             Storage::Super(_) if self.ggml.is_some() => {
                 match self.ggml.as_ref().expect("checked") {
                     // SAFETY: `matmul_with` checked the sizes of x and the output.
                     GgmlForm::K(k) => unsafe { k.matmul(qisa, x, n, outp, ostride, pool) },
-                    GgmlForm::Q8(m) => m.matmul_raw(isa, x, n, outp, ostride, pool),
+                    GgmlForm::Q8(m) => m.matmul_raw(isa, tiles, x, n, outp, ostride, pool),
                 }
             }
             Storage::Packed(_) | Storage::Super(_) => {
                 let (panels, extra) = self.quantized().expect("a quantized storage");
                 // SAFETY: as in `over_panels`; `extra` holds the sums the kernel reads.
-                let tiles = |span: &Span| unsafe { self.run_span(qisa, span) };
-                self.quant_matmul(panels, extra, &tiles, qisa, x, n, (outp, ostride), pool)
+                let run = |span: &Span| unsafe { self.run_span(qisa, amx, span) };
+                self.quant_matmul(panels, extra, &run, qisa, x, n, (outp, ostride), pool)
             }
             Storage::F32(w) => self.dense_matmul(w, isa, x, n, outp, ostride, pool),
             Storage::F16(w) => self.dense_matmul(w, isa, x, n, outp, ostride, pool),
@@ -551,7 +620,7 @@ impl QMatrix {
                     extra.groups |= e.groups;
                     extra.halves |= e.halves;
                 }
-                let tiles = |span: &Span| {
+                let run = |span: &Span| {
                     let (p0, p1) = span.panels;
                     for ((r0, m), &s0) in parts.iter().zip(&starts) {
                         let s1 = s0 + m.quantized().expect("checked above").0;
@@ -569,16 +638,16 @@ impl QMatrix {
                         };
                         // SAFETY: as in `over_panels`: the part's panels a..b are rows of
                         // this task alone; `extra` holds every part's sums.
-                        unsafe { m.run_span(qisa, &part) }
+                        unsafe { m.run_span(qisa, amx, &part) }
                     }
                 };
-                self.quant_matmul(panels, extra, &tiles, qisa, x, n, (outp, ostride), pool)
+                self.quant_matmul(panels, extra, &run, qisa, x, n, (outp, ostride), pool)
             }
             Storage::Stack(parts) => {
                 for (r0, part) in parts {
                     // SAFETY: the part's rows r0..r0+part.rows lie inside every output row.
                     let o = SendPtr(unsafe { outp.get().add(*r0) });
-                    part.matmul_raw(isa, x, n, o, ostride, pool);
+                    part.matmul_raw(isa, tiles, x, n, o, ostride, pool);
                 }
             }
         }
@@ -611,10 +680,15 @@ impl QMatrix {
     /// Runs the quantized kernel of this matrix over `span`.
     ///
     /// # Safety
-    /// As [`tile::for_each_tile`]; `isa` must be supported (VNNI for `Avx512`) and the
-    /// span's activations must hold the sums [`QMatrix::quantized`] names.
-    unsafe fn run_span(&self, isa: Isa, span: &Span) {
+    /// As [`tile::for_each_tile`]; `isa` must be supported (VNNI for `Avx512`), `amx` only
+    /// where [`amx_available`], and the span's activations must hold the sums
+    /// [`QMatrix::quantized`] names.
+    unsafe fn run_span(&self, isa: Isa, amx: bool, span: &Span) {
         match &self.data {
+            #[cfg(target_arch = "x86_64")]
+            Storage::Super(p) if amx => amx_panels::run_sb(p, span),
+            #[cfg(target_arch = "x86_64")]
+            Storage::Packed(p) if amx => amx_panels::run_packed(p, span),
             Storage::Packed(p) => kernel::run_panels(isa, self.sums, p, span),
             Storage::Super(p) => sb_kernel::run_panels(isa, p, span),
             _ => unreachable!("run_span is called on quantized matrices only"),

@@ -30,14 +30,14 @@ pub(crate) enum Layout {
 }
 
 impl Layout {
-    pub fn code4(self) -> bool {
+    pub const fn code4(self) -> bool {
         !matches!(self, Layout::Q8SymF16)
     }
-    pub fn stored_min(self) -> bool {
+    pub const fn stored_min(self) -> bool {
         matches!(self, Layout::Q4MinF16)
     }
     /// Code offset of the symmetric forms: `w = d * (u - offset)`.
-    pub fn offset(self) -> i32 {
+    pub const fn offset(self) -> i32 {
         if self.code4() {
             8
         } else {

@@ -130,7 +130,7 @@ unsafe fn tile_scalar(ty: SbType, t: &Tile, nr: usize) {
 }
 
 #[cfg(target_arch = "x86_64")]
-mod avx512 {
+pub(super) mod avx512 {
     use super::super::sb_format::{Desc, MinKind, SbType};
     use super::super::sb_lanes::{header, scales, Z};
     use super::super::sb_planes::planes;
@@ -144,7 +144,11 @@ mod avx512 {
 
     /// The 8 `vpdpbusd` operands (16 rows x 4 k each) of one 32-block's code planes.
     #[inline(always)]
-    pub(super) unsafe fn unpack(desc: &Desc, p: *const u8, lut: __m512i) -> [__m512i; 8] {
+    pub(in crate::matmul) unsafe fn unpack(
+        desc: &Desc,
+        p: *const u8,
+        lut: __m512i,
+    ) -> [__m512i; 8] {
         let mut u = planes::<__m512i>(desc, p);
         if desc.lut {
             for ug in u.iter_mut() {
@@ -157,7 +161,7 @@ mod avx512 {
     /// The type's value table (IQ4's levels, MXFP4's, IQ1's, an i-quant's signed magnitudes) as `v + 128`
     /// (unsigned), in every 128-bit lane.
     #[inline(always)]
-    unsafe fn lut(desc: &Desc) -> __m512i {
+    pub(in crate::matmul) unsafe fn lut(desc: &Desc) -> __m512i {
         let mut b = [0u8; 16];
         for (o, v) in b.iter_mut().zip(desc.values) {
             *o = (v as i32 + 128) as u8;

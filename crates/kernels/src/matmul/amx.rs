@@ -1,0 +1,166 @@
+//! Intel AMX tiles: the host check, the tile configuration and the few tile instructions
+//! the AMX matmul kernels (`sb_amx`) issue.
+//!
+//! NOTE: written with `asm!` because the AMX intrinsics (`_tile_dpbsud` …) are not stable
+//! Rust; the tile registers cannot be operands of `asm!`, so each instruction names its
+//! tiles (`tmm0` … `tmm7`) as the configuration below lays them out.
+//!
+//! One `tdpbsud` multiplies a 16 × K tile of signed bytes (16 activation rows, K values
+//! each) by a K/4 × 64-byte tile of unsigned bytes (K values of 16 weight rows, 4 values a
+//! row per 32-bit lane: exactly the operand layout of a `vpdpbusd` zmm) into 16 × 16 int32:
+//! 16 × 16 × K multiply-adds in one instruction, where `vpdpbusd` does 64.
+
+#![cfg(target_arch = "x86_64")]
+
+use std::arch::asm;
+use std::sync::OnceLock;
+
+/// Activation rows (and weight rows) of one tile product.
+pub(crate) const ROWS: usize = 16;
+
+/// Whether this process may run the AMX kernels: the CPU has AMX-TILE and AMX-INT8, the
+/// kernel granted the tile state (`arch_prctl(ARCH_REQ_XCOMP_PERM, XTILEDATA)`; without it
+/// the first tile instruction faults) and `FOLIO_AMX=0` does not turn them off.
+pub fn available() -> bool {
+    static A: OnceLock<bool> = OnceLock::new();
+    *A.get_or_init(|| {
+        let off = std::env::var("FOLIO_AMX").is_ok_and(|v| v.trim() == "0");
+        !off && cpu_has_amx() && request_tile_state()
+    })
+}
+
+fn cpu_has_amx() -> bool {
+    let leaf7 = std::arch::x86_64::__cpuid_count(7, 0);
+    let max = std::arch::x86_64::__cpuid(0).eax;
+    // EDX bit 24: AMX-TILE, bit 25: AMX-INT8.
+    max >= 7 && leaf7.edx & (1 << 24) != 0 && leaf7.edx & (1 << 25) != 0
+}
+
+/// Asks Linux for the AMX tile data state (once per process; every thread then has it).
+fn request_tile_state() -> bool {
+    const SYS_ARCH_PRCTL: i64 = 158;
+    const ARCH_REQ_XCOMP_PERM: i64 = 0x1023;
+    const XFEATURE_XTILEDATA: i64 = 18;
+    let ret: i64;
+    // SAFETY: arch_prctl with this request only changes the process's permitted xstate.
+    unsafe {
+        asm!(
+            "syscall",
+            inlateout("rax") SYS_ARCH_PRCTL => ret,
+            in("rdi") ARCH_REQ_XCOMP_PERM,
+            in("rsi") XFEATURE_XTILEDATA,
+            lateout("rcx") _,
+            lateout("r11") _,
+            options(nostack),
+        );
+    }
+    ret == 0
+}
+
+/// A tile configuration (the 64-byte `ldtilecfg` operand, palette 1).
+#[repr(C, align(64))]
+pub(crate) struct Config([u8; 64]);
+
+impl Config {
+    /// Tiles `(rows, bytes per row)` from `tmm0` on.
+    pub const fn new(tiles: &[(u8, u16)]) -> Config {
+        let mut c = [0u8; 64];
+        c[0] = 1;
+        let mut i = 0;
+        while i < tiles.len() {
+            let (rows, colsb) = tiles[i];
+            let b = colsb.to_le_bytes();
+            c[16 + 2 * i] = b[0];
+            c[17 + 2 * i] = b[1];
+            c[48 + i] = rows;
+            i += 1;
+        }
+        Config(c)
+    }
+}
+
+/// The tiles of the 32-value form, two blocks in flight: `tmm0` activations (16 rows × 32
+/// bytes), `tmm1` weight codes (8 rows × 64), `tmm2`/`tmm3` the int32 products (16 × 64) of
+/// even and odd blocks; `tmm4`/`tmm5` the second block's activations and codes.
+pub(crate) const BLOCK32: Config =
+    Config::new(&[(16, 32), (8, 64), (16, 64), (16, 64), (16, 32), (8, 64)]);
+
+/// The tiles of the 16-value form (types with a scale per 16 values): `tmm0`/`tmm1` the two
+/// halves' activations (16 × 16 bytes), `tmm2`/`tmm3` their codes (4 × 64), `tmm4`/`tmm5`
+/// their products.
+pub(crate) const BLOCK16: Config =
+    Config::new(&[(16, 16), (16, 16), (4, 64), (4, 64), (16, 64), (16, 64)]);
+
+/// Loads `cfg` for this thread; [`release`] ends the tile use.
+///
+/// # Safety
+/// [`available`] must be true.
+#[inline(always)]
+pub(crate) unsafe fn configure(cfg: &Config) {
+    asm!("ldtilecfg [{}]", in(reg) cfg.0.as_ptr(), options(nostack, readonly));
+}
+
+/// Frees the tile state (so context switches stop saving it).
+///
+/// # Safety
+/// [`available`] must be true.
+#[inline(always)]
+pub(crate) unsafe fn release() {
+    asm!("tilerelease", options(nostack, nomem));
+}
+
+/// [`BLOCK32`]: `c = a · b` for 16 activation rows of 32 bytes (`a`, rows `stride` apart)
+/// and a block's 512 code bytes `b`; the 16 × 16 int32 products go to `c` (row = activation
+/// row, lane = weight row), through tile `tmm2` when `odd` is false, `tmm3` otherwise.
+///
+/// # Safety
+/// [`BLOCK32`] configured; `a` must hold 16 rows, `b` 512 bytes, `c` 1,024 bytes.
+#[inline(always)]
+pub(crate) unsafe fn dot32(a: *const i8, stride: usize, b: *const u8, c: *mut i32, odd: bool) {
+    if odd {
+        asm!(
+            "tileloadd tmm4, [{a} + {sa}*1]",
+            "tileloadd tmm5, [{b} + {s64}*1]",
+            "tilezero tmm3",
+            "tdpbsud tmm3, tmm4, tmm5",
+            "tilestored [{c} + {s64}*1], tmm3",
+            a = in(reg) a, sa = in(reg) stride, b = in(reg) b, c = in(reg) c,
+            s64 = in(reg) 64usize, options(nostack),
+        );
+    } else {
+        asm!(
+            "tileloadd tmm0, [{a} + {sa}*1]",
+            "tileloadd tmm1, [{b} + {s64}*1]",
+            "tilezero tmm2",
+            "tdpbsud tmm2, tmm0, tmm1",
+            "tilestored [{c} + {s64}*1], tmm2",
+            a = in(reg) a, sa = in(reg) stride, b = in(reg) b, c = in(reg) c,
+            s64 = in(reg) 64usize, options(nostack),
+        );
+    }
+}
+
+/// [`BLOCK16`]: the two 16-value halves of a block: `c[0..256]` the products of values
+/// 0..16, `c[256..512]` of values 16..32 (each 16 × 16 int32 as in [`dot32`]).
+///
+/// # Safety
+/// [`BLOCK16`] configured; `a` must hold 16 rows of 32 bytes, `b` 512 bytes, `c` 2,048.
+#[inline(always)]
+pub(crate) unsafe fn dot16x2(a: *const i8, stride: usize, b: *const u8, c: *mut i32) {
+    asm!(
+        "tileloadd tmm0, [{a} + {sa}*1]",
+        "tileloadd tmm1, [{a2} + {sa}*1]",
+        "tileloadd tmm2, [{b} + {s64}*1]",
+        "tileloadd tmm3, [{b2} + {s64}*1]",
+        "tilezero tmm4",
+        "tilezero tmm5",
+        "tdpbsud tmm4, tmm0, tmm2",
+        "tdpbsud tmm5, tmm1, tmm3",
+        "tilestored [{c} + {s64}*1], tmm4",
+        "tilestored [{c2} + {s64}*1], tmm5",
+        a = in(reg) a, a2 = in(reg) a.add(16), sa = in(reg) stride,
+        b = in(reg) b, b2 = in(reg) b.add(256),
+        c = in(reg) c, c2 = in(reg) c.add(256),
+        s64 = in(reg) 64usize, options(nostack),
+    );
+}

@@ -1,0 +1,424 @@
+//! The quantized matmul on AMX tiles (block sums only), for batches of activation rows
+//! (prefill, batched decode), over both weight layouts: the superblock one (`sb_format`)
+//! and the 32-block panels of Q4_0, Q4_1 and Q8_0 (`packed`).
+//!
+//! A task walks its panels; per panel it unpacks every 32-block's codes once (the same 8
+//! `vpdpbusd` operands the AVX-512 tile builds, which are exactly a `tdpbsud` weight tile)
+//! and their scales, then runs every 16 activation rows through them: per block one tile
+//! product gives the exact int32 sums of 16 rows × 16 weight rows, and the AVX-512 epilogue
+//! applies the block's offset, scales and mins with the very f32 operations, in the very
+//! order, of the layout's vector kernel (`sb_kernel`, `kernel`: module docs there), so the
+//! output equals the scalar reference's bits. Only the integer products move to the tile unit: 8,192 multiply-adds an
+//! instruction instead of 64.
+//!
+//! Activation rows past the last multiple of 16 are copied into a zero-padded tile (so the
+//! tile load never reads past the activations); their outputs are not stored.
+
+#![cfg(target_arch = "x86_64")]
+
+use super::amx::{self, ROWS};
+use super::packed::{Geometry, Layout, Packed};
+use super::sb_format::PANEL;
+use super::sb_format::{MinKind, SbPacked, SbType};
+use super::sb_kernel::avx512::{lut, unpack};
+use super::sb_lanes::{header, scales, Header, Scales, Z};
+use super::tile::{mask16, Span};
+use std::arch::x86_64::*;
+use std::cell::RefCell;
+
+/// What a kernel instance's epilogue does beyond `acc = fma(f32(dot), da * dx, acc)`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Min {
+    None,
+    /// A superblock type's float min: `acc = fma(f32(isum), m * dx, acc)`.
+    Sb,
+    /// The panel layout's stored min: `acc = fma(m, d * isum of the activations, acc)`.
+    Stored,
+    /// Integer mins per 16 values (Q2_K): `acc = fnma(f32(mn0 X0 + mn1 X1), dmin * dx, acc)`.
+    Int16,
+}
+
+/// The instances: superblock types by their id (`SbType::from_id`), the panel layouts
+/// from [`PACKED`] on.
+const PACKED: u8 = 32;
+
+/// Layout of a panel instance.
+const fn layout(id: u8) -> Layout {
+    match id - PACKED {
+        0 => Layout::Q4MinF16,
+        1 => Layout::Q4SymF16,
+        _ => Layout::Q8SymF16,
+    }
+}
+
+/// `(offset, min, 16-value scales)` of instance `id`.
+const fn form(id: u8) -> (i32, Min, bool) {
+    if id < PACKED {
+        let d = SbType::from_id(id).desc();
+        let min = match d.min {
+            MinKind::Float => Min::Sb,
+            MinKind::Int16 => Min::Int16,
+            MinKind::None => Min::None,
+        };
+        (d.offset, min, d.sub16)
+    } else {
+        let l = layout(id);
+        if l.stored_min() {
+            (0, Min::Stored, false)
+        } else {
+            (l.offset(), Min::None, false)
+        }
+    }
+}
+
+/// One thread's buffers, grown to the largest matrix and reused.
+struct Scratch {
+    /// The panel's unpacked codes: 8 zmm (512 bytes) per 32-block.
+    codes: Vec<__m512i>,
+    /// The panel's scales per 32-block and headers per superblock.
+    scales: Vec<Scales<Z>>,
+    heads: Vec<Header<Z>>,
+    /// The zero-padded last activation tile: codes (16 rows of `cols`), per-block scales,
+    /// `d * isum`, code sums and 16-sums.
+    tq: Vec<i8>,
+    td: Vec<f32>,
+    ts: Vec<f32>,
+    ti: Vec<i32>,
+    th: Vec<i32>,
+    /// Tile products: two blocks (or a block's two halves) of 16 × 16 int32.
+    c: [[__m512i; ROWS]; 2],
+}
+
+thread_local! {
+    static SCRATCH: RefCell<Option<Box<Scratch>>> = const { RefCell::new(None) };
+}
+
+/// Activation rows of one tile: codes (`stride` bytes a row), and per row `nb` scales and
+/// code sums, `2 nb` 16-sums.
+#[derive(Clone, Copy)]
+struct Acts {
+    xq: *const i8,
+    xd: *const f32,
+    xs: *const f32,
+    xi: *const i32,
+    xh: *const i32,
+}
+
+/// Computes the output rows of the span's panels for every activation row.
+///
+/// # Safety
+/// As `tile::for_each_tile`; [`amx::available`] must be true and the span's activations
+/// must hold the 16-sums when the type's scales cover 16 values.
+pub(crate) unsafe fn run_sb(packed: &SbPacked, span: &Span) {
+    with_scratch(|s| {
+        macro_rules! types {
+            ($($ty:ident => $id:literal),*) => {
+                match packed.ty {
+                    $(SbType::$ty => panels::<$id>(Weights::Sb(packed), span, s),)*
+                }
+            };
+        }
+        types!(Q5_0 => 0, Q5_1 => 1, IQ4_NL => 2, Q2_K => 3, Q3_K => 4, Q4_K => 5, Q5_K => 6,
+            Q6_K => 7, IQ4_XS => 8, MXFP4 => 9, TQ1_0 => 10, TQ2_0 => 11, IQ1_S => 12,
+            IQ1_M => 13, IQ2_XXS => 14, IQ2_XS => 15, IQ2_S => 16, IQ3_XXS => 17, IQ3_S => 18)
+    })
+}
+
+/// [`run_sb`] for the panel layout (Q4_0, Q4_1, Q8_0).
+///
+/// # Safety
+/// As [`run_sb`].
+pub(crate) unsafe fn run_packed(packed: &Packed, span: &Span) {
+    with_scratch(|s| match packed.layout {
+        Layout::Q4MinF16 => panels::<PACKED>(Weights::Packed(packed), span, s),
+        Layout::Q4SymF16 => panels::<{ PACKED + 1 }>(Weights::Packed(packed), span, s),
+        Layout::Q8SymF16 => panels::<{ PACKED + 2 }>(Weights::Packed(packed), span, s),
+    })
+}
+
+#[derive(Clone, Copy)]
+enum Weights<'a> {
+    Sb(&'a SbPacked),
+    Packed(&'a Packed),
+}
+
+fn with_scratch(f: impl FnOnce(&mut Scratch)) {
+    SCRATCH.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        let s = slot.get_or_insert_with(|| {
+            Box::new(Scratch {
+                codes: Vec::new(),
+                scales: Vec::new(),
+                heads: Vec::new(),
+                tq: Vec::new(),
+                td: Vec::new(),
+                ts: Vec::new(),
+                ti: Vec::new(),
+                th: Vec::new(),
+                // SAFETY: only AMX hosts get here, and they have AVX-512.
+                c: unsafe { [[_mm512_setzero_si512(); ROWS]; 2] },
+            })
+        });
+        f(s)
+    })
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn panels<const T: u8>(w: Weights, span: &Span, s: &mut Scratch) {
+    let (_, _, sub16) = const { form(T) };
+    let (w0, nb, panel_bytes) = match w {
+        Weights::Sb(p) => {
+            let desc = p.ty.desc();
+            (
+                p.bytes().as_ptr(),
+                p.nb,
+                p.nb / desc.subs() * desc.sb_bytes(),
+            )
+        }
+        Weights::Packed(p) => (p.bytes().as_ptr(), p.nb, p.nb * p.layout.block_bytes()),
+    };
+    let acts = span.acts;
+    let (n, cols) = (acts.n(), acts.cols());
+    debug_assert_eq!(cols, nb * 32);
+    let full = n / ROWS * ROWS;
+    if n > full {
+        fill_tail(s, span, full, sub16);
+    }
+    s.codes.resize(nb * 8, _mm512_setzero_si512());
+    let z = Z(_mm512_setzero_si512());
+    let zf = _mm512_setzero_ps();
+    s.scales.resize(
+        nb,
+        Scales {
+            da: zf,
+            m: zf,
+            sc: [z; 2],
+            mn: [z; 2],
+        },
+    );
+    s.heads.resize(
+        nb,
+        Header {
+            d: zf,
+            f1: zf,
+            w: [z; 4],
+        },
+    );
+    amx::configure(if sub16 { &amx::BLOCK16 } else { &amx::BLOCK32 });
+    let (p0, p1) = span.panels;
+    for panel in p0..p1 {
+        let wp = w0.add(panel * panel_bytes);
+        if T < PACKED {
+            unpack_sb::<T>(wp, nb, s);
+        } else {
+            unpack_packed::<T>(wp, nb, s);
+        }
+        let valid = PANEL.min(span.rows - panel * PANEL);
+        let mask = mask16(valid);
+        for j0 in (0..n).step_by(ROWS) {
+            let a = if j0 < full {
+                Acts {
+                    xq: acts.codes().as_ptr().add(j0 * cols),
+                    xd: acts.scales().as_ptr().add(j0 * nb),
+                    xs: acts.sums().as_ptr().add(j0 * nb),
+                    xi: acts.isums().as_ptr().add(j0 * nb),
+                    xh: if sub16 {
+                        acts.half_sums().as_ptr().add(j0 * nb * 2)
+                    } else {
+                        std::ptr::null()
+                    },
+                }
+            } else {
+                Acts {
+                    xq: s.tq.as_ptr(),
+                    xd: s.td.as_ptr(),
+                    xs: s.ts.as_ptr(),
+                    xi: s.ti.as_ptr(),
+                    xh: s.th.as_ptr(),
+                }
+            };
+            let acc = if sub16 {
+                rows16::<T>(s, a, nb, cols)
+            } else {
+                rows32::<T>(s, a, nb, cols)
+            };
+            let out = span.out.add(j0 * span.ostride + panel * PANEL);
+            for (j, v) in acc.iter().enumerate().take(n - j0) {
+                _mm512_mask_storeu_ps(out.add(j * span.ostride), mask, *v);
+            }
+        }
+    }
+    amx::release();
+}
+
+/// A superblock panel's codes, scales (per 32-block) and headers (per 32-block too, the
+/// superblock's repeated) into the scratch.
+#[inline(always)]
+unsafe fn unpack_sb<const T: u8>(w: *const u8, nb: usize, s: &mut Scratch) {
+    let ty = const { SbType::from_id(T) };
+    let desc = const { SbType::from_id(T).desc() };
+    let (subs, sbb, hb, cb) = desc.strides();
+    let lut = if desc.lut {
+        lut(&desc)
+    } else {
+        _mm512_setzero_si512()
+    };
+    for sb in 0..nb / subs {
+        let sbp = w.add(sb * sbb);
+        let h = header::<Z>(ty, sbp, 0);
+        for sub in 0..subs {
+            let b = sb * subs + sub;
+            let u = unpack(&desc, sbp.add(hb + sub * cb), lut);
+            s.codes[b * 8..b * 8 + 8].copy_from_slice(&u);
+            s.scales[b] = scales::<Z>(ty, &h, sub);
+            s.heads[b] = h;
+        }
+    }
+}
+
+/// A panel-layout panel's codes and scales (`d` as `da`, the stored min as `m`).
+#[inline(always)]
+unsafe fn unpack_packed<const T: u8>(w: *const u8, nb: usize, s: &mut Scratch) {
+    let l = const { layout(T) };
+    let Geometry {
+        code_bytes,
+        scale_bytes,
+        block_bytes,
+    } = const { Geometry::of(layout(T).code4(), layout(T).stored_min()) };
+    let m4 = _mm512_set1_epi8(0x0f);
+    let f16s = |p: *const u8| _mm512_cvtph_ps(_mm256_loadu_si256(p as *const __m256i));
+    for b in 0..nb {
+        let base = w.add(b * block_bytes);
+        let u = &mut s.codes[b * 8..b * 8 + 8];
+        if l.code4() {
+            for i in 0..4 {
+                let v = _mm512_loadu_si512(base.add(i * 64) as *const _);
+                u[2 * i] = _mm512_and_si512(v, m4);
+                u[2 * i + 1] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+            }
+        } else {
+            for (i, ui) in u.iter_mut().enumerate() {
+                *ui = _mm512_loadu_si512(base.add(i * 64) as *const _);
+            }
+        }
+        s.scales[b].da = f16s(base.add(code_bytes));
+        if l.stored_min() {
+            s.scales[b].m = f16s(base.add(code_bytes + scale_bytes));
+        }
+    }
+}
+
+/// The 16 rows' outputs of one panel, for types with a scale per 32 values.
+#[inline(always)]
+unsafe fn rows32<const T: u8>(s: &mut Scratch, a: Acts, nb: usize, cols: usize) -> [__m512; ROWS] {
+    let (offset, min, _) = const { form(T) };
+    let mut acc = [_mm512_setzero_ps(); ROWS];
+    let codes = s.codes.as_ptr() as *const u8;
+    let c = s.c.as_mut_ptr() as *mut i32;
+    // Block b's product lands in c[b % 2]; block b + 1's is issued before b's epilogue, so
+    // the tile unit works while the vector units scale.
+    amx::dot32(a.xq, cols, codes, c, false);
+    for b in 0..nb {
+        if b + 1 < nb {
+            let odd = (b + 1) % 2 == 1;
+            amx::dot32(
+                a.xq.add((b + 1) * 32),
+                cols,
+                codes.add((b + 1) * 512),
+                c.add(((b + 1) % 2) * 256),
+                odd,
+            );
+        }
+        let sc = &s.scales[b];
+        let cb = c.add((b % 2) * 256) as *const __m512i;
+        for (j, accj) in acc.iter_mut().enumerate() {
+            let jb = j * nb + b;
+            let dx = _mm512_set1_ps(*a.xd.add(jb));
+            let mut dp = _mm512_load_si512(cb.add(j) as *const _);
+            if offset != 0 {
+                dp = _mm512_sub_epi32(dp, _mm512_set1_epi32(offset * *a.xi.add(jb)));
+            }
+            *accj = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dp), _mm512_mul_ps(sc.da, dx), *accj);
+            match min {
+                // Int16 mins come with 16-value scales (`rows16`).
+                Min::None | Min::Int16 => {}
+                Min::Sb => {
+                    let xi = _mm512_set1_ps(*a.xi.add(jb) as f32);
+                    *accj = _mm512_fmadd_ps(xi, _mm512_mul_ps(sc.m, dx), *accj);
+                }
+                Min::Stored => {
+                    *accj = _mm512_fmadd_ps(sc.m, _mm512_set1_ps(*a.xs.add(jb)), *accj);
+                }
+            }
+        }
+    }
+    acc
+}
+
+/// The 16 rows' outputs of one panel, for types with integer scales per 16 values.
+#[inline(always)]
+unsafe fn rows16<const T: u8>(s: &mut Scratch, a: Acts, nb: usize, cols: usize) -> [__m512; ROWS] {
+    let (offset, min, _) = const { form(T) };
+    let mut acc = [_mm512_setzero_ps(); ROWS];
+    let codes = s.codes.as_ptr() as *const u8;
+    let c = s.c.as_mut_ptr() as *mut i32;
+    for b in 0..nb {
+        amx::dot16x2(a.xq.add(b * 32), cols, codes.add(b * 512), c);
+        let sc = &s.scales[b];
+        let h = &s.heads[b];
+        let (c0, c1) = (c as *const __m512i, (c as *const __m512i).add(ROWS));
+        for (j, accj) in acc.iter_mut().enumerate() {
+            let jb = j * nb + b;
+            let dx = _mm512_set1_ps(*a.xd.add(jb));
+            let mut d0 = _mm512_load_si512(c0.add(j) as *const _);
+            let mut d1 = _mm512_load_si512(c1.add(j) as *const _);
+            let (x0, x1) = (*a.xh.add(2 * jb), *a.xh.add(2 * jb + 1));
+            if offset != 0 {
+                d0 = _mm512_sub_epi32(d0, _mm512_set1_epi32(offset * x0));
+                d1 = _mm512_sub_epi32(d1, _mm512_set1_epi32(offset * x1));
+            }
+            let i = _mm512_add_epi32(
+                _mm512_mullo_epi32(sc.sc[0].0, d0),
+                _mm512_mullo_epi32(sc.sc[1].0, d1),
+            );
+            *accj = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), _mm512_mul_ps(h.d, dx), *accj);
+            if min == Min::Int16 {
+                let m = _mm512_add_epi32(
+                    _mm512_mullo_epi32(sc.mn[0].0, _mm512_set1_epi32(x0)),
+                    _mm512_mullo_epi32(sc.mn[1].0, _mm512_set1_epi32(x1)),
+                );
+                let md = _mm512_mul_ps(h.f1, dx);
+                *accj = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(m), md, *accj);
+            }
+        }
+    }
+    acc
+}
+
+/// Copies activation rows `full..n` into the zero-padded tile (zero rows: zero products,
+/// scales and sums, so their outputs are 0 and never stored).
+fn fill_tail(s: &mut Scratch, span: &Span, full: usize, halves: bool) {
+    let acts = span.acts;
+    let (n, cols) = (acts.n(), acts.cols());
+    let nb = cols / 32;
+    let k = n - full;
+    fill(&mut s.tq, ROWS * cols, &acts.codes()[full * cols..n * cols]);
+    fill(&mut s.td, ROWS * nb, &acts.scales()[full * nb..n * nb]);
+    fill(&mut s.ts, ROWS * nb, &acts.sums()[full * nb..n * nb]);
+    fill(&mut s.ti, ROWS * nb, &acts.isums()[full * nb..n * nb]);
+    if halves {
+        fill(
+            &mut s.th,
+            ROWS * nb * 2,
+            &acts.half_sums()[full * nb * 2..n * nb * 2],
+        );
+    }
+    debug_assert!(k < ROWS);
+}
+
+/// `v` = `src` then zeros up to `len`.
+fn fill<T: Copy + Default>(v: &mut Vec<T>, len: usize, src: &[T]) {
+    v.clear();
+    v.extend_from_slice(src);
+    v.resize(len, T::default());
+}
