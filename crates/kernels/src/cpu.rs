@@ -104,17 +104,11 @@ pub fn isa() -> Isa {
     })
 }
 
-/// The quantized matmul kernels `isa` runs (for reports): `amx+avx512-vnni` (AMX tiles from
-/// 16 rows, opted into), `avx512-vnni`, `avx2` or `scalar`.
+/// The quantized matmul kernels `isa` runs (for reports): `amx+avx512-vnni` (AMX tiles for
+/// batches, see `matmul::Tiles::Auto`), `avx512-vnni`, `avx2` or `scalar`.
 pub fn matmul_path(isa: Isa) -> &'static str {
     match isa.clamp() {
-        Isa::Avx512
-            if has_vnni512()
-                && crate::matmul::amx_available()
-                && crate::matmul::amx_preferred() =>
-        {
-            "amx+avx512-vnni"
-        }
+        Isa::Avx512 if has_vnni512() && crate::matmul::amx_available() => "amx+avx512-vnni",
         Isa::Avx512 if has_vnni512() => "avx512-vnni",
         Isa::Avx512 | Isa::Avx2 => "avx2",
         Isa::Scalar => "scalar",

@@ -5,8 +5,8 @@
 //! Rust; the tile registers cannot be operands of `asm!`, so each instruction names its
 //! tiles (`tmm0` … `tmm7`) as the configuration below lays them out.
 //!
-//! One `tdpbsud` multiplies a 16 × K tile of signed bytes (16 activation rows, K values
-//! each) by a K/4 × 64-byte tile of unsigned bytes (K values of 16 weight rows, 4 values a
+//! One `tdpbssd` multiplies a 16 × K tile of signed bytes (16 activation rows, K values
+//! each) by a K/4 × 64-byte tile of signed bytes (K values of 16 weight rows, 4 values a
 //! row per 32-bit lane: exactly the operand layout of a `vpdpbusd` zmm) into 16 × 16 int32:
 //! 16 × 16 × K multiply-adds in one instruction, where `vpdpbusd` does 64.
 
@@ -79,11 +79,22 @@ impl Config {
     }
 }
 
-/// The tiles of the 32-value form, two blocks in flight: `tmm0` activations (16 rows × 32
-/// bytes), `tmm1` weight codes (8 rows × 64), `tmm2`/`tmm3` the int32 products (16 × 64) of
-/// even and odd blocks; `tmm4`/`tmm5` the second block's activations and codes.
-pub(crate) const BLOCK32: Config =
-    Config::new(&[(16, 32), (8, 64), (16, 64), (16, 64), (16, 32), (8, 64)]);
+/// The tiles of the 32-value form, four blocks in flight: `tmm0`/`tmm6` activations (16
+/// rows × 32 bytes), `tmm1`/`tmm7` weight codes (8 rows × 64) of even and odd slots,
+/// `tmm2` … `tmm5` the int32 products (16 × 64) of slots 0 … 3.
+pub(crate) const BLOCK32: Config = Config::new(&[
+    (16, 32),
+    (8, 64),
+    (16, 64),
+    (16, 64),
+    (16, 64),
+    (16, 64),
+    (16, 32),
+    (8, 64),
+]);
+
+/// Blocks whose products [`dot32`] keeps in flight (its slots).
+pub(crate) const SLOTS: usize = 4;
 
 /// The tiles of the 16-value form (types with a scale per 16 values): `tmm0`/`tmm1` the two
 /// halves' activations (16 × 16 bytes), `tmm2`/`tmm3` their codes (4 × 64), `tmm4`/`tmm5`
@@ -111,32 +122,30 @@ pub(crate) unsafe fn release() {
 
 /// [`BLOCK32`]: `c = a · b` for 16 activation rows of 32 bytes (`a`, rows `stride` apart)
 /// and a block's 512 code bytes `b`; the 16 × 16 int32 products go to `c` (row = activation
-/// row, lane = weight row), through tile `tmm2` when `odd` is false, `tmm3` otherwise.
+/// row, lane = weight row) through the tiles of `slot` (below [`SLOTS`]).
 ///
 /// # Safety
 /// [`BLOCK32`] configured; `a` must hold 16 rows, `b` 512 bytes, `c` 1,024 bytes.
 #[inline(always)]
-pub(crate) unsafe fn dot32(a: *const i8, stride: usize, b: *const u8, c: *mut i32, odd: bool) {
-    if odd {
-        asm!(
-            "tileloadd tmm4, [{a} + {sa}*1]",
-            "tileloadd tmm5, [{b} + {s64}*1]",
-            "tilezero tmm3",
-            "tdpbsud tmm3, tmm4, tmm5",
-            "tilestored [{c} + {s64}*1], tmm3",
-            a = in(reg) a, sa = in(reg) stride, b = in(reg) b, c = in(reg) c,
-            s64 = in(reg) 64usize, options(nostack),
-        );
-    } else {
-        asm!(
-            "tileloadd tmm0, [{a} + {sa}*1]",
-            "tileloadd tmm1, [{b} + {s64}*1]",
-            "tilezero tmm2",
-            "tdpbsud tmm2, tmm0, tmm1",
-            "tilestored [{c} + {s64}*1], tmm2",
-            a = in(reg) a, sa = in(reg) stride, b = in(reg) b, c = in(reg) c,
-            s64 = in(reg) 64usize, options(nostack),
-        );
+pub(crate) unsafe fn dot32(a: *const i8, stride: usize, b: *const u8, c: *mut i32, slot: usize) {
+    macro_rules! dot {
+        ($a:literal, $b:literal, $c:literal) => {
+            asm!(
+                concat!("tileloadd ", $a, ", [{a} + {sa}*1]"),
+                concat!("tileloadd ", $b, ", [{b} + {s64}*1]"),
+                concat!("tilezero ", $c),
+                concat!("tdpbssd ", $c, ", ", $a, ", ", $b),
+                concat!("tilestored [{c} + {s64}*1], ", $c),
+                a = in(reg) a, sa = in(reg) stride, b = in(reg) b, c = in(reg) c,
+                s64 = in(reg) 64usize, options(nostack),
+            )
+        };
+    }
+    match slot {
+        0 => dot!("tmm0", "tmm1", "tmm2"),
+        1 => dot!("tmm6", "tmm7", "tmm3"),
+        2 => dot!("tmm0", "tmm1", "tmm4"),
+        _ => dot!("tmm6", "tmm7", "tmm5"),
     }
 }
 
@@ -154,8 +163,8 @@ pub(crate) unsafe fn dot16x2(a: *const i8, stride: usize, b: *const u8, c: *mut 
         "tileloadd tmm3, [{b2} + {s64}*1]",
         "tilezero tmm4",
         "tilezero tmm5",
-        "tdpbsud tmm4, tmm0, tmm2",
-        "tdpbsud tmm5, tmm1, tmm3",
+        "tdpbssd tmm4, tmm0, tmm2",
+        "tdpbssd tmm5, tmm1, tmm3",
         "tilestored [{c} + {s64}*1], tmm4",
         "tilestored [{c2} + {s64}*1], tmm5",
         a = in(reg) a, a2 = in(reg) a.add(16), sa = in(reg) stride,

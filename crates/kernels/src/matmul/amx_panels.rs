@@ -3,7 +3,8 @@
 //! and the 32-block panels of Q4_0, Q4_1 and Q8_0 (`packed`).
 //!
 //! A task walks its panels; per panel it unpacks every 32-block's codes once (the same 8
-//! `vpdpbusd` operands the AVX-512 tile builds, which are exactly a `tdpbsud` weight tile)
+//! `vpdpbusd` operands the AVX-512 tile builds, which are exactly an AMX weight tile, made
+//! signed by subtracting the type's code offset: `u - offset` fits a byte for every type)
 //! and their scales, then runs every 16 activation rows through them: per block one tile
 //! product gives the exact int32 sums of 16 rows × 16 weight rows, and the AVX-512 epilogue
 //! applies the block's offset, scales and mins with the very f32 operations, in the very
@@ -71,6 +72,17 @@ const fn form(id: u8) -> (i32, Min, bool) {
     }
 }
 
+// Every superblock type's codes less its offset fit a signed byte (see `signed`).
+const _: () = {
+    let mut id = 0;
+    while id <= 18 {
+        let d = SbType::from_id(id).desc();
+        let max = if d.lut { 255 } else { (1 << (d.lo + d.hi)) - 1 };
+        assert!(max - d.offset <= 127 && d.offset <= 128);
+        id += 1;
+    }
+};
+
 /// One thread's buffers, grown to the largest matrix and reused.
 struct Scratch {
     /// The panel's unpacked codes: 8 zmm (512 bytes) per 32-block.
@@ -85,8 +97,8 @@ struct Scratch {
     ts: Vec<f32>,
     ti: Vec<i32>,
     th: Vec<i32>,
-    /// Tile products: two blocks (or a block's two halves) of 16 × 16 int32.
-    c: [[__m512i; ROWS]; 2],
+    /// Tile products: [`amx::SLOTS`] blocks (or a block's two halves) of 16 × 16 int32.
+    c: [[__m512i; ROWS]; amx::SLOTS],
 }
 
 thread_local! {
@@ -156,7 +168,7 @@ fn with_scratch(f: impl FnOnce(&mut Scratch)) {
                 ti: Vec::new(),
                 th: Vec::new(),
                 // SAFETY: only AMX hosts get here, and they have AVX-512.
-                c: unsafe { [[_mm512_setzero_si512(); ROWS]; 2] },
+                c: unsafe { [[_mm512_setzero_si512(); ROWS]; amx::SLOTS] },
             })
         });
         f(s)
@@ -269,7 +281,9 @@ unsafe fn unpack_sb<const T: u8>(w: *const u8, nb: usize, s: &mut Scratch) {
         for sub in 0..subs {
             let b = sb * subs + sub;
             let u = unpack(&desc, sbp.add(hb + sub * cb), lut);
-            s.codes[b * 8..b * 8 + 8].copy_from_slice(&u);
+            for (o, ug) in s.codes[b * 8..b * 8 + 8].iter_mut().zip(u) {
+                *o = signed::<T>(ug);
+            }
             s.scales[b] = scales::<Z>(ty, &h, sub);
             s.heads[b] = h;
         }
@@ -293,12 +307,12 @@ unsafe fn unpack_packed<const T: u8>(w: *const u8, nb: usize, s: &mut Scratch) {
         if l.code4() {
             for i in 0..4 {
                 let v = _mm512_loadu_si512(base.add(i * 64) as *const _);
-                u[2 * i] = _mm512_and_si512(v, m4);
-                u[2 * i + 1] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+                u[2 * i] = signed::<T>(_mm512_and_si512(v, m4));
+                u[2 * i + 1] = signed::<T>(_mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
             }
         } else {
             for (i, ui) in u.iter_mut().enumerate() {
-                *ui = _mm512_loadu_si512(base.add(i * 64) as *const _);
+                *ui = signed::<T>(_mm512_loadu_si512(base.add(i * 64) as *const _));
             }
         }
         s.scales[b].da = f16s(base.add(code_bytes));
@@ -308,36 +322,67 @@ unsafe fn unpack_packed<const T: u8>(w: *const u8, nb: usize, s: &mut Scratch) {
     }
 }
 
+/// Codes `u` as the signed bytes `u - offset` (wrapping: an offset of 128 flips the top
+/// bit), so the tile product is the offset-corrected integer sum itself.
+#[inline(always)]
+unsafe fn signed<const T: u8>(u: __m512i) -> __m512i {
+    let (offset, _, _) = const { form(T) };
+    if offset == 0 {
+        u
+    } else {
+        _mm512_sub_epi8(u, _mm512_set1_epi8(offset as u8 as i8))
+    }
+}
+
+/// `rows!(j => body)`: `body` once for each activation row `j` of a tile, unrolled (so a
+/// tile's 16 accumulators stay in registers).
+macro_rules! rows {
+    ($j:ident => $body:block) => {
+        rows!(@ $j $body 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15)
+    };
+    (@ $j:ident $body:block $($n:literal)*) => {
+        $({
+            let $j: usize = $n;
+            $body
+        })*
+    };
+}
+
 /// The 16 rows' outputs of one panel, for types with a scale per 32 values.
 #[inline(always)]
 unsafe fn rows32<const T: u8>(s: &mut Scratch, a: Acts, nb: usize, cols: usize) -> [__m512; ROWS] {
-    let (offset, min, _) = const { form(T) };
+    let (_, min, _) = const { form(T) };
     let mut acc = [_mm512_setzero_ps(); ROWS];
     let codes = s.codes.as_ptr() as *const u8;
     let c = s.c.as_mut_ptr() as *mut i32;
-    // Block b's product lands in c[b % 2]; block b + 1's is issued before b's epilogue, so
-    // the tile unit works while the vector units scale.
-    amx::dot32(a.xq, cols, codes, c, false);
+    // Block b's product lands in slot b % SLOTS; the products of the next SLOTS - 1 blocks
+    // are issued before b's epilogue, so the tile unit works while the vector units scale
+    // (one product's latency is several epilogues long).
+    const AHEAD: usize = amx::SLOTS - 1;
+    let dot = |b: usize| {
+        let slot = b % amx::SLOTS;
+        amx::dot32(
+            a.xq.add(b * 32),
+            cols,
+            codes.add(b * 512),
+            c.add(slot * 256),
+            slot,
+        )
+    };
+    for b in 0..AHEAD.min(nb) {
+        dot(b);
+    }
     for b in 0..nb {
-        if b + 1 < nb {
-            let odd = (b + 1) % 2 == 1;
-            amx::dot32(
-                a.xq.add((b + 1) * 32),
-                cols,
-                codes.add((b + 1) * 512),
-                c.add(((b + 1) % 2) * 256),
-                odd,
-            );
+        if b + AHEAD < nb {
+            dot(b + AHEAD);
         }
         let sc = &s.scales[b];
-        let cb = c.add((b % 2) * 256) as *const __m512i;
-        for (j, accj) in acc.iter_mut().enumerate() {
+        let cb = c.add((b % amx::SLOTS) * 256) as *const __m512i;
+        rows!(j => {
+            let accj = &mut acc[j];
             let jb = j * nb + b;
             let dx = _mm512_set1_ps(*a.xd.add(jb));
-            let mut dp = _mm512_load_si512(cb.add(j) as *const _);
-            if offset != 0 {
-                dp = _mm512_sub_epi32(dp, _mm512_set1_epi32(offset * *a.xi.add(jb)));
-            }
+            let dp = _mm512_load_si512(cb.add(j) as *const _);
             *accj = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dp), _mm512_mul_ps(sc.da, dx), *accj);
             match min {
                 // Int16 mins come with 16-value scales (`rows16`).
@@ -350,7 +395,7 @@ unsafe fn rows32<const T: u8>(s: &mut Scratch, a: Acts, nb: usize, cols: usize) 
                     *accj = _mm512_fmadd_ps(sc.m, _mm512_set1_ps(*a.xs.add(jb)), *accj);
                 }
             }
-        }
+        });
     }
     acc
 }
@@ -358,7 +403,7 @@ unsafe fn rows32<const T: u8>(s: &mut Scratch, a: Acts, nb: usize, cols: usize) 
 /// The 16 rows' outputs of one panel, for types with integer scales per 16 values.
 #[inline(always)]
 unsafe fn rows16<const T: u8>(s: &mut Scratch, a: Acts, nb: usize, cols: usize) -> [__m512; ROWS] {
-    let (offset, min, _) = const { form(T) };
+    let (_, min, _) = const { form(T) };
     let mut acc = [_mm512_setzero_ps(); ROWS];
     let codes = s.codes.as_ptr() as *const u8;
     let c = s.c.as_mut_ptr() as *mut i32;
@@ -367,22 +412,19 @@ unsafe fn rows16<const T: u8>(s: &mut Scratch, a: Acts, nb: usize, cols: usize) 
         let sc = &s.scales[b];
         let h = &s.heads[b];
         let (c0, c1) = (c as *const __m512i, (c as *const __m512i).add(ROWS));
-        for (j, accj) in acc.iter_mut().enumerate() {
+        rows!(j => {
+            let accj = &mut acc[j];
             let jb = j * nb + b;
             let dx = _mm512_set1_ps(*a.xd.add(jb));
-            let mut d0 = _mm512_load_si512(c0.add(j) as *const _);
-            let mut d1 = _mm512_load_si512(c1.add(j) as *const _);
-            let (x0, x1) = (*a.xh.add(2 * jb), *a.xh.add(2 * jb + 1));
-            if offset != 0 {
-                d0 = _mm512_sub_epi32(d0, _mm512_set1_epi32(offset * x0));
-                d1 = _mm512_sub_epi32(d1, _mm512_set1_epi32(offset * x1));
-            }
+            let d0 = _mm512_load_si512(c0.add(j) as *const _);
+            let d1 = _mm512_load_si512(c1.add(j) as *const _);
             let i = _mm512_add_epi32(
                 _mm512_mullo_epi32(sc.sc[0].0, d0),
                 _mm512_mullo_epi32(sc.sc[1].0, d1),
             );
             *accj = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), _mm512_mul_ps(h.d, dx), *accj);
             if min == Min::Int16 {
+                let (x0, x1) = (*a.xh.add(2 * jb), *a.xh.add(2 * jb + 1));
                 let m = _mm512_add_epi32(
                     _mm512_mullo_epi32(sc.mn[0].0, _mm512_set1_epi32(x0)),
                     _mm512_mullo_epi32(sc.mn[1].0, _mm512_set1_epi32(x1)),
@@ -390,7 +432,7 @@ unsafe fn rows16<const T: u8>(s: &mut Scratch, a: Acts, nb: usize, cols: usize) 
                 let md = _mm512_mul_ps(h.f1, dx);
                 *accj = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(m), md, *accj);
             }
-        }
+        });
     }
     acc
 }

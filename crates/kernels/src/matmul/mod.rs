@@ -274,30 +274,40 @@ enum GgmlForm {
 /// with AMX: see [`amx_available`]); every choice gives the same bits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum Tiles {
-    /// AMX from [`AMX_MIN_ROWS`] activation rows on where the host has it and
-    /// `FOLIO_AMX=1` asks for it (see [`amx_preferred`]); the vector kernels otherwise.
+    /// AMX from [`AMX_MIN_ROWS`] activation rows on, for the types where it measured faster
+    /// ([`amx_pays`]), where the host has it; the vector kernels otherwise.
     #[default]
     Auto,
     /// The AVX-512 / AVX2 kernels only.
     Vector,
-    /// AMX for every batch size where the host has it (tests of small batches).
+    /// AMX for every type and batch size where the host has it (tests).
     Amx,
 }
 
-/// Activation rows from which [`Tiles::Auto`] uses AMX: a tile product always computes 16
-/// rows, so below 16 the padding is paid for.
-pub const AMX_MIN_ROWS: usize = 16;
+/// Activation rows from which [`Tiles::Auto`] uses AMX. A tile product always computes 16
+/// rows, and a panel's codes are unpacked for the tiles once per call: measured on an
+/// Intel Xeon with AMX-INT8 (2 threads, Q4_K 8,960 × 1,536), 16 rows ran 228 GMAC/s on
+/// tiles against 276 with AVX-512 VNNI, 32 rows 342 against 271.
+pub const AMX_MIN_ROWS: usize = 32;
 
-/// Whether [`Tiles::Auto`] picks AMX: only when `FOLIO_AMX=1`. The tile kernels are exact
-/// but not yet faster: measured on an Intel Xeon with AMX-INT8 (2 threads, a Q4_K 8,960 ×
-/// 1,536 matrix times 512 rows), 251-259 GMAC/s on the tiles against 273-295 with AVX-512
-/// VNNI, Q8_0 299-307 against 354-369. Each 32-block's 16 × 16 product is stored and
-/// rescaled in f32 by the vector units (the activation scale is per 32 values), and that
-/// store, reload and epilogue cost as much as the products: with the epilogue skipped the
-/// tiles alone ran 435 GMAC/s, the epilogue alone 401.
-pub fn amx_preferred() -> bool {
-    static P: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *P.get_or_init(|| std::env::var("FOLIO_AMX").is_ok_and(|v| v.trim() == "1"))
+/// Whether the AMX kernel of type `ty` beats its AVX-512 VNNI kernel. Each 32-block's
+/// 16 × 16 product is stored and rescaled in f32 by the vector units (the activation scale
+/// is per 32 values), and the store alone costs about twice the product, so the tiles win
+/// only where the vector kernel spends much on unpacking codes or on integer sub-scales.
+/// Measured on an Intel Xeon with AMX-INT8 (2 threads, 512 rows, 8,960 × 1,536 or its
+/// transpose, GMAC/s tiles vs VNNI): Q4_K 302-320 vs 261-295, Q5_K 314 vs 271, Q6_K 253-290
+/// vs 188-209, IQ4_XS 391 vs 256, Q5_0 351 vs 230; not faster: Q4_0 285-315 vs 337-355,
+/// Q8_0 299-335 vs 346-369, Q3_K 208 vs 208, Q2_K 166 vs 197. Types not measured keep the
+/// vector kernel.
+pub fn amx_pays(ty: WeightType) -> bool {
+    matches!(
+        ty,
+        WeightType::Q4_K
+            | WeightType::Q5_K
+            | WeightType::Q6_K
+            | WeightType::IQ4_XS
+            | WeightType::Q5_0
+    )
 }
 
 /// Whether this host runs the AMX matmul kernels (AMX-INT8, the OS grants the tile state,
@@ -579,14 +589,14 @@ impl QMatrix {
         } else {
             isa
         };
-        let amx = qisa == Isa::Avx512
-            && self.sums == Sums::Block
-            && match tiles {
-                Tiles::Auto => n >= AMX_MIN_ROWS && amx_preferred(),
-                Tiles::Vector => false,
-                Tiles::Amx => true,
+        let tiles = if qisa == Isa::Avx512 && self.sums == Sums::Block && amx_available() {
+            match tiles {
+                Tiles::Auto if n < AMX_MIN_ROWS => Tiles::Vector,
+                t => t,
             }
-            && amx_available();
+        } else {
+            Tiles::Vector
+        };
         match &self.data {
             Storage::Super(_) if self.ggml.is_some() => {
                 match self.ggml.as_ref().expect("checked") {
@@ -598,7 +608,7 @@ impl QMatrix {
             Storage::Packed(_) | Storage::Super(_) => {
                 let (panels, extra) = self.quantized().expect("a quantized storage");
                 // SAFETY: as in `over_panels`; `extra` holds the sums the kernel reads.
-                let run = |span: &Span| unsafe { self.run_span(qisa, amx, span) };
+                let run = |span: &Span| unsafe { self.run_span(qisa, tiles, span) };
                 self.quant_matmul(panels, extra, &run, qisa, x, n, (outp, ostride), pool)
             }
             Storage::F32(w) => self.dense_matmul(w, isa, x, n, outp, ostride, pool),
@@ -638,7 +648,7 @@ impl QMatrix {
                         };
                         // SAFETY: as in `over_panels`: the part's panels a..b are rows of
                         // this task alone; `extra` holds every part's sums.
-                        unsafe { m.run_span(qisa, amx, &part) }
+                        unsafe { m.run_span(qisa, tiles, &part) }
                     }
                 };
                 self.quant_matmul(panels, extra, &run, qisa, x, n, (outp, ostride), pool)
@@ -680,10 +690,15 @@ impl QMatrix {
     /// Runs the quantized kernel of this matrix over `span`.
     ///
     /// # Safety
-    /// As [`tile::for_each_tile`]; `isa` must be supported (VNNI for `Avx512`), `amx` only
-    /// where [`amx_available`], and the span's activations must hold the sums
-    /// [`QMatrix::quantized`] names.
-    unsafe fn run_span(&self, isa: Isa, amx: bool, span: &Span) {
+    /// As [`tile::for_each_tile`]; `isa` must be supported (VNNI for `Avx512`), `tiles`
+    /// other than `Vector` only where [`amx_available`] and in block sums, and the span's
+    /// activations must hold the sums [`QMatrix::quantized`] names.
+    unsafe fn run_span(&self, isa: Isa, tiles: Tiles, span: &Span) {
+        let amx = match tiles {
+            Tiles::Vector => false,
+            Tiles::Auto => amx_pays(self.ty),
+            Tiles::Amx => true,
+        };
         match &self.data {
             #[cfg(target_arch = "x86_64")]
             Storage::Super(p) if amx => amx_panels::run_sb(p, span),
