@@ -16,7 +16,6 @@ import sys
 import urllib.request
 
 import anthropic
-import httpx
 
 # Current SDKs have no sampling arguments (Anthropic's newest models fix them); folio reads
 # temperature, top_p and top_k from the body as Anthropic's API did.
@@ -77,7 +76,9 @@ def main() -> int:
     # The SDK swallows ping: read the raw SSE for the whole sequence.
     body = {"model": model, "max_tokens": 16, "temperature": 0, "stream": True, "messages": messages}
     headers = {"x-api-key": key, "anthropic-version": "2023-06-01", "content-type": "application/json"}
-    raw = httpx.post(f"{base_url}/v1/messages", json=body, headers=headers, timeout=120).text
+    req = urllib.request.Request(f"{base_url}/v1/messages", data=json.dumps(body).encode(), headers=headers)
+    with urllib.request.urlopen(req, timeout=120) as resp:
+        raw = resp.read().decode()
     names = [line[len("event: "):] for line in raw.splitlines() if line.startswith("event: ")]
     collapsed = [n for i, n in enumerate(names) if i == 0 or n != names[i - 1]]
     print(f"raw events: {collapsed}")

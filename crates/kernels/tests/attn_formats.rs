@@ -11,7 +11,7 @@ use folio_kernels::attn::{self, hadamard, KvFormat, SumOrder};
 use folio_kernels::Isa;
 use half::f16;
 use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
+use rand::SeedableRng;
 
 /// Every pair of K and V formats the tests cross.
 fn pairs() -> Vec<(KvFormat, KvFormat)> {
