@@ -14,9 +14,11 @@
 # No network at build time: no HTTPS (LLAMA_OPENSSL=OFF), no web UI download/npm build
 # (LLAMA_USE_PREBUILT_UI=OFF, LLAMA_BUILD_UI=OFF); the server still serves its API.
 #
-# GGML_NATIVE=ON, but with AMX turned off: on this CPU the AMX path dies with SIGILL
-# (the CPU advertises AMX, the kernel/VM does not grant it). GCC lets explicit -mno-* flags
-# win over -march=native whatever their order.
+# GGML_NATIVE=ON, but with AMX turned off: on one Intel host the AMX path died with SIGILL
+# (the CPU advertised AMX, the kernel/VM did not grant it), and on another, which grants it
+# (2026-12-05, family 6 model 167), llama-bench's default (repacked) run dies with SIGSEGV
+# in ggml_backend_amx_mul_mat. GCC lets explicit -mno-* flags win over -march=native
+# whatever their order.
 set -euo pipefail
 
 TARBALL=${1:?usage: build_llamacpp.sh TARBALL BUILD_ROOT}
