@@ -18,6 +18,7 @@
 #![cfg(target_arch = "x86_64")]
 
 use super::amx::{self, ROWS};
+use super::kernel::avx512::{load_scales, unpack as packed_unpack};
 use super::packed::{Geometry, Layout, Packed};
 use super::sb_format::PANEL;
 use super::sb_format::{MinKind, SbPacked, SbType};
@@ -263,8 +264,8 @@ unsafe fn panels<const T: u8>(w: Weights, span: &Span, s: &mut Scratch) {
     amx::release();
 }
 
-/// A superblock panel's codes, scales (per 32-block) and headers (per 32-block too, the
-/// superblock's repeated) into the scratch.
+/// A superblock panel's codes and scales (per 32-block) and headers (per superblock) into
+/// the scratch.
 #[inline(always)]
 unsafe fn unpack_sb<const T: u8>(w: *const u8, nb: usize, s: &mut Scratch) {
     let ty = const { SbType::from_id(T) };
@@ -278,6 +279,7 @@ unsafe fn unpack_sb<const T: u8>(w: *const u8, nb: usize, s: &mut Scratch) {
     for sb in 0..nb / subs {
         let sbp = w.add(sb * sbb);
         let h = header::<Z>(ty, sbp, 0);
+        s.heads[sb] = h;
         for sub in 0..subs {
             let b = sb * subs + sub;
             let u = unpack(&desc, sbp.add(hb + sub * cb), lut);
@@ -285,7 +287,6 @@ unsafe fn unpack_sb<const T: u8>(w: *const u8, nb: usize, s: &mut Scratch) {
                 *o = signed::<T>(ug);
             }
             s.scales[b] = scales::<Z>(ty, &h, sub);
-            s.heads[b] = h;
         }
     }
 }
@@ -299,25 +300,19 @@ unsafe fn unpack_packed<const T: u8>(w: *const u8, nb: usize, s: &mut Scratch) {
         scale_bytes,
         block_bytes,
     } = const { Geometry::of(layout(T).code4(), layout(T).stored_min()) };
-    let m4 = _mm512_set1_epi8(0x0f);
-    let f16s = |p: *const u8| _mm512_cvtph_ps(_mm256_loadu_si256(p as *const __m256i));
     for b in 0..nb {
         let base = w.add(b * block_bytes);
-        let u = &mut s.codes[b * 8..b * 8 + 8];
-        if l.code4() {
-            for i in 0..4 {
-                let v = _mm512_loadu_si512(base.add(i * 64) as *const _);
-                u[2 * i] = signed::<T>(_mm512_and_si512(v, m4));
-                u[2 * i + 1] = signed::<T>(_mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
-            }
+        let u = if l.code4() {
+            packed_unpack::<true>(base)
         } else {
-            for (i, ui) in u.iter_mut().enumerate() {
-                *ui = signed::<T>(_mm512_loadu_si512(base.add(i * 64) as *const _));
-            }
+            packed_unpack::<false>(base)
+        };
+        for (o, ug) in s.codes[b * 8..b * 8 + 8].iter_mut().zip(u) {
+            *o = signed::<T>(ug);
         }
-        s.scales[b].da = f16s(base.add(code_bytes));
+        s.scales[b].da = load_scales(base.add(code_bytes));
         if l.stored_min() {
-            s.scales[b].m = f16s(base.add(code_bytes + scale_bytes));
+            s.scales[b].m = load_scales(base.add(code_bytes + scale_bytes));
         }
     }
 }
@@ -404,13 +399,21 @@ unsafe fn rows32<const T: u8>(s: &mut Scratch, a: Acts, nb: usize, cols: usize) 
 #[inline(always)]
 unsafe fn rows16<const T: u8>(s: &mut Scratch, a: Acts, nb: usize, cols: usize) -> [__m512; ROWS] {
     let (_, min, _) = const { form(T) };
+    // 32-blocks per superblock (panel-layout instances never take this path).
+    let subs = const {
+        if T < PACKED {
+            SbType::from_id(T).desc().subs()
+        } else {
+            1
+        }
+    };
     let mut acc = [_mm512_setzero_ps(); ROWS];
     let codes = s.codes.as_ptr() as *const u8;
     let c = s.c.as_mut_ptr() as *mut i32;
     for b in 0..nb {
         amx::dot16x2(a.xq.add(b * 32), cols, codes.add(b * 512), c);
         let sc = &s.scales[b];
-        let h = &s.heads[b];
+        let h = &s.heads[b / subs];
         let (c0, c1) = (c as *const __m512i, (c as *const __m512i).add(ROWS));
         rows!(j => {
             let accj = &mut acc[j];

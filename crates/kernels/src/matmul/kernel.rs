@@ -148,7 +148,7 @@ unsafe fn tile_scalar(sums: Sums, l: Layout, t: &Tile, nr: usize) {
 }
 
 #[cfg(target_arch = "x86_64")]
-mod avx512 {
+pub(super) mod avx512 {
     use super::super::tile::{mask16, unroll_rows};
     use super::{Geometry, Tile};
     use std::arch::x86_64::*;
@@ -161,9 +161,30 @@ mod avx512 {
         unroll_rows!(nr, tile_n(C4, MIN, LANES)(t), [1, 2, 3, 4, 5, 6, 7], 8)
     }
 
+    /// The 16 f16 scales at `p` as f32.
     #[inline(always)]
-    unsafe fn load_scales(p: *const u8) -> __m512 {
+    pub(in crate::matmul) unsafe fn load_scales(p: *const u8) -> __m512 {
         _mm512_cvtph_ps(_mm256_loadu_si256(p as *const __m256i))
+    }
+
+    /// The 8 `vpdpbusd` operands (16 rows x 4 codes each) of the 32-block at `base`:
+    /// 4-bit codes split from their bytes (`C4`), 8-bit ones as stored.
+    #[inline(always)]
+    pub(in crate::matmul) unsafe fn unpack<const C4: bool>(base: *const u8) -> [__m512i; 8] {
+        let mut u = [_mm512_setzero_si512(); 8];
+        if C4 {
+            let m4 = _mm512_set1_epi8(0x0f);
+            for i in 0..4 {
+                let v = _mm512_loadu_si512(base.add(i * 64) as *const _);
+                u[2 * i] = _mm512_and_si512(v, m4);
+                u[2 * i + 1] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+            }
+        } else {
+            for (i, ui) in u.iter_mut().enumerate() {
+                *ui = _mm512_loadu_si512(base.add(i * 64) as *const _);
+            }
+        }
+        u
     }
 
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
@@ -178,7 +199,6 @@ mod avx512 {
         let off = if C4 { 8 } else { 128 };
         let cols = t.nb * 32;
         let ng = cols / super::GROUP;
-        let m4 = _mm512_set1_epi8(0x0f);
         let mut acc = [[_mm512_setzero_ps(); 8]; NB];
         let mut summs = [_mm512_setzero_ps(); NB];
         let ahead = t.ahead;
@@ -189,18 +209,7 @@ mod avx512 {
                     _mm_prefetch::<_MM_HINT_T0>(base.wrapping_add(ahead + line) as *const i8);
                 }
             }
-            let mut u = [_mm512_setzero_si512(); 8];
-            if C4 {
-                for i in 0..4 {
-                    let v = _mm512_loadu_si512(base.add(i * 64) as *const _);
-                    u[2 * i] = _mm512_and_si512(v, m4);
-                    u[2 * i + 1] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
-                }
-            } else {
-                for (i, ui) in u.iter_mut().enumerate() {
-                    *ui = _mm512_loadu_si512(base.add(i * 64) as *const _);
-                }
-            }
+            let u = unpack::<C4>(base);
             let d = load_scales(base.add(code_bytes));
             let m = if MIN {
                 load_scales(base.add(code_bytes + sbytes))
