@@ -7,8 +7,8 @@
 #   LLAMA_SERVER=/path/to/llama-server scripts/serve_vs_llama_server.sh [MODEL]
 #
 # MODEL: a GGUF path or catalogue name (default qwen2.5-coder-1.5b). llama-server runs
-# with --parallel 64 (one slot per client at the largest level), a context of 512 tokens
-# per slot, and the same thread count as folio (all cores). Peers stay out of CI: this
+# with --parallel NP (default: the largest level, one slot per client), a context of 512
+# tokens per slot, and the same thread count as folio (all cores). Peers stay out of CI: this
 # script is run by hand (scripts/build_llamacpp.sh builds llama-server).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,6 +18,7 @@ model=${1:-qwen2.5-coder-1.5b}
 levels=${LEVELS:-16,64}
 out=${OUT:-target/serve-vs-llama}
 threads=$(nproc)
+np=${NP:-$(tr ',' '\n' <<< "$levels" | sort -n | tail -1)}
 mkdir -p "$out"
 path=$("$bin" models | awk -v m="$model" '$1 == m' | grep -o '/[^ ]*\.gguf' | head -1 || true)
 [[ -z $path ]] && path=$model
@@ -37,7 +38,7 @@ wait_up http://127.0.0.1:18601
 load folio http://127.0.0.1:18601/v1
 kill $pid; wait $pid 2>/dev/null || true
 
-"$llama" -m "$path" --port 18602 -t "$threads" --parallel 64 -c $((64 * 512)) \
+"$llama" -m "$path" --port 18602 -t "$threads" --parallel "$np" -c $((np * 512)) \
   > "$out/llama-server.log" 2>&1 &
 pid=$!
 wait_up http://127.0.0.1:18602
