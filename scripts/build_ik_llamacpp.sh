@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build the ik_llama.cpp peer (llama-server, llama-bench) outside this repository.
+# Build the ik_llama.cpp peer (llama-server, llama-bench, llama-batched-bench) outside this repository.
 #
 #   bash scripts/build_ik_llamacpp.sh SRC_DIR BUILD_DIR
 #
@@ -23,5 +23,5 @@ cmake -S "$SRC" -B "$BUILD" \
     -DBUILD_SHARED_LIBS=OFF \
     -DLLAMA_CURL=OFF \
     -DLLAMA_BUILD_TESTS=OFF
-nice -n 15 cmake --build "$BUILD" --config Release -j"$JOBS" --target llama-server llama-bench
-ls -l "$BUILD"/bin/llama-server "$BUILD"/bin/llama-bench
+nice -n 15 cmake --build "$BUILD" --config Release -j"$JOBS" --target llama-server llama-bench llama-batched-bench
+ls -l "$BUILD"/bin/llama-server "$BUILD"/bin/llama-bench "$BUILD"/bin/llama-batched-bench

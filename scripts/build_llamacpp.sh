@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Build the llama.cpp peer (llama-bench, llama-quantize, llama-server, llama-cli, llama-imatrix) from the
-# llama.cpp vendored in llama-cpp-python's source package, outside this repository.
+# Build the llama.cpp peer (llama-bench, llama-quantize, llama-server, llama-cli, llama-imatrix,
+# llama-batched-bench) from the llama.cpp vendored in llama-cpp-python's source package,
+# outside this repository.
 #
 #   pip download llama-cpp-python==0.3.36 --no-deps --no-binary :all: --no-build-isolation -d DL
 #       (--no-build-isolation needs `pip install scikit-build-core`; without it pip builds
@@ -54,7 +55,7 @@ cmake -S "$SRC" -B "$BUILD" \
 
 cd "$BUILD"
 nice -n 10 cmake --build . --config Release -j"$JOBS" \
-    --target llama-bench llama-quantize llama-server llama-cli llama-imatrix
+    --target llama-bench llama-quantize llama-server llama-cli llama-imatrix llama-batched-bench
 
 echo "llama.cpp ${LLAMA_COMMIT} (build b${LLAMA_BUILD_NUMBER}) binaries in $BUILD/bin:"
-ls -l "$BUILD"/bin/llama-bench "$BUILD"/bin/llama-quantize "$BUILD"/bin/llama-server "$BUILD"/bin/llama-cli "$BUILD"/bin/llama-imatrix
+ls -l "$BUILD"/bin/llama-bench "$BUILD"/bin/llama-quantize "$BUILD"/bin/llama-server "$BUILD"/bin/llama-cli "$BUILD"/bin/llama-imatrix "$BUILD"/bin/llama-batched-bench

@@ -10,8 +10,7 @@
 #   LLAMA_BIN=/work/peer/build/bin IK_BIN=/work/peer/ik-build/bin \
 #       scripts/peer_table.sh MODEL.gguf [MODEL.gguf ...]
 #
-# Builds: scripts/build_llamacpp.sh and scripts/build_ik_llamacpp.sh (add the
-# llama-batched-bench target). Logs go to $OUT (default target/peer-table), one file per
+# Builds: scripts/build_llamacpp.sh and scripts/build_ik_llamacpp.sh. Logs go to $OUT (default target/peer-table), one file per
 # engine x file x round; the summary greps the figures out of them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
