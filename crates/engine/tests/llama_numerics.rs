@@ -13,7 +13,6 @@
 //! reason.
 
 use folio_kernels::matmul::Sums;
-use folio_model::Model;
 use std::path::PathBuf;
 
 mod greedy_ref;
