@@ -413,6 +413,7 @@ unsafe fn rows16<const T: u8>(s: &mut Scratch, a: Acts, nb: usize, cols: usize) 
     for b in 0..nb {
         amx::dot16x2(a.xq.add(b * 32), cols, codes.add(b * 512), c);
         let sc = &s.scales[b];
+        let scf = sc.sc.map(|v| _mm512_cvtepi32_ps(v.0));
         let h = &s.heads[b / subs];
         let (c0, c1) = (c as *const __m512i, (c as *const __m512i).add(ROWS));
         rows!(j => {
@@ -421,11 +422,13 @@ unsafe fn rows16<const T: u8>(s: &mut Scratch, a: Acts, nb: usize, cols: usize) 
             let dx = _mm512_set1_ps(*a.xd.add(jb));
             let d0 = _mm512_load_si512(c0.add(j) as *const _);
             let d1 = _mm512_load_si512(c1.add(j) as *const _);
-            let i = _mm512_add_epi32(
-                _mm512_mullo_epi32(sc.sc[0].0, d0),
-                _mm512_mullo_epi32(sc.sc[1].0, d1),
+            // f32(sc0 d0 + sc1 d1), exactly (`sub16_products_exact_in_f32`).
+            let i = _mm512_fmadd_ps(
+                _mm512_cvtepi32_ps(d0),
+                scf[0],
+                _mm512_mul_ps(_mm512_cvtepi32_ps(d1), scf[1]),
             );
-            *accj = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), _mm512_mul_ps(h.d, dx), *accj);
+            *accj = _mm512_fmadd_ps(i, _mm512_mul_ps(h.d, dx), *accj);
             if min == Min::Int16 {
                 let (x0, x1) = (*a.xh.add(2 * jb), *a.xh.add(2 * jb + 1));
                 let m = _mm512_add_epi32(

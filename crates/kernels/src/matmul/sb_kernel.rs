@@ -194,6 +194,7 @@ pub(super) mod avx512 {
             for sub in 0..subs {
                 let u = unpack(&desc, sbp.add(hb + sub * cb), lut);
                 let sc = scales::<Z>(ty, &h, sub);
+                let scf = sc.sc.map(|v| _mm512_cvtepi32_ps(v.0));
                 let b = s * subs + sub;
                 for (j, accj) in acc.iter_mut().enumerate() {
                     let xp = t.xq.add(j * cols + b * 32) as *const i32;
@@ -212,12 +213,13 @@ pub(super) mod avx512 {
                             d0 = _mm512_sub_epi32(d0, _mm512_set1_epi32(desc.offset * x0));
                             d1 = _mm512_sub_epi32(d1, _mm512_set1_epi32(desc.offset * x1));
                         }
-                        let i = _mm512_add_epi32(
-                            _mm512_mullo_epi32(sc.sc[0].0, d0),
-                            _mm512_mullo_epi32(sc.sc[1].0, d1),
+                        // f32(sc0 d0 + sc1 d1), exactly (`sub16_products_exact_in_f32`).
+                        let i = _mm512_fmadd_ps(
+                            _mm512_cvtepi32_ps(d0),
+                            scf[0],
+                            _mm512_mul_ps(_mm512_cvtepi32_ps(d1), scf[1]),
                         );
-                        *accj =
-                            _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), _mm512_mul_ps(h.d, dx), *accj);
+                        *accj = _mm512_fmadd_ps(i, _mm512_mul_ps(h.d, dx), *accj);
                         if desc.min == MinKind::Int16 {
                             let m = _mm512_add_epi32(
                                 _mm512_mullo_epi32(sc.mn[0].0, _mm512_set1_epi32(x0)),
@@ -336,6 +338,7 @@ mod avx2 {
                         }
                     }
                     let sc = scales::<Y>(ty, &h, sub);
+                    let scf = sc.sc.map(|v| _mm256_cvtepi32_ps(v.0));
                     let b = s * subs + sub;
                     for (j, accj) in acch.iter_mut().enumerate() {
                         let xp = t.xq.add(j * cols + b * 32) as *const i32;
@@ -370,15 +373,13 @@ mod avx2 {
                                 d0 = _mm256_sub_epi32(d0, _mm256_set1_epi32(offset * x0));
                                 d1 = _mm256_sub_epi32(d1, _mm256_set1_epi32(offset * x1));
                             }
-                            let i = _mm256_add_epi32(
-                                _mm256_mullo_epi32(sc.sc[0].0, d0),
-                                _mm256_mullo_epi32(sc.sc[1].0, d1),
+                            // f32(sc0 d0 + sc1 d1), exactly (`sub16_products_exact_in_f32`).
+                            let i = _mm256_fmadd_ps(
+                                _mm256_cvtepi32_ps(d0),
+                                scf[0],
+                                _mm256_mul_ps(_mm256_cvtepi32_ps(d1), scf[1]),
                             );
-                            *accj = _mm256_fmadd_ps(
-                                _mm256_cvtepi32_ps(i),
-                                _mm256_mul_ps(h.d, dx),
-                                *accj,
-                            );
+                            *accj = _mm256_fmadd_ps(i, _mm256_mul_ps(h.d, dx), *accj);
                             if desc.min == MinKind::Int16 {
                                 let m = _mm256_add_epi32(
                                     _mm256_mullo_epi32(sc.mn[0].0, _mm256_set1_epi32(x0)),
