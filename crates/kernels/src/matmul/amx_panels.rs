@@ -383,7 +383,7 @@ unsafe fn rows32<const T: u8>(s: &mut Scratch, a: Acts, nb: usize, cols: usize) 
                 // Int16 mins come with 16-value scales (`rows16`).
                 Min::None | Min::Int16 => {}
                 Min::Sb => {
-                    let xi = _mm512_set1_ps(*a.xi.add(jb) as f32);
+                    let xi = _mm512_cvtepi32_ps(_mm512_set1_epi32(*a.xi.add(jb)));
                     *accj = _mm512_fmadd_ps(xi, _mm512_mul_ps(sc.m, dx), *accj);
                 }
                 Min::Stored => {
