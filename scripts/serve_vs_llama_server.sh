@@ -6,6 +6,8 @@
 #
 #   LLAMA_SERVER=/path/to/llama-server scripts/serve_vs_llama_server.sh [MODEL]
 #
+# FOLIO_FLAGS="--max-itl-ms 0 --token-budget 512" runs folio with those flags instead (the
+# scheduler's knobs, for comparison); SKIP_LLAMA=1 runs folio alone.
 # MODEL: a GGUF path or catalogue name (default qwen2.5-coder-1.5b). llama-server runs
 # with --parallel NP (default: the largest level, one slot per client), a context of 512
 # tokens per slot, and the same thread count as folio (all cores). Peers stay out of CI: this
@@ -13,7 +15,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${FOLIO_BIN:-target/release/folio}
-llama=${LLAMA_SERVER:?set LLAMA_SERVER to a llama-server binary (scripts/build_llamacpp.sh)}
+llama=${LLAMA_SERVER:-}
+[[ -n $llama || -n ${SKIP_LLAMA:-} ]] || { echo "set LLAMA_SERVER to a llama-server binary (scripts/build_llamacpp.sh)" >&2; exit 2; }
 model=${1:-qwen2.5-coder-1.5b}
 levels=${LEVELS:-16,64}
 out=${OUT:-target/serve-vs-llama}
@@ -31,28 +34,33 @@ load() { # NAME URL
     --seed 7 --no-progress --label "$1" --json "$out/$1.json" | tee "$out/$1.txt"
 }
 
-"$bin" serve --model "$path" --port 18601 > "$out/folio.log" 2>&1 &
+# shellcheck disable=SC2086 # FOLIO_FLAGS: extra `folio serve` flags, word-split on purpose
+"$bin" serve --model "$path" --port 18601 ${FOLIO_FLAGS:-} > "$out/folio.log" 2>&1 &
 pid=$!
 trap 'kill $pid 2>/dev/null || true' EXIT
 wait_up http://127.0.0.1:18601
 load folio http://127.0.0.1:18601/v1
 kill $pid; wait $pid 2>/dev/null || true
 
-"$llama" -m "$path" --port 18602 -t "$threads" --parallel "$np" -c $((np * 512)) \
-  > "$out/llama-server.log" 2>&1 &
-pid=$!
-wait_up http://127.0.0.1:18602
-load llama-server http://127.0.0.1:18602/v1
-kill $pid; wait $pid 2>/dev/null || true
+if [[ -z ${SKIP_LLAMA:-} ]]; then
+  "$llama" -m "$path" --port 18602 -t "$threads" --parallel "$np" -c $((np * 512)) \
+    > "$out/llama-server.log" 2>&1 &
+  pid=$!
+  wait_up http://127.0.0.1:18602
+  load llama-server http://127.0.0.1:18602/v1
+  kill $pid; wait $pid 2>/dev/null || true
+fi
 
 python3 - "$out" <<'PY'
 import json, sys
 out = sys.argv[1]
-runs = {n: json.load(open(f"{out}/{n}.json"))["runs"] for n in ("folio", "llama-server")}
-print(f"{'server':<14}{'conc':>5}{'out tok/s':>11}{'TTFT p50':>10}{'ITL p50':>9}{'ITL p99':>9}")
+import os
+names = ["folio"] + ([] if os.environ.get("SKIP_LLAMA") else ["llama-server"])
+runs = {n: json.load(open(f"{out}/{n}.json"))["runs"] for n in names}
+print(f"{'server':<14}{'conc':>5}{'out tok/s':>11}{'TTFT mean':>11}{'TTFT p50':>10}{'ITL p50':>9}{'ITL p99':>9}")
 for n, rs in runs.items():
     for r in rs:
         c = r["setup"]["max_concurrency"]
-        print(f"{n:<14}{c!s:>5}{r['output_throughput']:>11.1f}{r['ttft_ms']['p50']:>9.0f}ms"
-              f"{r['itl_ms']['p50']:>7.0f}ms{r['itl_ms']['p99']:>7.0f}ms")
+        print(f"{n:<14}{c!s:>5}{r['output_throughput']:>11.1f}{r['ttft_ms']['mean']:>9.0f}ms"
+              f"{r['ttft_ms']['p50']:>8.0f}ms{r['itl_ms']['p50']:>7.0f}ms{r['itl_ms']['p99']:>7.0f}ms")
 PY
