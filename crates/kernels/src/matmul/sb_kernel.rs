@@ -5,7 +5,9 @@
 //! ```text
 //! 32-value scales: I = sum_k u[k] x[k] - offset * X                     (int32, exact)
 //!                  acc = fma(f32(I), da * dx, acc);  acc = fma(f32(X), m * dx, acc)  (with mins)
-//! 16-value scales: I = sc0 (D0 - offset X0) + sc1 (D1 - offset X1)      (int32, exact)
+//! 16-value scales: I = sc0 (D0 - offset X0) + sc1 (D1 - offset X1)      (exact; the SIMD
+//!                  tiles form f32(I) as fma(f32(D0'), sc0, f32(D1') sc1), the same bits:
+//!                  `SbType::sub16_products_exact_in_f32`)
 //!                  acc = fma(f32(I), d * dx, acc);  acc = fma(-f32(mn0 X0 + mn1 X1), dmin * dx, acc)
 //! ```
 //! with `da`, `m`, `sc`, `mn` from `sb_lanes::scales`. That is the f32 dot product of the
@@ -45,9 +47,13 @@ pub(crate) unsafe fn run_panels(isa: Isa, packed: &SbPacked, span: &Span) {
         packed.bytes().as_ptr(),
         packed.nb / desc.subs() * desc.sb_bytes(),
     );
-    for_each_tile(panels, span, desc.sub16, tile_rows(isa, desc.sub16), |t, nr| {
-        run_tile(isa, ty, t, nr)
-    });
+    for_each_tile(
+        panels,
+        span,
+        desc.sub16,
+        tile_rows(isa, desc.sub16),
+        |t, nr| run_tile(isa, ty, t, nr),
+    );
 }
 
 unsafe fn run_tile(isa: Isa, ty: SbType, t: &Tile, nr: usize) {
@@ -144,7 +150,12 @@ pub(super) mod avx512 {
     use std::arch::x86_64::*;
 
     pub(super) unsafe fn tile<const T: u8>(t: &Tile, nr: usize) {
-        unroll_rows!(nr, tile_n(T)(t), [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15], 16)
+        unroll_rows!(
+            nr,
+            tile_n(T)(t),
+            [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15],
+            16
+        )
     }
 
     /// The 8 `vpdpbusd` operands (16 rows x 4 k each) of one 32-block's code planes.
