@@ -35,6 +35,10 @@ pub struct QuantizedActs {
     d: Vec<f32>,
     s: Vec<f32>,
     isum: Vec<i32>,
+    /// `isum` as f32 (exact: |isum| ≤ 32 · 127): the min term's factor, read by the
+    /// kernels with a broadcast load instead of a broadcast and a conversion per row and
+    /// block.
+    fsum: Vec<f32>,
     /// Sums of the codes per group of 4 (8 per block): the offset term of the symmetric
     /// weight formats, taken per `vpdpbusd` lane group as ggml's dot products do.
     gsum: Vec<i32>,
@@ -77,6 +81,11 @@ impl QuantizedActs {
     /// Exact integer sums of the codes per block.
     pub fn isums(&self) -> &[i32] {
         &self.isum[..self.n * self.cols / QK]
+    }
+
+    /// [`QuantizedActs::isums`] as f32 (exactly).
+    pub fn isums_f32(&self) -> &[f32] {
+        &self.fsum[..self.n * self.cols / QK]
     }
 
     /// Exact integer sums of the codes per group of [`GROUP`] (`n * cols / 4`).
@@ -128,6 +137,7 @@ impl QuantizedActs {
             self.d.resize(n * nb, 0.0);
             self.s.resize(n * nb, 0.0);
             self.isum.resize(n * nb, 0);
+            self.fsum.resize(n * nb, 0.0);
         }
         self.n = n;
         self.cols = cols;
@@ -149,6 +159,7 @@ impl QuantizedActs {
             if half_sums {
                 fill_sums(&self.q[..n * cols], &mut self.hsum[..n * cols / 16], 16);
             }
+            self.fill_fsum();
             return;
         }
         let n_tasks = n.min(threads * 4);
@@ -201,6 +212,14 @@ impl QuantizedActs {
                 );
             }
         });
+        self.fill_fsum();
+    }
+
+    fn fill_fsum(&mut self) {
+        let m = self.n * self.cols / QK;
+        for (f, i) in self.fsum[..m].iter_mut().zip(&self.isum[..m]) {
+            *f = *i as f32;
+        }
     }
 }
 

@@ -93,14 +93,22 @@ pub(crate) const BLOCK32: Config = Config::new(&[
     (8, 64),
 ]);
 
-/// Blocks whose products [`dot32`] keeps in flight (its slots).
+/// Blocks whose products [`issue32`] keeps in flight (its slots).
 pub(crate) const SLOTS: usize = 4;
 
 /// The tiles of the 16-value form (types with a scale per 16 values): `tmm0`/`tmm1` the two
 /// halves' activations (16 × 16 bytes), `tmm2`/`tmm3` their codes (4 × 64), `tmm4`/`tmm5`
-/// their products.
-pub(crate) const BLOCK16: Config =
-    Config::new(&[(16, 16), (16, 16), (4, 64), (4, 64), (16, 64), (16, 64)]);
+/// and `tmm6`/`tmm7` the products of the two halves of pairs 0 and 1.
+pub(crate) const BLOCK16: Config = Config::new(&[
+    (16, 16),
+    (16, 16),
+    (4, 64),
+    (4, 64),
+    (16, 64),
+    (16, 64),
+    (16, 64),
+    (16, 64),
+]);
 
 /// Loads `cfg` for this thread; [`release`] ends the tile use.
 ///
@@ -120,14 +128,21 @@ pub(crate) unsafe fn release() {
     asm!("tilerelease", options(nostack, nomem));
 }
 
-/// [`BLOCK32`]: `c = a · b` for 16 activation rows of 32 bytes (`a`, rows `stride` apart)
-/// and a block's 512 code bytes `b`; the 16 × 16 int32 products go to `c` (row = activation
-/// row, lane = weight row) through the tiles of `slot` (below [`SLOTS`]).
+// Issuing a product and storing it are two calls because the tile unit runs its
+// instructions in order: a `tilestored` right behind its `tdpbssd` waits out the product's
+// latency and holds every later tile load and product back with it (measured: half the
+// samples of the Q4_K prefill matmul sat on the tile loads and stores). The kernels issue
+// the products of the next blocks first and store a product a block or more after it was
+// issued, when it is done.
+
+/// [`BLOCK32`]: issues `c = a · b` into `slot`'s product tile, for 16 activation rows of 32
+/// bytes (`a`, rows `stride` apart) and a block's 512 code bytes `b`; [`store32`] writes it
+/// out. Slots 0 and 2 share operand tiles, as do 1 and 3.
 ///
 /// # Safety
-/// [`BLOCK32`] configured; `a` must hold 16 rows, `b` 512 bytes, `c` 1,024 bytes.
+/// [`BLOCK32`] configured; `a` must hold 16 rows, `b` 512 bytes; `slot` below [`SLOTS`].
 #[inline(always)]
-pub(crate) unsafe fn dot32(a: *const i8, stride: usize, b: *const u8, c: *mut i32, slot: usize) {
+pub(crate) unsafe fn issue32(a: *const i8, stride: usize, b: *const u8, slot: usize) {
     macro_rules! dot {
         ($a:literal, $b:literal, $c:literal) => {
             asm!(
@@ -135,9 +150,8 @@ pub(crate) unsafe fn dot32(a: *const i8, stride: usize, b: *const u8, c: *mut i3
                 concat!("tileloadd ", $b, ", [{b} + {s64}*1]"),
                 concat!("tilezero ", $c),
                 concat!("tdpbssd ", $c, ", ", $a, ", ", $b),
-                concat!("tilestored [{c} + {s64}*1], ", $c),
-                a = in(reg) a, sa = in(reg) stride, b = in(reg) b, c = in(reg) c,
-                s64 = in(reg) 64usize, options(nostack),
+                a = in(reg) a, sa = in(reg) stride, b = in(reg) b,
+                s64 = in(reg) 64usize, options(nostack, readonly),
             )
         };
     }
@@ -149,27 +163,81 @@ pub(crate) unsafe fn dot32(a: *const i8, stride: usize, b: *const u8, c: *mut i3
     }
 }
 
-/// [`BLOCK16`]: the two 16-value halves of a block: `c[0..256]` the products of values
-/// 0..16, `c[256..512]` of values 16..32 (each 16 × 16 int32 as in [`dot32`]).
+/// [`BLOCK32`]: the 16 × 16 int32 products of `slot` to `c` (row = activation row, lane =
+/// weight row).
 ///
 /// # Safety
-/// [`BLOCK16`] configured; `a` must hold 16 rows of 32 bytes, `b` 512 bytes, `c` 2,048.
+/// [`BLOCK32`] configured; `c` must hold 1,024 bytes.
 #[inline(always)]
-pub(crate) unsafe fn dot16x2(a: *const i8, stride: usize, b: *const u8, c: *mut i32) {
-    asm!(
-        "tileloadd tmm0, [{a} + {sa}*1]",
-        "tileloadd tmm1, [{a2} + {sa}*1]",
-        "tileloadd tmm2, [{b} + {s64}*1]",
-        "tileloadd tmm3, [{b2} + {s64}*1]",
-        "tilezero tmm4",
-        "tilezero tmm5",
-        "tdpbssd tmm4, tmm0, tmm2",
-        "tdpbssd tmm5, tmm1, tmm3",
-        "tilestored [{c} + {s64}*1], tmm4",
-        "tilestored [{c2} + {s64}*1], tmm5",
-        a = in(reg) a, a2 = in(reg) a.add(16), sa = in(reg) stride,
-        b = in(reg) b, b2 = in(reg) b.add(256),
-        c = in(reg) c, c2 = in(reg) c.add(256),
-        s64 = in(reg) 64usize, options(nostack),
-    );
+pub(crate) unsafe fn store32(c: *mut i32, slot: usize) {
+    macro_rules! st {
+        ($c:literal) => {
+            asm!(
+                concat!("tilestored [{c} + {s64}*1], ", $c),
+                c = in(reg) c, s64 = in(reg) 64usize, options(nostack),
+            )
+        };
+    }
+    match slot {
+        0 => st!("tmm2"),
+        1 => st!("tmm3"),
+        2 => st!("tmm4"),
+        _ => st!("tmm5"),
+    }
+}
+
+/// [`BLOCK16`]: issues the two 16-value halves' products of a block into `pair`'s product
+/// tiles (values 0..16 and 16..32); [`store16x2`] writes them out. The pairs share the
+/// operand tiles.
+///
+/// # Safety
+/// [`BLOCK16`] configured; `a` must hold 16 rows of 32 bytes, `b` 512 bytes; `pair` 0 or 1.
+#[inline(always)]
+pub(crate) unsafe fn issue16x2(a: *const i8, stride: usize, b: *const u8, pair: usize) {
+    macro_rules! dot {
+        ($c0:literal, $c1:literal) => {
+            asm!(
+                "tileloadd tmm0, [{a} + {sa}*1]",
+                "tileloadd tmm1, [{a2} + {sa}*1]",
+                "tileloadd tmm2, [{b} + {s64}*1]",
+                "tileloadd tmm3, [{b2} + {s64}*1]",
+                concat!("tilezero ", $c0),
+                concat!("tilezero ", $c1),
+                concat!("tdpbssd ", $c0, ", tmm0, tmm2"),
+                concat!("tdpbssd ", $c1, ", tmm1, tmm3"),
+                a = in(reg) a, a2 = in(reg) a.add(16), sa = in(reg) stride,
+                b = in(reg) b, b2 = in(reg) b.add(256),
+                s64 = in(reg) 64usize, options(nostack, readonly),
+            )
+        };
+    }
+    if pair == 0 {
+        dot!("tmm4", "tmm5")
+    } else {
+        dot!("tmm6", "tmm7")
+    }
+}
+
+/// [`BLOCK16`]: `pair`'s products to `c`: `c[0..256]` those of values 0..16, `c[256..512]`
+/// of values 16..32 (each 16 × 16 int32 as in [`store32`]).
+///
+/// # Safety
+/// [`BLOCK16`] configured; `c` must hold 2,048 bytes.
+#[inline(always)]
+pub(crate) unsafe fn store16x2(c: *mut i32, pair: usize) {
+    macro_rules! st {
+        ($c0:literal, $c1:literal) => {
+            asm!(
+                concat!("tilestored [{c} + {s64}*1], ", $c0),
+                concat!("tilestored [{c2} + {s64}*1], ", $c1),
+                c = in(reg) c, c2 = in(reg) c.add(256), s64 = in(reg) 64usize,
+                options(nostack),
+            )
+        };
+    }
+    if pair == 0 {
+        st!("tmm4", "tmm5")
+    } else {
+        st!("tmm6", "tmm7")
+    }
 }

@@ -92,11 +92,11 @@ struct Scratch {
     scales: Vec<Scales<Z>>,
     heads: Vec<Header<Z>>,
     /// The zero-padded last activation tile: codes (16 rows of `cols`), per-block scales,
-    /// `d * isum`, code sums and 16-sums.
+    /// `d * isum`, code sums (as f32) and 16-sums.
     tq: Vec<i8>,
     td: Vec<f32>,
     ts: Vec<f32>,
-    ti: Vec<i32>,
+    tf: Vec<f32>,
     th: Vec<i32>,
     /// Tile products: [`amx::SLOTS`] blocks (or a block's two halves) of 16 × 16 int32.
     c: [[__m512i; ROWS]; amx::SLOTS],
@@ -113,7 +113,7 @@ struct Acts {
     xq: *const i8,
     xd: *const f32,
     xs: *const f32,
-    xi: *const i32,
+    xf: *const f32,
     xh: *const i32,
 }
 
@@ -166,7 +166,7 @@ fn with_scratch(f: impl FnOnce(&mut Scratch)) {
                 tq: Vec::new(),
                 td: Vec::new(),
                 ts: Vec::new(),
-                ti: Vec::new(),
+                tf: Vec::new(),
                 th: Vec::new(),
                 // SAFETY: only AMX hosts get here, and they have AVX-512.
                 c: unsafe { [[_mm512_setzero_si512(); ROWS]; amx::SLOTS] },
@@ -234,7 +234,7 @@ unsafe fn panels<const T: u8>(w: Weights, span: &Span, s: &mut Scratch) {
                     xq: acts.codes().as_ptr().add(j0 * cols),
                     xd: acts.scales().as_ptr().add(j0 * nb),
                     xs: acts.sums().as_ptr().add(j0 * nb),
-                    xi: acts.isums().as_ptr().add(j0 * nb),
+                    xf: acts.isums_f32().as_ptr().add(j0 * nb),
                     xh: if sub16 {
                         acts.half_sums().as_ptr().add(j0 * nb * 2)
                     } else {
@@ -246,7 +246,7 @@ unsafe fn panels<const T: u8>(w: Weights, span: &Span, s: &mut Scratch) {
                     xq: s.tq.as_ptr(),
                     xd: s.td.as_ptr(),
                     xs: s.ts.as_ptr(),
-                    xi: s.ti.as_ptr(),
+                    xf: s.tf.as_ptr(),
                     xh: s.th.as_ptr(),
                 }
             };
@@ -350,26 +350,24 @@ unsafe fn rows32<const T: u8>(s: &mut Scratch, a: Acts, nb: usize, cols: usize) 
     let mut acc = [_mm512_setzero_ps(); ROWS];
     let codes = s.codes.as_ptr() as *const u8;
     let c = s.c.as_mut_ptr() as *mut i32;
-    // Block b's product lands in slot b % SLOTS; the products of the next SLOTS - 1 blocks
-    // are issued before b's epilogue, so the tile unit works while the vector units scale
-    // (one product's latency is several epilogues long).
+    // Block b's product lands in slot b % SLOTS. Products are issued SLOTS - 1 blocks
+    // ahead and stored one block ahead of their epilogue, so the tile unit works while
+    // the vector units scale and no store waits on a product just issued (`amx`).
     const AHEAD: usize = amx::SLOTS - 1;
-    let dot = |b: usize| {
-        let slot = b % amx::SLOTS;
-        amx::dot32(
-            a.xq.add(b * 32),
-            cols,
-            codes.add(b * 512),
-            c.add(slot * 256),
-            slot,
-        )
+    let issue = |b: usize| {
+        amx::issue32(a.xq.add(b * 32), cols, codes.add(b * 512), b % amx::SLOTS);
     };
+    let store = |b: usize| amx::store32(c.add((b % amx::SLOTS) * 256), b % amx::SLOTS);
     for b in 0..AHEAD.min(nb) {
-        dot(b);
+        issue(b);
     }
+    store(0);
     for b in 0..nb {
         if b + AHEAD < nb {
-            dot(b + AHEAD);
+            issue(b + AHEAD);
+        }
+        if b + 1 < nb {
+            store(b + 1);
         }
         let sc = &s.scales[b];
         let cb = c.add((b % amx::SLOTS) * 256) as *const __m512i;
@@ -383,7 +381,7 @@ unsafe fn rows32<const T: u8>(s: &mut Scratch, a: Acts, nb: usize, cols: usize) 
                 // Int16 mins come with 16-value scales (`rows16`).
                 Min::None | Min::Int16 => {}
                 Min::Sb => {
-                    let xi = _mm512_cvtepi32_ps(_mm512_set1_epi32(*a.xi.add(jb)));
+                    let xi = _mm512_set1_ps(*a.xf.add(jb));
                     *accj = _mm512_fmadd_ps(xi, _mm512_mul_ps(sc.m, dx), *accj);
                 }
                 Min::Stored => {
@@ -410,8 +408,16 @@ unsafe fn rows16<const T: u8>(s: &mut Scratch, a: Acts, nb: usize, cols: usize) 
     let mut acc = [_mm512_setzero_ps(); ROWS];
     let codes = s.codes.as_ptr() as *const u8;
     let c = s.c.as_mut_ptr() as *mut i32;
+    // Block b's halves land in pair b % 2; the next block's products are issued before
+    // b's are stored (`amx`).
+    let issue = |b: usize| amx::issue16x2(a.xq.add(b * 32), cols, codes.add(b * 512), b % 2);
+    issue(0);
     for b in 0..nb {
-        amx::dot16x2(a.xq.add(b * 32), cols, codes.add(b * 512), c);
+        if b + 1 < nb {
+            issue(b + 1);
+        }
+        let c = c.add((b % 2) * 512);
+        amx::store16x2(c, b % 2);
         let sc = &s.scales[b];
         let scf = sc.sc.map(|v| _mm512_cvtepi32_ps(v.0));
         let h = &s.heads[b / subs];
@@ -453,7 +459,7 @@ fn fill_tail(s: &mut Scratch, span: &Span, full: usize, halves: bool) {
     fill(&mut s.tq, ROWS * cols, &acts.codes()[full * cols..n * cols]);
     fill(&mut s.td, ROWS * nb, &acts.scales()[full * nb..n * nb]);
     fill(&mut s.ts, ROWS * nb, &acts.sums()[full * nb..n * nb]);
-    fill(&mut s.ti, ROWS * nb, &acts.isums()[full * nb..n * nb]);
+    fill(&mut s.tf, ROWS * nb, &acts.isums_f32()[full * nb..n * nb]);
     if halves {
         fill(
             &mut s.th,

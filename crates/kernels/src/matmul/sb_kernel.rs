@@ -274,7 +274,7 @@ pub(super) mod avx512 {
                             *accj,
                         );
                         if desc.min == MinKind::Float {
-                            let xi = _mm512_cvtepi32_ps(_mm512_set1_epi32(*t.xi.add(jb)));
+                            let xi = _mm512_set1_ps(*t.xf.add(jb));
                             *accj = _mm512_fmadd_ps(xi, _mm512_mul_ps(sc.m, dx), *accj);
                         }
                     }
@@ -416,7 +416,7 @@ mod avx2 {
                                 *accj,
                             );
                             if desc.min == MinKind::Float {
-                                let xi = _mm256_cvtepi32_ps(_mm256_set1_epi32(*t.xi.add(jb)));
+                                let xi = _mm256_set1_ps(*t.xf.add(jb));
                                 *accj = _mm256_fmadd_ps(xi, _mm256_mul_ps(sc.m, dx), *accj);
                             }
                         }

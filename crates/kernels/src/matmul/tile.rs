@@ -23,6 +23,8 @@ pub(crate) struct Tile {
     pub xd: *const f32,
     pub xs: *const f32,
     pub xi: *const i32,
+    /// The same sums as f32.
+    pub xf: *const f32,
     /// Group sums (`GROUP` values each) of the tile's first activation row.
     pub xg: *const i32,
     /// 16-sums of the tile's first activation row (null unless asked for).
@@ -84,6 +86,7 @@ pub(crate) unsafe fn for_each_tile(
     let nb = cols / 32;
     let n = acts.n();
     let (xq, xd, xs, xi) = (acts.codes(), acts.scales(), acts.sums(), acts.isums());
+    let xf = acts.isums_f32();
     let xg = acts.group_sums().as_ptr();
     let xh = if halves {
         acts.half_sums().as_ptr()
@@ -108,6 +111,7 @@ pub(crate) unsafe fn for_each_tile(
                     xd: xd.as_ptr().add(j0 * nb),
                     xs: xs.as_ptr().add(j0 * nb),
                     xi: xi.as_ptr().add(j0 * nb),
+                    xf: xf.as_ptr().add(j0 * nb),
                     xg: xg.wrapping_add(j0 * cols / GROUP),
                     xh: xh.wrapping_add(j0 * nb * 2),
                     out: out.add(j0 * ostride + p * PANEL),
