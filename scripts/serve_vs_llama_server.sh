@@ -6,7 +6,7 @@
 #
 #   LLAMA_SERVER=/path/to/llama-server scripts/serve_vs_llama_server.sh [MODEL]
 #
-# FOLIO_FLAGS="--max-itl-ms 0 --token-budget 512" runs folio with those flags instead (the
+# FOLIO_FLAGS="--max-itl-ms 120 --token-budget 2048" runs folio with those flags instead (the
 # scheduler's knobs, for comparison); SKIP_LLAMA=1 runs folio alone.
 # MODEL: a GGUF path or catalogue name (default qwen2.5-coder-1.5b). llama-server runs
 # with --parallel NP (default: the largest level, one slot per client), a context of 512

@@ -130,13 +130,14 @@ pub struct EngineArgs {
     #[arg(long)]
     pub threads: Option<usize>,
     /// Most tokens (decodes + prefill chunks) in one iteration.
-    #[arg(long, default_value_t = 2048)]
+    #[arg(long, default_value_t = folio_engine::config::DEFAULT_TOKEN_BUDGET)]
     pub token_budget: usize,
     /// Target inter-token latency while requests decode: each such step's token budget
     /// shrinks to what the measured step costs fit in this many milliseconds, or in 1.5x the
     /// decode-only step where that is longer (prefill chunks wait instead, but at least 16
-    /// prompt tokens run per step). 0 = off (every step may use the whole --token-budget).
-    #[arg(long, default_value_t = folio_engine::config::DEFAULT_MAX_ITL_MS)]
+    /// prompt tokens run per step). 0 = off (every step may use the whole --token-budget),
+    /// the default: a target below the decodes' own step time throttles waiting prompts.
+    #[arg(long, default_value_t = folio_engine::config::DEFAULT_MAX_ITL_MS.unwrap_or(0.0))]
     pub max_itl_ms: f64,
     /// Keep the sliding-window layers' KV for the whole context (as llama.cpp's
     /// `--swa-full`); by default it is released behind the window.

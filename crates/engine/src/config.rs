@@ -25,10 +25,21 @@ impl SpecMethod {
     }
 }
 
-/// The default target step time while requests are decoding, in milliseconds: about one
-/// token per 120 ms is reading speed (DESIGN.md §serving), so a stream never feels slower than a
-/// reader because prefill chunks of other requests rode along in its steps.
-pub const DEFAULT_MAX_ITL_MS: f64 = 120.0;
+/// The default most tokens a step computes (decodes + prefill chunks). On a CPU a step is
+/// compute-bound from a few dozen rows on, so a bigger step gains no throughput, while every
+/// prompt in a step gets its first token only when the step ends: 16 prompts of 256 tokens
+/// sent at once to the Qwen2.5-1.5B on 2 cores got their first token after 15.0 s on average
+/// with 2,048-token steps and after 11.0–11.5 s with 512-token ones, at the same or a higher
+/// output rate (53.0 against 53.4–54.9 tok/s; docs/BENCHMARKS.md).
+pub const DEFAULT_TOKEN_BUDGET: usize = 512;
+
+/// The default target step time while requests decode (`EngineConfig::max_itl_ms`): none.
+/// A target below the step time of the running decodes throttles the prompts waiting
+/// behind them: at 120 ms (reading speed) the same 16-prompt load ran at 40 output tok/s
+/// with a 20.6 s mean time to first token, against 54.9 tok/s and 11.0 s without a target,
+/// while the decode steps alone took ~145 ms (docs/BENCHMARKS.md). Interactive deployments
+/// that would rather bound the inter-token latency set one (`--max-itl-ms`).
+pub const DEFAULT_MAX_ITL_MS: Option<f64> = None;
 
 /// Everything `spawn_engine` needs besides the model.
 #[derive(Clone, Debug)]
@@ -70,8 +81,7 @@ pub struct EngineConfig {
     /// latency of running requests past it; where the decodes alone take longer, prompt
     /// tokens may lengthen a step by half its decode-only time (the rule and its floor are
     /// `folio_core::cost::step_budget`). With nothing decoding the whole `token_budget` is
-    /// used. `None`: always the whole budget. Default
-    /// [`DEFAULT_MAX_ITL_MS`].
+    /// used. `None`: always the whole budget. Default [`DEFAULT_MAX_ITL_MS`].
     pub max_itl_ms: Option<f64>,
     /// Keep every sliding-window layer's KV for the whole context, as llama.cpp's
     /// `--swa-full` (same page layout, nothing released): for comparison and debugging.
@@ -91,7 +101,7 @@ impl Default for EngineConfig {
     fn default() -> Self {
         EngineConfig {
             policy: BatchPolicy::Continuous,
-            token_budget: 2048,
+            token_budget: DEFAULT_TOKEN_BUDGET,
             max_chunk: 512,
             max_running: 64,
             reservation: KvReservation::OnDemand,
@@ -104,7 +114,7 @@ impl Default for EngineConfig {
             spec: SpecMethod::Off,
             spec_tokens: None,
             spec_max_tokens: 8,
-            max_itl_ms: Some(DEFAULT_MAX_ITL_MS),
+            max_itl_ms: DEFAULT_MAX_ITL_MS,
             swa_full: false,
             lora: Vec::new(),
             // vLLM's --max-loras default is 1 GPU slot; adapters here live in host
