@@ -1,5 +1,5 @@
 //! Intel AMX tiles: the host check, the tile configuration and the few tile instructions
-//! the AMX matmul kernels (`sb_amx`) issue.
+//! the AMX matmul kernels (`amx_panels`) issue.
 //!
 //! NOTE: written with `asm!` because the AMX intrinsics (`_tile_dpbsud` …) are not stable
 //! Rust; the tile registers cannot be operands of `asm!`, so each instruction names its
