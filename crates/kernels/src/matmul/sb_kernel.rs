@@ -22,15 +22,17 @@ use super::tile::{for_each_tile, Span, Tile};
 use crate::cpu::Isa;
 
 /// Activation rows per pass over a panel (the codes are unpacked once per pass). On
-/// AVX-512, types with 16-value scales (whose 6-bit or grid codes cost more to unpack) pass
-/// 16 rows: measured on an Intel Xeon (AMX host, 2 threads, 16 activation rows), Q6_K
-/// 151,936 x 1,536 went from 143 to 161 GMAC/s and 1,536 x 8,960 from 160 to 192, where
-/// Q4_K stayed at 264-267 (so the others keep 8).
-fn tile_rows(isa: Isa, sub16: bool) -> usize {
+/// AVX-512, 16 (the 32 zmm registers hold 16 accumulators beside a block's 8 code operands):
+/// measured on an Intel Xeon (AMX host, 2 threads, 16 activation rows, weights from DRAM),
+/// types with 16-value scales went from 8 to 16 rows first (Q6_K 151,936 x 1,536 143 -> 161
+/// GMAC/s, 1,536 x 8,960 160 -> 192), then the rest once the weight prefetches were spread
+/// over the superblock (8,960 x 1,536: Q4_K 207-226 -> 259-262, Q5_K 208-215 -> 233-241,
+/// Q5_0 206-208 -> 252-260, IQ4_XS 216-243 -> 250-284; Q4_K 1,536 x 8,960 207-216 ->
+/// 242-244).
+fn tile_rows(isa: Isa) -> usize {
     match isa {
         Isa::Avx2 => 4,
-        _ if sub16 => 16,
-        _ => 8,
+        _ => 16,
     }
 }
 
@@ -47,13 +49,9 @@ pub(crate) unsafe fn run_panels(isa: Isa, packed: &SbPacked, span: &Span) {
         packed.bytes().as_ptr(),
         packed.nb / desc.subs() * desc.sb_bytes(),
     );
-    for_each_tile(
-        panels,
-        span,
-        desc.sub16,
-        tile_rows(isa, desc.sub16),
-        |t, nr| run_tile(isa, ty, t, nr),
-    );
+    for_each_tile(panels, span, desc.sub16, tile_rows(isa), |t, nr| {
+        run_tile(isa, ty, t, nr)
+    });
 }
 
 unsafe fn run_tile(isa: Isa, ty: SbType, t: &Tile, nr: usize) {
