@@ -52,9 +52,8 @@ if [[ -z ${SKIP_LLAMA:-} ]]; then
 fi
 
 python3 - "$out" <<'PY'
-import json, sys
+import json, os, sys
 out = sys.argv[1]
-import os
 names = ["folio"] + ([] if os.environ.get("SKIP_LLAMA") else ["llama-server"])
 runs = {n: json.load(open(f"{out}/{n}.json"))["runs"] for n in names}
 print(f"{'server':<14}{'conc':>5}{'out tok/s':>11}{'TTFT mean':>11}{'TTFT p50':>10}{'ITL p50':>9}{'ITL p99':>9}")

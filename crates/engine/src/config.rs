@@ -27,10 +27,11 @@ impl SpecMethod {
 
 /// The default most tokens a step computes (decodes + prefill chunks). On a CPU a step is
 /// compute-bound from a few dozen rows on, so a bigger step gains no throughput, while every
-/// prompt in a step gets its first token only when the step ends: 16 prompts of 256 tokens
-/// sent at once to the Qwen2.5-1.5B on 2 cores got their first token after 15.0 s on average
-/// with 2,048-token steps and after 11.0–11.5 s with 512-token ones, at the same or a higher
-/// output rate (53.0 against 53.4–54.9 tok/s; docs/BENCHMARKS.md).
+/// prompt in a step gets its first token only when the step ends. Measured the same day on
+/// 2 cores, 16 prompts of 256 tokens sent at once to the Qwen2.5-1.5B, no ITL target:
+/// 512-token steps 53.4–54.9 output tok/s at a mean TTFT of 11.0–11.5 s, 256-token steps
+/// 50.5–52.4 tok/s at 11.9–12.0 s (docs/BENCHMARKS.md, "Serving defaults and the tile
+/// pipeline").
 pub const DEFAULT_TOKEN_BUDGET: usize = 512;
 
 /// The default target step time while requests decode (`EngineConfig::max_itl_ms`): none.
