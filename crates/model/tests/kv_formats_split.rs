@@ -10,7 +10,7 @@ mod kv_tiny;
 use folio_testkit::tiny as common;
 use kv_tiny::{prompt, run, tiny_model, HD, SHAPE, VOCAB};
 
-use common::{build, randn, rel_err, Shape};
+use common::{build, randn, rel_err};
 use folio_gguf::{GgmlType, GgufFile};
 use folio_kernels::attn;
 use folio_kernels::pool::ThreadPool;
