@@ -6,12 +6,12 @@
 mod kv_tiny;
 
 use folio_testkit::tiny as common;
-use kv_tiny::{prompt, run, tiny_model, HD, SHAPE, VOCAB};
+use kv_tiny::{prompt, run, tiny_model, HD};
 
-use common::{build, randn, rel_err, Shape};
-use folio_gguf::{GgmlType, GgufFile};
+use common::{randn, rel_err};
+use folio_gguf::GgmlType;
 use folio_kernels::pool::ThreadPool;
-use folio_model::{AttnPrecision, ForwardBatch, KvCache, KvFormat, KvLayout, Model};
+use folio_model::{AttnPrecision, ForwardBatch, KvCache, KvFormat, KvLayout};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 
