@@ -292,21 +292,21 @@ pub const AMX_MIN_ROWS: usize = 32;
 
 /// Whether the AMX kernel of type `ty` beats its AVX-512 VNNI kernel. Each 32-block's
 /// 16 × 16 product is stored and rescaled in f32 by the vector units (the activation scale
-/// is per 32 values), and the store alone costs about twice the product, so the tiles win
-/// only where the vector kernel spends much on unpacking codes or on integer sub-scales.
-/// Measured on an Intel Xeon with AMX-INT8 (2 threads, 512 rows, 8,960 × 1,536 or its
-/// transpose, GMAC/s tiles vs VNNI): Q4_K 302-320 vs 261-295, Q5_K 314 vs 271, Q6_K 253-290
-/// vs 188-209, IQ4_XS 391 vs 256, Q5_0 351 vs 230; not faster: Q4_0 285-315 vs 337-355,
-/// Q8_0 299-335 vs 346-369, Q3_K 208 vs 208, Q2_K 166 vs 197. Types not measured keep the
-/// vector kernel.
+/// is per 32 values), so the tiles win by the unpacking and the integer sub-scales the
+/// vector kernel no longer does per activation row, and lose where the rescale itself is
+/// long: the types with integer mins per 16 values. Measured on an Intel Xeon with
+/// AMX-INT8 (CPUID family 6 model 167, 2 threads, 512 rows, 8,960 × 1,536, GMAC/s tiles vs
+/// VNNI, the vector kernels with their 16-row tiles): Q4_0 407 vs 283, Q4_1 349 vs 279,
+/// Q8_0 346 vs 280, Q5_0 396 vs 251, Q5_1 330 vs 270, IQ4_NL 408 vs 278, MXFP4 418 vs 277,
+/// Q3_K 267 vs 222, Q4_K 327-329 vs 228-254, Q5_K 302 vs 269, Q6_K 262 vs 222, IQ4_XS 380
+/// vs 269, TQ1_0 399 vs 294, TQ2_0 422 vs 298, IQ1_S 373 vs 272, IQ2_XXS 377 vs 238,
+/// IQ2_S 266 vs 222, IQ3_XXS 369 vs 285, IQ3_S 375 vs 287 (the transposed shape and 32
+/// rows agree: Q4_0 1,536 × 8,960 438 vs 258, 32 rows 431 vs 282); not faster: Q2_K 176 vs
+/// 201, IQ1_M 218 vs 227, IQ2_XS 235 vs 228.
 pub fn amx_pays(ty: WeightType) -> bool {
-    matches!(
+    !matches!(
         ty,
-        WeightType::Q4_K
-            | WeightType::Q5_K
-            | WeightType::Q6_K
-            | WeightType::IQ4_XS
-            | WeightType::Q5_0
+        WeightType::Q2_K | WeightType::IQ1_M | WeightType::IQ2_XS
     )
 }
 
