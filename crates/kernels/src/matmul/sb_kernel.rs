@@ -220,6 +220,39 @@ pub(super) mod avx512 {
                 let sc = scales::<Z>(ty, &h, sub);
                 let scf = sc.sc.map(|v| _mm512_cvtepi32_ps(v.0));
                 let b = s * subs + sub;
+                if !desc.sub16 && NR > 4 {
+                    // Many rows: the 8 code vectors go through every row's chain in turn,
+                    // so NR independent `vpdpbusd` chains are in flight (row by row, each
+                    // row's chain of 8 waited out its latency: ~half the peak).
+                    let mut dps = [_mm512_setzero_si512(); NR];
+                    for (j, d) in dps.iter_mut().enumerate() {
+                        if desc.offset != 0 {
+                            // The chain starts at `-offset X` (no subtraction after it).
+                            *d = _mm512_set1_epi32(-desc.offset * *t.xi.add(j * t.nb + b));
+                        }
+                    }
+                    for (k, uk) in u.iter().enumerate() {
+                        for (j, d) in dps.iter_mut().enumerate() {
+                            let xp = t.xq.add(j * cols + b * 32) as *const i32;
+                            let x = _mm512_set1_epi32(xp.add(k).read_unaligned());
+                            *d = _mm512_dpbusd_epi32(*d, *uk, x);
+                        }
+                    }
+                    for (j, (accj, dp)) in acc.iter_mut().zip(dps).enumerate() {
+                        let jb = j * t.nb + b;
+                        let dx = _mm512_set1_ps(*t.xd.add(jb));
+                        *accj = _mm512_fmadd_ps(
+                            _mm512_cvtepi32_ps(dp),
+                            _mm512_mul_ps(sc.da, dx),
+                            *accj,
+                        );
+                        if desc.min == MinKind::Float {
+                            let xi = _mm512_set1_ps(*t.xf.add(jb));
+                            *accj = _mm512_fmadd_ps(xi, _mm512_mul_ps(sc.m, dx), *accj);
+                        }
+                    }
+                    continue;
+                }
                 for (j, accj) in acc.iter_mut().enumerate() {
                     let xp = t.xq.add(j * cols + b * 32) as *const i32;
                     let jb = j * t.nb + b;
