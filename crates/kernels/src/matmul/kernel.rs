@@ -231,40 +231,57 @@ pub(super) mod avx512 {
             } else {
                 _mm512_setzero_ps()
             };
+            if !LANES && NB > 4 {
+                // Sums::Block, many rows: the 8 code vectors go through every row's chain
+                // in turn, so NB independent `vpdpbusd` chains are in flight. Symmetric
+                // codes: each chain starts at `-offset X` (exact).
+                let mut dps = [_mm512_setzero_si512(); NB];
+                if !MIN {
+                    for (j, dp) in dps.iter_mut().enumerate() {
+                        *dp = _mm512_set1_epi32(-off * *t.xi.add(j * t.nb + blk));
+                    }
+                }
+                for (k, uk) in u.iter().enumerate() {
+                    for (j, dp) in dps.iter_mut().enumerate() {
+                        let xp = t.xq.add(j * cols + blk * 32) as *const i32;
+                        let x = _mm512_set1_epi32(xp.add(k).read_unaligned());
+                        *dp = _mm512_dpbusd_epi32(*dp, *uk, x);
+                    }
+                }
+                for (j, (accj, dp)) in acc.iter_mut().zip(dps).enumerate() {
+                    let jb = j * t.nb + blk;
+                    let sc = _mm512_mul_ps(d, _mm512_set1_ps(*t.xd.add(jb)));
+                    accj[0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dp), sc, accj[0]);
+                    if MIN {
+                        accj[0] = _mm512_fmadd_ps(m, _mm512_set1_ps(*t.xs.add(jb)), accj[0]);
+                    }
+                }
+                continue;
+            }
             for j in 0..NB {
                 let xp = t.xq.add(j * cols + blk * 32) as *const i32;
                 let gp = t.xg.add(j * ng + blk * 8);
                 let jb = j * t.nb + blk;
                 let sc = _mm512_mul_ps(d, _mm512_set1_ps(*t.xd.add(jb)));
                 if !LANES {
-                    // Sums::Block: the whole block in int32, one FMA. With few rows, one
-                    // chain of 8 dependent `vpdpbusd` (latency ~5) per row leaves the ports
-                    // waiting, so two chains; with many rows the rows interleave and the
-                    // extra add costs more than it hides. (Integer sums: same result.)
-                    // Symmetric codes: the chain starts at `-offset X` (exact).
+                    // Sums::Block, at most 4 rows: the whole block in int32, one FMA. One
+                    // chain of 8 dependent `vpdpbusd` (latency ~5) per row would leave the
+                    // ports waiting, so two chains (integer sums: same result). Symmetric
+                    // codes: the chain starts at `-offset X` (exact).
                     let start = if MIN {
                         _mm512_setzero_si512()
                     } else {
                         _mm512_set1_epi32(-off * *t.xi.add(jb))
                     };
-                    let dp = if NB <= 4 {
-                        let mut e = start;
-                        let mut o = _mm512_setzero_si512();
-                        for k in 0..4 {
-                            let x0 = _mm512_set1_epi32(xp.add(2 * k).read_unaligned());
-                            let x1 = _mm512_set1_epi32(xp.add(2 * k + 1).read_unaligned());
-                            e = _mm512_dpbusd_epi32(e, u[2 * k], x0);
-                            o = _mm512_dpbusd_epi32(o, u[2 * k + 1], x1);
-                        }
-                        _mm512_add_epi32(e, o)
-                    } else {
-                        let mut s = start;
-                        for (k, uk) in u.iter().enumerate() {
-                            let x = _mm512_set1_epi32(xp.add(k).read_unaligned());
-                            s = _mm512_dpbusd_epi32(s, *uk, x);
-                        }
-                        s
-                    };
+                    let mut e = start;
+                    let mut o = _mm512_setzero_si512();
+                    for k in 0..4 {
+                        let x0 = _mm512_set1_epi32(xp.add(2 * k).read_unaligned());
+                        let x1 = _mm512_set1_epi32(xp.add(2 * k + 1).read_unaligned());
+                        e = _mm512_dpbusd_epi32(e, u[2 * k], x0);
+                        o = _mm512_dpbusd_epi32(o, u[2 * k + 1], x1);
+                    }
+                    let dp = _mm512_add_epi32(e, o);
                     acc[j][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dp), sc, acc[j][0]);
                     if MIN {
                         let s = _mm512_set1_ps(*t.xs.add(jb));

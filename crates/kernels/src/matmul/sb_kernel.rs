@@ -283,29 +283,21 @@ pub(super) mod avx512 {
                             *accj = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(m), md, *accj);
                         }
                     } else {
-                        // Two chains of 4 dependent `vpdpbusd` (latency ~5) when few rows
-                        // interleave; integer sums, same result either way.
+                        // At most 4 rows (more take the branch above): two chains of 4
+                        // dependent `vpdpbusd` (latency ~5); integer sums, same result.
                         // The chain starts at `-offset X` (no subtraction after it).
                         let start = if desc.offset != 0 {
                             _mm512_set1_epi32(-desc.offset * *t.xi.add(jb))
                         } else {
                             _mm512_setzero_si512()
                         };
-                        let dp = if NR <= 4 {
-                            let mut e = start;
-                            let mut o = _mm512_setzero_si512();
-                            for k in 0..4 {
-                                e = _mm512_dpbusd_epi32(e, u[2 * k], x(2 * k));
-                                o = _mm512_dpbusd_epi32(o, u[2 * k + 1], x(2 * k + 1));
-                            }
-                            _mm512_add_epi32(e, o)
-                        } else {
-                            let mut s = start;
-                            for (k, uk) in u.iter().enumerate() {
-                                s = _mm512_dpbusd_epi32(s, *uk, x(k));
-                            }
-                            s
-                        };
+                        let mut e = start;
+                        let mut o = _mm512_setzero_si512();
+                        for k in 0..4 {
+                            e = _mm512_dpbusd_epi32(e, u[2 * k], x(2 * k));
+                            o = _mm512_dpbusd_epi32(o, u[2 * k + 1], x(2 * k + 1));
+                        }
+                        let dp = _mm512_add_epi32(e, o);
                         *accj = _mm512_fmadd_ps(
                             _mm512_cvtepi32_ps(dp),
                             _mm512_mul_ps(sc.da, dx),
