@@ -201,14 +201,19 @@ pub(super) mod avx512 {
             let sbp = t.w.add(s * sbb);
             let h = header::<Z>(ty, sbp, 0);
             for sub in 0..subs {
-                // The superblock's lines `ahead` bytes on. From 8 rows a share per 32-block:
+                // The superblock's lines `ahead` bytes on. From the batched row count (where
+                // the batched prefetch distance starts) a share per 32-block:
                 // a burst of all 36 (Q4_K) at the superblock's start filled the line-fill
                 // buffers and stalled the loop on them. Measured on an Intel Xeon (AMX
                 // host, 2 threads, 16 rows, weights from DRAM): Q4_K 8,960 x 1,536 187-207
                 // -> 236-240 GMAC/s, the 1.5B's Q6_K output head 22.5 -> 17.1-17.4 ms. With
                 // fewer rows a superblock passes quickly and the burst measured ~5% faster
                 // (Q4_K, 4 rows).
-                let share = if NR >= 8 { subs } else { 1 };
+                let share = if NR >= crate::cpu::BATCHED_ROWS {
+                    subs
+                } else {
+                    1
+                };
                 if ahead > 0 && sub < share {
                     let lines = sbb.div_ceil(64);
                     for line in sub * lines / share..(sub + 1) * lines / share {
