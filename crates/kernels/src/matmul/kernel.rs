@@ -155,7 +155,7 @@ unsafe fn tile_scalar(sums: Sums, l: Layout, t: &Tile, nr: usize) {
 
 #[cfg(target_arch = "x86_64")]
 pub(super) mod avx512 {
-    use super::super::tile::{mask16, unroll_rows};
+    use super::super::tile::{block_dots, mask16, unroll_rows};
     use super::{Geometry, Tile};
     use std::arch::x86_64::*;
 
@@ -232,22 +232,15 @@ pub(super) mod avx512 {
                 _mm512_setzero_ps()
             };
             if !LANES && NB > 4 {
-                // Sums::Block, many rows: the 8 code vectors go through every row's chain
-                // in turn, so NB independent `vpdpbusd` chains are in flight. Symmetric
-                // codes: each chain starts at `-offset X` (exact).
+                // Sums::Block, many rows: every row's chain at once (`block_dots`).
+                // Symmetric codes: each chain starts at `-offset X` (exact).
                 let mut dps = [_mm512_setzero_si512(); NB];
                 if !MIN {
                     for (j, dp) in dps.iter_mut().enumerate() {
                         *dp = _mm512_set1_epi32(-off * *t.xi.add(j * t.nb + blk));
                     }
                 }
-                for (k, uk) in u.iter().enumerate() {
-                    for (j, dp) in dps.iter_mut().enumerate() {
-                        let xp = t.xq.add(j * cols + blk * 32) as *const i32;
-                        let x = _mm512_set1_epi32(xp.add(k).read_unaligned());
-                        *dp = _mm512_dpbusd_epi32(*dp, *uk, x);
-                    }
-                }
+                let dps = block_dots(&u, t.xq.add(blk * 32), cols, dps);
                 for (j, (accj, dp)) in acc.iter_mut().zip(dps).enumerate() {
                     let jb = j * t.nb + blk;
                     let sc = _mm512_mul_ps(d, _mm512_set1_ps(*t.xd.add(jb)));

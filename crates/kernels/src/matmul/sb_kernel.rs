@@ -143,7 +143,7 @@ pub(super) mod avx512 {
     use super::super::sb_format::{Desc, MinKind, SbType};
     use super::super::sb_lanes::{header, scales, Z};
     use super::super::sb_planes::planes;
-    use super::super::tile::{mask16, unroll_rows};
+    use super::super::tile::{block_dots, mask16, unroll_rows};
     use super::Tile;
     use std::arch::x86_64::*;
 
@@ -226,23 +226,15 @@ pub(super) mod avx512 {
                 let scf = sc.sc.map(|v| _mm512_cvtepi32_ps(v.0));
                 let b = s * subs + sub;
                 if !desc.sub16 && NR > 4 {
-                    // Many rows: the 8 code vectors go through every row's chain in turn,
-                    // so NR independent `vpdpbusd` chains are in flight (row by row, each
-                    // row's chain of 8 waited out its latency: ~half the peak).
+                    // Many rows: every row's chain at once (`block_dots`), each starting at
+                    // `-offset X` (no subtraction after it).
                     let mut dps = [_mm512_setzero_si512(); NR];
-                    for (j, d) in dps.iter_mut().enumerate() {
-                        if desc.offset != 0 {
-                            // The chain starts at `-offset X` (no subtraction after it).
+                    if desc.offset != 0 {
+                        for (j, d) in dps.iter_mut().enumerate() {
                             *d = _mm512_set1_epi32(-desc.offset * *t.xi.add(j * t.nb + b));
                         }
                     }
-                    for (k, uk) in u.iter().enumerate() {
-                        for (j, d) in dps.iter_mut().enumerate() {
-                            let xp = t.xq.add(j * cols + b * 32) as *const i32;
-                            let x = _mm512_set1_epi32(xp.add(k).read_unaligned());
-                            *d = _mm512_dpbusd_epi32(*d, *uk, x);
-                        }
-                    }
+                    let dps = block_dots(&u, t.xq.add(b * 32), cols, dps);
                     for (j, (accj, dp)) in acc.iter_mut().zip(dps).enumerate() {
                         let jb = j * t.nb + b;
                         let dx = _mm512_set1_ps(*t.xd.add(jb));

@@ -141,6 +141,33 @@ macro_rules! unroll_rows {
 }
 pub(crate) use unroll_rows;
 
+/// A 32-block's integer products for a tile's `NR` activation rows: `chains[j] += Σ_k
+/// vpdpbusd(u[k], x_j[k])` over the panel's 8 code vectors. The codes go through every row's
+/// chain in turn, so NR independent chains are in flight; one row's chain of 8 at a time
+/// waits out the instruction's latency (measured on an Intel Xeon, 2 threads, 16 rows,
+/// Q4_K 8,960 x 1,536 cache-resident: 269 -> 292 GMAC/s).
+///
+/// # Safety
+/// The caller must run with AVX-512 VNNI; `xq` (row 0's 32 codes of the block) must hold
+/// NR rows `stride` bytes apart.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(crate) unsafe fn block_dots<const NR: usize>(
+    u: &[std::arch::x86_64::__m512i; 8],
+    xq: *const i8,
+    stride: usize,
+    mut chains: [std::arch::x86_64::__m512i; NR],
+) -> [std::arch::x86_64::__m512i; NR] {
+    use std::arch::x86_64::{_mm512_dpbusd_epi32, _mm512_set1_epi32};
+    for (k, uk) in u.iter().enumerate() {
+        for (j, c) in chains.iter_mut().enumerate() {
+            let x = (xq.add(j * stride) as *const i32).add(k).read_unaligned();
+            *c = _mm512_dpbusd_epi32(*c, *uk, _mm512_set1_epi32(x));
+        }
+    }
+    chains
+}
+
 /// The AVX-512 store mask of a tile's valid panel rows.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
