@@ -231,8 +231,8 @@ pub(super) mod avx512 {
             } else {
                 _mm512_setzero_ps()
             };
-            if !LANES && NB > 4 {
-                // Sums::Block, many rows: every row's chain at once (`block_dots`).
+            if !LANES {
+                // Sums::Block: every row's chain (`block_dots`), one FMA a block.
                 // Symmetric codes: each chain starts at `-offset X` (exact).
                 let mut dps = [_mm512_setzero_si512(); NB];
                 if !MIN {
@@ -256,32 +256,6 @@ pub(super) mod avx512 {
                 let gp = t.xg.add(j * ng + blk * 8);
                 let jb = j * t.nb + blk;
                 let sc = _mm512_mul_ps(d, _mm512_set1_ps(*t.xd.add(jb)));
-                if !LANES {
-                    // Sums::Block, at most 4 rows: the whole block in int32, one FMA. One
-                    // chain of 8 dependent `vpdpbusd` (latency ~5) per row would leave the
-                    // ports waiting, so two chains (integer sums: same result). Symmetric
-                    // codes: the chain starts at `-offset X` (exact).
-                    let start = if MIN {
-                        _mm512_setzero_si512()
-                    } else {
-                        _mm512_set1_epi32(-off * *t.xi.add(jb))
-                    };
-                    let mut e = start;
-                    let mut o = _mm512_setzero_si512();
-                    for k in 0..4 {
-                        let x0 = _mm512_set1_epi32(xp.add(2 * k).read_unaligned());
-                        let x1 = _mm512_set1_epi32(xp.add(2 * k + 1).read_unaligned());
-                        e = _mm512_dpbusd_epi32(e, u[2 * k], x0);
-                        o = _mm512_dpbusd_epi32(o, u[2 * k + 1], x1);
-                    }
-                    let dp = _mm512_add_epi32(e, o);
-                    acc[j][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dp), sc, acc[j][0]);
-                    if MIN {
-                        let s = _mm512_set1_ps(*t.xs.add(jb));
-                        acc[j][0] = _mm512_fmadd_ps(m, s, acc[j][0]);
-                    }
-                    continue;
-                }
                 for g in 0..8 {
                     let x = _mm512_set1_epi32(xp.add(g).read_unaligned());
                     // The offset of symmetric codes enters as the starting value (exact).

@@ -225,9 +225,9 @@ pub(super) mod avx512 {
                 let sc = scales::<Z>(ty, &h, sub);
                 let scf = sc.sc.map(|v| _mm512_cvtepi32_ps(v.0));
                 let b = s * subs + sub;
-                if !desc.sub16 && NR > 4 {
-                    // Many rows: every row's chain at once (`block_dots`), each starting at
-                    // `-offset X` (no subtraction after it).
+                if !desc.sub16 {
+                    // Every row's chain (`block_dots`), each starting at `-offset X` (no
+                    // subtraction after it).
                     let mut dps = [_mm512_setzero_si512(); NR];
                     if desc.offset != 0 {
                         for (j, d) in dps.iter_mut().enumerate() {
@@ -255,55 +255,29 @@ pub(super) mod avx512 {
                     let jb = j * t.nb + b;
                     let dx = _mm512_set1_ps(*t.xd.add(jb));
                     let x = |k: usize| _mm512_set1_epi32(xp.add(k).read_unaligned());
-                    if desc.sub16 {
-                        // The chains start at `-offset X` (no subtraction after them).
-                        let (x0, x1) = (*t.xh.add(2 * jb), *t.xh.add(2 * jb + 1));
-                        let mut d0 = _mm512_set1_epi32(-desc.offset * x0);
-                        let mut d1 = _mm512_set1_epi32(-desc.offset * x1);
-                        for k in 0..4 {
-                            d0 = _mm512_dpbusd_epi32(d0, u[k], x(k));
-                            d1 = _mm512_dpbusd_epi32(d1, u[k + 4], x(k + 4));
-                        }
-                        // f32(sc0 d0 + sc1 d1), exactly (`sub16_products_exact_in_f32`).
-                        let i = _mm512_fmadd_ps(
-                            _mm512_cvtepi32_ps(d0),
-                            scf[0],
-                            _mm512_mul_ps(_mm512_cvtepi32_ps(d1), scf[1]),
+                    // 16-value scales. The chains start at `-offset X` (no subtraction
+                    // after them).
+                    let (x0, x1) = (*t.xh.add(2 * jb), *t.xh.add(2 * jb + 1));
+                    let mut d0 = _mm512_set1_epi32(-desc.offset * x0);
+                    let mut d1 = _mm512_set1_epi32(-desc.offset * x1);
+                    for k in 0..4 {
+                        d0 = _mm512_dpbusd_epi32(d0, u[k], x(k));
+                        d1 = _mm512_dpbusd_epi32(d1, u[k + 4], x(k + 4));
+                    }
+                    // f32(sc0 d0 + sc1 d1), exactly (`sub16_products_exact_in_f32`).
+                    let i = _mm512_fmadd_ps(
+                        _mm512_cvtepi32_ps(d0),
+                        scf[0],
+                        _mm512_mul_ps(_mm512_cvtepi32_ps(d1), scf[1]),
+                    );
+                    *accj = _mm512_fmadd_ps(i, _mm512_mul_ps(h.d, dx), *accj);
+                    if desc.min == MinKind::Int16 {
+                        let m = _mm512_add_epi32(
+                            _mm512_mullo_epi32(sc.mn[0].0, _mm512_set1_epi32(x0)),
+                            _mm512_mullo_epi32(sc.mn[1].0, _mm512_set1_epi32(x1)),
                         );
-                        *accj = _mm512_fmadd_ps(i, _mm512_mul_ps(h.d, dx), *accj);
-                        if desc.min == MinKind::Int16 {
-                            let m = _mm512_add_epi32(
-                                _mm512_mullo_epi32(sc.mn[0].0, _mm512_set1_epi32(x0)),
-                                _mm512_mullo_epi32(sc.mn[1].0, _mm512_set1_epi32(x1)),
-                            );
-                            let md = _mm512_mul_ps(h.f1, dx);
-                            *accj = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(m), md, *accj);
-                        }
-                    } else {
-                        // At most 4 rows (more take the branch above): two chains of 4
-                        // dependent `vpdpbusd` (latency ~5); integer sums, same result.
-                        // The chain starts at `-offset X` (no subtraction after it).
-                        let start = if desc.offset != 0 {
-                            _mm512_set1_epi32(-desc.offset * *t.xi.add(jb))
-                        } else {
-                            _mm512_setzero_si512()
-                        };
-                        let mut e = start;
-                        let mut o = _mm512_setzero_si512();
-                        for k in 0..4 {
-                            e = _mm512_dpbusd_epi32(e, u[2 * k], x(2 * k));
-                            o = _mm512_dpbusd_epi32(o, u[2 * k + 1], x(2 * k + 1));
-                        }
-                        let dp = _mm512_add_epi32(e, o);
-                        *accj = _mm512_fmadd_ps(
-                            _mm512_cvtepi32_ps(dp),
-                            _mm512_mul_ps(sc.da, dx),
-                            *accj,
-                        );
-                        if desc.min == MinKind::Float {
-                            let xi = _mm512_set1_ps(*t.xf.add(jb));
-                            *accj = _mm512_fmadd_ps(xi, _mm512_mul_ps(sc.m, dx), *accj);
-                        }
+                        let md = _mm512_mul_ps(h.f1, dx);
+                        *accj = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(m), md, *accj);
                     }
                 }
             }

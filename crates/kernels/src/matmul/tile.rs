@@ -142,10 +142,11 @@ macro_rules! unroll_rows {
 pub(crate) use unroll_rows;
 
 /// A 32-block's integer products for a tile's `NR` activation rows: `chains[j] += Σ_k
-/// vpdpbusd(u[k], x_j[k])` over the panel's 8 code vectors. The codes go through every row's
-/// chain in turn, so NR independent chains are in flight; one row's chain of 8 at a time
-/// waits out the instruction's latency (measured on an Intel Xeon, 2 threads, 16 rows,
-/// Q4_K 8,960 x 1,536 cache-resident: 269 -> 292 GMAC/s).
+/// vpdpbusd(u[k], x_j[k])` over the panel's 8 code vectors (integer sums: every order gives
+/// the same result). With many rows the codes go through every row's chain in turn, so NR
+/// independent chains are in flight; one row's chain of 8 at a time waits out the
+/// instruction's latency (measured on an Intel Xeon, 2 threads, 16 rows, Q4_K 8,960 x 1,536
+/// cache-resident: 269 -> 292 GMAC/s). With at most 4 rows each row runs two chains of 4.
 ///
 /// # Safety
 /// The caller must run with AVX-512 VNNI; `xq` (row 0's 32 codes of the block) must hold
@@ -158,11 +159,26 @@ pub(crate) unsafe fn block_dots<const NR: usize>(
     stride: usize,
     mut chains: [std::arch::x86_64::__m512i; NR],
 ) -> [std::arch::x86_64::__m512i; NR] {
-    use std::arch::x86_64::{_mm512_dpbusd_epi32, _mm512_set1_epi32};
-    for (k, uk) in u.iter().enumerate() {
+    use std::arch::x86_64::{
+        _mm512_add_epi32, _mm512_dpbusd_epi32, _mm512_set1_epi32, _mm512_setzero_si512,
+    };
+    let x = |j: usize, k: usize| {
+        _mm512_set1_epi32((xq.add(j * stride) as *const i32).add(k).read_unaligned())
+    };
+    if NR <= 4 {
         for (j, c) in chains.iter_mut().enumerate() {
-            let x = (xq.add(j * stride) as *const i32).add(k).read_unaligned();
-            *c = _mm512_dpbusd_epi32(*c, *uk, _mm512_set1_epi32(x));
+            let mut o = _mm512_setzero_si512();
+            for k in 0..4 {
+                *c = _mm512_dpbusd_epi32(*c, u[2 * k], x(j, 2 * k));
+                o = _mm512_dpbusd_epi32(o, u[2 * k + 1], x(j, 2 * k + 1));
+            }
+            *c = _mm512_add_epi32(*c, o);
+        }
+    } else {
+        for (k, uk) in u.iter().enumerate() {
+            for (j, c) in chains.iter_mut().enumerate() {
+                *c = _mm512_dpbusd_epi32(*c, *uk, x(j, k));
+            }
         }
     }
     chains
