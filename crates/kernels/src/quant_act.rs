@@ -1,10 +1,12 @@
 //! Activation quantization to 8-bit blocks of 32 (ggml's q8_1 numerics).
 //!
-//! Per block of 32 values: `d = amax / 127` (kept as f16, as ggml stores it), `q =
-//! round_ties_even(x · 127/amax)` (exactly as ggml computes it), and the sum of the codes `isum` (for the min / offset term
-//! of the weight formats) plus `s = d * isum`, and the sums per group of 4 codes (`gsum`,
-//! the offset term of ggml's lane-wise dot products). Every ISA computes the same bits: rounding is
-//! ties-to-even everywhere (the SIMD conversion's default mode) and amax/sums are exact.
+//! Per scale span (one block of 32 values, or the 8 blocks of a 256-value superblock for
+//! the K-quant weights, as ggml's Q8_K): `d = amax / 127` (kept as f16, as ggml stores it),
+//! `q = round_ties_even(x · 127/amax)` (exactly as ggml computes it); per block of 32 the
+//! sum of the codes `isum` (for the min / offset term of the weight formats) plus `s = d *
+//! isum`, and the sums per group of 4 codes (`gsum`, the offset term of ggml's lane-wise
+//! dot products). Every ISA computes the same bits: rounding is ties-to-even everywhere
+//! (the SIMD conversion's default mode) and amax/sums are exact.
 
 use crate::cpu::Isa;
 use crate::pool::{SendPtr, ThreadPool};
@@ -23,7 +25,14 @@ pub struct ExtraSums {
     pub groups: bool,
     /// Per 16 values (types with 16-value scales).
     pub halves: bool,
+    /// One scale per [`SUPER`] values instead of per [`QK`] (the block scales repeat it),
+    /// plus the block sums as i16 pairs ([`QuantizedActs::isum_pairs`]): the weight types
+    /// whose kernels sum a whole superblock in integers (`SbType::int_superblock`).
+    pub superblock: bool,
 }
+
+/// Values per scale in [`ExtraSums::superblock`] quantization (ggml's `QK_K`).
+pub const SUPER: usize = 256;
 
 /// `n` rows of `cols` activations quantized to blocks of [`QK`]; reused across calls so the
 /// hot path does not allocate once it has grown to the largest batch.
@@ -45,6 +54,11 @@ pub struct QuantizedActs {
     /// Sums of the codes per 16 (2 per block): the offset and min terms of the weight types
     /// whose scales cover 16 values (Q2_K, Q3_K, Q6_K).
     hsum: Vec<i32>,
+    /// Block sums of blocks `2p` and `2p + 1` as the low and high i16 of one i32 (exact:
+    /// |isum| ≤ 32 · 127): one `vpdpwssd` operand of the superblock min term.
+    ipair: Vec<i32>,
+    /// Whether the last quantization was [`ExtraSums::superblock`].
+    superblock: bool,
 }
 
 impl QuantizedActs {
@@ -98,6 +112,21 @@ impl QuantizedActs {
         &self.hsum[..self.n * self.cols / 16]
     }
 
+    /// [`QuantizedActs::isums`] of blocks `2p`, `2p + 1` packed as i16 pairs (`n * cols /
+    /// 64`; filled by [`ExtraSums::superblock`] quantization only).
+    pub fn isum_pairs(&self) -> &[i32] {
+        if self.superblock {
+            &self.ipair[..self.n * self.cols / 64]
+        } else {
+            &[]
+        }
+    }
+
+    /// Whether one scale covers [`SUPER`] values ([`ExtraSums::superblock`]).
+    pub fn superblock(&self) -> bool {
+        self.superblock
+    }
+
     /// Quantizes `x` (`n` rows of `cols`) with `isa` (clamped to what the CPU has), spreading
     /// rows over `pool` when the batch is big enough to repay the hand-off. The group sums
     /// ([`QuantizedActs::group_sums`]) and 16-sums ([`QuantizedActs::half_sums`]) are
@@ -117,11 +146,14 @@ impl QuantizedActs {
         let ExtraSums {
             groups: group_sums,
             halves: half_sums,
+            superblock,
         } = extra;
+        let span = if superblock { SUPER } else { QK };
         assert!(
-            cols.is_multiple_of(QK),
-            "cols = {cols} must be a multiple of {QK}"
+            cols.is_multiple_of(span),
+            "cols = {cols} must be a multiple of {span}"
         );
+        let shared = span / QK;
         assert_eq!(x.len(), n * cols, "x.len() must be n * cols = {n} * {cols}");
         let nb = cols / QK;
         if self.q.len() < n * cols {
@@ -133,6 +165,9 @@ impl QuantizedActs {
         if half_sums && self.hsum.len() < n * cols / 16 {
             self.hsum.resize(n * cols / 16, 0);
         }
+        if superblock && self.ipair.len() < n * cols / 64 {
+            self.ipair.resize(n * cols / 64, 0);
+        }
         if self.d.len() < n * nb {
             self.d.resize(n * nb, 0.0);
             self.s.resize(n * nb, 0.0);
@@ -141,12 +176,14 @@ impl QuantizedActs {
         }
         self.n = n;
         self.cols = cols;
+        self.superblock = superblock;
         let isa = isa.clamp();
         // Below ~16K values the hand-off costs more than the work.
         let threads = pool.n_threads();
         if threads == 1 || n * cols < 16 * 1024 || n < 2 {
             quantize_blocks(
                 isa,
+                shared,
                 x,
                 &mut self.q[..n * cols],
                 &mut self.d[..n * nb],
@@ -160,6 +197,9 @@ impl QuantizedActs {
                 fill_sums(&self.q[..n * cols], &mut self.hsum[..n * cols / 16], 16);
             }
             self.fill_fsum();
+            if superblock {
+                self.fill_pairs();
+            }
             return;
         }
         let n_tasks = n.min(threads * 4);
@@ -184,6 +224,7 @@ impl QuantizedActs {
             unsafe {
                 quantize_blocks(
                     isa,
+                    shared,
                     &x[r0 * cols..r1 * cols],
                     std::slice::from_raw_parts_mut(q.get().add(r0 * cols), rows * cols),
                     std::slice::from_raw_parts_mut(d.get().add(r0 * nb), rows * nb),
@@ -213,12 +254,25 @@ impl QuantizedActs {
             }
         });
         self.fill_fsum();
+        if superblock {
+            self.fill_pairs();
+        }
     }
 
     fn fill_fsum(&mut self) {
         let m = self.n * self.cols / QK;
         for (f, i) in self.fsum[..m].iter_mut().zip(&self.isum[..m]) {
             *f = *i as f32;
+        }
+    }
+
+    fn fill_pairs(&mut self) {
+        let m = self.n * self.cols / QK;
+        for (p, i) in self.ipair[..m / 2]
+            .iter_mut()
+            .zip(self.isum[..m].chunks_exact(2))
+        {
+            *p = (i[0] as u16 as u32 | (i[1] as u32) << 16) as i32;
         }
     }
 }
@@ -235,9 +289,11 @@ fn fill_sums(q: &[i8], sums: &mut [i32], w: usize) {
     }
 }
 
-/// Quantizes consecutive blocks of 32: `x.len() == q.len() == 32 * d.len()`.
+/// Quantizes consecutive blocks of 32: `x.len() == q.len() == 32 * d.len()`, `per`
+/// consecutive blocks sharing one scale (1, or 8 for a superblock).
 pub fn quantize_blocks(
     isa: Isa,
+    per: usize,
     x: &[f32],
     q: &mut [i8],
     d: &mut [f32],
@@ -246,16 +302,21 @@ pub fn quantize_blocks(
 ) {
     let nb = d.len();
     assert!(
-        x.len() == nb * QK && q.len() == nb * QK && s.len() == nb && isum.len() == nb,
+        x.len() == nb * QK
+            && q.len() == nb * QK
+            && s.len() == nb
+            && isum.len() == nb
+            && per > 0
+            && nb.is_multiple_of(per),
         "quantize_blocks: inconsistent buffer lengths"
     );
     match isa.clamp() {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: clamp() guarantees the CPU has the features.
-        Isa::Avx512 => unsafe { simd::quantize_avx512(x, q, d, s, isum) },
+        Isa::Avx512 => unsafe { simd::quantize_avx512(per, x, q, d, s, isum) },
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => unsafe { simd::quantize_avx2(x, q, d, s, isum) },
-        _ => quantize_scalar(x, q, d, s, isum),
+        Isa::Avx2 => unsafe { simd::quantize_avx2(per, x, q, d, s, isum) },
+        _ => quantize_scalar(per, x, q, d, s, isum),
     }
 }
 
@@ -268,11 +329,20 @@ pub fn f16_round(x: f32) -> f32 {
     half::f16::from_f32(x).to_f32()
 }
 
-/// The reference: one block at a time, plain Rust.
-pub fn quantize_scalar(x: &[f32], q: &mut [i8], d: &mut [f32], s: &mut [f32], isum: &mut [i32]) {
+/// The reference: one block at a time, plain Rust (`per` blocks share a scale).
+pub fn quantize_scalar(
+    per: usize,
+    x: &[f32],
+    q: &mut [i8],
+    d: &mut [f32],
+    s: &mut [f32],
+    isum: &mut [i32],
+) {
     for b in 0..d.len() {
+        let g = b / per * per;
         let xb = &x[b * QK..(b + 1) * QK];
-        let amax = xb.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        let xg = &x[g * QK..(g + per) * QK];
+        let amax = xg.iter().fold(0.0f32, |m, v| m.max(v.abs()));
         let db = amax / 127.0;
         let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
         let mut sum = 0i32;
@@ -295,6 +365,7 @@ mod simd {
 
     #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
     pub unsafe fn quantize_avx512(
+        per: usize,
         x: &[f32],
         q: &mut [i8],
         d: &mut [f32],
@@ -303,12 +374,19 @@ mod simd {
     ) {
         let lim = _mm512_set1_epi32(127);
         let nlim = _mm512_set1_epi32(-127);
+        let mut amax = 0.0;
         for b in 0..d.len() {
+            if b % per == 0 {
+                let g = x.as_ptr().add(b * QK);
+                let mut a = _mm512_setzero_ps();
+                for k in (0..per * QK).step_by(16) {
+                    a = _mm512_max_ps(a, _mm512_abs_ps(_mm512_loadu_ps(g.add(k))));
+                }
+                amax = _mm512_reduce_max_ps(a);
+            }
             let p = x.as_ptr().add(b * QK);
             let v0 = _mm512_loadu_ps(p);
             let v1 = _mm512_loadu_ps(p.add(16));
-            let a = _mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1));
-            let amax = _mm512_reduce_max_ps(a);
             let db = amax / 127.0;
             let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
             let vid = _mm512_set1_ps(id);
@@ -328,6 +406,7 @@ mod simd {
 
     #[target_feature(enable = "avx2,fma")]
     pub unsafe fn quantize_avx2(
+        per: usize,
         x: &[f32],
         q: &mut [i8],
         d: &mut [f32],
@@ -337,7 +416,19 @@ mod simd {
         let sign = _mm256_set1_ps(-0.0);
         let lim = _mm256_set1_epi32(127);
         let nlim = _mm256_set1_epi32(-127);
+        let mut amax = 0.0;
         for b in 0..d.len() {
+            if b % per == 0 {
+                let g = x.as_ptr().add(b * QK);
+                let mut a = _mm256_setzero_ps();
+                for k in (0..per * QK).step_by(8) {
+                    a = _mm256_max_ps(a, _mm256_andnot_ps(sign, _mm256_loadu_ps(g.add(k))));
+                }
+                let m4 = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+                let m2 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+                let m1 = _mm_max_ss(m2, _mm_movehdup_ps(m2));
+                amax = _mm_cvtss_f32(m1);
+            }
             let p = x.as_ptr().add(b * QK);
             let v = [
                 _mm256_loadu_ps(p),
@@ -345,14 +436,6 @@ mod simd {
                 _mm256_loadu_ps(p.add(16)),
                 _mm256_loadu_ps(p.add(24)),
             ];
-            let mut a = _mm256_andnot_ps(sign, v[0]);
-            for vi in &v[1..] {
-                a = _mm256_max_ps(a, _mm256_andnot_ps(sign, *vi));
-            }
-            let m4 = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-            let m2 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-            let m1 = _mm_max_ss(m2, _mm_movehdup_ps(m2));
-            let amax = _mm_cvtss_f32(m1);
             let db = amax / 127.0;
             let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
             let vid = _mm256_set1_ps(id);

@@ -318,7 +318,8 @@ fn dot_product_equals_the_exactly_dequantized_one() {
             vec![0f32; n * nb],
             vec![0i32; n * nb],
         );
-        quantize_scalar(&x, &mut q, &mut d, &mut s, &mut is);
+        let per = if ty.superblock_acts() { 8 } else { 1 };
+        quantize_scalar(per, &x, &mut q, &mut d, &mut s, &mut is);
         let xq: Vec<f64> = (0..n * cols)
             .map(|k| q[k] as f64 * d[k / 32] as f64)
             .collect();

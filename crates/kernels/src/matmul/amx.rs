@@ -241,3 +241,84 @@ pub(crate) unsafe fn store16x2(c: *mut i32, pair: usize) {
         st!("tmm6", "tmm7")
     }
 }
+
+/// The tiles of the integer-superblock form (`SbType::int_superblock`): `tmm0` 16
+/// activation rows × 64 bytes, `tmm1`/`tmm2` 64 values of the scaled codes' low and high
+/// bytes (16 × 64), `tmm3`/`tmm4` and `tmm5`/`tmm6` the int32 sums of sets 0 and 1.
+pub(crate) const SUPER64: Config = Config::new(&[
+    (16, 64),
+    (16, 64),
+    (16, 64),
+    (16, 64),
+    (16, 64),
+    (16, 64),
+    (16, 64),
+]);
+
+/// [`SUPER64`]: adds 64 values' products to `set`'s two sums (zeroed first when `zero`):
+/// signed activations `a` (16 rows `stride` apart) times the unsigned low bytes `lo` and
+/// high bytes `hi` of the scaled codes (1,024 bytes each: two 32-blocks' `vpdpbusd`
+/// operands). [`store_super`] writes the sums out.
+///
+/// # Safety
+/// [`SUPER64`] configured; `a` must hold 16 rows of 64 bytes, `lo` and `hi` 1,024 bytes;
+/// `set` 0 or 1.
+#[inline(always)]
+pub(crate) unsafe fn issue_super(
+    a: *const i8,
+    stride: usize,
+    lo: *const u8,
+    hi: *const u8,
+    set: usize,
+    zero: bool,
+) {
+    macro_rules! dot {
+        ($c0:literal, $c1:literal) => {{
+            if zero {
+                asm!(
+                    concat!("tilezero ", $c0),
+                    concat!("tilezero ", $c1),
+                    options(nostack, nomem)
+                );
+            }
+            asm!(
+                "tileloadd tmm0, [{a} + {sa}*1]",
+                "tileloadd tmm1, [{lo} + {s64}*1]",
+                "tileloadd tmm2, [{hi} + {s64}*1]",
+                concat!("tdpbsud ", $c0, ", tmm0, tmm1"),
+                concat!("tdpbsud ", $c1, ", tmm0, tmm2"),
+                a = in(reg) a, sa = in(reg) stride, lo = in(reg) lo, hi = in(reg) hi,
+                s64 = in(reg) 64usize, options(nostack, readonly),
+            )
+        }};
+    }
+    if set == 0 {
+        dot!("tmm3", "tmm4")
+    } else {
+        dot!("tmm5", "tmm6")
+    }
+}
+
+/// [`SUPER64`]: `set`'s sums to `c`: `c[0..256]` those of the low bytes, `c[256..512]` of
+/// the high bytes (each 16 × 16 int32 as in [`store32`]).
+///
+/// # Safety
+/// [`SUPER64`] configured; `c` must hold 2,048 bytes.
+#[inline(always)]
+pub(crate) unsafe fn store_super(c: *mut i32, set: usize) {
+    macro_rules! st {
+        ($c0:literal, $c1:literal) => {
+            asm!(
+                concat!("tilestored [{c} + {s64}*1], ", $c0),
+                concat!("tilestored [{c2} + {s64}*1], ", $c1),
+                c = in(reg) c, c2 = in(reg) c.add(256), s64 = in(reg) 64usize,
+                options(nostack),
+            )
+        };
+    }
+    if set == 0 {
+        st!("tmm3", "tmm4")
+    } else {
+        st!("tmm5", "tmm6")
+    }
+}

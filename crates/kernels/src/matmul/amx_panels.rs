@@ -12,6 +12,12 @@
 //! output equals the scalar reference's bits. Only the integer products move to the tile unit: 8,192 multiply-adds an
 //! instruction instead of 64.
 //!
+//! Q4_K and Q5_K (`SbType::int_superblock`) fold their 6-bit sub-scales into the weight
+//! tiles instead: the scaled codes `sc · u` (below 2^11) as a low-byte and a high-byte tile
+//! (`tdpbsud`, unsigned weights), so the tiles sum a whole superblock (4 steps of 64 values)
+//! and the epilogue runs once per superblock, not per block: `A = lo + 256 hi`, the mins'
+//! term from the block-sum pairs, the two FMAs of the vector kernel.
+//!
 //! Activation rows past the last multiple of 16 are copied into a zero-padded tile (so the
 //! tile load never reads past the activations); their outputs are not stored.
 
@@ -23,7 +29,7 @@ use super::packed::{Geometry, Layout, Packed};
 use super::sb_format::PANEL;
 use super::sb_format::{MinKind, SbPacked, SbType};
 use super::sb_kernel::avx512::{lut, unpack};
-use super::sb_lanes::{header, scales, Header, Scales, Z};
+use super::sb_lanes::{header, min_pairs, scale_min, scales, Header, Lanes, Scales, Z};
 use super::tile::{mask16, Span};
 use std::arch::x86_64::*;
 use std::cell::RefCell;
@@ -86,8 +92,13 @@ const _: () = {
 
 /// One thread's buffers, grown to the largest matrix and reused.
 struct Scratch {
-    /// The panel's unpacked codes: 8 zmm (512 bytes) per 32-block.
+    /// The panel's unpacked codes: 8 zmm (512 bytes) per 32-block. Integer-superblock
+    /// types: the low bytes of the scaled codes `sc · u`, and their high bytes in `hi`.
     codes: Vec<__m512i>,
+    hi: Vec<__m512i>,
+    /// Integer-superblock types: per superblock, the mins of blocks 2p, 2p + 1 as the i16
+    /// halves of each lane.
+    mins: Vec<[__m512i; 4]>,
     /// The panel's scales per 32-block and headers per superblock.
     scales: Vec<Scales<Z>>,
     heads: Vec<Header<Z>>,
@@ -98,6 +109,7 @@ struct Scratch {
     ts: Vec<f32>,
     tf: Vec<f32>,
     th: Vec<i32>,
+    tp: Vec<i32>,
     /// Tile products: [`amx::SLOTS`] blocks (or a block's two halves) of 16 × 16 int32.
     c: [[__m512i; ROWS]; amx::SLOTS],
 }
@@ -115,6 +127,7 @@ struct Acts {
     xs: *const f32,
     xf: *const f32,
     xh: *const i32,
+    xp: *const i32,
 }
 
 /// Computes the output rows of the span's panels for every activation row.
@@ -161,6 +174,8 @@ fn with_scratch(f: impl FnOnce(&mut Scratch)) {
         let s = slot.get_or_insert_with(|| {
             Box::new(Scratch {
                 codes: Vec::new(),
+                hi: Vec::new(),
+                mins: Vec::new(),
                 scales: Vec::new(),
                 heads: Vec::new(),
                 tq: Vec::new(),
@@ -168,6 +183,7 @@ fn with_scratch(f: impl FnOnce(&mut Scratch)) {
                 ts: Vec::new(),
                 tf: Vec::new(),
                 th: Vec::new(),
+                tp: Vec::new(),
                 // SAFETY: only AMX hosts get here, and they have AVX-512.
                 c: unsafe { [[_mm512_setzero_si512(); ROWS]; amx::SLOTS] },
             })
@@ -197,6 +213,11 @@ unsafe fn panels<const T: u8>(w: Weights, span: &Span, s: &mut Scratch) {
     if n > full {
         fill_tail(s, span, full, sub16);
     }
+    let int_sb = const { T < PACKED && SbType::from_id(T).int_superblock() };
+    if int_sb {
+        s.hi.resize(nb * 8, _mm512_setzero_si512());
+        s.mins.resize(nb / 8, [_mm512_setzero_si512(); 4]);
+    }
     s.codes.resize(nb * 8, _mm512_setzero_si512());
     let z = Z(_mm512_setzero_si512());
     let zf = _mm512_setzero_ps();
@@ -217,11 +238,19 @@ unsafe fn panels<const T: u8>(w: Weights, span: &Span, s: &mut Scratch) {
             w: [z; 4],
         },
     );
-    amx::configure(if sub16 { &amx::BLOCK16 } else { &amx::BLOCK32 });
+    amx::configure(if int_sb {
+        &amx::SUPER64
+    } else if sub16 {
+        &amx::BLOCK16
+    } else {
+        &amx::BLOCK32
+    });
     let (p0, p1) = span.panels;
     for panel in p0..p1 {
         let wp = w0.add(panel * panel_bytes);
-        if T < PACKED {
+        if int_sb {
+            unpack_int::<T>(wp, nb, s);
+        } else if T < PACKED {
             unpack_sb::<T>(wp, nb, s);
         } else {
             unpack_packed::<T>(wp, nb, s);
@@ -240,6 +269,7 @@ unsafe fn panels<const T: u8>(w: Weights, span: &Span, s: &mut Scratch) {
                     } else {
                         std::ptr::null()
                     },
+                    xp: acts.isum_pairs().as_ptr().wrapping_add(j0 * nb / 2),
                 }
             } else {
                 Acts {
@@ -248,9 +278,12 @@ unsafe fn panels<const T: u8>(w: Weights, span: &Span, s: &mut Scratch) {
                     xs: s.ts.as_ptr(),
                     xf: s.tf.as_ptr(),
                     xh: s.th.as_ptr(),
+                    xp: s.tp.as_ptr(),
                 }
             };
-            let acc = if sub16 {
+            let acc = if int_sb {
+                rows_int(s, a, nb, cols)
+            } else if sub16 {
                 rows16::<T>(s, a, nb, cols)
             } else {
                 rows32::<T>(s, a, nb, cols)
@@ -287,6 +320,41 @@ unsafe fn unpack_sb<const T: u8>(w: *const u8, nb: usize, s: &mut Scratch) {
                 *o = signed::<T>(ug);
             }
             s.scales[b] = scales::<Z>(ty, &h, sub);
+        }
+    }
+}
+
+/// An integer-superblock panel (`SbType::int_superblock`): per 32-block the scaled codes
+/// `sc · u` (below 2^11) split into low and high bytes, per superblock the header and the
+/// mins as i16 pairs.
+#[inline(always)]
+unsafe fn unpack_int<const T: u8>(w: *const u8, nb: usize, s: &mut Scratch) {
+    let ty = const { SbType::from_id(T) };
+    let desc = const { SbType::from_id(T).desc() };
+    let (subs, sbb, hb, cb) = desc.strides();
+    let even = _mm512_set1_epi16(0x00ff);
+    let odd = _mm512_set1_epi16(0xff00u16 as i16);
+    for sb in 0..nb / subs {
+        let sbp = w.add(sb * sbb);
+        let h = header::<Z>(ty, sbp, 0);
+        s.mins[sb] = min_pairs::<Z>(&h).map(|v| v.0);
+        s.heads[sb] = h;
+        for sub in 0..subs {
+            let b = sb * subs + sub;
+            let u = unpack(&desc, sbp.add(hb + sub * cb), _mm512_setzero_si512());
+            // Each lane's scale in both of its i16 halves.
+            let sc = scale_min::<Z>(&h, sub).0 .0;
+            let sc16 = _mm512_or_si512(sc, _mm512_slli_epi32::<16>(sc));
+            for (g, ug) in u.iter().enumerate() {
+                // The even and odd bytes' products as i16 (sc · u < 2^11), then their low
+                // bytes interleaved back and their high bytes likewise.
+                let pe = _mm512_mullo_epi16(_mm512_and_si512(*ug, even), sc16);
+                let po = _mm512_mullo_epi16(_mm512_srli_epi16::<8>(*ug), sc16);
+                s.codes[b * 8 + g] =
+                    _mm512_or_si512(_mm512_and_si512(pe, even), _mm512_slli_epi16::<8>(po));
+                s.hi[b * 8 + g] =
+                    _mm512_or_si512(_mm512_srli_epi16::<8>(pe), _mm512_and_si512(po, odd));
+            }
         }
     }
 }
@@ -449,6 +517,55 @@ unsafe fn rows16<const T: u8>(s: &mut Scratch, a: Acts, nb: usize, cols: usize) 
     acc
 }
 
+/// The 16 rows' outputs of one panel of an integer-superblock type: per superblock the
+/// tiles sum the scaled codes' low and high bytes over its 256 values (4 steps of 64),
+/// then `A = lo + 256 hi` and the mins' term (`vpdpwssd` of the mins with the block-sum
+/// pairs) take the two FMAs of `SbType::int_superblock`.
+#[inline(always)]
+unsafe fn rows_int(s: &mut Scratch, a: Acts, nb: usize, cols: usize) -> [__m512; ROWS] {
+    let mut acc = [_mm512_setzero_ps(); ROWS];
+    let (lo, hi) = (s.codes.as_ptr() as *const u8, s.hi.as_ptr() as *const u8);
+    let c = s.c.as_mut_ptr() as *mut i32;
+    let nsb = nb / 8;
+    // Superblock sb's sums land in set sb % 2; the next superblock's products are issued
+    // before sb's are stored (`amx`).
+    let issue = |sb: usize| {
+        for q in 0..4 {
+            let at = (sb * 8 + 2 * q) * 512;
+            let xq = a.xq.add(sb * 256 + 64 * q);
+            amx::issue_super(xq, cols, lo.add(at), hi.add(at), sb % 2, q == 0);
+        }
+    };
+    issue(0);
+    for sb in 0..nsb {
+        if sb + 1 < nsb {
+            issue(sb + 1);
+        }
+        let c = c.add((sb % 2) * 512);
+        amx::store_super(c, sb % 2);
+        let h = &s.heads[sb];
+        let mins = &s.mins[sb];
+        let nd = Z::fneg(h.f1);
+        let (c0, c1) = (c as *const __m512i, (c as *const __m512i).add(ROWS));
+        rows!(j => {
+            let accj = &mut acc[j];
+            let jb = j * nb + sb * 8;
+            let dx = _mm512_set1_ps(*a.xd.add(jb));
+            let ai = _mm512_add_epi32(
+                _mm512_load_si512(c0.add(j) as *const _),
+                _mm512_slli_epi32::<8>(_mm512_load_si512(c1.add(j) as *const _)),
+            );
+            let mut m = _mm512_setzero_si512();
+            for (p, mp) in mins.iter().enumerate() {
+                m = _mm512_dpwssd_epi32(m, *mp, _mm512_set1_epi32(*a.xp.add(jb / 2 + p)));
+            }
+            *accj = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ai), _mm512_mul_ps(h.d, dx), *accj);
+            *accj = _mm512_fmadd_ps(_mm512_cvtepi32_ps(m), _mm512_mul_ps(nd, dx), *accj);
+        });
+    }
+    acc
+}
+
 /// Copies activation rows `full..n` into the zero-padded tile (zero rows: zero products,
 /// scales and sums, so their outputs are 0 and never stored).
 fn fill_tail(s: &mut Scratch, span: &Span, full: usize, halves: bool) {
@@ -465,6 +582,13 @@ fn fill_tail(s: &mut Scratch, span: &Span, full: usize, halves: bool) {
             &mut s.th,
             ROWS * nb * 2,
             &acts.half_sums()[full * nb * 2..n * nb * 2],
+        );
+    }
+    if acts.superblock() {
+        fill(
+            &mut s.tp,
+            ROWS * nb / 2,
+            &acts.isum_pairs()[full * nb / 2..n * nb / 2],
         );
     }
     debug_assert!(k < ROWS);

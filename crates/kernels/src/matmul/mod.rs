@@ -127,6 +127,12 @@ impl WeightType {
         WeightType::IQ2_S,
     ];
 
+    /// Whether matmuls with this type quantize the activations with one scale per 256
+    /// values (ggml's Q8_K, as llama.cpp does for these types) rather than per 32.
+    pub fn superblock_acts(self) -> bool {
+        self.sb_type().is_some_and(|t| t.superblock_acts())
+    }
+
     /// ggml's name (`Q4_K`, `IQ4_XS`, …).
     pub fn name(self) -> &'static str {
         match self {
@@ -616,9 +622,14 @@ impl QMatrix {
             // The fast form quantizes the activations once for all parts (a Q4_K + Q6_K QKV
             // would otherwise quantize them once a part) and spreads every part's panels over
             // the pool in one hand-off.
+            // (Parts that disagree on the activations' scale span keep their own.)
             Storage::Stack(parts)
                 if self.sums == Sums::Block
-                    && parts.iter().all(|(_, m)| m.quantized().is_some()) =>
+                    && parts.iter().all(|(_, m)| {
+                        m.quantized().is_some_and(|(_, e)| {
+                            e.superblock == parts[0].1.quantized().is_some_and(|q| q.1.superblock)
+                        })
+                    }) =>
             {
                 let mut starts = Vec::with_capacity(parts.len());
                 let mut panels = 0;
@@ -629,6 +640,7 @@ impl QMatrix {
                     panels += p;
                     extra.groups |= e.groups;
                     extra.halves |= e.halves;
+                    extra.superblock = e.superblock;
                 }
                 let run = |span: &Span| {
                     let (p0, p1) = span.panels;
@@ -674,6 +686,7 @@ impl QMatrix {
                 ExtraSums {
                     groups: self.sums == Sums::Ggml && !p.layout.stored_min(),
                     halves: false,
+                    superblock: false,
                 },
             )),
             Storage::Super(p) => Some((
@@ -681,6 +694,7 @@ impl QMatrix {
                 ExtraSums {
                     groups: false,
                     halves: p.ty.desc().sub16,
+                    superblock: p.ty.superblock_acts(),
                 },
             )),
             _ => None,

@@ -290,6 +290,25 @@ impl SbType {
         desc
     }
 
+    /// Whether the activations take one scale per 256 values (ggml's Q8_K, as llama.cpp
+    /// quantizes them for every type with 256-value superblocks): the types with a
+    /// superblock header. Their vector and tile kernels read the superblock's first block
+    /// scale; [`SbType::int_superblock`] ones rely on it.
+    pub const fn superblock_acts(self) -> bool {
+        self.desc().sb == 256
+    }
+
+    /// Whether the kernels sum a whole superblock in integers: Q4_K and Q5_K, whose 6-bit
+    /// sub-scales and mins multiply the 32-block sums exactly (`|sum| ≤ 63 · 31 · 127 ·
+    /// 256 < 2^31`), so a superblock costs two f32 FMAs, not two per 32-block:
+    /// ```text
+    /// A = sum_sub sc[sub] * (sum_k u[k] x[k]);  B = sum_sub mn[sub] * X[sub]   (int32, exact)
+    /// acc = fma(f32(A), d * dx, acc);  acc = fma(f32(B), -dmin * dx, acc)
+    /// ```
+    pub const fn int_superblock(self) -> bool {
+        matches!(self, SbType::Q4_K | SbType::Q5_K)
+    }
+
     /// The largest |sub-scale| of a type with integer scales per 16 values (0 for the others).
     pub const fn max_sub_scale(self) -> i64 {
         match self {

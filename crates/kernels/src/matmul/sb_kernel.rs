@@ -9,6 +9,9 @@
 //!                  tiles form f32(I) as fma(f32(D0'), sc0, f32(D1') sc1), the same bits:
 //!                  `SbType::sub16_products_exact_in_f32`)
 //!                  acc = fma(f32(I), d * dx, acc);  acc = fma(-f32(mn0 X0 + mn1 X1), dmin * dx, acc)
+//! Q4_K, Q5_K:      per superblock instead (`SbType::int_superblock`: one activation scale
+//!                  per 256 values), A = sum_sub sc (sum_k u[k] x[k]), B = sum_sub mn X (exact)
+//!                  acc = fma(f32(A), d * dx, acc);  acc = fma(f32(B), -dmin * dx, acc)
 //! ```
 //! with `da`, `m`, `sc`, `mn` from `sb_lanes::scales`. That is the f32 dot product of the
 //! exactly dequantized weights with the int8 activations, up to float summation order:
@@ -17,7 +20,7 @@
 //! f32 operations in the same order, so SIMD results equal the scalar reference bit for bit.
 
 use super::sb_format::{code, MinKind, SbPacked, SbType};
-use super::sb_lanes::{header, scales, One};
+use super::sb_lanes::{header, scale_min, scales, One};
 use super::tile::{for_each_tile, Span, Tile};
 use crate::cpu::Isa;
 
@@ -101,6 +104,23 @@ unsafe fn tile_scalar(ty: SbType, t: &Tile, nr: usize) {
             for s in 0..nsb {
                 let sbp = t.w.add(s * sbb);
                 let h = header::<One>(ty, sbp, r);
+                if ty.int_superblock() {
+                    // `SbType::int_superblock`: the superblock in integers, then two FMAs.
+                    let (mut a, mut m) = (0i32, 0i32);
+                    for sub in 0..subs {
+                        let (sc, mn) = scale_min::<One>(&h, sub);
+                        let blk = std::slice::from_raw_parts(sbp.add(hb + sub * cb), cb);
+                        let b = s * subs + sub;
+                        let x = std::slice::from_raw_parts(t.xq.add(j * cols + b * 32), 32);
+                        let dot: i32 = (0..32).map(|k| code(&desc, blk, r, k) * x[k] as i32).sum();
+                        a += sc.0 * dot;
+                        m += mn.0 * *t.xi.add(j * t.nb + b);
+                    }
+                    let dx = *t.xd.add(j * t.nb + s * subs);
+                    acc = (a as f32).mul_add(h.d.0 * dx, acc);
+                    acc = (m as f32).mul_add(-h.f1.0 * dx, acc);
+                    continue;
+                }
                 for sub in 0..subs {
                     let sc = scales::<One>(ty, &h, sub);
                     let blk = std::slice::from_raw_parts(sbp.add(hb + sub * cb), cb);
@@ -141,7 +161,7 @@ unsafe fn tile_scalar(ty: SbType, t: &Tile, nr: usize) {
 #[cfg(target_arch = "x86_64")]
 pub(super) mod avx512 {
     use super::super::sb_format::{Desc, MinKind, SbType};
-    use super::super::sb_lanes::{header, scales, Z};
+    use super::super::sb_lanes::{header, min_pairs, scale_min, scales, Header, Z};
     use super::super::sb_planes::planes;
     use super::super::tile::{block_dots, mask16, unroll_rows};
     use super::Tile;
@@ -200,6 +220,10 @@ pub(super) mod avx512 {
         for s in 0..nsb {
             let sbp = t.w.add(s * sbb);
             let h = header::<Z>(ty, sbp, 0);
+            if ty.int_superblock() {
+                int_superblock::<T, NR>(t, &h, s, &mut acc, lut);
+                continue;
+            }
             for sub in 0..subs {
                 // The superblock's lines `ahead` bytes on. From the batched row count (where
                 // the batched prefetch distance starts) a share per 32-block:
@@ -287,12 +311,61 @@ pub(super) mod avx512 {
             _mm512_mask_storeu_ps(t.out.add(j * t.ostride), mask, *a);
         }
     }
+
+    /// Superblock `s` of an `SbType::int_superblock` type into `acc` (the formula there):
+    /// per 32-block the rows' integer sums times the sub-scales (`vpmulld`), the mins' term
+    /// once per superblock from the block-sum pairs (`vpdpwssd`).
+    #[inline(always)]
+    unsafe fn int_superblock<const T: u8, const NR: usize>(
+        t: &Tile,
+        h: &Header<Z>,
+        s: usize,
+        acc: &mut [__m512; NR],
+        lut: __m512i,
+    ) {
+        let desc = const { SbType::from_id(T).desc() };
+        let (subs, sbb, hb, cb) = desc.strides();
+        let cols = t.nb * 32;
+        let sbp = t.w.add(s * sbb);
+        if t.ahead > 0 {
+            for line in 0..sbb.div_ceil(64) {
+                let a = sbp.wrapping_add(t.ahead + 64 * line);
+                _mm_prefetch::<_MM_HINT_T0>(a as *const i8);
+            }
+        }
+        let mut ai = [_mm512_setzero_si512(); NR];
+        for sub in 0..subs {
+            let u = unpack(&desc, sbp.add(hb + sub * cb), lut);
+            let (sc, _) = scale_min::<Z>(h, sub);
+            let b = s * subs + sub;
+            let dps = block_dots(&u, t.xq.add(b * 32), cols, [_mm512_setzero_si512(); NR]);
+            for (a, dp) in ai.iter_mut().zip(dps) {
+                *a = _mm512_add_epi32(*a, _mm512_mullo_epi32(dp, sc.0));
+            }
+        }
+        // The mins of blocks 2p, 2p + 1 as the i16 halves of one lane.
+        let mnp = min_pairs::<Z>(h).map(|v| v.0);
+        let nd = _mm512_castsi512_ps(_mm512_xor_si512(
+            _mm512_castps_si512(h.f1),
+            _mm512_set1_epi32(i32::MIN),
+        ));
+        for (j, (accj, a)) in acc.iter_mut().zip(ai).enumerate() {
+            let jb = j * t.nb + s * subs;
+            let dx = _mm512_set1_ps(*t.xd.add(jb));
+            let mut m = _mm512_setzero_si512();
+            for (p, mp) in mnp.iter().enumerate() {
+                m = _mm512_dpwssd_epi32(m, *mp, _mm512_set1_epi32(*t.xp.add(jb / 2 + p)));
+            }
+            *accj = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a), _mm512_mul_ps(h.d, dx), *accj);
+            *accj = _mm512_fmadd_ps(_mm512_cvtepi32_ps(m), _mm512_mul_ps(nd, dx), *accj);
+        }
+    }
 }
 
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
     use super::super::sb_format::{MinKind, SbType};
-    use super::super::sb_lanes::{header, scales, Y};
+    use super::super::sb_lanes::{header, min_pairs, scale_min, scales, Lanes, Y};
     use super::super::sb_planes::planes;
     use super::super::tile::{store8, unroll_rows};
     use super::Tile;
@@ -344,6 +417,8 @@ mod avx2 {
             // keeps up with this stream by itself.
             for (hf, acch) in acc.iter_mut().enumerate() {
                 let h = header::<Y>(ty, sbp, 8 * hf);
+                // `SbType::int_superblock`: the rows' superblock sums `A`.
+                let mut ai = [_mm256_setzero_si256(); NR];
                 for sub in 0..subs {
                     let p = sbp.add(hb + sub * cb + 32 * hf);
                     let mut u = planes::<__m256i>(&desc, p);
@@ -405,6 +480,10 @@ mod avx2 {
                                 let md = _mm256_mul_ps(h.f1, dx);
                                 *accj = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(m), md, *accj);
                             }
+                        } else if ty.int_superblock() {
+                            let sc = scale_min::<Y>(&h, sub).0;
+                            let dp = _mm256_add_epi32(d0, d1);
+                            ai[j] = _mm256_add_epi32(ai[j], _mm256_mullo_epi32(dp, sc.0));
                         } else {
                             let mut dp = _mm256_add_epi32(d0, d1);
                             if offset != 0 {
@@ -421,6 +500,24 @@ mod avx2 {
                                 *accj = _mm256_fmadd_ps(xi, _mm256_mul_ps(sc.m, dx), *accj);
                             }
                         }
+                    }
+                }
+                if ty.int_superblock() {
+                    // The mins of blocks 2p, 2p + 1 as the i16 halves of one lane.
+                    let mnp = min_pairs::<Y>(&h).map(|v| v.0);
+                    let nd = Y::fneg(h.f1);
+                    for (j, (accj, a)) in acch.iter_mut().zip(ai).enumerate() {
+                        let jb = j * t.nb + s * subs;
+                        let dx = _mm256_set1_ps(*t.xd.add(jb));
+                        let mut m = _mm256_setzero_si256();
+                        for (p, mp) in mnp.iter().enumerate() {
+                            let xp = _mm256_set1_epi32(*t.xp.add(jb / 2 + p));
+                            m = _mm256_add_epi32(m, _mm256_madd_epi16(*mp, xp));
+                        }
+                        *accj =
+                            _mm256_fmadd_ps(_mm256_cvtepi32_ps(a), _mm256_mul_ps(h.d, dx), *accj);
+                        *accj =
+                            _mm256_fmadd_ps(_mm256_cvtepi32_ps(m), _mm256_mul_ps(nd, dx), *accj);
                     }
                 }
             }

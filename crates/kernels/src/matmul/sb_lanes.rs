@@ -345,6 +345,24 @@ pub(crate) unsafe fn header<L: Lanes>(ty: SbType, sb: *const u8, row0: usize) ->
     Header { d, f1, w }
 }
 
+/// Q4_K / Q5_K's integer scale and min of 32-block `sub` (`SbType::int_superblock`).
+#[inline(always)]
+pub(crate) fn scale_min<L: Lanes>(h: &Header<L>, sub: usize) -> (L, L) {
+    scale_min_k4(&h.w, sub)
+}
+
+/// Q4_K / Q5_K's mins of 32-blocks `2p` and `2p + 1` as the low and high i16 of each
+/// lane: the `vpdpwssd` / `vpmaddwd` operands of the superblock min term.
+#[inline(always)]
+pub(crate) fn min_pairs<L: Lanes>(h: &Header<L>) -> [L; 4] {
+    let mut out = [L::zero(); 4];
+    for (p, o) in out.iter_mut().enumerate() {
+        let (lo, hi) = (scale_min_k4(&h.w, 2 * p).1, scale_min_k4(&h.w, 2 * p + 1).1);
+        *o = lo.or(hi.shl(16));
+    }
+    out
+}
+
 /// ggml's `get_scale_min_k4` on whole words: 6-bit scale and min of sub-block `j`.
 #[inline(always)]
 fn scale_min_k4<L: Lanes>(w: &[L; 4], j: usize) -> (L, L) {

@@ -29,6 +29,9 @@ pub(crate) struct Tile {
     pub xg: *const i32,
     /// 16-sums of the tile's first activation row (null unless asked for).
     pub xh: *const i32,
+    /// Block sums as i16 pairs of the tile's first activation row (superblock
+    /// quantization only: `QuantizedActs::isum_pairs`).
+    pub xp: *const i32,
     /// Output of activation row 0, panel row 0; activation row j is `ostride` further.
     pub out: *mut f32,
     pub ostride: usize,
@@ -93,6 +96,7 @@ pub(crate) unsafe fn for_each_tile(
     } else {
         std::ptr::null()
     };
+    let xp = acts.isum_pairs().as_ptr();
     let first_ahead = crate::cpu::weight_prefetch_for(n);
     for a0 in (0..n).step_by(ACT_CHUNK) {
         let a1 = (a0 + ACT_CHUNK).min(n);
@@ -114,6 +118,7 @@ pub(crate) unsafe fn for_each_tile(
                     xf: xf.as_ptr().add(j0 * nb),
                     xg: xg.wrapping_add(j0 * cols / GROUP),
                     xh: xh.wrapping_add(j0 * nb * 2),
+                    xp: xp.wrapping_add(j0 * nb / 2),
                     out: out.add(j0 * ostride + p * PANEL),
                     ostride,
                     valid,
