@@ -216,7 +216,6 @@ pub(super) mod avx512 {
             _mm512_setzero_si512()
         };
         let mut acc = [_mm512_setzero_ps(); NR];
-        let ahead = t.ahead;
         for s in 0..nsb {
             let sbp = t.w.add(s * sbb);
             let h = header::<Z>(ty, sbp, 0);
@@ -225,26 +224,7 @@ pub(super) mod avx512 {
                 continue;
             }
             for sub in 0..subs {
-                // The superblock's lines `ahead` bytes on. From the batched row count (where
-                // the batched prefetch distance starts) a share per 32-block:
-                // a burst of all 36 (Q4_K) at the superblock's start filled the line-fill
-                // buffers and stalled the loop on them. Measured on an Intel Xeon (AMX
-                // host, 2 threads, 16 rows, weights from DRAM): Q4_K 8,960 x 1,536 187-207
-                // -> 236-240 GMAC/s, the 1.5B's Q6_K output head 22.5 -> 17.1-17.4 ms. With
-                // fewer rows a superblock passes quickly and the burst measured ~5% faster
-                // (Q4_K, 4 rows).
-                let share = if NR >= crate::cpu::BATCHED_ROWS {
-                    subs
-                } else {
-                    1
-                };
-                if ahead > 0 && sub < share {
-                    let lines = sbb.div_ceil(64);
-                    for line in sub * lines / share..(sub + 1) * lines / share {
-                        let a = sbp.wrapping_add(ahead + 64 * line);
-                        _mm_prefetch::<_MM_HINT_T0>(a as *const i8);
-                    }
-                }
+                prefetch::<NR>(sbp, sbb, t.ahead, sub, subs);
                 let u = unpack(&desc, sbp.add(hb + sub * cb), lut);
                 let sc = scales::<Z>(ty, &h, sub);
                 let scf = sc.sc.map(|v| _mm512_cvtepi32_ps(v.0));
@@ -312,6 +292,36 @@ pub(super) mod avx512 {
         }
     }
 
+    /// Prefetches, at 32-block `sub` of the superblock at `sbp` (`sbb` bytes), its share of
+    /// the lines `ahead` bytes on (none when `ahead` is 0). From the batched row count
+    /// (where the batched prefetch distance starts) a share per 32-block: a burst of all 36
+    /// (Q4_K) at the superblock's start filled the line-fill buffers and stalled the loop on
+    /// them. Measured on an Intel Xeon (AMX host, 2 threads, 16 rows, weights from DRAM):
+    /// Q4_K 8,960 x 1,536 187-207 -> 236-240 GMAC/s, the 1.5B's Q6_K output head 22.5 ->
+    /// 17.1-17.4 ms. With fewer rows a superblock passes quickly and the burst measured ~5%
+    /// faster (Q4_K, 4 rows).
+    #[inline(always)]
+    unsafe fn prefetch<const NR: usize>(
+        sbp: *const u8,
+        sbb: usize,
+        ahead: usize,
+        sub: usize,
+        subs: usize,
+    ) {
+        let share = if NR >= crate::cpu::BATCHED_ROWS {
+            subs
+        } else {
+            1
+        };
+        if ahead > 0 && sub < share {
+            let lines = sbb.div_ceil(64);
+            for line in sub * lines / share..(sub + 1) * lines / share {
+                let a = sbp.wrapping_add(ahead + 64 * line);
+                _mm_prefetch::<_MM_HINT_T0>(a as *const i8);
+            }
+        }
+    }
+
     /// Superblock `s` of an `SbType::int_superblock` type into `acc` (the formula there):
     /// per 32-block the rows' integer sums times the sub-scales (`vpmulld`), the mins' term
     /// once per superblock from the block-sum pairs (`vpdpwssd`).
@@ -327,14 +337,9 @@ pub(super) mod avx512 {
         let (subs, sbb, hb, cb) = desc.strides();
         let cols = t.nb * 32;
         let sbp = t.w.add(s * sbb);
-        if t.ahead > 0 {
-            for line in 0..sbb.div_ceil(64) {
-                let a = sbp.wrapping_add(t.ahead + 64 * line);
-                _mm_prefetch::<_MM_HINT_T0>(a as *const i8);
-            }
-        }
         let mut ai = [_mm512_setzero_si512(); NR];
         for sub in 0..subs {
+            prefetch::<NR>(sbp, sbb, t.ahead, sub, subs);
             let u = unpack(&desc, sbp.add(hb + sub * cb), lut);
             let (sc, _) = scale_min::<Z>(h, sub);
             let b = s * subs + sub;
