@@ -290,6 +290,14 @@ pub enum Tiles {
     Amx,
 }
 
+/// Whether every part of a stack is quantized with the same activation scale span (per
+/// 32 or per superblock), so one quantization of the activations serves them all.
+fn shared_acts(parts: &[(usize, QMatrix)]) -> bool {
+    let span = |m: &QMatrix| m.quantized().map(|(_, e)| e.superblock);
+    let first = parts.first().and_then(|(_, m)| span(m));
+    first.is_some() && parts.iter().all(|(_, m)| span(m) == first)
+}
+
 /// Activation rows from which [`Tiles::Auto`] uses AMX. A tile product always computes 16
 /// rows, and a panel's codes are unpacked for the tiles once per call: measured on an
 /// Intel Xeon with AMX-INT8 (2 threads, Q4_K 8,960 × 1,536), 16 rows ran 228 GMAC/s on
@@ -623,14 +631,7 @@ impl QMatrix {
             // would otherwise quantize them once a part) and spreads every part's panels over
             // the pool in one hand-off.
             // (Parts that disagree on the activations' scale span keep their own.)
-            Storage::Stack(parts)
-                if self.sums == Sums::Block
-                    && parts.iter().all(|(_, m)| {
-                        m.quantized().is_some_and(|(_, e)| {
-                            e.superblock == parts[0].1.quantized().is_some_and(|q| q.1.superblock)
-                        })
-                    }) =>
-            {
+            Storage::Stack(parts) if self.sums == Sums::Block && shared_acts(parts) => {
                 let mut starts = Vec::with_capacity(parts.len());
                 let mut panels = 0;
                 let mut extra = ExtraSums::default();
