@@ -99,6 +99,16 @@ pub fn greedy_with(
 /// greedy pick is a near-tie, not an error.
 pub const NEAR_TIE: f64 = 0.1;
 
+/// The most the default (fast) numerics may move llama.cpp's top-5 log-probabilities
+/// (relative to its top-1) on the steps where both still pick the same tokens. The fast
+/// kernels round the same int8 activations as ggml but sum the products in other float
+/// orders, so on real files their distance from llama.cpp is float-order noise flipping
+/// int8 roundings layer after layer: before any parting, measured 0.27-0.41 nats on the
+/// 1.5B (Q4_0, Q8_0, Q4_K_M), 0.64 on SmolLM2 under a LoRA adapter, 0.67 on Gemma 3 270M
+/// (Intel Xeon, AVX-512 VNNI and AMX). A wrong scale, norm or rope moves them by several
+/// nats; `--numerics llama` (tests/llama_numerics.rs) is the bit-level check.
+pub const FAST_DEVIATION_BOUND: f64 = 1.0;
+
 /// The file of catalogue model `name`, fetched on first use (the small ones the tests
 /// always run on).
 pub fn fetched(name: &str) -> Result<PathBuf, String> {
@@ -132,7 +142,9 @@ pub fn quant(file: &str) -> Result<PathBuf, String> {
 }
 
 /// Runs every prompt of `reference` on `path`, printing where folio's and llama.cpp's
-/// outputs part; fails on a prompt-id difference or on parting at a step that is no near-tie.
+/// outputs part; fails on a prompt-id difference, on drifting from llama.cpp's
+/// log-probabilities by more than [`FAST_DEVIATION_BOUND`], or on parting at a step that is
+/// no tie (see [`check_model_with`]).
 pub fn check(label: &str, reference: &str, path: Result<PathBuf, String>) {
     if let Some((f, model)) = load(label, path) {
         check_model(label, reference, &f, &model, None);
@@ -166,6 +178,13 @@ pub fn check_model(
 
 /// [`check_model`], or with `exact = Some(tol)`: no parting at all (no near-tie allowance)
 /// and every top-5 log-probability (relative to the top-1) within `tol` of llama.cpp's.
+///
+/// Without `exact` (the fast numerics) the runs' noise floor is the largest top-5 deviation
+/// over the steps before each run parts, all prompts together; it must stay within
+/// [`FAST_DEVIATION_BOUND`], and a run may part only where llama.cpp's top-1/top-2 gap is
+/// below that floor (or [`NEAR_TIE`]): a pick the measured rounding noise can flip. The
+/// parting step itself does not count towards the floor, since a flipped pick shows there
+/// as a deviation of at least the gap.
 pub fn check_model_with(
     label: &str,
     reference: &str,
@@ -178,6 +197,9 @@ pub fn check_model_with(
     let data: Value = serde_json::from_str(reference).expect("json");
     let eog = tok.eog_ids().to_vec();
     let mut failures = Vec::new();
+    let mut floor = 0f64;
+    // Partings to judge once the floor is known: (report line, llama.cpp's gap, past the end).
+    let mut partings = Vec::new();
     for p in data["prompts"].as_array().expect("prompts") {
         let name = p["name"].as_str().expect("name");
         let prompt = checked_prompt(&tok, p, label);
@@ -191,25 +213,31 @@ pub fn check_model_with(
             let (got, lps) = greedy_with(model, &prompt, want.len(), &eog, mask, lora);
             let parted = (0..want.len()).find(|&i| got.get(i) != want.get(i));
             // How far folio's log-probabilities of llama.cpp's top-5 (relative to its top-1)
-            // are from llama.cpp's, over the steps both runs share.
-            let mut dev = 0f64;
+            // are from llama.cpp's, per step both runs share.
+            let last = parted.unwrap_or(want.len() - 1).min(lps.len() - 1);
+            let devs: Vec<f64> = (0..=last)
+                .map(|s| {
+                    let top = &run["top5_logprobs_per_step"][s];
+                    let id0 = top[0][0].as_u64().expect("id") as usize;
+                    let lp0 = top[0][1].as_f64().expect("lp");
+                    top.as_array()
+                        .expect("top5")
+                        .iter()
+                        .skip(1)
+                        .map(|e| {
+                            let id = e[0].as_u64().expect("id") as usize;
+                            let lp = e[1].as_f64().expect("lp");
+                            ((lps[s][id] - lps[s][id0]) - (lp - lp0)).abs()
+                        })
+                        .fold(0f64, f64::max)
+                })
+                .collect();
+            let dev = devs.iter().copied().fold(0f64, f64::max);
+            // Before the parting step: the noise this run shows where both still agree.
+            let agreed = parted.map_or(devs.len(), |p| p.min(devs.len()));
+            floor = floor.max(devs[..agreed].iter().copied().fold(0f64, f64::max));
             // The first step whose deviation exceeds 1e-3: where to start looking.
-            let mut first_off = None;
-            for s in 0..=parted.unwrap_or(want.len() - 1).min(lps.len() - 1) {
-                let top = &run["top5_logprobs_per_step"][s];
-                let id0 = top[0][0].as_u64().expect("id") as usize;
-                let lp0 = top[0][1].as_f64().expect("lp");
-                for e in top.as_array().expect("top5").iter().skip(1) {
-                    let (id, lp) = (
-                        e[0].as_u64().expect("id") as usize,
-                        e[1].as_f64().expect("lp"),
-                    );
-                    dev = dev.max(((lps[s][id] - lps[s][id0]) - (lp - lp0)).abs());
-                }
-                if dev > 1e-3 && first_off.is_none() {
-                    first_off = Some(s);
-                }
-            }
+            let first_off = devs.iter().position(|&d| d > 1e-3);
             if let Some(tol) = exact {
                 if dev > tol {
                     failures.push(format!(
@@ -231,11 +259,27 @@ pub fn check_model_with(
                 got.get(step), want[step]
             );
             eprintln!("{line}");
-            let past_end = mask && step >= natural_len;
-            if exact.is_some() || (gap >= NEAR_TIE && !past_end) {
+            if exact.is_some() {
                 failures.push(line);
+            } else {
+                partings.push((line, gap, mask && step >= natural_len));
             }
         }
+    }
+    if exact.is_none() {
+        let tie = floor.max(NEAR_TIE);
+        eprintln!("{label}: noise floor {floor:.3} (bound {FAST_DEVIATION_BOUND}), partings below a gap of {tie:.3} are ties");
+        if floor > FAST_DEVIATION_BOUND {
+            failures.push(format!(
+                "{label}: top-5 log-prob deviation {floor:.3} before any parting > {FAST_DEVIATION_BOUND}"
+            ));
+        }
+        failures.extend(
+            partings
+                .into_iter()
+                .filter(|&(_, gap, past_end)| gap >= tie && !past_end)
+                .map(|(line, ..)| line),
+        );
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
