@@ -423,10 +423,16 @@ pub fn reference_routed(
 
 /// Float weights run an f32 kernel: near-exact. Quantized weights run against 8-bit
 /// quantized activations (as llama.cpp does), which bounds the error at a few percent of
-/// the logits' RMS after two layers.
+/// the logits' RMS after two layers: at most 0.07 with one activation scale per 32 values.
+/// The 256-value types take one scale per 256 (llama.cpp's Q8_K), a larger quantum where a
+/// superblock holds one outlier, and the tiny random models amplify it chaotically: phi3
+/// Q4_K measured 0.082 with the scale rounded to f16 and 0.110 with ggml's exact f32 scale
+/// (the codes identical), the other 256-value cases at most 0.08. A wrong scale, norm or
+/// rope is off by the order of the RMS itself.
 pub fn tolerance(ty: GgmlType) -> f32 {
     match ty {
         GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => 2e-3,
+        _ if ty.block_size() == Some(256) => 0.15,
         _ => 0.1,
     }
 }
