@@ -1,8 +1,9 @@
 //! Activation quantization to 8-bit blocks of 32 (ggml's q8_1 numerics).
 //!
 //! Per scale span (one block of 32 values, or the 8 blocks of a 256-value superblock for
-//! the K-quant weights, as ggml's Q8_K): `d = amax / 127` (kept as f16, as ggml stores it),
-//! `q = round_ties_even(x · 127/amax)` (exactly as ggml computes it); per block of 32 the
+//! the K-quant weights, as ggml's Q8_K): `d = amax / 127` (kept as f16, as ggml stores it;
+//! per superblock ggml's f32 `1 / iscale`), `q = round_ties_even(x · 127/amax)` (exactly as
+//! ggml computes it); per block of 32 the
 //! sum of the codes `isum` (for the min / offset term of the weight formats) plus `s = d *
 //! isum`, and the sums per group of 4 codes (`gsum`, the offset term of ggml's lane-wise
 //! dot products). Every ISA computes the same bits: rounding is ties-to-even everywhere
@@ -329,6 +330,23 @@ pub fn f16_round(x: f32) -> f32 {
     half::f16::from_f32(x).to_f32()
 }
 
+/// The scale `d` and `s = d · isum` of a block whose scale span has largest magnitude
+/// `amax` (`id = 127 / amax` made the codes, `isum` their sum). Per 32 values through f16,
+/// as ggml stores them in its q8_0/q8_1 blocks; per superblock (`per > 1`) ggml's Q8_K
+/// scale, which it keeps in f32: `d = 1 / iscale` with `iscale = -127 / max` (`max` the
+/// signed extreme), the same magnitude as `id`, so these codes are ggml's up to a sign
+/// that `d` carries back: `d · q` is ggml's product bit for bit.
+#[inline(always)]
+fn block_scales(per: usize, amax: f32, id: f32, isum: i32) -> (f32, f32) {
+    if per > 1 {
+        let d = if amax != 0.0 { 1.0 / id } else { 0.0 };
+        (d, d * isum as f32)
+    } else {
+        let d = amax / 127.0;
+        (f16_round(d), f16_round(d * isum as f32))
+    }
+}
+
 /// The reference: one block at a time, plain Rust (`per` blocks share a scale).
 pub fn quantize_scalar(
     per: usize,
@@ -343,7 +361,6 @@ pub fn quantize_scalar(
         let xb = &x[b * QK..(b + 1) * QK];
         let xg = &x[g * QK..(g + per) * QK];
         let amax = xg.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-        let db = amax / 127.0;
         let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
         let mut sum = 0i32;
         for (j, &v) in xb.iter().enumerate() {
@@ -352,9 +369,8 @@ pub fn quantize_scalar(
             q[b * QK + j] = c as i8;
             sum += c;
         }
-        d[b] = f16_round(db);
+        (d[b], s[b]) = block_scales(per, amax, id, sum);
         isum[b] = sum;
-        s[b] = f16_round(db * sum as f32);
     }
 }
 
@@ -387,7 +403,6 @@ mod simd {
             let p = x.as_ptr().add(b * QK);
             let v0 = _mm512_loadu_ps(p);
             let v1 = _mm512_loadu_ps(p.add(16));
-            let db = amax / 127.0;
             let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
             let vid = _mm512_set1_ps(id);
             let i0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, vid));
@@ -398,9 +413,8 @@ mod simd {
             _mm_storeu_si128(out, _mm512_cvtepi32_epi8(i0));
             _mm_storeu_si128(out.add(1), _mm512_cvtepi32_epi8(i1));
             let sum = _mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1));
-            d[b] = super::f16_round(db);
+            (d[b], s[b]) = super::block_scales(per, amax, id, sum);
             isum[b] = sum;
-            s[b] = super::f16_round(db * sum as f32);
         }
     }
 
@@ -436,7 +450,6 @@ mod simd {
                 _mm256_loadu_ps(p.add(16)),
                 _mm256_loadu_ps(p.add(24)),
             ];
-            let db = amax / 127.0;
             let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
             let vid = _mm256_set1_ps(id);
             let mut codes = [0i32; QK];
@@ -450,9 +463,8 @@ mod simd {
                 q[b * QK + j] = c as i8;
                 sum += c;
             }
-            d[b] = super::f16_round(db);
+            (d[b], s[b]) = super::block_scales(per, amax, id, sum);
             isum[b] = sum;
-            s[b] = super::f16_round(db * sum as f32);
         }
     }
 }

@@ -256,9 +256,9 @@ pub(crate) const SUPER64: Config = Config::new(&[
 ]);
 
 /// [`SUPER64`]: adds 64 values' products to `set`'s two sums (zeroed first when `zero`):
-/// signed activations `a` (16 rows `stride` apart) times the unsigned low bytes `lo` and
-/// high bytes `hi` of the scaled codes (1,024 bytes each: two 32-blocks' `vpdpbusd`
-/// operands). [`store_super`] writes the sums out.
+/// signed activations `a` (16 rows `stride` apart) times the unsigned low bytes `lo`
+/// (`tdpbsud`) and the signed high bytes `hi` (`tdpbssd`) of the scaled codes (1,024 bytes
+/// each: two 32-blocks' `vpdpbusd` operands). [`store_super`] writes the sums out.
 ///
 /// # Safety
 /// [`SUPER64`] configured; `a` must hold 16 rows of 64 bytes, `lo` and `hi` 1,024 bytes;
@@ -286,7 +286,7 @@ pub(crate) unsafe fn issue_super(
                 "tileloadd tmm1, [{lo} + {s64}*1]",
                 "tileloadd tmm2, [{hi} + {s64}*1]",
                 concat!("tdpbsud ", $c0, ", tmm0, tmm1"),
-                concat!("tdpbsud ", $c1, ", tmm0, tmm2"),
+                concat!("tdpbssd ", $c1, ", tmm0, tmm2"),
                 a = in(reg) a, sa = in(reg) stride, lo = in(reg) lo, hi = in(reg) hi,
                 s64 = in(reg) 64usize, options(nostack, readonly),
             )

@@ -12,11 +12,12 @@
 //! output equals the scalar reference's bits. Only the integer products move to the tile unit: 8,192 multiply-adds an
 //! instruction instead of 64.
 //!
-//! Q4_K and Q5_K (`SbType::int_superblock`) fold their 6-bit sub-scales into the weight
-//! tiles instead: the scaled codes `sc · u` (below 2^11) as a low-byte and a high-byte tile
-//! (`tdpbsud`, unsigned weights), so the tiles sum a whole superblock (4 steps of 64 values)
-//! and the epilogue runs once per superblock, not per block: `A = lo + 256 hi`, the mins'
-//! term from the block-sum pairs, the two FMAs of the vector kernel.
+//! Q4_K, Q5_K and Q6_K (`SbType::int_superblock`) fold their integer sub-scales into the
+//! weight tiles instead: the scaled codes `sc · (u - offset)` (Q4_K / Q5_K: 0 ≤ · < 2^11,
+//! Q6_K: |·| ≤ 128 · 32 = 2^12) as a tile of their unsigned low bytes (`tdpbsud`) and one
+//! of their signed high bytes (`tdpbssd`), so the tiles sum a whole superblock (4 steps of
+//! 64 values) and the epilogue runs once per superblock, not per block: `A = lo + 256 hi`,
+//! the mins' term from the block-sum pairs (Q4_K / Q5_K), the FMAs of the vector kernel.
 //!
 //! Activation rows past the last multiple of 16 are copied into a zero-padded tile (so the
 //! tile load never reads past the activations); their outputs are not stored.
@@ -29,7 +30,7 @@ use super::packed::{Geometry, Layout, Packed};
 use super::sb_format::PANEL;
 use super::sb_format::{MinKind, SbPacked, SbType};
 use super::sb_kernel::avx512::{lut, unpack};
-use super::sb_lanes::{header, min_pairs, scale_min, scales, Header, Lanes, Scales, Z};
+use super::sb_lanes::{header, int_scales, min_pairs, scales, Header, Lanes, Scales, Z};
 use super::tile::{mask16, Span};
 use std::arch::x86_64::*;
 use std::cell::RefCell;
@@ -93,11 +94,12 @@ const _: () = {
 /// One thread's buffers, grown to the largest matrix and reused.
 struct Scratch {
     /// The panel's unpacked codes: 8 zmm (512 bytes) per 32-block. Integer-superblock
-    /// types: the low bytes of the scaled codes `sc · u`, and their high bytes in `hi`.
+    /// types: the low bytes of the scaled codes `sc · (u - offset)`, and their high bytes
+    /// in `hi`.
     codes: Vec<__m512i>,
     hi: Vec<__m512i>,
-    /// Integer-superblock types: per superblock, the mins of blocks 2p, 2p + 1 as the i16
-    /// halves of each lane.
+    /// Integer-superblock types with mins (Q4_K, Q5_K): per superblock, the mins of blocks
+    /// 2p, 2p + 1 as the i16 halves of each lane.
     mins: Vec<[__m512i; 4]>,
     /// The panel's scales per 32-block and headers per superblock.
     scales: Vec<Scales<Z>>,
@@ -194,7 +196,7 @@ fn with_scratch(f: impl FnOnce(&mut Scratch)) {
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
 unsafe fn panels<const T: u8>(w: Weights, span: &Span, s: &mut Scratch) {
-    let (_, _, sub16) = const { form(T) };
+    let (_, min, sub16) = const { form(T) };
     let (w0, nb, panel_bytes) = match w {
         Weights::Sb(p) => {
             let desc = p.ty.desc();
@@ -216,7 +218,9 @@ unsafe fn panels<const T: u8>(w: Weights, span: &Span, s: &mut Scratch) {
     let int_sb = const { T < PACKED && SbType::from_id(T).int_superblock() };
     if int_sb {
         s.hi.resize(nb * 8, _mm512_setzero_si512());
-        s.mins.resize(nb / 8, [_mm512_setzero_si512(); 4]);
+        if min == Min::Sb {
+            s.mins.resize(nb / 8, [_mm512_setzero_si512(); 4]);
+        }
     }
     s.codes.resize(nb * 8, _mm512_setzero_si512());
     let z = Z(_mm512_setzero_si512());
@@ -282,7 +286,7 @@ unsafe fn panels<const T: u8>(w: Weights, span: &Span, s: &mut Scratch) {
                 }
             };
             let acc = if int_sb {
-                rows_int(s, a, nb, cols)
+                rows_int::<T>(s, a, nb, cols)
             } else if sub16 {
                 rows16::<T>(s, a, nb, cols)
             } else {
@@ -325,8 +329,8 @@ unsafe fn unpack_sb<const T: u8>(w: *const u8, nb: usize, s: &mut Scratch) {
 }
 
 /// An integer-superblock panel (`SbType::int_superblock`): per 32-block the scaled codes
-/// `sc · u` (below 2^11) split into low and high bytes, per superblock the header and the
-/// mins as i16 pairs.
+/// `sc · (u - offset)` split into unsigned low and signed high bytes, per superblock the
+/// header and (Q4_K, Q5_K) the mins as i16 pairs.
 #[inline(always)]
 unsafe fn unpack_int<const T: u8>(w: *const u8, nb: usize, s: &mut Scratch) {
     let ty = const { SbType::from_id(T) };
@@ -337,23 +341,34 @@ unsafe fn unpack_int<const T: u8>(w: *const u8, nb: usize, s: &mut Scratch) {
     for sb in 0..nb / subs {
         let sbp = w.add(sb * sbb);
         let h = header::<Z>(ty, sbp, 0);
-        s.mins[sb] = min_pairs::<Z>(&h).map(|v| v.0);
+        if desc.min == MinKind::Float {
+            s.mins[sb] = min_pairs::<Z>(&h).map(|v| v.0);
+        }
         s.heads[sb] = h;
         for sub in 0..subs {
             let b = sb * subs + sub;
             let u = unpack(&desc, sbp.add(hb + sub * cb), _mm512_setzero_si512());
-            // Each lane's scale in both of its i16 halves.
-            let sc = scale_min::<Z>(&h, sub).0 .0;
-            let sc16 = _mm512_or_si512(sc, _mm512_slli_epi32::<16>(sc));
+            // Each lane's scale (of the 16 values a group of 4 operands covers) in both of
+            // its i16 halves.
+            let sc16 = int_scales::<Z>(ty, &h, sub).map(|v| {
+                let lo = _mm512_and_si512(v.0, _mm512_set1_epi32(0xffff));
+                _mm512_or_si512(lo, _mm512_slli_epi32::<16>(v.0))
+            });
             for (g, ug) in u.iter().enumerate() {
-                // The even and odd bytes' products as i16 (sc · u < 2^11), then their low
-                // bytes interleaved back and their high bytes likewise.
-                let pe = _mm512_mullo_epi16(_mm512_and_si512(*ug, even), sc16);
-                let po = _mm512_mullo_epi16(_mm512_srli_epi16::<8>(*ug), sc16);
+                // The even and odd bytes' products as i16 (sign-extended codes less the
+                // offset), then their low bytes interleaved back and their high bytes
+                // likewise.
+                let w = signed::<T>(*ug);
+                let we = _mm512_srai_epi16::<8>(_mm512_slli_epi16::<8>(w));
+                let wo = _mm512_srai_epi16::<8>(w);
+                let pe = _mm512_mullo_epi16(we, sc16[g / 4]);
+                let po = _mm512_mullo_epi16(wo, sc16[g / 4]);
                 s.codes[b * 8 + g] =
                     _mm512_or_si512(_mm512_and_si512(pe, even), _mm512_slli_epi16::<8>(po));
-                s.hi[b * 8 + g] =
-                    _mm512_or_si512(_mm512_srli_epi16::<8>(pe), _mm512_and_si512(po, odd));
+                s.hi[b * 8 + g] = _mm512_or_si512(
+                    _mm512_and_si512(_mm512_srai_epi16::<8>(pe), even),
+                    _mm512_and_si512(po, odd),
+                );
             }
         }
     }
@@ -519,10 +534,16 @@ unsafe fn rows16<const T: u8>(s: &mut Scratch, a: Acts, nb: usize, cols: usize) 
 
 /// The 16 rows' outputs of one panel of an integer-superblock type: per superblock the
 /// tiles sum the scaled codes' low and high bytes over its 256 values (4 steps of 64),
-/// then `A = lo + 256 hi` and the mins' term (`vpdpwssd` of the mins with the block-sum
-/// pairs) take the two FMAs of `SbType::int_superblock`.
+/// then `A = lo + 256 hi` and (Q4_K, Q5_K) the mins' term (`vpdpwssd` of the mins with the
+/// block-sum pairs) take the FMAs of `SbType::int_superblock`.
 #[inline(always)]
-unsafe fn rows_int(s: &mut Scratch, a: Acts, nb: usize, cols: usize) -> [__m512; ROWS] {
+unsafe fn rows_int<const T: u8>(
+    s: &mut Scratch,
+    a: Acts,
+    nb: usize,
+    cols: usize,
+) -> [__m512; ROWS] {
+    let (_, min, _) = const { form(T) };
     let mut acc = [_mm512_setzero_ps(); ROWS];
     let (lo, hi) = (s.codes.as_ptr() as *const u8, s.hi.as_ptr() as *const u8);
     let c = s.c.as_mut_ptr() as *mut i32;
@@ -544,7 +565,6 @@ unsafe fn rows_int(s: &mut Scratch, a: Acts, nb: usize, cols: usize) -> [__m512;
         let c = c.add((sb % 2) * 512);
         amx::store_super(c, sb % 2);
         let h = &s.heads[sb];
-        let mins = &s.mins[sb];
         let nd = Z::fneg(h.f1);
         let (c0, c1) = (c as *const __m512i, (c as *const __m512i).add(ROWS));
         rows!(j => {
@@ -555,12 +575,14 @@ unsafe fn rows_int(s: &mut Scratch, a: Acts, nb: usize, cols: usize) -> [__m512;
                 _mm512_load_si512(c0.add(j) as *const _),
                 _mm512_slli_epi32::<8>(_mm512_load_si512(c1.add(j) as *const _)),
             );
-            let mut m = _mm512_setzero_si512();
-            for (p, mp) in mins.iter().enumerate() {
-                m = _mm512_dpwssd_epi32(m, *mp, _mm512_set1_epi32(*a.xp.add(jb / 2 + p)));
-            }
             *accj = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ai), _mm512_mul_ps(h.d, dx), *accj);
-            *accj = _mm512_fmadd_ps(_mm512_cvtepi32_ps(m), _mm512_mul_ps(nd, dx), *accj);
+            if min == Min::Sb {
+                let mut m = _mm512_setzero_si512();
+                for (p, mp) in s.mins[sb].iter().enumerate() {
+                    m = _mm512_dpwssd_epi32(m, *mp, _mm512_set1_epi32(*a.xp.add(jb / 2 + p)));
+                }
+                *accj = _mm512_fmadd_ps(_mm512_cvtepi32_ps(m), _mm512_mul_ps(nd, dx), *accj);
+            }
         });
     }
     acc

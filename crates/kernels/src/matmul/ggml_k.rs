@@ -574,6 +574,34 @@ mod tests {
         assert!(y[0].qs.iter().any(|&q| q == -127 || q == 127));
     }
 
+    /// The fast path's superblock activations (`quant_act`, 8 blocks a scale) are ggml's
+    /// Q8_K on every ISA: codes equal up to the sign of the extreme, every `d · q` equal bit
+    /// for bit, whether the extreme is positive or negative.
+    #[test]
+    fn superblock_activations_are_ggmls_q8_k() {
+        let mut seed = 11u64;
+        for sign in [1f32, -1.0] {
+            let mut x: Vec<f32> = (0..512)
+                .map(|_| (lcg(&mut seed) % 20001) as f32 / 10000.0 - 1.0)
+                .collect();
+            x[37] = 3.7 * sign;
+            x[300] = -2.9 * sign;
+            let mut want = [Q8K::ZERO; 2];
+            quantize_q8k(&x, &mut want);
+            for isa in crate::cpu::Isa::available() {
+                let (mut q, mut d) = (vec![0i8; 512], vec![0f32; 16]);
+                let (mut s, mut isum) = (vec![0f32; 16], vec![0i32; 16]);
+                crate::quant_act::quantize_blocks(isa, 8, &x, &mut q, &mut d, &mut s, &mut isum);
+                for (k, &qk) in q.iter().enumerate() {
+                    let (w, sb) = (&want[k / 256], k / 32);
+                    let wq = w.qs[k % 256];
+                    assert_eq!(qk.unsigned_abs(), wq.unsigned_abs(), "{isa:?} value {k}");
+                    assert_eq!(d[sb] * qk as f32, w.d * wq as f32, "{isa:?} value {k}");
+                }
+            }
+        }
+    }
+
     /// The IQ1 value `8g ± 1` maps back to its grid value and offset sign.
     #[test]
     fn iq1_codes_round_trip() {

@@ -280,8 +280,8 @@ enum GgmlForm {
 /// with AMX: see [`amx_available`]); every choice gives the same bits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum Tiles {
-    /// AMX from [`AMX_MIN_ROWS`] activation rows on, for the types where it measured faster
-    /// ([`amx_pays`]), where the host has it; the vector kernels otherwise.
+    /// AMX from [`amx_min_rows`] activation rows on, for the types where it measured faster,
+    /// where the host has it; the vector kernels otherwise.
     #[default]
     Auto,
     /// The AVX-512 / AVX2 kernels only.
@@ -298,11 +298,22 @@ fn shared_acts(parts: &[(usize, QMatrix)]) -> bool {
     first.is_some() && parts.iter().all(|(_, m)| span(m) == first)
 }
 
-/// Activation rows from which [`Tiles::Auto`] uses AMX. A tile product always computes 16
-/// rows, and a panel's codes are unpacked for the tiles once per call: measured on an
-/// Intel Xeon with AMX-INT8 (2 threads, Q4_K 8,960 × 1,536), 16 rows ran 228 GMAC/s on
-/// tiles against 276 with AVX-512 VNNI, 32 rows 342 against 271.
-pub const AMX_MIN_ROWS: usize = 32;
+/// Activation rows from which [`Tiles::Auto`] runs type `ty` on AMX (`None`: never, see
+/// [`amx_pays`]). A tile product always computes 16 rows, and a panel's codes are unpacked
+/// for the tiles once per call: measured on an Intel Xeon with AMX-INT8 (2 threads, 16
+/// rows), Q4_K 8,960 × 1,536 ran 228 GMAC/s on tiles against 276 with AVX-512 VNNI (32
+/// rows 342 against 271), so the types whose vector kernel rescales once per 32-block
+/// start at 32 rows. Q6_K's tiles sum its superblock in integers (`SbType::int_superblock`)
+/// where its vector kernel multiplies two 16-value chains a block per row: 16 rows ran
+/// 216-225 GMAC/s on tiles against 158-171 (CPUID family 6 model 207, both shapes of the
+/// 1.5B's ffn_down).
+pub fn amx_min_rows(ty: WeightType) -> Option<usize> {
+    match ty {
+        _ if !amx_pays(ty) => None,
+        WeightType::Q6_K => Some(16),
+        _ => Some(32),
+    }
+}
 
 /// Whether the AMX kernel of type `ty` beats its AVX-512 VNNI kernel. Each 32-block's
 /// 16 × 16 product is stored and rescaled in f32 by the vector units (the activation scale
@@ -604,10 +615,7 @@ impl QMatrix {
             isa
         };
         let tiles = if qisa == Isa::Avx512 && self.sums == Sums::Block && amx_available() {
-            match tiles {
-                Tiles::Auto if n < AMX_MIN_ROWS => Tiles::Vector,
-                t => t,
-            }
+            tiles
         } else {
             Tiles::Vector
         };
@@ -711,7 +719,7 @@ impl QMatrix {
     unsafe fn run_span(&self, isa: Isa, tiles: Tiles, span: &Span) {
         let amx = match tiles {
             Tiles::Vector => false,
-            Tiles::Auto => amx_pays(self.ty),
+            Tiles::Auto => amx_min_rows(self.ty).is_some_and(|m| span.acts.n() >= m),
             Tiles::Amx => true,
         };
         match &self.data {

@@ -300,13 +300,17 @@ impl SbType {
 
     /// Whether the kernels sum a whole superblock in integers: Q4_K and Q5_K, whose 6-bit
     /// sub-scales and mins multiply the 32-block sums exactly (`|sum| ≤ 63 · 31 · 127 ·
-    /// 256 < 2^31`), so a superblock costs two f32 FMAs, not two per 32-block:
+    /// 256 < 2^31`), and Q6_K, whose signed 8-bit scales per 16 values multiply the
+    /// offset-corrected 16-sums exactly (`|sum| ≤ 128 · 32 · 127 · 256 < 2^31`), so a
+    /// superblock costs one or two f32 FMAs, not two per 32-block (as ggml's
+    /// `ggml_vec_dot_q4_K_q8_K` / `_q6_K_q8_K` sum it):
     /// ```text
-    /// A = sum_sub sc[sub] * (sum_k u[k] x[k]);  B = sum_sub mn[sub] * X[sub]   (int32, exact)
+    /// A = sum_g sc[g] * (sum_k u[k] x[k] - offset * X[g])    (g: the scale groups, int32, exact)
+    /// B = sum_sub mn[sub] * X[sub]                            (Q4_K, Q5_K)
     /// acc = fma(f32(A), d * dx, acc);  acc = fma(f32(B), -dmin * dx, acc)
     /// ```
     pub const fn int_superblock(self) -> bool {
-        matches!(self, SbType::Q4_K | SbType::Q5_K)
+        matches!(self, SbType::Q4_K | SbType::Q5_K | SbType::Q6_K)
     }
 
     /// The largest |sub-scale| of a type with integer scales per 16 values (0 for the others).

@@ -9,8 +9,9 @@
 //!                  tiles form f32(I) as fma(f32(D0'), sc0, f32(D1') sc1), the same bits:
 //!                  `SbType::sub16_products_exact_in_f32`)
 //!                  acc = fma(f32(I), d * dx, acc);  acc = fma(-f32(mn0 X0 + mn1 X1), dmin * dx, acc)
-//! Q4_K, Q5_K:      per superblock instead (`SbType::int_superblock`: one activation scale
-//!                  per 256 values), A = sum_sub sc (sum_k u[k] x[k]), B = sum_sub mn X (exact)
+//! Q4_K, Q5_K, Q6_K: per superblock instead (`SbType::int_superblock`: one activation scale
+//!                  per 256 values), A = sum_g sc (sum_k u[k] x[k] - offset X_g) over the
+//!                  scale groups g, B = sum_sub mn X (exact; Q4_K, Q5_K)
 //!                  acc = fma(f32(A), d * dx, acc);  acc = fma(f32(B), -dmin * dx, acc)
 //! ```
 //! with `da`, `m`, `sc`, `mn` from `sb_lanes::scales`. That is the f32 dot product of the
@@ -20,7 +21,7 @@
 //! f32 operations in the same order, so SIMD results equal the scalar reference bit for bit.
 
 use super::sb_format::{code, MinKind, SbPacked, SbType};
-use super::sb_lanes::{header, scale_min, scales, One};
+use super::sb_lanes::{header, int_scales, scale_min, scales, One};
 use super::tile::{for_each_tile, Span, Tile};
 use crate::cpu::Isa;
 
@@ -105,20 +106,35 @@ unsafe fn tile_scalar(ty: SbType, t: &Tile, nr: usize) {
                 let sbp = t.w.add(s * sbb);
                 let h = header::<One>(ty, sbp, r);
                 if ty.int_superblock() {
-                    // `SbType::int_superblock`: the superblock in integers, then two FMAs.
+                    // `SbType::int_superblock`: the superblock in integers, then one FMA
+                    // (two with mins).
                     let (mut a, mut m) = (0i32, 0i32);
                     for sub in 0..subs {
-                        let (sc, mn) = scale_min::<One>(&h, sub);
+                        let sc = int_scales::<One>(ty, &h, sub);
                         let blk = std::slice::from_raw_parts(sbp.add(hb + sub * cb), cb);
                         let b = s * subs + sub;
+                        let jb = j * t.nb + b;
                         let x = std::slice::from_raw_parts(t.xq.add(j * cols + b * 32), 32);
-                        let dot: i32 = (0..32).map(|k| code(&desc, blk, r, k) * x[k] as i32).sum();
-                        a += sc.0 * dot;
-                        m += mn.0 * *t.xi.add(j * t.nb + b);
+                        for (hf, sc) in sc.iter().enumerate() {
+                            let dot: i32 = (16 * hf..16 * hf + 16)
+                                .map(|k| code(&desc, blk, r, k) * x[k] as i32)
+                                .sum();
+                            let off = if desc.offset != 0 {
+                                desc.offset * *t.xh.add(2 * jb + hf)
+                            } else {
+                                0
+                            };
+                            a += sc.0 * (dot - off);
+                        }
+                        if desc.min == MinKind::Float {
+                            m += scale_min::<One>(&h, sub).1 .0 * *t.xi.add(jb);
+                        }
                     }
                     let dx = *t.xd.add(j * t.nb + s * subs);
                     acc = (a as f32).mul_add(h.d.0 * dx, acc);
-                    acc = (m as f32).mul_add(-h.f1.0 * dx, acc);
+                    if desc.min == MinKind::Float {
+                        acc = (m as f32).mul_add(-h.f1.0 * dx, acc);
+                    }
                     continue;
                 }
                 for sub in 0..subs {
@@ -161,7 +177,7 @@ unsafe fn tile_scalar(ty: SbType, t: &Tile, nr: usize) {
 #[cfg(target_arch = "x86_64")]
 pub(super) mod avx512 {
     use super::super::sb_format::{Desc, MinKind, SbType};
-    use super::super::sb_lanes::{header, min_pairs, scale_min, scales, Header, Z};
+    use super::super::sb_lanes::{header, int_scales, min_pairs, scales, Header, Z};
     use super::super::sb_planes::planes;
     use super::super::tile::{block_dots, mask16, unroll_rows};
     use super::Tile;
@@ -323,8 +339,9 @@ pub(super) mod avx512 {
     }
 
     /// Superblock `s` of an `SbType::int_superblock` type into `acc` (the formula there):
-    /// per 32-block the rows' integer sums times the sub-scales (`vpmulld`), the mins' term
-    /// once per superblock from the block-sum pairs (`vpdpwssd`).
+    /// per 32-block the rows' integer sums times the sub-scales (`vpmulld`: Q4_K / Q5_K one
+    /// per 32-block sum, Q6_K one per 16-value chain started at `-offset X`), the mins'
+    /// term once per superblock from the block-sum pairs (`vpdpwssd`).
     #[inline(always)]
     unsafe fn int_superblock<const T: u8, const NR: usize>(
         t: &Tile,
@@ -333,6 +350,7 @@ pub(super) mod avx512 {
         acc: &mut [__m512; NR],
         lut: __m512i,
     ) {
+        let ty = const { SbType::from_id(T) };
         let desc = const { SbType::from_id(T).desc() };
         let (subs, sbb, hb, cb) = desc.strides();
         let cols = t.nb * 32;
@@ -341,28 +359,54 @@ pub(super) mod avx512 {
         for sub in 0..subs {
             prefetch::<NR>(sbp, sbb, t.ahead, sub, subs);
             let u = unpack(&desc, sbp.add(hb + sub * cb), lut);
-            let (sc, _) = scale_min::<Z>(h, sub);
+            let sc = int_scales::<Z>(ty, h, sub).map(|v| v.0);
             let b = s * subs + sub;
-            let dps = block_dots(&u, t.xq.add(b * 32), cols, [_mm512_setzero_si512(); NR]);
-            for (a, dp) in ai.iter_mut().zip(dps) {
-                *a = _mm512_add_epi32(*a, _mm512_mullo_epi32(dp, sc.0));
+            if desc.sub16 {
+                for (j, a) in ai.iter_mut().enumerate() {
+                    let xp = t.xq.add(j * cols + b * 32) as *const i32;
+                    let jb = j * t.nb + b;
+                    let mut d0 = _mm512_set1_epi32(-desc.offset * *t.xh.add(2 * jb));
+                    let mut d1 = _mm512_set1_epi32(-desc.offset * *t.xh.add(2 * jb + 1));
+                    for k in 0..4 {
+                        let x0 = _mm512_set1_epi32(xp.add(k).read_unaligned());
+                        let x1 = _mm512_set1_epi32(xp.add(k + 4).read_unaligned());
+                        d0 = _mm512_dpbusd_epi32(d0, u[k], x0);
+                        d1 = _mm512_dpbusd_epi32(d1, u[k + 4], x1);
+                    }
+                    let p = _mm512_add_epi32(
+                        _mm512_mullo_epi32(d0, sc[0]),
+                        _mm512_mullo_epi32(d1, sc[1]),
+                    );
+                    *a = _mm512_add_epi32(*a, p);
+                }
+            } else {
+                let dps = block_dots(&u, t.xq.add(b * 32), cols, [_mm512_setzero_si512(); NR]);
+                for (a, dp) in ai.iter_mut().zip(dps) {
+                    *a = _mm512_add_epi32(*a, _mm512_mullo_epi32(dp, sc[0]));
+                }
             }
         }
-        // The mins of blocks 2p, 2p + 1 as the i16 halves of one lane.
-        let mnp = min_pairs::<Z>(h).map(|v| v.0);
-        let nd = _mm512_castsi512_ps(_mm512_xor_si512(
-            _mm512_castps_si512(h.f1),
-            _mm512_set1_epi32(i32::MIN),
-        ));
         for (j, (accj, a)) in acc.iter_mut().zip(ai).enumerate() {
             let jb = j * t.nb + s * subs;
             let dx = _mm512_set1_ps(*t.xd.add(jb));
-            let mut m = _mm512_setzero_si512();
-            for (p, mp) in mnp.iter().enumerate() {
-                m = _mm512_dpwssd_epi32(m, *mp, _mm512_set1_epi32(*t.xp.add(jb / 2 + p)));
-            }
             *accj = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a), _mm512_mul_ps(h.d, dx), *accj);
-            *accj = _mm512_fmadd_ps(_mm512_cvtepi32_ps(m), _mm512_mul_ps(nd, dx), *accj);
+        }
+        if desc.min == MinKind::Float {
+            // The mins of blocks 2p, 2p + 1 as the i16 halves of one lane.
+            let mnp = min_pairs::<Z>(h).map(|v| v.0);
+            let nd = _mm512_castsi512_ps(_mm512_xor_si512(
+                _mm512_castps_si512(h.f1),
+                _mm512_set1_epi32(i32::MIN),
+            ));
+            for (j, accj) in acc.iter_mut().enumerate() {
+                let jb = j * t.nb + s * subs;
+                let dx = _mm512_set1_ps(*t.xd.add(jb));
+                let mut m = _mm512_setzero_si512();
+                for (p, mp) in mnp.iter().enumerate() {
+                    m = _mm512_dpwssd_epi32(m, *mp, _mm512_set1_epi32(*t.xp.add(jb / 2 + p)));
+                }
+                *accj = _mm512_fmadd_ps(_mm512_cvtepi32_ps(m), _mm512_mul_ps(nd, dx), *accj);
+            }
         }
     }
 }
@@ -370,7 +414,7 @@ pub(super) mod avx512 {
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
     use super::super::sb_format::{MinKind, SbType};
-    use super::super::sb_lanes::{header, min_pairs, scale_min, scales, Lanes, Y};
+    use super::super::sb_lanes::{header, int_scales, min_pairs, scales, Lanes, Y};
     use super::super::sb_planes::planes;
     use super::super::tile::{store8, unroll_rows};
     use super::Tile;
@@ -436,6 +480,11 @@ mod avx2 {
                     }
                     let sc = scales::<Y>(ty, &h, sub);
                     let scf = sc.sc.map(|v| _mm256_cvtepi32_ps(v.0));
+                    let isc = if ty.int_superblock() {
+                        int_scales::<Y>(ty, &h, sub)
+                    } else {
+                        [Y::zero(); 2]
+                    };
                     let b = s * subs + sub;
                     for (j, accj) in acch.iter_mut().enumerate() {
                         let xp = t.xq.add(j * cols + b * 32) as *const i32;
@@ -470,6 +519,14 @@ mod avx2 {
                                 d0 = _mm256_sub_epi32(d0, _mm256_set1_epi32(offset * x0));
                                 d1 = _mm256_sub_epi32(d1, _mm256_set1_epi32(offset * x1));
                             }
+                            if ty.int_superblock() {
+                                let p = _mm256_add_epi32(
+                                    _mm256_mullo_epi32(d0, isc[0].0),
+                                    _mm256_mullo_epi32(d1, isc[1].0),
+                                );
+                                ai[j] = _mm256_add_epi32(ai[j], p);
+                                continue;
+                            }
                             // f32(sc0 d0 + sc1 d1), exactly (`sub16_products_exact_in_f32`).
                             let i = _mm256_fmadd_ps(
                                 _mm256_cvtepi32_ps(d0),
@@ -486,9 +543,8 @@ mod avx2 {
                                 *accj = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(m), md, *accj);
                             }
                         } else if ty.int_superblock() {
-                            let sc = scale_min::<Y>(&h, sub).0;
                             let dp = _mm256_add_epi32(d0, d1);
-                            ai[j] = _mm256_add_epi32(ai[j], _mm256_mullo_epi32(dp, sc.0));
+                            ai[j] = _mm256_add_epi32(ai[j], _mm256_mullo_epi32(dp, isc[0].0));
                         } else {
                             let mut dp = _mm256_add_epi32(d0, d1);
                             if offset != 0 {
@@ -509,18 +565,25 @@ mod avx2 {
                 }
                 if ty.int_superblock() {
                     // The mins of blocks 2p, 2p + 1 as the i16 halves of one lane.
-                    let mnp = min_pairs::<Y>(&h).map(|v| v.0);
+                    let mnp = if desc.min == MinKind::Float {
+                        min_pairs::<Y>(&h).map(|v| v.0)
+                    } else {
+                        [_mm256_setzero_si256(); 4]
+                    };
                     let nd = Y::fneg(h.f1);
                     for (j, (accj, a)) in acch.iter_mut().zip(ai).enumerate() {
                         let jb = j * t.nb + s * subs;
                         let dx = _mm256_set1_ps(*t.xd.add(jb));
+                        *accj =
+                            _mm256_fmadd_ps(_mm256_cvtepi32_ps(a), _mm256_mul_ps(h.d, dx), *accj);
+                        if desc.min != MinKind::Float {
+                            continue;
+                        }
                         let mut m = _mm256_setzero_si256();
                         for (p, mp) in mnp.iter().enumerate() {
                             let xp = _mm256_set1_epi32(*t.xp.add(jb / 2 + p));
                             m = _mm256_add_epi32(m, _mm256_madd_epi16(*mp, xp));
                         }
-                        *accj =
-                            _mm256_fmadd_ps(_mm256_cvtepi32_ps(a), _mm256_mul_ps(h.d, dx), *accj);
                         *accj =
                             _mm256_fmadd_ps(_mm256_cvtepi32_ps(m), _mm256_mul_ps(nd, dx), *accj);
                     }

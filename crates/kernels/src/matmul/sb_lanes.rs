@@ -351,6 +351,20 @@ pub(crate) fn scale_min<L: Lanes>(h: &Header<L>, sub: usize) -> (L, L) {
     scale_min_k4(&h.w, sub)
 }
 
+/// The integer scales of the two 16-value halves of 32-block `sub` of an
+/// `SbType::int_superblock` type: Q4_K / Q5_K's one 6-bit scale twice, Q6_K's two signed
+/// bytes.
+#[inline(always)]
+pub(crate) fn int_scales<L: Lanes>(ty: SbType, h: &Header<L>, sub: usize) -> [L; 2] {
+    match ty {
+        SbType::Q6_K => scales(ty, h, sub).sc,
+        _ => {
+            let sc = scale_min_k4(&h.w, sub).0;
+            [sc, sc]
+        }
+    }
+}
+
 /// Q4_K / Q5_K's mins of 32-blocks `2p` and `2p + 1` as the low and high i16 of each
 /// lane: the `vpdpwssd` / `vpmaddwd` operands of the superblock min term.
 #[inline(always)]
