@@ -437,7 +437,7 @@ pub fn run_profile(a: ProfileArgs) -> Result<()> {
 /// How the quantized matmuls accumulate (everything else follows llama.cpp's arithmetic).
 #[derive(Copy, Clone, Debug, Default, clap::ValueEnum)]
 pub enum NumericsArg {
-    /// Per 32-value block (per 256-value superblock for Q4_K and Q5_K), the integer sum
+    /// Per 32-value block (per 256-value superblock for Q4_K, Q5_K and Q6_K), the integer sum
     /// then one FMA: batched steps (prefill, many decodes, speculative verification) ~2x
     /// faster than `llama`; last bits differ.
     #[default]
