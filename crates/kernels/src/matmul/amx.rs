@@ -218,6 +218,20 @@ pub(crate) unsafe fn issue16x2(a: *const i8, stride: usize, b: *const u8, pair: 
     }
 }
 
+/// Stores two 16 × 16 int32 tiles (the register names, literals) to `c[0..256]` and
+/// `c[256..512]`, rows 64 bytes apart: the product pairs of [`store16x2`] and
+/// [`store_super`]. A macro because `asm!` takes register names only as literals.
+macro_rules! store_pair {
+    ($c:expr, $t0:literal, $t1:literal) => {
+        asm!(
+            concat!("tilestored [{c} + {s64}*1], ", $t0),
+            concat!("tilestored [{c2} + {s64}*1], ", $t1),
+            c = in(reg) $c, c2 = in(reg) $c.add(256), s64 = in(reg) 64usize,
+            options(nostack),
+        )
+    };
+}
+
 /// [`BLOCK16`]: `pair`'s products to `c`: `c[0..256]` those of values 0..16, `c[256..512]`
 /// of values 16..32 (each 16 × 16 int32 as in [`store32`]).
 ///
@@ -225,20 +239,10 @@ pub(crate) unsafe fn issue16x2(a: *const i8, stride: usize, b: *const u8, pair: 
 /// [`BLOCK16`] configured; `c` must hold 2,048 bytes.
 #[inline(always)]
 pub(crate) unsafe fn store16x2(c: *mut i32, pair: usize) {
-    macro_rules! st {
-        ($c0:literal, $c1:literal) => {
-            asm!(
-                concat!("tilestored [{c} + {s64}*1], ", $c0),
-                concat!("tilestored [{c2} + {s64}*1], ", $c1),
-                c = in(reg) c, c2 = in(reg) c.add(256), s64 = in(reg) 64usize,
-                options(nostack),
-            )
-        };
-    }
     if pair == 0 {
-        st!("tmm4", "tmm5")
+        store_pair!(c, "tmm4", "tmm5")
     } else {
-        st!("tmm6", "tmm7")
+        store_pair!(c, "tmm6", "tmm7")
     }
 }
 
@@ -306,19 +310,9 @@ pub(crate) unsafe fn issue_super(
 /// [`SUPER64`] configured; `c` must hold 2,048 bytes.
 #[inline(always)]
 pub(crate) unsafe fn store_super(c: *mut i32, set: usize) {
-    macro_rules! st {
-        ($c0:literal, $c1:literal) => {
-            asm!(
-                concat!("tilestored [{c} + {s64}*1], ", $c0),
-                concat!("tilestored [{c2} + {s64}*1], ", $c1),
-                c = in(reg) c, c2 = in(reg) c.add(256), s64 = in(reg) 64usize,
-                options(nostack),
-            )
-        };
-    }
     if set == 0 {
-        st!("tmm3", "tmm4")
+        store_pair!(c, "tmm3", "tmm4")
     } else {
-        st!("tmm5", "tmm6")
+        store_pair!(c, "tmm5", "tmm6")
     }
 }

@@ -327,7 +327,9 @@ pub fn amx_min_rows(ty: WeightType) -> Option<usize> {
 /// vs 269, TQ1_0 399 vs 294, TQ2_0 422 vs 298, IQ1_S 373 vs 272, IQ2_XXS 377 vs 238,
 /// IQ2_S 266 vs 222, IQ3_XXS 369 vs 285, IQ3_S 375 vs 287 (the transposed shape and 32
 /// rows agree: Q4_0 1,536 × 8,960 438 vs 258, 32 rows 431 vs 282); not faster: Q2_K 176 vs
-/// 201, IQ1_M 218 vs 227, IQ2_XS 235 vs 228.
+/// 201, IQ1_M 218 vs 227, IQ2_XS 235 vs 228. Since then Q4_K, Q5_K and Q6_K sum whole
+/// superblocks in the tiles (`SbType::int_superblock`), no per-block rescale: Q4_K 527 vs
+/// 315, Q5_K 502 vs 309 (model 167); Q6_K on tiles 207-209 -> 388-426 (model 207).
 pub fn amx_pays(ty: WeightType) -> bool {
     !matches!(
         ty,
