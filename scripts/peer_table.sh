@@ -10,6 +10,8 @@
 #   LLAMA_BIN=/work/peer/build/bin IK_BIN=/work/peer/ik-build/bin \
 #       scripts/peer_table.sh MODEL.gguf [MODEL.gguf ...]
 #
+# BATCH=1,16 limits folio's decode rows to the ones the table reads (default 1,4,16,64).
+#
 # Builds: scripts/build_llamacpp.sh and scripts/build_ik_llamacpp.sh. Logs go to $OUT (default target/peer-table), one file per
 # engine x file x round; the summary greps the figures out of them.
 set -euo pipefail
@@ -20,6 +22,7 @@ ik=${IK_BIN:?set IK_BIN to ik_llama.cpp build/bin}
 rounds=${ROUNDS:-2}
 threads=${THREADS:-$(nproc)}
 out=${OUT:-target/peer-table}
+batch=${BATCH:-1,4,16,64}
 mkdir -p "$out"
 [ $# -gt 0 ] || { echo "usage: peer_table.sh MODEL.gguf ..." >&2; exit 2; }
 
@@ -27,7 +30,7 @@ for r in $(seq 1 "$rounds"); do
   for f in "$@"; do
     n=$(basename "$f" .gguf)
     echo "== round $r: $n" >&2
-    "$bin" bench model --model "$f" > "$out/$n.folio.$r.txt" 2>&1
+    "$bin" bench model --model "$f" --batch "$batch" > "$out/$n.folio.$r.txt" 2>&1
     "$llama/llama-bench" -m "$f" -t "$threads" -p 512 -n 128 -r 2 --repack 0,1 \
       > "$out/$n.llama.$r.txt" 2>&1
     "$llama/llama-batched-bench" -m "$f" -t "$threads" -c 8192 -npp 256 -ntg 32 -npl 16 \
