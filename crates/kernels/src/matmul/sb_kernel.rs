@@ -564,21 +564,19 @@ mod avx2 {
                     }
                 }
                 if ty.int_superblock() {
-                    // The mins of blocks 2p, 2p + 1 as the i16 halves of one lane.
-                    let mnp = if desc.min == MinKind::Float {
-                        min_pairs::<Y>(&h).map(|v| v.0)
-                    } else {
-                        [_mm256_setzero_si256(); 4]
-                    };
-                    let nd = Y::fneg(h.f1);
                     for (j, (accj, a)) in acch.iter_mut().zip(ai).enumerate() {
-                        let jb = j * t.nb + s * subs;
-                        let dx = _mm256_set1_ps(*t.xd.add(jb));
+                        let dx = _mm256_set1_ps(*t.xd.add(j * t.nb + s * subs));
                         *accj =
                             _mm256_fmadd_ps(_mm256_cvtepi32_ps(a), _mm256_mul_ps(h.d, dx), *accj);
-                        if desc.min != MinKind::Float {
-                            continue;
-                        }
+                    }
+                }
+                if ty.int_superblock() && desc.min == MinKind::Float {
+                    // The mins of blocks 2p, 2p + 1 as the i16 halves of one lane.
+                    let mnp = min_pairs::<Y>(&h).map(|v| v.0);
+                    let nd = Y::fneg(h.f1);
+                    for (j, accj) in acch.iter_mut().enumerate() {
+                        let jb = j * t.nb + s * subs;
+                        let dx = _mm256_set1_ps(*t.xd.add(jb));
                         let mut m = _mm256_setzero_si256();
                         for (p, mp) in mnp.iter().enumerate() {
                             let xp = _mm256_set1_epi32(*t.xp.add(jb / 2 + p));
