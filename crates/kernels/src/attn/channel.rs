@@ -181,7 +181,7 @@ trait Dot {
         let vrb = kv.v_row_bytes();
         for j in 0..n_vis {
             let (block, row) = folio_core::kv::page(table, first + j, kv.block_size);
-            let off = kv.v_offset(block, row);
+            let off = kv.row_index(block, row) * vrb;
             load_row_scalar(kv.v_format, &kv.v[off..off + vrb], vrow);
             for g in 0..n_q {
                 let w = p[g * n_vis + j];

@@ -621,9 +621,10 @@ pub(super) unsafe fn weigh_values(
     let hd = kv.head_dim;
     let mut offs = OFFSETS.with(|o| std::mem::take(&mut *o.borrow_mut()));
     offs.clear();
+    let vrb = kv.v_row_bytes();
     offs.extend((first..n_ctx).map(|j| {
         let (block, row) = folio_core::kv::page(table, j, kv.block_size);
-        kv.v_offset(block, row)
+        kv.row_index(block, row) * vrb
     }));
     let n = n_ctx - first;
     let (s, o) = (p.as_ptr(), out.as_mut_ptr());
@@ -686,10 +687,11 @@ unsafe fn run<RK: Rows, RV: Rows, const SINGLE: bool>(
     // closure (closures do not inherit target features).
     let mut offs = OFFSETS.with(|o| std::mem::take(&mut *o.borrow_mut()));
     offs.clear();
-    let bs = kv.block_size;
+    // (The row size read once: `v_offset` per position would ask the format each time.)
+    let (bs, vrb) = (kv.block_size, kv.v_row_bytes());
     let (mut blk, mut slot) = (0, 0);
     for _ in 0..n_ctx {
-        offs.push(kv.v_offset(table[blk] as usize, slot));
+        offs.push(kv.row_index(table[blk] as usize, slot) * vrb);
         slot += 1;
         if slot == bs {
             (blk, slot) = (blk + 1, 0);
