@@ -42,7 +42,7 @@
 //! bytes, ~7x an IQ1_S one's), kept only while the llama numerics are on: a parity mode,
 //! not a serving one.
 
-use super::sb_format::{code, f16_bits, SbPacked, SbType, PANEL};
+use super::sb_format::{codes32, f16_bits, SbPacked, SbType, PANEL};
 use crate::cpu::Isa;
 use crate::pool::{SendPtr, ThreadPool};
 
@@ -164,8 +164,7 @@ impl KRows {
                 let iq1 = matches!(p.ty, SbType::IQ1_S | SbType::IQ1_M);
                 for sub in 0..8 {
                     let blk = &sbb[desc.header_bytes() + sub * desc.code_bytes()..];
-                    for k in 0..32 {
-                        let c = code(&desc, blk, pr, k);
+                    for (k, c) in codes32(&desc, blk, pr).into_iter().enumerate() {
                         b.q[sub * 32 + k] = match p.ty {
                             _ if iq1 => iq1_code(c - 128),
                             // The signed grid value (±8, ±25, ±43).

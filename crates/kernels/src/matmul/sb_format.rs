@@ -610,6 +610,37 @@ fn plane(bits: u32, shift: u32, codes: &[u8], stride: usize, out: &mut [u8]) {
     }
 }
 
+/// [`code`] of all 32 columns of row `r` of a packed 32-block at once: each 32-bit lane of
+/// a plane holds four codes of one row, read as one word (loading a model under
+/// `--numerics llama` decodes every weight this way).
+pub(crate) fn codes32(desc: &Desc, blk: &[u8], r: usize) -> [i32; 32] {
+    let mut v = [0u32; 32];
+    let mut read = |bits: u32, base: usize, shift: u32| {
+        let per = 8 / bits as usize;
+        let mask = ((1u32 << bits) - 1) * 0x0101_0101;
+        for g in 0..8 {
+            let (i, t) = (g / per, (g % per) as u32 * bits);
+            let at = base + i * 64 + r * 4;
+            let w = u32::from_le_bytes(blk[at..at + 4].try_into().expect("4 bytes"));
+            let c = ((w >> t) & mask).to_le_bytes();
+            for (o, c) in v[4 * g..4 * g + 4].iter_mut().zip(c) {
+                *o |= (c as u32) << shift;
+            }
+        }
+    };
+    read(desc.lo, 0, 0);
+    if desc.hi > 0 {
+        read(desc.hi, 64 * desc.lo as usize, desc.lo);
+    }
+    v.map(|c| {
+        if desc.lut {
+            desc.values[c as usize] as i32 + 128
+        } else {
+            c as i32
+        }
+    })
+}
+
 /// Code of row `r`, column `k` (0..32) of a packed 32-block, table applied for IQ4
 /// (`kv + 128`), so `w ∝ code - desc.offset`.
 pub(crate) fn code(desc: &Desc, blk: &[u8], r: usize, k: usize) -> i32 {
@@ -853,7 +884,9 @@ mod tests {
                     let sbb = &packed.bytes()[(p * nsb + s) * desc.sb_bytes()..];
                     for sub in 0..desc.subs() {
                         let cb = &sbb[desc.header_bytes() + sub * desc.code_bytes()..];
+                        let all = codes32(&desc, cb, r);
                         for k in 0..32 {
+                            assert_eq!(all[k], code(&desc, cb, r, k), "{ty:?} codes32 k {k}");
                             let v = u[sub * 32 + k] as usize;
                             let want = if desc.lut {
                                 desc.values[v] as i32 + 128
