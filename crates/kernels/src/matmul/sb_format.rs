@@ -610,9 +610,10 @@ fn plane(bits: u32, shift: u32, codes: &[u8], stride: usize, out: &mut [u8]) {
     }
 }
 
-/// [`code`] of all 32 columns of row `r` of a packed 32-block at once: each 32-bit lane of
-/// a plane holds four codes of one row, read as one word (loading a model under
-/// `--numerics llama` decodes every weight this way).
+/// The codes of row `r` of a packed 32-block (its 32 columns), table applied for the
+/// lookup types (`value + 128`), so `w ∝ code - desc.offset`: each 32-bit lane of a plane
+/// holds four codes of one row, read as one word. The one reader of the packed codes
+/// outside the SIMD kernels (scalar references, row export, `--numerics llama`'s load).
 pub(crate) fn codes32(desc: &Desc, blk: &[u8], r: usize) -> [i32; 32] {
     let mut v = [0u32; 32];
     let mut read = |bits: u32, base: usize, shift: u32| {
@@ -639,26 +640,6 @@ pub(crate) fn codes32(desc: &Desc, blk: &[u8], r: usize) -> [i32; 32] {
             c as i32
         }
     })
-}
-
-/// Code of row `r`, column `k` (0..32) of a packed 32-block, table applied for IQ4
-/// (`kv + 128`), so `w ∝ code - desc.offset`.
-pub(crate) fn code(desc: &Desc, blk: &[u8], r: usize, k: usize) -> i32 {
-    let read = |bits: u32, base: usize| {
-        let per = 8 / bits as usize;
-        let (g, c) = (k / 4, k % 4);
-        let (i, t) = (g / per, g % per);
-        (blk[base + i * 64 + r * 4 + c] >> (t as u32 * bits)) & ((1u32 << bits) - 1) as u8
-    };
-    let mut v = read(desc.lo, 0);
-    if desc.hi > 0 {
-        v |= read(desc.hi, 64 * desc.lo as usize) << desc.lo;
-    }
-    if desc.lut {
-        desc.values[v as usize] as i32 + 128
-    } else {
-        v as i32
-    }
 }
 
 /// 64-byte aligned storage so no code load splits a cache line.
@@ -794,7 +775,8 @@ impl SbPacked {
                 let at = desc.field_off(0) + r * 2;
                 out.extend_from_slice(&sbb[at..at + 2]);
                 let blk = &sbb[desc.header_bytes()..];
-                out.extend((0..32).map(|k| (code(&desc, blk, r, k) - desc.offset) as i8 as u8));
+                let codes = codes32(&desc, blk, r);
+                out.extend(codes.map(|c| (c - desc.offset) as i8 as u8));
             }
         }
         out
@@ -815,8 +797,9 @@ impl SbPacked {
             for sub in 0..desc.subs() {
                 let sc = scales::<One>(self.ty, &h, sub);
                 let blk = &sbb[desc.header_bytes() + sub * desc.code_bytes()..];
-                for k in 0..32 {
-                    let q = (code(&desc, blk, r, k) - desc.offset) as f32;
+                let codes = codes32(&desc, blk, r);
+                for (k, c) in codes.into_iter().enumerate() {
+                    let q = (c - desc.offset) as f32;
                     let y = &mut out[s * desc.sb + sub * 32 + k];
                     *y = if desc.sub16 {
                         let hf = k / 16;
@@ -886,14 +869,13 @@ mod tests {
                         let cb = &sbb[desc.header_bytes() + sub * desc.code_bytes()..];
                         let all = codes32(&desc, cb, r);
                         for k in 0..32 {
-                            assert_eq!(all[k], code(&desc, cb, r, k), "{ty:?} codes32 k {k}");
                             let v = u[sub * 32 + k] as usize;
                             let want = if desc.lut {
                                 desc.values[v] as i32 + 128
                             } else {
                                 v as i32
                             };
-                            assert_eq!(code(&desc, cb, r, k), want, "{ty:?} row {rr} sb {s} k {k}");
+                            assert_eq!(all[k], want, "{ty:?} row {rr} sb {s} k {k}");
                         }
                     }
                 }

@@ -20,7 +20,7 @@
 //! so the only roundings are one product and one FMA per block. Every ISA performs the same
 //! f32 operations in the same order, so SIMD results equal the scalar reference bit for bit.
 
-use super::sb_format::{code, MinKind, SbPacked, SbType};
+use super::sb_format::{codes32, MinKind, SbPacked, SbType};
 use super::sb_lanes::{header, int_scales, scale_min, scales, One};
 use super::tile::{for_each_tile, Span, Tile};
 use crate::cpu::Isa;
@@ -115,10 +115,10 @@ unsafe fn tile_scalar(ty: SbType, t: &Tile, nr: usize) {
                         let b = s * subs + sub;
                         let jb = j * t.nb + b;
                         let x = std::slice::from_raw_parts(t.xq.add(j * cols + b * 32), 32);
+                        let u = codes32(&desc, blk, r);
                         for (hf, sc) in sc.iter().enumerate() {
-                            let dot: i32 = (16 * hf..16 * hf + 16)
-                                .map(|k| code(&desc, blk, r, k) * x[k] as i32)
-                                .sum();
+                            let dot: i32 =
+                                (16 * hf..16 * hf + 16).map(|k| u[k] * x[k] as i32).sum();
                             let off = if desc.offset != 0 {
                                 desc.offset * *t.xh.add(2 * jb + hf)
                             } else {
@@ -144,11 +144,9 @@ unsafe fn tile_scalar(ty: SbType, t: &Tile, nr: usize) {
                     let jb = j * t.nb + b;
                     let x = std::slice::from_raw_parts(t.xq.add(j * cols + b * 32), 32);
                     let dx = *t.xd.add(jb);
-                    let dot = |k0: usize| -> i32 {
-                        (k0..k0 + 16)
-                            .map(|k| code(&desc, blk, r, k) * x[k] as i32)
-                            .sum()
-                    };
+                    let u = codes32(&desc, blk, r);
+                    let dot =
+                        |k0: usize| -> i32 { (k0..k0 + 16).map(|k| u[k] * x[k] as i32).sum() };
                     if desc.sub16 {
                         let xh = [*t.xh.add(2 * jb), *t.xh.add(2 * jb + 1)];
                         let mut i = 0i32;
