@@ -24,6 +24,8 @@ fn main() {
             k_format: format,
             v_format: format,
             head_dim: hd,
+            k_row_bytes: rb,
+            v_row_bytes: rb,
             block_size: bs,
             block_rows: bs,
             head_row: 0,

@@ -187,6 +187,8 @@ impl Layer {
             k_format: KvFormat::Q4c,
             v_format: self.vf,
             head_dim: self.hd,
+            k_row_bytes: KvFormat::Q4c.row_bytes(self.hd),
+            v_row_bytes: self.vf.row_bytes(self.hd),
             block_size: G,
             block_rows: self.heads * G,
             head_row: head * G,

@@ -217,6 +217,12 @@ impl KvCache {
             k_format: self.formats.k,
             v_format: self.formats.v,
             head_dim: self.head_dim,
+            k_row_bytes: self.k_row_bytes,
+            v_row_bytes: if self.v_is_k {
+                self.k_row_bytes
+            } else {
+                self.v_row_bytes
+            },
             block_size: self.block_size,
             block_rows: self.block_rows(),
             head_row: head * self.block_size,

@@ -240,7 +240,7 @@ unsafe fn scores<R: Rows8, const G: usize>(
     s: *mut f32,
     stride: usize,
 ) {
-    let (hd, rb) = (kv.head_dim, kv.k_row_bytes());
+    let (hd, rb) = (kv.head_dim, kv.k_row_bytes);
     let base = kv.k.as_ptr();
     for (j, &i) in rows.iter().enumerate() {
         let row = base.add(i * rb);
@@ -275,7 +275,7 @@ unsafe fn values<R: Rows8, const G: usize>(
     lead: usize,
     out: *mut f32,
 ) {
-    let (hd, n_ctx, rb) = (kv.head_dim, rows.len(), kv.v_row_bytes());
+    let (hd, n_ctx, rb) = (kv.head_dim, rows.len(), kv.v_row_bytes);
     let base = kv.v.as_ptr();
     for c in 0..hd / LANES {
         let mut lanes = [[[_mm256_setzero_ps(); 2]; G]; LANES];

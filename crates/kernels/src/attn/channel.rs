@@ -178,10 +178,10 @@ trait Dot {
         let hd = kv.head_dim;
         let n_vis = n_ctx - first;
         out.fill(0.0);
-        let vrb = kv.v_row_bytes();
+        let vrb = kv.v_row_bytes;
         for j in 0..n_vis {
             let (block, row) = folio_core::kv::page(table, first + j, kv.block_size);
-            let off = kv.row_index(block, row) * vrb;
+            let off = kv.v_offset(block, row);
             load_row_scalar(kv.v_format, &kv.v[off..off + vrb], vrow);
             for g in 0..n_q {
                 let w = p[g * n_vis + j];
@@ -408,7 +408,7 @@ unsafe fn body<D: Dot>(
     let (hd, n_q, first) = (kv.head_dim, qs.n, qs.first);
     let n_vis = n_ctx - first;
     let head = kv.head_row / kv.block_size;
-    let krb = kv.k_row_bytes();
+    let krb = kv.k_row_bytes;
     scratch.resize(n_q * n_vis + n_q * hd + 3 * hd + G * hd, 0.0);
     let (scores, rest) = scratch.split_at_mut(n_q * n_vis);
     let (qf, rest) = rest.split_at_mut(n_q * hd);

@@ -84,7 +84,7 @@ pub fn attend(
         ..
     } = *qs;
     let (hd, bs) = (kv.head_dim, kv.block_size);
-    let (krb, vrb) = (kv.k_row_bytes(), kv.v_row_bytes());
+    let (krb, vrb) = (kv.k_row_bytes, kv.v_row_bytes);
     // llama.cpp's lanes, sets and softmax chunks follow the cache cell, i.e. the absolute
     // position: below, j counts from `base`, the visible range's start rounded down to a
     // whole set of lanes; the `lead` positions before `first` are masked (score −∞,

@@ -79,6 +79,11 @@ pub struct PagedKv<'a> {
     pub k_format: KvFormat,
     pub v_format: KvFormat,
     pub head_dim: usize,
+    /// Bytes of one K row, `k_format.row_bytes(head_dim)`, and of one V row: held here
+    /// because the kernels and [`PagedKv::check`] need them per block and per position,
+    /// and the format's answer takes a table lookup and a division (`attend` asserts them).
+    pub k_row_bytes: usize,
+    pub v_row_bytes: usize,
     /// Token slots per block.
     pub block_size: usize,
     /// Rows from one physical block to the next (every head's `block_size` rows).
@@ -90,18 +95,6 @@ pub struct PagedKv<'a> {
 }
 
 impl PagedKv<'_> {
-    /// Bytes of one K row.
-    #[inline]
-    pub fn k_row_bytes(&self) -> usize {
-        self.k_format.row_bytes(self.head_dim)
-    }
-
-    /// Bytes of one V row.
-    #[inline]
-    pub fn v_row_bytes(&self) -> usize {
-        self.v_format.row_bytes(self.head_dim)
-    }
-
     /// Row index of physical block `block`'s slot `slot` (this head), in K and V alike.
     #[inline]
     pub fn row_index(&self, block: usize, slot: usize) -> usize {
@@ -111,13 +104,13 @@ impl PagedKv<'_> {
     /// Byte offset of (block, slot)'s row in `k`.
     #[inline]
     pub fn k_offset(&self, block: usize, slot: usize) -> usize {
-        self.row_index(block, slot) * self.k_row_bytes()
+        self.row_index(block, slot) * self.k_row_bytes
     }
 
     /// Byte offset of (block, slot)'s row in `v`.
     #[inline]
     pub fn v_offset(&self, block: usize, slot: usize) -> usize {
-        self.row_index(block, slot) * self.v_row_bytes()
+        self.row_index(block, slot) * self.v_row_bytes
     }
 
     /// Checks that every row `attend` will touch (positions `first..n_ctx`) lies inside both
@@ -125,6 +118,16 @@ impl PagedKv<'_> {
     fn check(&self, table: &[u32], first: usize, n_ctx: usize) {
         let bs = self.block_size;
         assert!(bs > 0 && self.head_dim > 0, "attend: empty block or head");
+        assert!(
+            self.k_row_bytes == self.k_format.row_bytes(self.head_dim)
+                && self.v_row_bytes == self.v_format.row_bytes(self.head_dim),
+            "attend: row sizes {} / {} do not match {} / {} rows of {} values",
+            self.k_row_bytes,
+            self.v_row_bytes,
+            self.k_format.name(),
+            self.v_format.name(),
+            self.head_dim
+        );
         let n_blocks = n_ctx.div_ceil(bs);
         assert!(
             table.len() >= n_blocks,

@@ -270,7 +270,7 @@ unsafe fn scores_pass<R: Rows, const G: usize, const SINGLE: bool>(
     s: *mut f32,
     s_stride: usize,
 ) {
-    let (hd, rb, vrb) = (kv.head_dim, kv.k_row_bytes(), kv.v_row_bytes());
+    let (hd, rb, vrb) = (kv.head_dim, kv.k_row_bytes, kv.v_row_bytes);
     let nc = hd / 16;
     let vscale = _mm512_set1_ps(scale);
     // Per-row partial sums of 16 consecutive positions, reduced together.
@@ -621,10 +621,9 @@ pub(super) unsafe fn weigh_values(
     let hd = kv.head_dim;
     let mut offs = OFFSETS.with(|o| std::mem::take(&mut *o.borrow_mut()));
     offs.clear();
-    let vrb = kv.v_row_bytes();
     offs.extend((first..n_ctx).map(|j| {
         let (block, row) = folio_core::kv::page(table, j, kv.block_size);
-        kv.row_index(block, row) * vrb
+        kv.v_offset(block, row)
     }));
     let n = n_ctx - first;
     let (s, o) = (p.as_ptr(), out.as_mut_ptr());
@@ -687,11 +686,10 @@ unsafe fn run<RK: Rows, RV: Rows, const SINGLE: bool>(
     // closure (closures do not inherit target features).
     let mut offs = OFFSETS.with(|o| std::mem::take(&mut *o.borrow_mut()));
     offs.clear();
-    // (The row size read once: `v_offset` per position would ask the format each time.)
-    let (bs, vrb) = (kv.block_size, kv.v_row_bytes());
+    let bs = kv.block_size;
     let (mut blk, mut slot) = (0, 0);
     for _ in 0..n_ctx {
-        offs.push(kv.row_index(table[blk] as usize, slot) * vrb);
+        offs.push(kv.v_offset(table[blk] as usize, slot));
         slot += 1;
         if slot == bs {
             (blk, slot) = (blk + 1, 0);
