@@ -70,6 +70,36 @@ struct Shared {
 unsafe impl Sync for Shared {}
 unsafe impl Send for Shared {}
 
+/// Runs `f(first, chunk)` over `out` cut into runs of whole `unit`-element units (unit
+/// `first` is the chunk's first), one run per core on scoped threads, each at least
+/// `min_units` units (fewer units, or one core: all on the calling thread). For the
+/// one-off work of loading a model (repacking, decoding weights), which runs before any
+/// [`ThreadPool`] is configured and must not start one.
+pub fn split_over_cores<T: Send>(
+    out: &mut [T],
+    unit: usize,
+    min_units: usize,
+    f: impl Fn(usize, &mut [T]) + Sync,
+) {
+    assert!(
+        unit > 0 && out.len().is_multiple_of(unit),
+        "split_over_cores: {} elements are not whole units of {unit}",
+        out.len()
+    );
+    let units = out.len() / unit;
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let per = units.div_ceil(cores).max(min_units).max(1);
+    if units <= per {
+        return f(0, out);
+    }
+    std::thread::scope(|scope| {
+        for (i, chunk) in out.chunks_mut(per * unit).enumerate() {
+            let f = &f;
+            scope.spawn(move || f(i * per, chunk));
+        }
+    });
+}
+
 /// A fixed set of worker threads plus the calling thread, running `f(0..n_tasks)`.
 pub struct ThreadPool {
     shared: Arc<Shared>,

@@ -44,7 +44,7 @@
 
 use super::sb_format::{codes32, f16_bits, SbPacked, SbType, PANEL};
 use crate::cpu::Isa;
-use crate::pool::{SendPtr, ThreadPool};
+use crate::pool::{split_over_cores, SendPtr, ThreadPool};
 
 /// Values per superblock (ggml's `QK_K`).
 const QK: usize = 256;
@@ -138,9 +138,7 @@ impl KRows {
 
     /// Decodes the first `rows` rows of `p` (a type [`KRows::covers`]).
     pub fn build(p: &SbPacked, rows: usize) -> KRows {
-        let desc = p.ty.desc();
         let nsb = p.nb * 32 / QK;
-        let bytes = p.bytes();
         let zero = KBlock {
             q: [0; QK],
             s16: [0; 16],
@@ -149,82 +147,13 @@ impl KRows {
             dmin: 0.0,
         };
         let mut blocks = vec![zero; rows * nsb];
-        for r in 0..rows {
-            let (pan, pr) = (r / PANEL, r % PANEL);
-            for s in 0..nsb {
-                let sbb = &bytes[(pan * nsb + s) * desc.sb_bytes()..][..desc.sb_bytes()];
-                let field = |f: usize| {
-                    let w = desc.fields[f];
-                    let at = desc.field_off(f) + pr * w;
-                    let mut v = [0u8; 4];
-                    v[..w].copy_from_slice(&sbb[at..at + w]);
-                    u32::from_le_bytes(v)
-                };
-                let b = &mut blocks[r * nsb + s];
-                let iq1 = matches!(p.ty, SbType::IQ1_S | SbType::IQ1_M);
-                for sub in 0..8 {
-                    let blk = &sbb[desc.header_bytes() + sub * desc.code_bytes()..];
-                    for (k, c) in codes32(&desc, blk, pr).into_iter().enumerate() {
-                        b.q[sub * 32 + k] = match p.ty {
-                            _ if iq1 => iq1_code(c - 128),
-                            // The signed grid value (±8, ±25, ±43).
-                            SbType::IQ2_XXS => (c - 128) as i8 as u8,
-                            _ => c as u8,
-                        };
-                    }
-                }
-                b.d = f16_bits(field(0));
-                if matches!(p.ty, SbType::TQ1_0 | SbType::TQ2_0) {
-                    b.s16 = [1; 16];
-                } else if p.ty == SbType::Q2_K {
-                    b.dmin = f16_bits(field(1));
-                    for w in 0..4 {
-                        for (i, &sc) in field(2 + w).to_le_bytes().iter().enumerate() {
-                            b.s16[4 * w + i] = (sc & 15) as i16;
-                            b.mins[4 * w + i] = (sc >> 4) as i16;
-                        }
-                    }
-                } else if p.ty == SbType::IQ2_XXS {
-                    for ib in 0..8 {
-                        let ls = 2 * ((field(1) >> (4 * ib)) & 15) as i16 + 1;
-                        b.s16[2 * ib] = ls;
-                        b.s16[2 * ib + 1] = ls;
-                    }
-                } else if p.ty == SbType::IQ1_S {
-                    for ib in 0..8 {
-                        let ls = 2 * ((field(1) >> (3 * ib)) & 7) as i16 + 1;
-                        b.s16[2 * ib] = ls;
-                        b.s16[2 * ib + 1] = ls;
-                    }
-                } else if p.ty == SbType::IQ1_M {
-                    let sc = |w: usize| (field(1 + w / 2) >> (16 * (w % 2))) & 0xffff;
-                    for ib in 0..8 {
-                        for h in 0..2 {
-                            let s3 = (sc(ib / 2) >> (6 * (ib % 2) + 3 * h)) & 7;
-                            b.s16[2 * ib + h] = 2 * s3 as i16 + 1;
-                        }
-                    }
-                } else if p.ty == SbType::Q6_K {
-                    for w in 0..4 {
-                        for (i, &c) in field(1 + w).to_le_bytes().iter().enumerate() {
-                            b.s16[4 * w + i] = c as i8 as i16;
-                        }
-                    }
-                } else {
-                    b.dmin = f16_bits(field(1));
-                    let mut sc = [0u8; 12];
-                    for w in 0..3 {
-                        sc[4 * w..4 * w + 4].copy_from_slice(&field(2 + w).to_le_bytes());
-                    }
-                    for j in 0..8 {
-                        let (s, m) = scale_min_k4(j, &sc);
-                        b.s16[2 * j] = s as i16;
-                        b.s16[2 * j + 1] = s as i16;
-                        b.mins[j] = m as i16;
-                    }
-                }
+        // Every weight decoded once at load: split over the cores by rows (at least
+        // `PARALLEL_ROWS` a thread).
+        split_over_cores(&mut blocks, nsb, PARALLEL_ROWS, |r0, chunk| {
+            for (i, out) in chunk.chunks_exact_mut(nsb).enumerate() {
+                decode_row(p, r0 + i, out);
             }
-        }
+        });
         KRows {
             ty: p.ty,
             rows,
@@ -540,6 +469,91 @@ mod avx2 {
             hsum(acc) + 0.125 * acc1
         } else {
             hsum(acc) + 0.125 * hsum(acc2)
+        }
+    }
+}
+
+/// Rows each thread of [`KRows::build`] decodes at least: 8 panels' worth, where
+/// `SbPacked::build`'s measurement has a thread start pay for itself.
+const PARALLEL_ROWS: usize = 8 * PANEL;
+
+/// Decodes row `r` of `p` into `out` (its `nsb` superblocks).
+fn decode_row(p: &SbPacked, r: usize, out: &mut [KBlock]) {
+    let desc = p.ty.desc();
+    let nsb = out.len();
+    let bytes = p.bytes();
+    let (pan, pr) = (r / PANEL, r % PANEL);
+    for s in 0..nsb {
+        let sbb = &bytes[(pan * nsb + s) * desc.sb_bytes()..][..desc.sb_bytes()];
+        let field = |f: usize| {
+            let w = desc.fields[f];
+            let at = desc.field_off(f) + pr * w;
+            let mut v = [0u8; 4];
+            v[..w].copy_from_slice(&sbb[at..at + w]);
+            u32::from_le_bytes(v)
+        };
+        let b = &mut out[s];
+        let iq1 = matches!(p.ty, SbType::IQ1_S | SbType::IQ1_M);
+        for sub in 0..8 {
+            let blk = &sbb[desc.header_bytes() + sub * desc.code_bytes()..];
+            for (k, c) in codes32(&desc, blk, pr).into_iter().enumerate() {
+                b.q[sub * 32 + k] = match p.ty {
+                    _ if iq1 => iq1_code(c - 128),
+                    // The signed grid value (±8, ±25, ±43).
+                    SbType::IQ2_XXS => (c - 128) as i8 as u8,
+                    _ => c as u8,
+                };
+            }
+        }
+        b.d = f16_bits(field(0));
+        if matches!(p.ty, SbType::TQ1_0 | SbType::TQ2_0) {
+            b.s16 = [1; 16];
+        } else if p.ty == SbType::Q2_K {
+            b.dmin = f16_bits(field(1));
+            for w in 0..4 {
+                for (i, &sc) in field(2 + w).to_le_bytes().iter().enumerate() {
+                    b.s16[4 * w + i] = (sc & 15) as i16;
+                    b.mins[4 * w + i] = (sc >> 4) as i16;
+                }
+            }
+        } else if p.ty == SbType::IQ2_XXS {
+            for ib in 0..8 {
+                let ls = 2 * ((field(1) >> (4 * ib)) & 15) as i16 + 1;
+                b.s16[2 * ib] = ls;
+                b.s16[2 * ib + 1] = ls;
+            }
+        } else if p.ty == SbType::IQ1_S {
+            for ib in 0..8 {
+                let ls = 2 * ((field(1) >> (3 * ib)) & 7) as i16 + 1;
+                b.s16[2 * ib] = ls;
+                b.s16[2 * ib + 1] = ls;
+            }
+        } else if p.ty == SbType::IQ1_M {
+            let sc = |w: usize| (field(1 + w / 2) >> (16 * (w % 2))) & 0xffff;
+            for ib in 0..8 {
+                for h in 0..2 {
+                    let s3 = (sc(ib / 2) >> (6 * (ib % 2) + 3 * h)) & 7;
+                    b.s16[2 * ib + h] = 2 * s3 as i16 + 1;
+                }
+            }
+        } else if p.ty == SbType::Q6_K {
+            for w in 0..4 {
+                for (i, &c) in field(1 + w).to_le_bytes().iter().enumerate() {
+                    b.s16[4 * w + i] = c as i8 as i16;
+                }
+            }
+        } else {
+            b.dmin = f16_bits(field(1));
+            let mut sc = [0u8; 12];
+            for w in 0..3 {
+                sc[4 * w..4 * w + 4].copy_from_slice(&field(2 + w).to_le_bytes());
+            }
+            for j in 0..8 {
+                let (s, m) = scale_min_k4(j, &sc);
+                b.s16[2 * j] = s as i16;
+                b.s16[2 * j + 1] = s as i16;
+                b.mins[j] = m as i16;
+            }
         }
     }
 }

@@ -40,6 +40,7 @@
 //! are ggml's bit for bit); 102 / 106 bytes per 256 values instead of 50 / 56. Their
 //! header keeps `d` (IQ1_M's assembled from its nibbles) and the 3-bit scales.
 
+use crate::pool::split_over_cores;
 use folio_gguf::dequant::{iq1_m_d_bits, iq1_m_sub, iq1_s_sub, iq1s_grid_value, tq1_0_digits};
 use folio_gguf::{iquant, GgmlType};
 use half::f16;
@@ -730,19 +731,9 @@ impl SbPacked {
         let mut lines = vec![Line([0; 64]); total.div_ceil(64)];
         // SAFETY: Line is plain bytes; the slice covers exactly the allocation's prefix.
         let bytes = unsafe { std::slice::from_raw_parts_mut(lines.as_mut_ptr() as *mut u8, total) };
-        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-        // Small matrices (and single-core hosts) stay on this thread.
-        let per = panels.div_ceil(threads).max(PARALLEL_PANELS);
-        if panels <= per {
-            pack_panels(ty, rows, nsb, 0, bytes, &row);
-        } else {
-            std::thread::scope(|scope| {
-                for (i, chunk) in bytes.chunks_mut(per * panel_bytes).enumerate() {
-                    let row = &row;
-                    scope.spawn(move || pack_panels(ty, rows, nsb, i * per, chunk, row));
-                }
-            });
-        }
+        split_over_cores(bytes, panel_bytes, PARALLEL_PANELS, |p0, chunk| {
+            pack_panels(ty, rows, nsb, p0, chunk, &row)
+        });
         SbPacked {
             ty,
             nb: cols / 32,
