@@ -74,15 +74,19 @@ unsafe impl Send for Shared {}
 /// `first` is the chunk's first), one run per core on scoped threads, each at least
 /// `min_units` units (fewer units, or one core: all on the calling thread). For the
 /// one-off work of loading a model (repacking, decoding weights), which runs before any
-/// [`ThreadPool`] is configured and must not start one.
+/// [`ThreadPool`] is configured and must not start one. Empty units (a matrix of no
+/// columns) leave nothing to split: `f(0, out)` on the calling thread.
 pub fn split_over_cores<T: Send>(
     out: &mut [T],
     unit: usize,
     min_units: usize,
     f: impl Fn(usize, &mut [T]) + Sync,
 ) {
+    if unit == 0 {
+        return f(0, out);
+    }
     assert!(
-        unit > 0 && out.len().is_multiple_of(unit),
+        out.len().is_multiple_of(unit),
         "split_over_cores: {} elements are not whole units of {unit}",
         out.len()
     );
@@ -345,3 +349,36 @@ impl<T> SendPtr<T> {
 }
 unsafe impl<T> Send for SendPtr<T> {}
 unsafe impl<T> Sync for SendPtr<T> {}
+
+#[cfg(test)]
+mod tests {
+    use super::split_over_cores;
+
+    /// Every unit is handed out once, at its own index, whatever the split; a unit of no
+    /// elements runs once on the calling thread.
+    #[test]
+    fn split_over_cores_hands_out_every_unit_once_at_its_index() {
+        for (units, unit, min_units) in [(0, 3, 1), (1, 3, 1), (7, 3, 1), (100, 5, 8), (9, 2, 64)] {
+            let mut out = vec![usize::MAX; units * unit];
+            split_over_cores(&mut out, unit, min_units, |first, chunk| {
+                assert_eq!(chunk.len() % unit, 0);
+                for (i, v) in chunk.iter_mut().enumerate() {
+                    assert_eq!(*v, usize::MAX, "element written twice");
+                    *v = (first + i / unit) * unit + i % unit;
+                }
+            });
+            assert_eq!(
+                out,
+                (0..units * unit).collect::<Vec<_>>(),
+                "{units} x {unit}"
+            );
+        }
+        let calls = std::sync::atomic::AtomicUsize::new(0);
+        let mut empty: Vec<u8> = Vec::new();
+        split_over_cores(&mut empty, 0, 8, |first, chunk| {
+            assert_eq!((first, chunk.len()), (0, 0));
+            calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        });
+        assert_eq!(calls.into_inner(), 1);
+    }
+}
