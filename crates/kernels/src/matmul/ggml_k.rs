@@ -42,7 +42,7 @@
 //! bytes, ~7x an IQ1_S one's), kept only while the llama numerics are on: a parity mode,
 //! not a serving one.
 
-use super::sb_format::{codes32, f16_bits, SbPacked, SbType, PANEL};
+use super::sb_format::{codes32, f16_bits, SbPacked, SbType, PANEL, PARALLEL_PANELS};
 use crate::cpu::Isa;
 use crate::pool::{split_over_cores, SendPtr, ThreadPool};
 
@@ -473,9 +473,9 @@ mod avx2 {
     }
 }
 
-/// Rows each thread of [`KRows::build`] decodes at least: 8 panels' worth, where
+/// Rows each thread of [`KRows::build`] decodes at least: the panels' worth from which
 /// `SbPacked::build`'s measurement has a thread start pay for itself.
-const PARALLEL_ROWS: usize = 8 * PANEL;
+const PARALLEL_ROWS: usize = PARALLEL_PANELS * PANEL;
 
 /// Decodes row `r` of `p` into `out` (its `nsb` superblocks).
 fn decode_row(p: &SbPacked, r: usize, out: &mut [KBlock]) {
@@ -483,6 +483,7 @@ fn decode_row(p: &SbPacked, r: usize, out: &mut [KBlock]) {
     let nsb = out.len();
     let bytes = p.bytes();
     let (pan, pr) = (r / PANEL, r % PANEL);
+    let iq1 = matches!(p.ty, SbType::IQ1_S | SbType::IQ1_M);
     for s in 0..nsb {
         let sbb = &bytes[(pan * nsb + s) * desc.sb_bytes()..][..desc.sb_bytes()];
         let field = |f: usize| {
@@ -493,7 +494,6 @@ fn decode_row(p: &SbPacked, r: usize, out: &mut [KBlock]) {
             u32::from_le_bytes(v)
         };
         let b = &mut out[s];
-        let iq1 = matches!(p.ty, SbType::IQ1_S | SbType::IQ1_M);
         for sub in 0..8 {
             let blk = &sbb[desc.header_bytes() + sub * desc.code_bytes()..];
             for (k, c) in codes32(&desc, blk, pr).into_iter().enumerate() {

@@ -662,7 +662,7 @@ pub(crate) struct SbPacked {
 /// Measured on an Intel Xeon (CPUID family 6 model 207, 2 threads, Q4_K rows of 1,536,
 /// best of 50 builds, two runs): 2 panels 60 us on one thread vs 73-84 on two, 4 panels
 /// 85-105 vs 76-113, 8 panels 144-193 vs 116-151, 64 panels 1,197-1,241 vs 674-739.
-const PARALLEL_PANELS: usize = 8;
+pub(crate) const PARALLEL_PANELS: usize = 8;
 
 /// Packs the panels from `p0` on into `bytes` (whole panels, `nsb` superblocks each).
 fn pack_panels<'a>(
