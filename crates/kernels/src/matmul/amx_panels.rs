@@ -33,6 +33,13 @@
 //! stays at 16 rows. For Q4_K the vector epilogue's mins term costs 20-30% of the 512-row
 //! matmul (dropping it, a timing experiment only, ran 295-336 against 238-257 GMAC/s);
 //! loading the four block-sum pairs at once and spreading them by shuffles did not help.
+//! Retried on the same host model (2 threads, 8,960 × 1,536, 512 rows, interleaved in one
+//! process, GMAC/s): 32 rows over all eight tiles with the accumulators in memory, Q4_K
+//! 420 vs 425 and 435 vs 465, Q6_K 748 vs 824 and 640 vs 686; the next superblock's four
+//! tile steps spread between groups of 4 epilogue rows (so the tile unit never waits on
+//! the vector epilogue), one thread, 205-210 vs 225-233 in six pairs. Dropping the mins
+//! term (timing only) still moves Q4_K from 468-480 to 596-600, where Q6_K runs 574-595:
+//! the mins' 4 `vpdpwssd` (memory-broadcast operands) a row are the whole gap.
 
 #![cfg(target_arch = "x86_64")]
 
