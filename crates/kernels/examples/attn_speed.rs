@@ -1,7 +1,7 @@
 //! Single-thread speed of the attention kernel for one decode token (G query heads over one
 //! KV head), hot cache: `cargo run --release -p folio-kernels --example attn_speed [ctx] [g]`.
 
-use folio_kernels::attn::{self, KvFormat, PagedKv, Queries, SumOrder};
+use folio_kernels::attn::{self, KvFormat, PagedKv, Paging, Queries, SumOrder};
 use std::time::Instant;
 
 fn main() {
@@ -18,19 +18,12 @@ fn main() {
         let rb = format.row_bytes(hd);
         let blocks = ctx.div_ceil(bs);
         let bytes = vec![0x11u8; blocks * bs * rb];
-        let kv = PagedKv {
-            k: &bytes,
-            v: &bytes,
-            k_format: format,
-            v_format: format,
-            head_dim: hd,
-            k_row_bytes: rb,
-            v_row_bytes: rb,
+        let paging = Paging {
             block_size: bs,
             block_rows: bs,
             head_row: 0,
-            k_staged: Default::default(),
         };
+        let kv = PagedKv::new(&bytes, &bytes, (format, format), hd, paging);
         let table: Vec<u32> = (0..blocks as u32).rev().collect();
         let q: Vec<f32> = (0..g * hd).map(|i| (i % 7) as f32 * 0.01).collect();
         let mut scores = Vec::new();

@@ -7,7 +7,7 @@ mod common;
 
 use common::{outlier_row, rand_vec};
 use folio_kernels::attn::channel::{self, G, NONE};
-use folio_kernels::attn::{self, KvFormat, PagedKv, Queries, Staged, SumOrder};
+use folio_kernels::attn::{self, KvFormat, PagedKv, Paging, Queries, Staged, SumOrder};
 use folio_kernels::Isa;
 use half::f16;
 use rand::rngs::StdRng;
@@ -181,23 +181,18 @@ impl Layer {
     }
 
     fn view(&self, head: usize) -> PagedKv<'_> {
-        PagedKv {
-            k: &self.k,
-            v: &self.v,
-            k_format: KvFormat::Q4c,
-            v_format: self.vf,
-            head_dim: self.hd,
-            k_row_bytes: KvFormat::Q4c.row_bytes(self.hd),
-            v_row_bytes: self.vf.row_bytes(self.hd),
+        let paging = Paging {
             block_size: G,
             block_rows: self.heads * G,
             head_row: head * G,
-            k_staged: Staged {
+        };
+        PagedKv::new(&self.k, &self.v, (KvFormat::Q4c, self.vf), self.hd, paging).with_staged(
+            Staged {
                 slot_of: &self.slot_of,
                 rows: &self.rows,
                 heads: self.heads,
             },
-        }
+        )
     }
 
     /// f64 attention over the rows as attention should see them.

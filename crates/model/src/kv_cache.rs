@@ -25,7 +25,7 @@
 
 use crate::kv_layout::KvLayout;
 use crate::kv_stage::KeyStage;
-use folio_kernels::attn::{self, PagedKv};
+use folio_kernels::attn::{self, PagedKv, Paging};
 
 pub use folio_kernels::attn::{KvFormat, KvFormatRefused, KvFormats, KvRows};
 
@@ -211,23 +211,18 @@ impl KvCache {
     /// of the layer's group).
     pub fn head_view(&self, layer: usize, head: usize) -> PagedKv<'_> {
         let s = self.layout.slot(layer);
-        PagedKv {
-            k: &self.k[s],
-            v: if self.v_is_k { &self.k[s] } else { &self.v[s] },
-            k_format: self.formats.k,
-            v_format: self.formats.v,
-            head_dim: self.head_dim,
-            k_row_bytes: self.k_row_bytes,
-            v_row_bytes: if self.v_is_k {
-                self.k_row_bytes
-            } else {
-                self.v_row_bytes
+        PagedKv::new(
+            &self.k[s],
+            if self.v_is_k { &self.k[s] } else { &self.v[s] },
+            (self.formats.k, self.formats.v),
+            self.head_dim,
+            Paging {
+                block_size: self.block_size,
+                block_rows: self.block_rows(),
+                head_row: head * self.block_size,
             },
-            block_size: self.block_size,
-            block_rows: self.block_rows(),
-            head_row: head * self.block_size,
-            k_staged: self.k_stage.get(s).map(KeyStage::view).unwrap_or_default(),
-        }
+        )
+        .with_staged(self.k_stage.get(s).map(KeyStage::view).unwrap_or_default())
     }
 
     /// Staged pages of a per-channel K format in layer `layer`'s slot (0 otherwise).

@@ -79,11 +79,12 @@ pub struct PagedKv<'a> {
     pub k_format: KvFormat,
     pub v_format: KvFormat,
     pub head_dim: usize,
-    /// Bytes of one K row, `k_format.row_bytes(head_dim)`, and of one V row: held here
-    /// because the kernels and [`PagedKv::check`] need them per block and per position,
-    /// and the format's answer takes a table lookup and a division (`attend` asserts them).
-    pub k_row_bytes: usize,
-    pub v_row_bytes: usize,
+    /// Bytes of one K row, `k_format.row_bytes(head_dim)`, and of one V row: computed once
+    /// by [`PagedKv::new`] (the one place they are derived) because the kernels need them
+    /// per block and per position, and the format's answer takes a table lookup and a
+    /// division. Read them outside this crate with [`PagedKv::k_row_bytes`].
+    pub(crate) k_row_bytes: usize,
+    pub(crate) v_row_bytes: usize,
     /// Token slots per block.
     pub block_size: usize,
     /// Rows from one physical block to the next (every head's `block_size` rows).
@@ -94,7 +95,64 @@ pub struct PagedKv<'a> {
     pub k_staged: Staged<'a>,
 }
 
-impl PagedKv<'_> {
+/// Where one head's rows sit in a paged layer buffer (see [`PagedKv`]'s fields).
+#[derive(Clone, Copy, Debug)]
+pub struct Paging {
+    /// Token slots per block.
+    pub block_size: usize,
+    /// Rows from one physical block to the next (every head's `block_size` rows).
+    pub block_rows: usize,
+    /// Row index of this head's first row inside a block.
+    pub head_row: usize,
+}
+
+impl<'a> PagedKv<'a> {
+    /// The view of one head: `(k_format, v_format)` rows of `head_dim` values in `k` and
+    /// `v`, laid out as `paging` says; no staged pages (see [`PagedKv::with_staged`]).
+    pub fn new(
+        k: &'a [u8],
+        v: &'a [u8],
+        (k_format, v_format): (KvFormat, KvFormat),
+        head_dim: usize,
+        paging: Paging,
+    ) -> PagedKv<'a> {
+        let Paging {
+            block_size,
+            block_rows,
+            head_row,
+        } = paging;
+        PagedKv {
+            k,
+            v,
+            k_format,
+            v_format,
+            head_dim,
+            k_row_bytes: k_format.row_bytes(head_dim),
+            v_row_bytes: v_format.row_bytes(head_dim),
+            block_size,
+            block_rows,
+            head_row,
+            k_staged: Staged::default(),
+        }
+    }
+
+    /// This view with a per-channel key format's pages not encoded yet.
+    pub fn with_staged(self, k_staged: Staged<'a>) -> PagedKv<'a> {
+        PagedKv { k_staged, ..self }
+    }
+
+    /// Bytes of one K row.
+    #[inline]
+    pub fn k_row_bytes(&self) -> usize {
+        self.k_row_bytes
+    }
+
+    /// Bytes of one V row.
+    #[inline]
+    pub fn v_row_bytes(&self) -> usize {
+        self.v_row_bytes
+    }
+
     /// Row index of physical block `block`'s slot `slot` (this head), in K and V alike.
     #[inline]
     pub fn row_index(&self, block: usize, slot: usize) -> usize {
@@ -118,16 +176,6 @@ impl PagedKv<'_> {
     fn check(&self, table: &[u32], first: usize, n_ctx: usize) {
         let bs = self.block_size;
         assert!(bs > 0 && self.head_dim > 0, "attend: empty block or head");
-        assert!(
-            self.k_row_bytes == self.k_format.row_bytes(self.head_dim)
-                && self.v_row_bytes == self.v_format.row_bytes(self.head_dim),
-            "attend: row sizes {} / {} do not match {} / {} rows of {} values",
-            self.k_row_bytes,
-            self.v_row_bytes,
-            self.k_format.name(),
-            self.v_format.name(),
-            self.head_dim
-        );
         let n_blocks = n_ctx.div_ceil(bs);
         assert!(
             table.len() >= n_blocks,

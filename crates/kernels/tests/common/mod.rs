@@ -3,7 +3,7 @@
 //! plain f64 attention over its decoded rows.
 #![allow(dead_code)]
 
-use folio_kernels::attn::{self, KvFormat, PagedKv, SumOrder};
+use folio_kernels::attn::{self, KvFormat, PagedKv, Paging, SumOrder};
 use folio_kernels::Isa;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
@@ -89,19 +89,17 @@ impl Cache {
     }
 
     pub fn view(&self, head: usize) -> PagedKv<'_> {
-        PagedKv {
-            k: &self.k,
-            v: &self.v,
-            k_format: self.kf,
-            v_format: self.vf,
-            head_dim: self.hd,
-            k_row_bytes: self.kf.row_bytes(self.hd),
-            v_row_bytes: self.vf.row_bytes(self.hd),
-            block_size: self.bs,
-            block_rows: self.heads * self.bs,
-            head_row: head * self.bs,
-            k_staged: Default::default(),
-        }
+        PagedKv::new(
+            &self.k,
+            &self.v,
+            (self.kf, self.vf),
+            self.hd,
+            Paging {
+                block_size: self.bs,
+                block_rows: self.heads * self.bs,
+                head_row: head * self.bs,
+            },
+        )
     }
 
     /// (K, V) of position `j` as written, up to rounding (rotation undone).
@@ -110,8 +108,8 @@ impl Cache {
         let (b, s) = (self.table[j / self.bs] as usize, j % self.bs);
         let (ko, vo) = (kv.k_offset(b, s), kv.v_offset(b, s));
         let (mut k, mut v) = (vec![0.0; self.hd], vec![0.0; self.hd]);
-        attn::load_row_unrotated(self.kf, &self.k[ko..ko + kv.k_row_bytes], &mut k);
-        attn::load_row_unrotated(self.vf, &self.v[vo..vo + kv.v_row_bytes], &mut v);
+        attn::load_row_unrotated(self.kf, &self.k[ko..ko + kv.k_row_bytes()], &mut k);
+        attn::load_row_unrotated(self.vf, &self.v[vo..vo + kv.v_row_bytes()], &mut v);
         (k, v)
     }
 
