@@ -69,16 +69,18 @@ pub const KV_PAD: usize = 256;
 
 /// One KV head's rows in a paged layer buffer. K and V share the row geometry (row `i` of
 /// K and of V belong to the same token and head) but each has its own format, so their
-/// byte offsets are the row index times each side's row size.
+/// byte offsets are the row index times each side's row size. Built by [`PagedKv::new`]
+/// only (the fields are the crate's): the row sizes the SIMD kernels read through unchecked
+/// pointers are derived there from the formats and cannot fall out of step with them.
 #[derive(Clone, Copy, Debug)]
 pub struct PagedKv<'a> {
     /// The whole layer's keys.
-    pub k: &'a [u8],
+    pub(crate) k: &'a [u8],
     /// The whole layer's values.
-    pub v: &'a [u8],
-    pub k_format: KvFormat,
-    pub v_format: KvFormat,
-    pub head_dim: usize,
+    pub(crate) v: &'a [u8],
+    pub(crate) k_format: KvFormat,
+    pub(crate) v_format: KvFormat,
+    pub(crate) head_dim: usize,
     /// Bytes of one K row, `k_format.row_bytes(head_dim)`, and of one V row: computed once
     /// by [`PagedKv::new`] (the one place they are derived) because the kernels need them
     /// per block and per position, and the format's answer takes a table lookup and a
@@ -86,13 +88,13 @@ pub struct PagedKv<'a> {
     pub(crate) k_row_bytes: usize,
     pub(crate) v_row_bytes: usize,
     /// Token slots per block.
-    pub block_size: usize,
+    pub(crate) block_size: usize,
     /// Rows from one physical block to the next (every head's `block_size` rows).
-    pub block_rows: usize,
+    pub(crate) block_rows: usize,
     /// Row index of this head's first row inside a block.
-    pub head_row: usize,
+    pub(crate) head_row: usize,
     /// A per-channel key format's pages not encoded yet (empty for every other format).
-    pub k_staged: Staged<'a>,
+    pub(crate) k_staged: Staged<'a>,
 }
 
 /// Where one head's rows sit in a paged layer buffer (see [`PagedKv`]'s fields).
