@@ -461,6 +461,17 @@ fn amx_tiles_equal_the_scalar_reference() {
             check(&c.m, n, ty.name());
         }
     }
+    // Five superblocks: the integer-superblock kernels' epilogue runs a superblock behind
+    // the stores, and the last one after the loop.
+    for (i, ty) in [WeightType::Q4_K, WeightType::Q5_K, WeightType::Q6_K]
+        .into_iter()
+        .enumerate()
+    {
+        let c = case(ty, 24, 5 * 256, 400 + i as u64);
+        for n in [16, 35] {
+            check(&c.m, n, ty.name());
+        }
+    }
     let parts = [
         (WeightType::Q4_K, 24),
         (WeightType::Q6_K, 8),

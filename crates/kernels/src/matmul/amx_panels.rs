@@ -40,6 +40,18 @@
 //! the vector epilogue), one thread, 205-210 vs 225-233 in six pairs. Dropping the mins
 //! term (timing only) still moves Q4_K from 468-480 to 596-600, where Q6_K runs 574-595:
 //! the mins' 4 `vpdpwssd` (memory-broadcast operands) a row are the whole gap.
+//!
+//! Where the time goes (same host, one thread, Q4_K 8,960 × 1,536, 512 rows; timing
+//! experiments only): all of it 27.4 ms, without the tile instructions 12.8, without the
+//! epilogue 22.2, without both 8.0 (unpacking, quantizing, the output stores): the tile
+//! part (~14), the epilogue (~5) and the rest (~8) add up rather than overlap. A bare loop
+//! of the tile steps runs 11 ns a step from L1 but 28-53 ns with the activations and
+//! weights where the kernel has them (L2, or L3 for 8,960 columns of activations, which
+//! the host reads at 28 B/ns); blocking the rows so the activations stay in L2, and
+//! walking superblock-major over 8 row groups so each superblock's weight tiles stay in
+//! L1, measured no faster in the kernel (219 vs 229 and 206 GMAC/s). What did help: the
+//! output lines claimed a row group ahead ([`claim_rows`]) and the epilogue a superblock
+//! behind the stores ([`rows_int`]).
 
 #![cfg(target_arch = "x86_64")]
 
@@ -131,7 +143,8 @@ struct Scratch {
     tf: Vec<f32>,
     th: Vec<i32>,
     tp: Vec<i32>,
-    /// Tile products: [`amx::SLOTS`] blocks (or a block's two halves) of 16 × 16 int32.
+    /// Tile products: [`amx::SLOTS`] blocks (or a block's two halves, or a superblock's two
+    /// sums) of 16 × 16 int32.
     c: [[__m512i; ROWS]; amx::SLOTS],
 }
 
@@ -270,6 +283,8 @@ unsafe fn panels<const T: u8>(w: Weights, span: &Span, s: &mut Scratch) {
     });
     let (p0, p1) = span.panels;
     for panel in p0..p1 {
+        let out0 = span.out.add(panel * PANEL);
+        claim_rows(out0, span.ostride, n.min(ROWS));
         let wp = w0.add(panel * panel_bytes);
         if int_sb {
             unpack_int::<T>(wp, nb, s);
@@ -281,6 +296,10 @@ unsafe fn panels<const T: u8>(w: Weights, span: &Span, s: &mut Scratch) {
         let valid = PANEL.min(span.rows - panel * PANEL);
         let mask = mask16(valid);
         for j0 in (0..n).step_by(ROWS) {
+            if j0 + ROWS < n {
+                let next = out0.add((j0 + ROWS) * span.ostride);
+                claim_rows(next, span.ostride, ROWS.min(n - j0 - ROWS));
+            }
             let a = if j0 < full {
                 Acts {
                     xq: acts.codes().as_ptr().add(j0 * cols),
@@ -311,13 +330,28 @@ unsafe fn panels<const T: u8>(w: Weights, span: &Span, s: &mut Scratch) {
             } else {
                 rows32::<T>(s, a, nb, cols)
             };
-            let out = span.out.add(j0 * span.ostride + panel * PANEL);
+            let out = out0.add(j0 * span.ostride);
             for (j, v) in acc.iter().enumerate().take(n - j0) {
                 _mm512_mask_storeu_ps(out.add(j * span.ostride), mask, *v);
             }
         }
     }
     amx::release();
+}
+
+/// Asks for write ownership of the 64-byte output line of each of `rows` rows from `out`
+/// (rows `ostride` floats apart), one row group ahead of its stores.
+///
+/// A panel writes one line per activation row, rows a whole output row apart (35 KB for
+/// 8,960 outputs): no hardware prefetcher follows that, so without this every store's
+/// read-for-ownership missed to L3 or DRAM while the tile unit waited. Measured on an
+/// Intel Xeon (CPUID family 6 model 207), one thread, Q4_K 8,960 × 1,536, 512 rows,
+/// interleaved in one process: 23.4-23.8 ms against 25.0-26.8 ms without.
+#[inline(always)]
+unsafe fn claim_rows(out: *mut f32, ostride: usize, rows: usize) {
+    for j in 0..rows {
+        _mm_prefetch::<_MM_HINT_ET0>(out.add(j * ostride) as *const i8);
+    }
 }
 
 /// A superblock panel's codes and scales (per 32-block) and headers (per superblock) into
@@ -555,6 +589,13 @@ unsafe fn rows16<const T: u8>(s: &mut Scratch, a: Acts, nb: usize, cols: usize) 
 /// tiles sum the scaled codes' low and high bytes over its 256 values (4 steps of 64),
 /// then `A = lo + 256 hi` and (Q4_K, Q5_K) the mins' term (`vpdpwssd` of the mins with the
 /// block-sum pairs) take the FMAs of `SbType::int_superblock`.
+///
+/// The epilogue runs one superblock behind the stores (the sums of superblock sb go to
+/// memory set sb % 2 while the epilogue reads those of sb - 1), so its vector loads never
+/// wait on the tile store just issued: measured on an Intel Xeon (CPUID family 6 model
+/// 207), one thread, Q4_K 8,960 × 1,536, 512 rows, interleaved in one process, 3-4%
+/// faster in three pairs (25.2-26.6 ms against 26.1-27.6; a third memory set measured
+/// the same as two).
 #[inline(always)]
 unsafe fn rows_int<const T: u8>(
     s: &mut Scratch,
@@ -562,13 +603,12 @@ unsafe fn rows_int<const T: u8>(
     nb: usize,
     cols: usize,
 ) -> [__m512; ROWS] {
-    let (_, min, _) = const { form(T) };
     let mut acc = [_mm512_setzero_ps(); ROWS];
     let (lo, hi) = (s.codes.as_ptr() as *const u8, s.hi.as_ptr() as *const u8);
     let c = s.c.as_mut_ptr() as *mut i32;
     let nsb = nb / 8;
-    // Superblock sb's sums land in set sb % 2; the next superblock's products are issued
-    // before sb's are stored (`amx`).
+    // Superblock sb's sums land in tile set sb % 2; the next superblock's products are
+    // issued before sb's are stored (`amx`).
     let issue = |sb: usize| {
         for q in 0..4 {
             let at = (sb * 8 + 2 * q) * 512;
@@ -576,35 +616,53 @@ unsafe fn rows_int<const T: u8>(
             amx::issue_super(xq, cols, lo.add(at), hi.add(at), sb % 2, q == 0);
         }
     };
+    let set = |sb: usize| c.add((sb % 2) * 2 * ROWS * ROWS);
     issue(0);
     for sb in 0..nsb {
         if sb + 1 < nsb {
             issue(sb + 1);
         }
-        let c = c.add((sb % 2) * 512);
-        amx::store_super(c, sb % 2);
-        let h = &s.heads[sb];
-        let nd = Z::fneg(h.f1);
-        let (c0, c1) = (c as *const __m512i, (c as *const __m512i).add(ROWS));
-        rows!(j => {
-            let accj = &mut acc[j];
-            let jb = j * nb + sb * 8;
-            let dx = _mm512_set1_ps(*a.xd.add(jb));
-            let ai = _mm512_add_epi32(
-                _mm512_load_si512(c0.add(j) as *const _),
-                _mm512_slli_epi32::<8>(_mm512_load_si512(c1.add(j) as *const _)),
-            );
-            *accj = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ai), _mm512_mul_ps(h.d, dx), *accj);
-            if min == Min::Sb {
-                let mut m = _mm512_setzero_si512();
-                for (p, mp) in s.mins[sb].iter().enumerate() {
-                    m = _mm512_dpwssd_epi32(m, *mp, _mm512_set1_epi32(*a.xp.add(jb / 2 + p)));
-                }
-                *accj = _mm512_fmadd_ps(_mm512_cvtepi32_ps(m), _mm512_mul_ps(nd, dx), *accj);
-            }
-        });
+        amx::store_super(set(sb), sb % 2);
+        if sb > 0 {
+            superblock_epilogue::<T>(s, a, nb, sb - 1, set(sb - 1), &mut acc);
+        }
     }
+    superblock_epilogue::<T>(s, a, nb, nsb - 1, set(nsb - 1), &mut acc);
     acc
+}
+
+/// [`rows_int`]'s epilogue of superblock `sb` from its sums at `c` (low bytes' 16 × 16
+/// int32, then the high bytes').
+#[inline(always)]
+unsafe fn superblock_epilogue<const T: u8>(
+    s: &Scratch,
+    a: Acts,
+    nb: usize,
+    sb: usize,
+    c: *const i32,
+    acc: &mut [__m512; ROWS],
+) {
+    let (_, min, _) = const { form(T) };
+    let h = &s.heads[sb];
+    let nd = Z::fneg(h.f1);
+    let (c0, c1) = (c as *const __m512i, (c as *const __m512i).add(ROWS));
+    rows!(j => {
+        let accj = &mut acc[j];
+        let jb = j * nb + sb * 8;
+        let dx = _mm512_set1_ps(*a.xd.add(jb));
+        let ai = _mm512_add_epi32(
+            _mm512_load_si512(c0.add(j) as *const _),
+            _mm512_slli_epi32::<8>(_mm512_load_si512(c1.add(j) as *const _)),
+        );
+        *accj = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ai), _mm512_mul_ps(h.d, dx), *accj);
+        if min == Min::Sb {
+            let mut m = _mm512_setzero_si512();
+            for (p, mp) in s.mins[sb].iter().enumerate() {
+                m = _mm512_dpwssd_epi32(m, *mp, _mm512_set1_epi32(*a.xp.add(jb / 2 + p)));
+            }
+            *accj = _mm512_fmadd_ps(_mm512_cvtepi32_ps(m), _mm512_mul_ps(nd, dx), *accj);
+        }
+    });
 }
 
 /// Copies activation rows `full..n` into the zero-padded tile (zero rows: zero products,
