@@ -23,10 +23,12 @@
 //! tile load never reads past the activations); their outputs are not stored.
 //!
 //! What bounds these kernels (measured on an Intel Xeon, CPUID family 6 model 207, one
-//! thread, loops of the bare instructions): a `tileloadd` costs about 1.1 ns per tile row
-//! (16 × 64 bytes 17-18 ns, 8 rows 10 ns, 4 rows 4 ns, from L1 or L2 alike), a
-//! `tilestored` of 16 rows 22 ns, a `tdpbssd` about 5 ns: the tile loads, not the
-//! products, set the pace. Sharing each weight tile between two activation tiles (2 × 2
+//! thread, loops of the bare instructions): from L1 a 16 × 64-byte `tileloadd` costs
+//! 3-3.6 ns, a `tilestored` 5.7 ns, a `tdpbssd` 5.6 ns, so a step of the integer-superblock
+//! form (3 loads, 2 products) takes 11 ns; where the kernel's operands live (L2, L3) the
+//! same step takes 28-53 ns: the tile loads' memory level, not the products, sets the
+//! pace. (An earlier loop of dependent loads read 17-18 ns a load and 22 ns a store; the
+//! figures above are independent ones.) Sharing each weight tile between two activation tiles (2 × 2
 //! blocking: 4 loads per 4 products, where the integer-superblock form does 3 per 2) ran
 //! 5-18% faster as a bare loop but no faster in the kernel (the 32 rows' accumulators
 //! spill, and each superblock drains the tiles before its sums are stored), so the kernel
