@@ -272,16 +272,8 @@ pub(super) mod avx512 {
                     let xp = t.xq.add(j * cols + b * 32) as *const i32;
                     let jb = j * t.nb + b;
                     let dx = _mm512_set1_ps(*t.xd.add(jb));
-                    let x = |k: usize| _mm512_set1_epi32(xp.add(k).read_unaligned());
-                    // 16-value scales. The chains start at `-offset X` (no subtraction
-                    // after them).
                     let (x0, x1) = (*t.xh.add(2 * jb), *t.xh.add(2 * jb + 1));
-                    let mut d0 = _mm512_set1_epi32(-desc.offset * x0);
-                    let mut d1 = _mm512_set1_epi32(-desc.offset * x1);
-                    for k in 0..4 {
-                        d0 = _mm512_dpbusd_epi32(d0, u[k], x(k));
-                        d1 = _mm512_dpbusd_epi32(d1, u[k + 4], x(k + 4));
-                    }
+                    let (d0, d1) = half_chains(&u, xp, desc.offset, x0, x1);
                     // f32(sc0 d0 + sc1 d1), exactly (`sub16_products_exact_in_f32`).
                     let i = _mm512_fmadd_ps(
                         _mm512_cvtepi32_ps(d0),
@@ -336,6 +328,32 @@ pub(super) mod avx512 {
         }
     }
 
+    /// One activation row's integer sums over the two 16-value halves of a 32-block, for
+    /// the types with 16-value scales: `(D0 - offset X0, D1 - offset X1)`, each chain
+    /// starting at `-offset X` (no subtraction after it). One row's two chains of 4 at a
+    /// time: all 16 rows' 32 chains at once would not fit the registers beside the 8 code
+    /// vectors ([`block_dots`] interleaves rows for the one-chain types).
+    ///
+    /// # Safety
+    /// AVX-512 VNNI; `xp` must hold the row's 32 activation codes.
+    #[inline(always)]
+    unsafe fn half_chains(
+        u: &[__m512i; 8],
+        xp: *const i32,
+        offset: i32,
+        x0: i32,
+        x1: i32,
+    ) -> (__m512i, __m512i) {
+        let x = |k: usize| _mm512_set1_epi32(xp.add(k).read_unaligned());
+        let mut d0 = _mm512_set1_epi32(-offset * x0);
+        let mut d1 = _mm512_set1_epi32(-offset * x1);
+        for k in 0..4 {
+            d0 = _mm512_dpbusd_epi32(d0, u[k], x(k));
+            d1 = _mm512_dpbusd_epi32(d1, u[k + 4], x(k + 4));
+        }
+        (d0, d1)
+    }
+
     /// Superblock `s` of an `SbType::int_superblock` type into `acc` (the formula there):
     /// per 32-block the rows' integer sums times the sub-scales (`vpmulld`: Q4_K / Q5_K one
     /// per 32-block sum, Q6_K one per 16-value chain started at `-offset X`), the mins'
@@ -363,14 +381,8 @@ pub(super) mod avx512 {
                 for (j, a) in ai.iter_mut().enumerate() {
                     let xp = t.xq.add(j * cols + b * 32) as *const i32;
                     let jb = j * t.nb + b;
-                    let mut d0 = _mm512_set1_epi32(-desc.offset * *t.xh.add(2 * jb));
-                    let mut d1 = _mm512_set1_epi32(-desc.offset * *t.xh.add(2 * jb + 1));
-                    for k in 0..4 {
-                        let x0 = _mm512_set1_epi32(xp.add(k).read_unaligned());
-                        let x1 = _mm512_set1_epi32(xp.add(k + 4).read_unaligned());
-                        d0 = _mm512_dpbusd_epi32(d0, u[k], x0);
-                        d1 = _mm512_dpbusd_epi32(d1, u[k + 4], x1);
-                    }
+                    let (x0, x1) = (*t.xh.add(2 * jb), *t.xh.add(2 * jb + 1));
+                    let (d0, d1) = half_chains(&u, xp, desc.offset, x0, x1);
                     let p = _mm512_add_epi32(
                         _mm512_mullo_epi32(d0, sc[0]),
                         _mm512_mullo_epi32(d1, sc[1]),
