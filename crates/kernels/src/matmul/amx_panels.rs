@@ -51,7 +51,11 @@
 //! weights where the kernel has them (L2, or L3 for 8,960 columns of activations, which
 //! the host reads at 28 B/ns); blocking the rows so the activations stay in L2, and
 //! walking superblock-major over 8 row groups so each superblock's weight tiles stay in
-//! L1, measured no faster in the kernel (219 vs 229 and 206 GMAC/s). What did help: the
+//! L1, measured no faster in the kernel (219 vs 229 and 206 GMAC/s); nor did blocks of 2,
+//! 4 or 8 panels unpacked together and walked superblock-major or row-group-major (each
+//! activation tile then serves the block's panels from L1, each weight tile the row
+//! groups): Q4_K 329-344 against 332 GMAC/s, Q6_K 284-314 against 339 (one thread, 512
+//! rows, interleaved in one process). What did help: the
 //! output lines claimed a row group ahead ([`claim_rows`]) and the epilogue a superblock
 //! behind the stores ([`rows_int`]).
 
