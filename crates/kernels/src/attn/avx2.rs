@@ -354,7 +354,7 @@ unsafe fn weigh_values_in<RV: Rows8>(
     let (mut offs, sc) = SCRATCH.with(|s| std::mem::take(&mut *s.borrow_mut()));
     offs.clear();
     offs.extend((first..n_ctx).map(|j| {
-        let (block, row) = folio_core::kv::page(table, j, kv.block_size);
+        let (block, row) = folio_core::kv::page(table, j, kv.paging.block_size);
         kv.row_index(block, row)
     }));
     let n = n_ctx - first;
@@ -386,7 +386,7 @@ unsafe fn run<RK: Rows8, RV: Rows8>(
     let (mut offs, mut sc) = SCRATCH.with(|s| std::mem::take(&mut *s.borrow_mut()));
     offs.clear();
     offs.extend((qs.first..n_ctx).map(|j| {
-        let (block, row) = folio_core::kv::page(table, j, kv.block_size);
+        let (block, row) = folio_core::kv::page(table, j, kv.paging.block_size);
         kv.row_index(block, row)
     }));
     // The window's positions index the rows 0..n. A score row holds `lead` masked slots

@@ -180,7 +180,7 @@ trait Dot {
         out.fill(0.0);
         let vrb = kv.v_row_bytes;
         for j in 0..n_vis {
-            let (block, row) = folio_core::kv::page(table, first + j, kv.block_size);
+            let (block, row) = folio_core::kv::page(table, first + j, kv.paging.block_size);
             let off = kv.v_offset(block, row);
             load_row_scalar(kv.v_format, &kv.v[off..off + vrb], vrow);
             for g in 0..n_q {
@@ -347,9 +347,9 @@ pub(super) fn attend(
     out: &mut [f32],
 ) {
     assert!(
-        kv.block_size == G && kv.head_dim.is_multiple_of(32),
+        kv.paging.block_size == G && kv.head_dim.is_multiple_of(32),
         "q4c attention: pages of {G} tokens and a head_dim multiple of 32 (got {} and {})",
-        kv.block_size,
+        kv.paging.block_size,
         kv.head_dim
     );
     #[cfg(target_arch = "x86_64")]
@@ -407,7 +407,7 @@ unsafe fn body<D: Dot>(
 ) {
     let (hd, n_q, first) = (kv.head_dim, qs.n, qs.first);
     let n_vis = n_ctx - first;
-    let head = kv.head_row / kv.block_size;
+    let head = kv.paging.head_row / kv.paging.block_size;
     let krb = kv.k_row_bytes;
     scratch.resize(n_q * n_vis + n_q * hd + 3 * hd + G * hd, 0.0);
     let (scores, rest) = scratch.split_at_mut(n_q * n_vis);

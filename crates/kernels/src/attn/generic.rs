@@ -83,7 +83,7 @@ pub fn attend(
         softcap,
         ..
     } = *qs;
-    let (hd, bs) = (kv.head_dim, kv.block_size);
+    let (hd, bs) = (kv.head_dim, kv.paging.block_size);
     let (krb, vrb) = (kv.k_row_bytes, kv.v_row_bytes);
     // llama.cpp's lanes, sets and softmax chunks follow the cache cell, i.e. the absolute
     // position: below, j counts from `base`, the visible range's start rounded down to a

@@ -87,17 +87,13 @@ pub struct PagedKv<'a> {
     /// division. Read them outside this crate with [`PagedKv::k_row_bytes`].
     pub(crate) k_row_bytes: usize,
     pub(crate) v_row_bytes: usize,
-    /// Token slots per block.
-    pub(crate) block_size: usize,
-    /// Rows from one physical block to the next (every head's `block_size` rows).
-    pub(crate) block_rows: usize,
-    /// Row index of this head's first row inside a block.
-    pub(crate) head_row: usize,
+    /// Where this head's rows sit.
+    pub(crate) paging: Paging,
     /// A per-channel key format's pages not encoded yet (empty for every other format).
     pub(crate) k_staged: Staged<'a>,
 }
 
-/// Where one head's rows sit in a paged layer buffer (see [`PagedKv`]'s fields).
+/// Where one head's rows sit in a paged layer buffer (see [`PagedKv`]).
 #[derive(Clone, Copy, Debug)]
 pub struct Paging {
     /// Token slots per block.
@@ -118,11 +114,6 @@ impl<'a> PagedKv<'a> {
         head_dim: usize,
         paging: Paging,
     ) -> PagedKv<'a> {
-        let Paging {
-            block_size,
-            block_rows,
-            head_row,
-        } = paging;
         PagedKv {
             k,
             v,
@@ -131,9 +122,7 @@ impl<'a> PagedKv<'a> {
             head_dim,
             k_row_bytes: k_format.row_bytes(head_dim),
             v_row_bytes: v_format.row_bytes(head_dim),
-            block_size,
-            block_rows,
-            head_row,
+            paging,
             k_staged: Staged::default(),
         }
     }
@@ -158,7 +147,7 @@ impl<'a> PagedKv<'a> {
     /// Row index of physical block `block`'s slot `slot` (this head), in K and V alike.
     #[inline]
     pub fn row_index(&self, block: usize, slot: usize) -> usize {
-        block * self.block_rows + self.head_row + slot
+        block * self.paging.block_rows + self.paging.head_row + slot
     }
 
     /// Byte offset of (block, slot)'s row in `k`.
@@ -176,7 +165,7 @@ impl<'a> PagedKv<'a> {
     /// Checks that every row `attend` will touch (positions `first..n_ctx`) lies inside both
     /// buffers, so the SIMD kernel may use unchecked pointer reads.
     fn check(&self, table: &[u32], first: usize, n_ctx: usize) {
-        let bs = self.block_size;
+        let bs = self.paging.block_size;
         assert!(bs > 0 && self.head_dim > 0, "attend: empty block or head");
         let n_blocks = n_ctx.div_ceil(bs);
         assert!(
@@ -184,7 +173,7 @@ impl<'a> PagedKv<'a> {
             "attend: block table has {} blocks, {n_ctx} positions need {n_blocks}",
             table.len()
         );
-        let heads = self.block_rows / bs;
+        let heads = self.paging.block_rows / bs;
         for &b in &table[first / bs..n_blocks] {
             if let Some(&s) = self.k_staged.slot_of.get(b as usize) {
                 let end = (s as usize + 1) * self.k_staged.heads * bs * self.head_dim;

@@ -168,7 +168,7 @@ fn blocks<'a>(
     table: &'a [u32],
     n_ctx: usize,
 ) -> impl Iterator<Item = (usize, usize, usize, usize, usize)> + 'a {
-    let bs = kv.block_size;
+    let bs = kv.paging.block_size;
     let n_blocks = n_ctx.div_ceil(bs);
     let at = move |i: usize| kv.row_index(table[i] as usize, 0);
     (0..n_blocks).map(move |i| {
@@ -622,7 +622,7 @@ pub(super) unsafe fn weigh_values(
     let mut offs = OFFSETS.with(|o| std::mem::take(&mut *o.borrow_mut()));
     offs.clear();
     offs.extend((first..n_ctx).map(|j| {
-        let (block, row) = folio_core::kv::page(table, j, kv.block_size);
+        let (block, row) = folio_core::kv::page(table, j, kv.paging.block_size);
         kv.v_offset(block, row)
     }));
     let n = n_ctx - first;
@@ -686,7 +686,7 @@ unsafe fn run<RK: Rows, RV: Rows, const SINGLE: bool>(
     // closure (closures do not inherit target features).
     let mut offs = OFFSETS.with(|o| std::mem::take(&mut *o.borrow_mut()));
     offs.clear();
-    let bs = kv.block_size;
+    let bs = kv.paging.block_size;
     let (mut blk, mut slot) = (0, 0);
     for _ in 0..n_ctx {
         offs.push(kv.v_offset(table[blk] as usize, slot));
