@@ -221,7 +221,7 @@ pub(super) mod avx512 {
             let base = t.w.add(blk * bb);
             if ahead > 0 {
                 for line in (0..bb).step_by(64) {
-                    _mm_prefetch::<_MM_HINT_T0>(base.wrapping_add(ahead + line) as *const i8);
+                    crate::cpu::prefetch_weights::<NB>(base.wrapping_add(ahead + line));
                 }
             }
             let u = unpack::<C4>(base);

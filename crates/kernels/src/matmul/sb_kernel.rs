@@ -323,7 +323,7 @@ pub(super) mod avx512 {
             let lines = sbb.div_ceil(64);
             for line in sub * lines / share..(sub + 1) * lines / share {
                 let a = sbp.wrapping_add(ahead + 64 * line);
-                _mm_prefetch::<_MM_HINT_T0>(a as *const i8);
+                crate::cpu::prefetch_weights::<NR>(a);
             }
         }
     }
