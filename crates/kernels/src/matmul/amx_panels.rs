@@ -293,11 +293,11 @@ unsafe fn panels<const T: u8>(w: Weights, span: &Span, s: &mut Scratch) {
         claim_rows(out0, span.ostride, n.min(ROWS));
         let wp = w0.add(panel * panel_bytes);
         if int_sb {
-            unpack_int::<T>(wp, nb, s);
+            unpack_int::<T>(wp, nb, s, panel_bytes);
         } else if T < PACKED {
-            unpack_sb::<T>(wp, nb, s);
+            unpack_sb::<T>(wp, nb, s, panel_bytes);
         } else {
-            unpack_packed::<T>(wp, nb, s);
+            unpack_packed::<T>(wp, nb, s, panel_bytes);
         }
         let valid = PANEL.min(span.rows - panel * PANEL);
         let mask = mask16(valid);
@@ -360,10 +360,24 @@ unsafe fn claim_rows(out: *mut f32, ostride: usize, rows: usize) {
     }
 }
 
+/// Prefetches into L2 the `bytes` at `p + ahead`: the next panel's part that the unpacking
+/// at `p` reads now, so the panel after this one is read from L2 while the memory would
+/// otherwise idle through this panel's tile products (a prefetch past the matrix's end is
+/// harmless). With few activation rows a panel's products pass quickly and the unpacking
+/// waited on DRAM: measured on an Intel Xeon (CPUID family 6 model 207, 2 threads, 16 rows,
+/// Q6_K 151,936 × 4,096, 510 MB, interleaved in one process), 38.6-43.7 ms a call against
+/// 44.2-45.8 without; at 512 rows (Q4_K 8,960 × 1,536) 10.2-10.6 ms against 10.4-10.8.
+#[inline(always)]
+unsafe fn next_panel(p: *const u8, bytes: usize, ahead: usize) {
+    for line in (0..bytes).step_by(64) {
+        _mm_prefetch::<_MM_HINT_T2>(p.wrapping_add(ahead + line) as *const i8);
+    }
+}
+
 /// A superblock panel's codes and scales (per 32-block) and headers (per superblock) into
 /// the scratch.
 #[inline(always)]
-unsafe fn unpack_sb<const T: u8>(w: *const u8, nb: usize, s: &mut Scratch) {
+unsafe fn unpack_sb<const T: u8>(w: *const u8, nb: usize, s: &mut Scratch, ahead: usize) {
     let ty = const { SbType::from_id(T) };
     let desc = const { SbType::from_id(T).desc() };
     let (subs, sbb, hb, cb) = desc.strides();
@@ -374,6 +388,7 @@ unsafe fn unpack_sb<const T: u8>(w: *const u8, nb: usize, s: &mut Scratch) {
     };
     for sb in 0..nb / subs {
         let sbp = w.add(sb * sbb);
+        next_panel(sbp, sbb, ahead);
         let h = header::<Z>(ty, sbp, 0);
         s.heads[sb] = h;
         for sub in 0..subs {
@@ -391,7 +406,7 @@ unsafe fn unpack_sb<const T: u8>(w: *const u8, nb: usize, s: &mut Scratch) {
 /// `sc · (u - offset)` split into unsigned low and signed high bytes, per superblock the
 /// header and (Q4_K, Q5_K) the mins as i16 pairs.
 #[inline(always)]
-unsafe fn unpack_int<const T: u8>(w: *const u8, nb: usize, s: &mut Scratch) {
+unsafe fn unpack_int<const T: u8>(w: *const u8, nb: usize, s: &mut Scratch, ahead: usize) {
     let ty = const { SbType::from_id(T) };
     let desc = const { SbType::from_id(T).desc() };
     let (subs, sbb, hb, cb) = desc.strides();
@@ -399,6 +414,7 @@ unsafe fn unpack_int<const T: u8>(w: *const u8, nb: usize, s: &mut Scratch) {
     let odd = _mm512_set1_epi16(0xff00u16 as i16);
     for sb in 0..nb / subs {
         let sbp = w.add(sb * sbb);
+        next_panel(sbp, sbb, ahead);
         let h = header::<Z>(ty, sbp, 0);
         if desc.min == MinKind::Float {
             s.mins[sb] = min_pairs::<Z>(&h).map(|v| v.0);
@@ -435,7 +451,7 @@ unsafe fn unpack_int<const T: u8>(w: *const u8, nb: usize, s: &mut Scratch) {
 
 /// A panel-layout panel's codes and scales (`d` as `da`, the stored min as `m`).
 #[inline(always)]
-unsafe fn unpack_packed<const T: u8>(w: *const u8, nb: usize, s: &mut Scratch) {
+unsafe fn unpack_packed<const T: u8>(w: *const u8, nb: usize, s: &mut Scratch, ahead: usize) {
     let l = const { layout(T) };
     let Geometry {
         code_bytes,
@@ -444,6 +460,7 @@ unsafe fn unpack_packed<const T: u8>(w: *const u8, nb: usize, s: &mut Scratch) {
     } = const { Geometry::of(layout(T).code4(), layout(T).stored_min()) };
     for b in 0..nb {
         let base = w.add(b * block_bytes);
+        next_panel(base, block_bytes, ahead);
         let u = if l.code4() {
             packed_unpack::<true>(base)
         } else {
