@@ -169,8 +169,9 @@ pub fn weight_prefetch_for(rows: usize) -> usize {
 /// matrix does not fit the 300 MiB L3, interleaved), Q4_K 10.3-12.4 ms against 12.7-15.1,
 /// Q6_K 18.4-18.9 against 19.8-22.5, Q4_0 10.3-10.5 against 11.2-11.4, Q8_0 the same
 /// (18.9-19.2 against 19.0-19.6: 35 GB/s, the bus's pace), and the 1.5B Q4_K_M's decode
-/// 27.4-28.7 tok/s against 24.6-26.2. From [`BATCHED_ROWS`] on, `prefetcht0` as measured on Zen 5 (on the Xeon the
-/// two hints ran the same at 16 rows: the loop is compute-bound there).
+/// 27.4-28.7 tok/s against 24.6-26.2. From [`BATCHED_ROWS`] on, `prefetcht0` as measured
+/// on Zen 5 (on the Xeon the two hints ran the same at 16 rows: the loop is compute-bound
+/// there).
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 pub(crate) fn prefetch_weights<const NR: usize>(a: *const u8) {

@@ -9,8 +9,8 @@
 //! product gives the exact int32 sums of 16 rows × 16 weight rows, and the AVX-512 epilogue
 //! applies the block's offset, scales and mins with the very f32 operations, in the very
 //! order, of the layout's vector kernel (`sb_kernel`, `kernel`: module docs there), so the
-//! output equals the scalar reference's bits. Only the integer products move to the tile unit: 8,192 multiply-adds an
-//! instruction instead of 64.
+//! output equals the scalar reference's bits. Only the integer products move to the tile
+//! unit: 8,192 multiply-adds an instruction instead of 64.
 //!
 //! Q4_K, Q5_K and Q6_K (`SbType::int_superblock`) fold their integer sub-scales into the
 //! weight tiles instead: the scaled codes `sc · (u - offset)` (Q4_K / Q5_K: 0 ≤ · < 2^11,
@@ -28,9 +28,9 @@
 //! form (3 loads, 2 products) takes 11 ns; where the kernel's operands live (L2, L3) the
 //! same step takes 28-53 ns: the tile loads' memory level, not the products, sets the
 //! pace. (An earlier loop of dependent loads read 17-18 ns a load and 22 ns a store; the
-//! figures above are independent ones.) Sharing each weight tile between two activation tiles (2 × 2
-//! blocking: 4 loads per 4 products, where the integer-superblock form does 3 per 2) ran
-//! 5-18% faster as a bare loop but no faster in the kernel (the 32 rows' accumulators
+//! figures above are independent ones.) Sharing each weight tile between two activation
+//! tiles (2 × 2 blocking: 4 loads per 4 products, where the integer-superblock form does 3
+//! per 2) ran 5-18% faster as a bare loop but no faster in the kernel (the 32 rows' accumulators
 //! spill, and each superblock drains the tiles before its sums are stored), so the kernel
 //! stays at 16 rows. For Q4_K the vector epilogue's mins term costs 20-30% of the 512-row
 //! matmul (dropping it, a timing experiment only, ran 295-336 against 238-257 GMAC/s);
@@ -55,9 +55,8 @@
 //! 4 or 8 panels unpacked together and walked superblock-major or row-group-major (each
 //! activation tile then serves the block's panels from L1, each weight tile the row
 //! groups): Q4_K 329-344 against 332 GMAC/s, Q6_K 284-314 against 339 (one thread, 512
-//! rows, interleaved in one process). What did help: the
-//! output lines claimed a row group ahead ([`claim_rows`]) and the epilogue a superblock
-//! behind the stores ([`rows_int`]).
+//! rows, interleaved in one process). What did help: the output lines claimed a row group
+//! ahead ([`claim_rows`]) and the epilogue a superblock behind the stores ([`rows_int`]).
 
 #![cfg(target_arch = "x86_64")]
 
