@@ -6,15 +6,18 @@ mod common;
 
 use common::{collect, engine, greedy, prompts, Outcome};
 use folio_engine::{EngineConfig, EngineHandle, GenerateRequest};
+use folio_testkit::temp::TempDir;
 use std::path::PathBuf;
 
 /// Writes `n` random rank-8 adapters for the engine's model (fixed seeds).
-fn adapter_files(h: &EngineHandle, n: usize, tag: &str) -> Vec<PathBuf> {
+/// The files go with the returned guard.
+fn adapter_files(h: &EngineHandle, n: usize, tag: &str) -> (TempDir, Vec<PathBuf>) {
     let f = folio_gguf::GgufFile::open(&folio_fetch::test_model().unwrap()).unwrap();
     let cfg = folio_model::ModelConfig::from_gguf(&f).unwrap();
     assert_eq!(cfg.vocab_size, h.info.vocab_size);
-    let dir = std::env::temp_dir().join(format!("folio-lora-{tag}-{}", std::process::id()));
-    folio_model::lora::write_random_adapters(&cfg, &dir, n, 0.3, 1000).unwrap()
+    let dir = TempDir::new("folio-lora", tag).unwrap();
+    let files = folio_model::lora::write_random_adapters(&cfg, dir.path(), n, 0.3, 1000).unwrap();
+    (dir, files)
 }
 
 fn with_lora(h: &EngineHandle, prompt: &[u32], names: &[(&str, f32)], n: usize) -> GenerateRequest {
@@ -29,7 +32,8 @@ fn with_lora(h: &EngineHandle, prompt: &[u32], names: &[(&str, f32)], n: usize) 
 #[test]
 fn mixed_adapter_batch_equals_each_alone() {
     let h = engine(EngineConfig::default());
-    for (i, p) in adapter_files(&h, 4, "mix").iter().enumerate() {
+    let (_dir, files) = adapter_files(&h, 4, "mix");
+    for (i, p) in files.iter().enumerate() {
         h.lora.lock().unwrap().load(&format!("a{i}"), p).unwrap();
     }
     // Short prompts: a long repetitive one puts a small model in copy mode, where no
@@ -84,7 +88,8 @@ fn mixed_adapter_batch_equals_each_alone() {
         spec_tokens: Some(2),
         ..EngineConfig::default()
     });
-    for (i, p) in adapter_files(&small, 4, "mix-small").iter().enumerate() {
+    let (_dir, files) = adapter_files(&small, 4, "mix-small");
+    for (i, p) in files.iter().enumerate() {
         small
             .lora
             .lock()
@@ -127,7 +132,7 @@ fn mixed_adapter_batch_equals_each_alone() {
 #[test]
 fn prefix_cache_never_crosses_adapters() {
     let h = engine(EngineConfig::default());
-    let files = adapter_files(&h, 2, "prefix");
+    let (_dir, files) = adapter_files(&h, 2, "prefix");
     h.lora.lock().unwrap().load("a", &files[0]).unwrap();
     h.lora.lock().unwrap().load("b", &files[1]).unwrap();
     let p = &prompts(&h, 8)[3]; // the longest: many full blocks
@@ -176,7 +181,7 @@ fn registry_slots_evict_idle_and_unload_waits_for_users() {
         max_loras: 2,
         ..EngineConfig::default()
     });
-    let files = adapter_files(&h, 3, "slots");
+    let (_dir, files) = adapter_files(&h, 3, "slots");
     let p = prompts(&h, 1).remove(0);
     {
         let mut reg = h.lora.lock().unwrap();

@@ -3,18 +3,20 @@
 //! streams at once finish cleanly and leave the KV and adapter slots idle.
 
 use folio_testkit::http as common;
+use folio_testkit::temp::TempDir;
 
 use common::{get, metric, post, request_with, wait_idle, Server};
 use serde_json::{json, Value};
 use std::path::PathBuf;
 
 /// `tag` keeps each test's files apart: tests run in parallel threads of one process, and
-/// rewriting a file another test has mapped would fault it.
-fn adapters(n: usize, tag: &str) -> Vec<PathBuf> {
+/// rewriting a file another test has mapped would fault it. The files go with the guard.
+fn adapters(n: usize, tag: &str) -> (TempDir, Vec<PathBuf>) {
     let f = folio_gguf::GgufFile::open(&folio_fetch::test_model().unwrap()).unwrap();
     let cfg = folio_model::ModelConfig::from_gguf(&f).unwrap();
-    let dir = std::env::temp_dir().join(format!("folio-lora-http-{tag}-{}", std::process::id()));
-    folio_model::lora::write_random_adapters(&cfg, &dir, n, 0.3, 2000).unwrap()
+    let dir = TempDir::new("folio-lora-http", tag).unwrap();
+    let files = folio_model::lora::write_random_adapters(&cfg, dir.path(), n, 0.3, 2000).unwrap();
+    (dir, files)
 }
 
 fn serve() -> Option<Server> {
@@ -64,7 +66,7 @@ fn content(r: &common::Resp) -> String {
 #[test]
 fn load_use_unload_reload_over_http() {
     let Some(s) = serve() else { return };
-    let files = adapters(2, "reload");
+    let (_dir, files) = adapters(2, "reload");
     let base_name = s.engine.info.model_name.clone();
     let base = content(&chat(&s, &base_name, json!({})));
 
@@ -154,7 +156,7 @@ fn load_use_unload_reload_over_http() {
 #[test]
 fn fifty_mixed_adapter_streams_finish_and_leave_slots_idle() {
     let Some(s) = serve() else { return };
-    let files = adapters(3, "fifty");
+    let (_dir, files) = adapters(3, "fifty");
     for (i, f) in files.iter().enumerate() {
         assert_eq!(load(&s, &format!("a{i}"), f).status, 200);
     }
@@ -239,7 +241,7 @@ fn runtime_loading_is_off_by_default_naming_the_flag() {
         return;
     };
     let s = common::start(e, folio_server::ServerOptions::default());
-    let files = adapters(1, "off");
+    let (_dir, files) = adapters(1, "off");
     for r in [
         load(&s, "a", &files[0]),
         post(
@@ -273,7 +275,7 @@ fn runtime_loading_is_confined_to_the_lora_dir_and_reveals_nothing() {
     let Some(e) = common::engine_with(Default::default(), None) else {
         return;
     };
-    let files = adapters(1, "confined");
+    let (_dir, files) = adapters(1, "confined");
     let dir = files[0].parent().unwrap().to_path_buf();
     let opts = folio_server::ServerOptions {
         allow_runtime_lora: true,

@@ -24,7 +24,7 @@ fn interleaved_requests_get_each_models_own_text() {
     let Some((smol, gemma)) = cached() else {
         return;
     };
-    let tiny = tiny_file("interleaved");
+    let (_dir, tiny) = tiny_file("interleaved");
     let models = [("smol", &smol), ("gemma", &gemma), ("tiny", &tiny)];
     // What each model says alone, on a single-model server.
     let mut want = Vec::new();
@@ -102,7 +102,7 @@ fn models_max_unloads_the_lru_idle_model_never_a_busy_one() {
     let Some((smol, gemma)) = cached() else {
         return;
     };
-    let tiny = tiny_file("max");
+    let (_dir, tiny) = tiny_file("max");
     let loads = Arc::new(AtomicUsize::new(0));
     let reg = folio_server::models::Registry::new(
         sources(&[("smol", &smol), ("gemma", &gemma), ("tiny", &tiny)]),
@@ -151,7 +151,7 @@ fn models_max_unloads_the_lru_idle_model_never_a_busy_one() {
 #[test]
 fn a_request_for_a_loading_model_waits_for_the_one_load() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let tiny = tiny_file("loading");
+    let (_dir, tiny) = tiny_file("loading");
     let loads = Arc::new(AtomicUsize::new(0));
     let reg = folio_server::models::Registry::new(
         sources(&[("tiny", &tiny)]),
@@ -172,8 +172,8 @@ fn a_request_for_a_loading_model_waits_for_the_one_load() {
 #[test]
 fn keep_alive_zero_unloads_and_the_models_metrics_go() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let tiny = tiny_file("keepalive");
-    let other = tiny_file("keepalive-b");
+    let (_dir, tiny) = tiny_file("keepalive");
+    let (_dir_b, other) = tiny_file("keepalive-b");
     let reg = folio_server::models::Registry::new(
         sources(&[("tiny", &tiny), ("other", &other)]),
         None,

@@ -6,7 +6,9 @@
 //! - [`child`]: `folio serve` as a child process (its RSS, its flags), killed on drop.
 //! - [`http`]: folio's server on the real test model on an ephemeral port, and a tiny
 //!   blocking HTTP/1.1 client.
+//! - [`temp`]: scratch directories removed when the test drops them.
 
 pub mod child;
 pub mod http;
+pub mod temp;
 pub mod tiny;

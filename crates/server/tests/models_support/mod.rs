@@ -6,6 +6,7 @@
 
 use folio_gguf::GgmlType;
 use folio_server::models::{Loader, ModelSource, Policy, Registry};
+use folio_testkit::temp::TempDir;
 use folio_testkit::tiny::{build, Shape};
 use folio_tokenizer::{token_type, Tokenizer, TokenizerSpec};
 use std::net::SocketAddr;
@@ -31,8 +32,9 @@ pub fn cached() -> Option<(PathBuf, PathBuf)> {
     Some((smol, gemma))
 }
 
-/// A tiny random llama GGUF in a temp file (its tokenizer is [`tiny_tokenizer`]).
-pub fn tiny_file(tag: &str) -> PathBuf {
+/// A tiny random llama GGUF in a temp file (its tokenizer is [`tiny_tokenizer`]), removed
+/// with the returned guard.
+pub fn tiny_file(tag: &str) -> (TempDir, PathBuf) {
     let sh = Shape {
         d: 128,
         heads: 4,
@@ -43,11 +45,10 @@ pub fn tiny_file(tag: &str) -> PathBuf {
         layers: 2,
         ctx: 512,
     };
-    let dir = std::env::temp_dir().join(format!("folio-models-{}-{tag}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let p = dir.join("tiny.gguf");
+    let dir = TempDir::new("folio-models", tag).unwrap();
+    let p = dir.path().join("tiny.gguf");
     std::fs::write(&p, build(&sh, "llama", GgmlType::Q8_0, 11)).unwrap();
-    p
+    (dir, p)
 }
 
 fn byte_char(b: u8) -> char {
