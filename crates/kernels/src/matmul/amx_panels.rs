@@ -41,7 +41,13 @@
 //! tile steps spread between groups of 4 epilogue rows (so the tile unit never waits on
 //! the vector epilogue), one thread, 205-210 vs 225-233 in six pairs. Dropping the mins
 //! term (timing only) still moves Q4_K from 468-480 to 596-600, where Q6_K runs 574-595:
-//! the mins' 4 `vpdpwssd` (memory-broadcast operands) a row are the whole gap.
+//! the mins' 4 `vpdpwssd` (memory-broadcast operands) a row are the whole gap. Moving that
+//! term to the tiles (one `tdpbf16ps` a superblock: the block sums split `l + 64 h` against
+//! the pairs `(m, 64 m)`, every product and sum an integer below 2^24, so exact and
+//! bit-identical) ran slower (2 threads, 512 rows, interleaved, GMAC/s): Q4_K 8,960 ×
+//! 1,536 691-723 against 800-811, 1,536 × 8,960 357-367 against 523-553: the extra tile
+//! load, product and store a superblock cost more than the vector units saved, so the tile
+//! unit, not the epilogue, binds.
 //!
 //! Where the time goes (same host, one thread, Q4_K 8,960 × 1,536, 512 rows; timing
 //! experiments only): all of it 27.4 ms, without the tile instructions 12.8, without the
