@@ -162,6 +162,16 @@ pub fn weight_prefetch_for(rows: usize) -> usize {
     }
 }
 
+/// The 64-byte lines that start inside `[start, start + bytes)`: the first one's address
+/// and how many. A walk over consecutive ranges (a panel's blocks or superblocks, whatever
+/// their size) that prefetches these touches every line once; stepping 64 bytes from each
+/// range's own start prefetched a line twice wherever a range did not begin on a line.
+#[inline(always)]
+pub(crate) fn lines_in(start: usize, bytes: usize) -> (usize, usize) {
+    let first = start.next_multiple_of(64);
+    (first, (start + bytes).saturating_sub(first).div_ceil(64))
+}
+
 /// Prefetches the weight line at `a` for a matmul over `NR` activation rows, into the
 /// cache level that measured fastest. Batch-1 decode streams the weights from DRAM faster
 /// with `prefetcht2` (a line to the outer caches, not L1) than with `prefetcht0`: measured

@@ -127,7 +127,7 @@ const fn form(id: u8) -> (i32, Min, bool) {
 // Every superblock type's codes less its offset fit a signed byte (see `signed`).
 const _: () = {
     let mut id = 0;
-    while id <= 18 {
+    while id < SbType::COUNT as u8 {
         let d = SbType::from_id(id).desc();
         let max = if d.lut { 255 } else { (1 << (d.lo + d.hi)) - 1 };
         assert!(max - d.offset <= 127 && d.offset <= 128);
@@ -374,13 +374,12 @@ unsafe fn claim_rows(out: *mut f32, ostride: usize, rows: usize) {
 /// waited on DRAM: measured on an Intel Xeon (CPUID family 6 model 207, 2 threads, 16 rows,
 /// Q6_K 151,936 × 4,096, 510 MB, interleaved in one process), 38.6-43.7 ms a call against
 /// 44.2-45.8 without; at 512 rows (Q4_K 8,960 × 1,536) 10.2-10.6 ms against 10.4-10.8.
-/// Each call prefetches the lines that start inside its range, so consecutive ranges (a
-/// panel's blocks, whatever their size) prefetch every line once.
+/// Each call prefetches the lines that start inside its range ([`crate::cpu::lines_in`]).
 #[inline(always)]
 unsafe fn next_panel(p: *const u8, bytes: usize, ahead: usize) {
-    let start = p.wrapping_add(ahead) as usize;
-    for line in (start.next_multiple_of(64)..start + bytes).step_by(64) {
-        _mm_prefetch::<_MM_HINT_T2>(line as *const i8);
+    let (first, n) = crate::cpu::lines_in(p.wrapping_add(ahead) as usize, bytes);
+    for i in 0..n {
+        _mm_prefetch::<_MM_HINT_T2>((first + 64 * i) as *const i8);
     }
 }
 

@@ -220,8 +220,9 @@ pub(super) mod avx512 {
         for blk in 0..t.nb {
             let base = t.w.add(blk * bb);
             if ahead > 0 {
-                for line in (0..bb).step_by(64) {
-                    crate::cpu::prefetch_weights::<NB>(base.wrapping_add(ahead + line));
+                let (first, lines) = crate::cpu::lines_in(base as usize + ahead, bb);
+                for line in 0..lines {
+                    crate::cpu::prefetch_weights::<NB>((first + 64 * line) as *const u8);
                 }
             }
             let u = unpack::<C4>(base);

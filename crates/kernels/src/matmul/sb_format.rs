@@ -192,20 +192,22 @@ impl Desc {
 // `SbType::sub16_products_exact_in_f32`), so the vector kernels may combine them in f32.
 const _: () = {
     let mut id = 0;
-    while id <= 18 {
+    while id < SbType::COUNT as u8 {
         let t = SbType::from_id(id);
         assert!(!t.desc().sub16 || (t.max_sub_scale() > 0 && t.sub16_products_exact_in_f32()));
         id += 1;
     }
 };
 
-// Ids are the discriminants, 0 .. COUNT (the descriptor table is indexed by them).
+// Ids are the discriminants, 0 .. COUNT, the last type's the largest (the descriptor table
+// is indexed by them).
 const _: () = {
     let mut id = 0;
     while id < SbType::COUNT {
         assert!(SbType::from_id(id as u8) as usize == id);
         id += 1;
     }
+    assert!(SbType::IQ3_S as usize == SbType::COUNT - 1);
 };
 
 impl SbType {
@@ -860,7 +862,7 @@ mod tests {
         // Past PARALLEL_PANELS, with a partial last panel.
         let rows = 71 * PANEL + 5;
         let cols = 256;
-        for id in 0..=18 {
+        for id in 0..SbType::COUNT as u8 {
             let ty = SbType::from_id(id);
             let desc = ty.desc();
             let nsb = cols / desc.sb;

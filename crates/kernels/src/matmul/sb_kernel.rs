@@ -320,10 +320,9 @@ pub(super) mod avx512 {
             1
         };
         if ahead > 0 && sub < share {
-            let lines = sbb.div_ceil(64);
+            let (first, lines) = crate::cpu::lines_in(sbp.wrapping_add(ahead) as usize, sbb);
             for line in sub * lines / share..(sub + 1) * lines / share {
-                let a = sbp.wrapping_add(ahead + 64 * line);
-                crate::cpu::prefetch_weights::<NR>(a);
+                crate::cpu::prefetch_weights::<NR>((first + 64 * line) as *const u8);
             }
         }
     }
