@@ -206,7 +206,8 @@ pub(super) mod avx512 {
         u
     }
 
-    /// The type's value table (IQ4's levels, MXFP4's, IQ1's, an i-quant's signed magnitudes) as `v + 128`
+    /// The type's value table (IQ4's levels, MXFP4's, IQ1's, an i-quant's signed
+    /// magnitudes) as `v + 128`
     /// (unsigned), in every 128-bit lane.
     #[inline(always)]
     pub(in crate::matmul) unsafe fn lut(desc: &Desc) -> __m512i {
@@ -241,7 +242,10 @@ pub(super) mod avx512 {
                 prefetch::<NR>(sbp, sbb, t.ahead, sub, subs);
                 let u = unpack(&desc, sbp.add(hb + sub * cb), lut);
                 let sc = scales::<Z>(ty, &h, sub);
-                let scf = sc.sc.map(|v| _mm512_cvtepi32_ps(v.0));
+                let scf = [
+                    _mm512_cvtepi32_ps(sc.sc[0].0),
+                    _mm512_cvtepi32_ps(sc.sc[1].0),
+                ];
                 let b = s * subs + sub;
                 if !desc.sub16 {
                     // Every row's chain (`block_dots`), each starting at `-offset X` (no
@@ -488,7 +492,10 @@ mod avx2 {
                         }
                     }
                     let sc = scales::<Y>(ty, &h, sub);
-                    let scf = sc.sc.map(|v| _mm256_cvtepi32_ps(v.0));
+                    let scf = [
+                        _mm256_cvtepi32_ps(sc.sc[0].0),
+                        _mm256_cvtepi32_ps(sc.sc[1].0),
+                    ];
                     let isc = if ty.int_superblock() {
                         int_scales::<Y>(ty, &h, sub)
                     } else {
