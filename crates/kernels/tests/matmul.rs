@@ -462,14 +462,18 @@ fn amx_tiles_equal_the_scalar_reference() {
         }
     }
     // Five superblocks: the integer-superblock kernels' epilogue runs a superblock behind
-    // the stores, and the last one after the loop.
+    // the stores, and the last one after the loop; one row group (1, 16 rows) unpacks them
+    // into a ring of four as the products go, so the fifth reuses the first's slot. One
+    // superblock: the pipeline's first product is its last.
     for (i, ty) in [WeightType::Q4_K, WeightType::Q5_K, WeightType::Q6_K]
         .into_iter()
         .enumerate()
     {
-        let c = case(ty, 24, 5 * 256, 400 + i as u64);
-        for n in [16, 35] {
-            check(&c.m, n, ty.name());
+        for sbs in [1, 5] {
+            let c = case(ty, 24, sbs * 256, 400 + i as u64);
+            for n in [1, 16, 35] {
+                check(&c.m, n, ty.name());
+            }
         }
     }
     let parts = [
