@@ -79,10 +79,10 @@ impl Geometry {
     }
 }
 
-/// 64-byte aligned storage so no code load splits a cache line.
+/// 64-byte aligned storage so no code load splits a cache line (both weight layouts).
 #[derive(Clone, Copy)]
 #[repr(C, align(64))]
-struct Line([u8; 64]);
+pub(crate) struct Line(pub [u8; 64]);
 
 /// A whole matrix in panel layout.
 pub(crate) struct Packed {

@@ -40,6 +40,7 @@
 //! are ggml's bit for bit); 102 / 106 bytes per 256 values instead of 50 / 56. Their
 //! header keeps `d` (IQ1_M's assembled from its nibbles) and the 3-bit scales.
 
+use super::packed::Line;
 use crate::pool::split_over_cores;
 use folio_gguf::dequant::{iq1_m_d_bits, iq1_m_sub, iq1_s_sub, iq1s_grid_value, tq1_0_digits};
 use folio_gguf::{iquant, GgmlType};
@@ -674,11 +675,6 @@ pub(crate) fn codes32(desc: &Desc, blk: &[u8], r: usize) -> [i32; 32] {
         }
     })
 }
-
-/// 64-byte aligned storage so no code load splits a cache line.
-#[derive(Clone, Copy)]
-#[repr(C, align(64))]
-struct Line([u8; 64]);
 
 /// A whole matrix in the superblock panel layout.
 pub(crate) struct SbPacked {
