@@ -307,13 +307,12 @@ unsafe fn panels<const T: u8>(w: Weights, span: &Span, s: &mut Scratch) {
         let out0 = span.out.add(panel * PANEL);
         claim_rows(out0, span.ostride, n.min(ROWS));
         let wp = w0.add(panel * panel_bytes);
-        if int_sb && !fused {
-            unpack_int::<T>(wp, nb, s, panel_bytes);
-        } else if int_sb {
-        } else if T < PACKED {
-            unpack_sb::<T>(wp, nb, s, panel_bytes);
-        } else {
-            unpack_packed::<T>(wp, nb, s, panel_bytes);
+        // (The fused form unpacks inside `rows_int`.)
+        match (int_sb, fused) {
+            (true, true) => {}
+            (true, false) => unpack_int::<T>(wp, nb, s, panel_bytes),
+            _ if T < PACKED => unpack_sb::<T>(wp, nb, s, panel_bytes),
+            _ => unpack_packed::<T>(wp, nb, s, panel_bytes),
         }
         let valid = PANEL.min(span.rows - panel * PANEL);
         let mask = mask16(valid);
@@ -425,8 +424,8 @@ unsafe fn unpack_sb<const T: u8>(w: *const u8, nb: usize, s: &mut Scratch, ahead
 /// header and (Q4_K, Q5_K) the mins as i16 pairs.
 #[inline(always)]
 unsafe fn unpack_int<const T: u8>(w: *const u8, nb: usize, s: &mut Scratch, ahead: usize) {
-    let (_, sbb, _, _) = const { SbType::from_id(T).desc().strides() };
-    for sb in 0..nb / 8 {
+    let (subs, sbb, _, _) = const { SbType::from_id(T).desc().strides() };
+    for sb in 0..nb / subs {
         unpack_int_sb::<T>(w.add(sb * sbb), sb, s, ahead);
     }
 }
