@@ -10,7 +10,10 @@
 //! (the SIMD conversion's default mode) and amax/sums are exact.
 
 use crate::cpu::Isa;
+use crate::ops::Activation;
 use crate::pool::{SendPtr, ThreadPool};
+use std::borrow::Cow;
+use std::cell::RefCell;
 
 /// Values per quantization block.
 pub const QK: usize = 32;
@@ -34,6 +37,54 @@ pub struct ExtraSums {
 
 /// Values per scale in [`ExtraSums::superblock`] quantization (ggml's `QK_K`).
 pub const SUPER: usize = 256;
+
+/// The f32 rows a matmul multiplies.
+#[derive(Clone, Copy, Debug)]
+pub enum Input<'a> {
+    /// `n` rows of `cols` values.
+    Rows(&'a [f32]),
+    /// `n` rows of an FFN's `[gate | up]` (`2 * cols` values each): row `t` is
+    /// `act(gate) * up`, computed as it is quantized ([`QuantizedActs::quantize`]).
+    Gated(&'a [f32], Activation),
+}
+
+impl<'a> Input<'a> {
+    /// # Panics
+    /// Unless the input holds `n` rows of `cols` values (caller bugs).
+    pub fn check(&self, n: usize, cols: usize) {
+        match self {
+            Input::Rows(x) => {
+                assert_eq!(x.len(), n * cols, "x.len() must be n * cols = {n} * {cols}")
+            }
+            Input::Gated(gu, _) => assert_eq!(
+                gu.len(),
+                n * 2 * cols,
+                "gate-up rows must be n * 2 * cols = {n} * 2 * {cols}"
+            ),
+        }
+    }
+
+    /// The `n` rows of `cols` values themselves (computed for a gated input), for the
+    /// kernels that read f32 rows.
+    pub fn rows(self, n: usize, cols: usize) -> Cow<'a, [f32]> {
+        self.check(n, cols);
+        match self {
+            Input::Rows(x) => Cow::Borrowed(x),
+            Input::Gated(gu, act) => {
+                let mut x = vec![0f32; n * cols];
+                for (t, row) in x.chunks_exact_mut(cols).enumerate() {
+                    act.apply_row(gu, t, row);
+                }
+                Cow::Owned(x)
+            }
+        }
+    }
+}
+
+thread_local! {
+    /// One activated row of a gated input, reused across calls.
+    static SCRATCH: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
 
 /// `n` rows of `cols` activations quantized to blocks of [`QK`]; reused across calls so the
 /// hot path does not allocate once it has grown to the largest batch.
@@ -131,14 +182,18 @@ impl QuantizedActs {
     /// Quantizes `x` (`n` rows of `cols`) with `isa` (clamped to what the CPU has), spreading
     /// rows over `pool` when the batch is big enough to repay the hand-off. The group sums
     /// ([`QuantizedActs::group_sums`]) and 16-sums ([`QuantizedActs::half_sums`]) are
-    /// computed only when `extra` asks for them.
+    /// computed only when `extra` asks for them. A gated input is activated one row at a
+    /// time into a thread's scratch row and quantized from there: the same bits as
+    /// quantizing the activated rows, without writing them all out in f32 and reading
+    /// them back.
     ///
     /// # Panics
-    /// If `cols` is not a multiple of 32 or `x.len() != n * cols` (caller bugs).
+    /// If `cols` is not a multiple of 32 or `x` does not hold `n` rows of `cols` (caller
+    /// bugs).
     pub fn quantize(
         &mut self,
         isa: Isa,
-        x: &[f32],
+        x: Input<'_>,
         n: usize,
         cols: usize,
         extra: ExtraSums,
@@ -155,7 +210,7 @@ impl QuantizedActs {
             "cols = {cols} must be a multiple of {span}"
         );
         let shared = span / QK;
-        assert_eq!(x.len(), n * cols, "x.len() must be n * cols = {n} * {cols}");
+        x.check(n, cols);
         let nb = cols / QK;
         if self.q.len() < n * cols {
             self.q.resize(n * cols, 0);
@@ -179,32 +234,6 @@ impl QuantizedActs {
         self.cols = cols;
         self.superblock = superblock;
         let isa = isa.clamp();
-        // Below ~16K values the hand-off costs more than the work.
-        let threads = pool.n_threads();
-        if threads == 1 || n * cols < 16 * 1024 || n < 2 {
-            quantize_blocks(
-                isa,
-                shared,
-                x,
-                &mut self.q[..n * cols],
-                &mut self.d[..n * nb],
-                &mut self.s[..n * nb],
-                &mut self.isum[..n * nb],
-            );
-            if group_sums {
-                fill_group_sums(&self.q[..n * cols], &mut self.gsum[..n * cols / GROUP]);
-            }
-            if half_sums {
-                fill_sums(&self.q[..n * cols], &mut self.hsum[..n * cols / 16], 16);
-            }
-            self.fill_fsum();
-            if superblock {
-                self.fill_pairs();
-            }
-            return;
-        }
-        let n_tasks = n.min(threads * 4);
-        let per = n.div_ceil(n_tasks);
         let (q, d, s, is, gs, hs) = (
             SendPtr(self.q.as_mut_ptr()),
             SendPtr(self.d.as_mut_ptr()),
@@ -213,67 +242,84 @@ impl QuantizedActs {
             SendPtr(self.gsum.as_mut_ptr()),
             SendPtr(self.hsum.as_mut_ptr()),
         );
-        pool.run(n_tasks, &|t| {
-            let r0 = (t * per).min(n);
-            let r1 = ((t + 1) * per).min(n);
-            if r0 == r1 {
-                return;
+        let (fs, ip) = (
+            SendPtr(self.fsum.as_mut_ptr()),
+            SendPtr(self.ipair.as_mut_ptr()),
+        );
+        // Rows r0..r1 of every buffer.
+        let rows = |r0: usize, r1: usize| {
+            let m = r1 - r0;
+            // SAFETY: a call writes only rows r0..r1, disjoint from every other call's; the
+            // buffers were sized above and outlive the calls.
+            let (q, d, s, is, fs) = unsafe {
+                (
+                    std::slice::from_raw_parts_mut(q.get().add(r0 * cols), m * cols),
+                    std::slice::from_raw_parts_mut(d.get().add(r0 * nb), m * nb),
+                    std::slice::from_raw_parts_mut(s.get().add(r0 * nb), m * nb),
+                    std::slice::from_raw_parts_mut(is.get().add(r0 * nb), m * nb),
+                    std::slice::from_raw_parts_mut(fs.get().add(r0 * nb), m * nb),
+                )
+            };
+            match x {
+                Input::Rows(x) => {
+                    quantize_blocks(isa, shared, &x[r0 * cols..r1 * cols], q, d, s, is)
+                }
+                Input::Gated(gu, act) => SCRATCH.with(|cell| {
+                    let mut row = cell.borrow_mut();
+                    row.resize(cols, 0.0);
+                    for t in 0..m {
+                        act.apply_row(gu, r0 + t, &mut row);
+                        let (bq, bd) = (t * cols..(t + 1) * cols, t * nb..(t + 1) * nb);
+                        let (qt, dt) = (&mut q[bq], &mut d[bd.clone()]);
+                        let (st, it) = (&mut s[bd.clone()], &mut is[bd]);
+                        quantize_blocks(isa, shared, &row, qt, dt, st, it);
+                    }
+                }),
             }
-            let rows = r1 - r0;
-            // SAFETY: task t writes only rows r0..r1, disjoint from every other task; the
-            // buffers were sized above and outlive `run`.
-            unsafe {
-                quantize_blocks(
-                    isa,
-                    shared,
-                    &x[r0 * cols..r1 * cols],
-                    std::slice::from_raw_parts_mut(q.get().add(r0 * cols), rows * cols),
-                    std::slice::from_raw_parts_mut(d.get().add(r0 * nb), rows * nb),
-                    std::slice::from_raw_parts_mut(s.get().add(r0 * nb), rows * nb),
-                    std::slice::from_raw_parts_mut(is.get().add(r0 * nb), rows * nb),
-                );
-                if half_sums {
-                    fill_sums(
-                        std::slice::from_raw_parts(q.get().add(r0 * cols), rows * cols),
-                        std::slice::from_raw_parts_mut(
-                            hs.get().add(r0 * cols / 16),
-                            rows * cols / 16,
-                        ),
-                        16,
-                    );
+            for (f, i) in fs.iter_mut().zip(&*is) {
+                *f = *i as f32;
+            }
+            if superblock {
+                // SAFETY: as above, rows r0..r1 only (a row holds a whole number of pairs:
+                // `cols` is a multiple of `SUPER`).
+                let ip = unsafe {
+                    std::slice::from_raw_parts_mut(ip.get().add(r0 * nb / 2), m * nb / 2)
+                };
+                for (p, i) in ip.iter_mut().zip(is.chunks_exact(2)) {
+                    *p = (i[0] as u16 as u32 | (i[1] as u32) << 16) as i32;
                 }
-                if !group_sums {
-                    return;
-                }
-                fill_group_sums(
-                    std::slice::from_raw_parts(q.get().add(r0 * cols), rows * cols),
+            }
+            if half_sums {
+                // SAFETY: as above, rows r0..r1 only.
+                let hs = unsafe {
+                    std::slice::from_raw_parts_mut(hs.get().add(r0 * cols / 16), m * cols / 16)
+                };
+                fill_sums(q, hs, 16);
+            }
+            if group_sums {
+                // SAFETY: as above, rows r0..r1 only.
+                let gs = unsafe {
                     std::slice::from_raw_parts_mut(
                         gs.get().add(r0 * cols / GROUP),
-                        rows * cols / GROUP,
-                    ),
-                );
+                        m * cols / GROUP,
+                    )
+                };
+                fill_group_sums(q, gs);
             }
-        });
-        self.fill_fsum();
-        if superblock {
-            self.fill_pairs();
-        }
-    }
-
-    fn fill_fsum(&mut self) {
-        let m = self.n * self.cols / QK;
-        for (f, i) in self.fsum[..m].iter_mut().zip(&self.isum[..m]) {
-            *f = *i as f32;
-        }
-    }
-
-    fn fill_pairs(&mut self) {
-        let m = self.n * self.cols / QK;
-        for (p, i) in self.ipair[..m / 2]
-            .iter_mut()
-            .zip(self.isum[..m].chunks_exact(2))
-        {
-            *p = (i[0] as u16 as u32 | (i[1] as u32) << 16) as i32;
+        };
+        // Below ~16K values the hand-off costs more than the work.
+        let threads = pool.n_threads();
+        if threads == 1 || n * cols < 16 * 1024 || n < 2 {
+            rows(0, n);
+        } else {
+            let n_tasks = n.min(threads * 4);
+            let per = n.div_ceil(n_tasks);
+            pool.run(n_tasks, &|t| {
+                let (r0, r1) = ((t * per).min(n), ((t + 1) * per).min(n));
+                if r0 < r1 {
+                    rows(r0, r1);
+                }
+            });
         }
     }
 }

@@ -981,3 +981,64 @@ fn ggml_sums_of_q5_0_are_those_of_its_q8_0_bytes() {
         }
     }
 }
+
+/// A down projection fed `[gate | up]` rows (the activation computed while quantizing)
+/// gives exactly the bits of activating into a buffer first, for every type, both
+/// accumulation forms, every ISA, the tiles where the host has them, serial and pooled
+/// quantization (70 rows of 512), and both forms of a stacked matrix.
+#[test]
+fn gated_input_equals_activating_first() {
+    use folio_kernels::ops::Activation;
+    use folio_kernels::quant_act::Input;
+    let pool = ThreadPool::new(2);
+    let acts = [Activation::Silu, Activation::Gelu, Activation::SwigluOai];
+    let mut tiles = vec![Tiles::Vector, Tiles::Auto];
+    if amx_available() {
+        tiles.push(Tiles::Amx);
+    }
+    let run = |m: &QMatrix, sums: Sums, what: String| {
+        let (rows, cols) = (m.rows(), m.cols());
+        for (k, n) in [1, 3, 17, 70].into_iter().enumerate() {
+            let act = acts[k % acts.len()];
+            let gu = random_x(n, 2 * cols, 11 + n as u64);
+            let mut x = vec![0f32; n * cols];
+            for (t, row) in x.chunks_exact_mut(cols).enumerate() {
+                let (g, u) = gu[t * 2 * cols..(t + 1) * 2 * cols].split_at(cols);
+                row.copy_from_slice(g);
+                act.apply(row, u);
+            }
+            for isa in Isa::available() {
+                for &t in &tiles {
+                    if t == Tiles::Amx && (isa != Isa::Avx512 || sums != Sums::Block) {
+                        continue;
+                    }
+                    let mut want = vec![f32::NAN; n * rows];
+                    m.matmul_tiles(isa, t, &x, n, &mut want, &pool);
+                    let mut got = vec![f32::NAN; n * rows];
+                    m.matmul_input(isa, t, Input::Gated(&gu, act), n, &mut got, &pool);
+                    let same = got
+                        .iter()
+                        .zip(&want)
+                        .all(|(a, b)| a.to_bits() == b.to_bits());
+                    assert!(same, "{what} {sums:?} {isa:?} {t:?} {act:?} n={n}");
+                }
+            }
+        }
+    };
+    for (i, ty) in ALL.into_iter().enumerate() {
+        let mut c = case(ty, 40, cols_for(ty), 300 + i as u64);
+        for sums in [Sums::Block, Sums::Ggml] {
+            c.m.set_sums(sums);
+            run(&c.m, sums, format!("{ty:?}"));
+        }
+    }
+    // One quantization for both parts (Q4_K + Q6_K), and one per part (Q4_0 + Q4_K).
+    for (a, b) in [
+        (WeightType::Q4_K, WeightType::Q6_K),
+        (WeightType::Q4_0, WeightType::Q4_K),
+    ] {
+        let s =
+            QMatrix::stack(vec![case(a, 32, 512, 1).m, case(b, 16, 512, 2).m]).expect("same cols");
+        run(&s, Sums::Block, format!("stack {a:?} + {b:?}"));
+    }
+}

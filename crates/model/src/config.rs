@@ -2,6 +2,7 @@
 
 use crate::ModelError;
 use folio_gguf::GgufFile;
+pub use folio_kernels::ops::Activation;
 
 /// Architecture variant; the three share one forward pass and differ in a few switches.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -149,17 +150,6 @@ impl Arch {
             _ => Activation::Silu,
         }
     }
-}
-
-/// The gate activation of a gated FFN: `act(gate) * up`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Activation {
-    /// SwiGLU (llama, qwen).
-    Silu,
-    /// GeGLU with the tanh GELU (gemma).
-    Gelu,
-    /// GPT-OSS's clamped SwiGLU, `x·σ(1.702x)·(y + 1)` ([`folio_kernels::ops::swiglu_oai_mul`]).
-    SwigluOai,
 }
 
 /// Everything the forward pass needs to know about the shapes.

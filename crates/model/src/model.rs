@@ -6,8 +6,8 @@ use crate::norm::Norm;
 use crate::par::{self, Rows};
 use crate::weights::Weights;
 use crate::{
-    Activation, Arch, ForwardBatch, ForwardOutput, KvCache, KvFormat, KvFormats, KvLayout,
-    ModelConfig, ModelError,
+    Arch, ForwardBatch, ForwardOutput, KvCache, KvFormat, KvFormats, KvLayout, ModelConfig,
+    ModelError,
 };
 use folio_gguf::GgufFile;
 use folio_kernels::matmul::Sums;
@@ -359,7 +359,8 @@ impl Model {
         let mut attn = vec![0f32; gqa_rows * qd];
         let mut proj = vec![0f32; n * d];
         let mut gu = vec![0f32; n * 2 * c.ffn_dim];
-        let mut act = vec![0f32; n * c.ffn_dim];
+        // The down projection's input in f32: filled only for LoRA adapters.
+        let mut act = Vec::new();
         // Gemma's post-norms need a second row buffer (the norm cannot run in place).
         let post_norms = self
             .weights
@@ -568,32 +569,20 @@ impl Model {
             if let Some(lr) = &lora {
                 lr.apply(pool, l, LoraMatrix::GateUp, &h, d, &mut gu, 2 * c.ffn_dim);
             }
-            let f = c.ffn_dim;
-            let act_fn = c.arch.activation();
-            {
-                let (gu_rows, act_rows) = (Rows::new(&mut gu, 2 * f), Rows::new(&mut act, f));
+            let (f, act_fn) = (c.ffn_dim, c.arch.activation());
+            // The activation runs inside the down projection's quantization.
+            w.w_down.matmul_gated(&gu, act_fn, n, &mut proj, pool);
+            if let Some(lr) = &lora {
+                // The adapters read the activated rows themselves.
+                act.resize(n * f, 0.0);
+                let act_rows = Rows::new(&mut act, f);
                 par::ranges(pool, n, &|r| {
                     for t in r {
                         // SAFETY: row t belongs to this task alone.
-                        let (row, out) = unsafe { (gu_rows.row(t), act_rows.row(t)) };
-                        let (g, u) = row.split_at_mut(f);
-                        match act_fn {
-                            Activation::Silu => ops::silu_mul(g, u),
-                            Activation::Gelu => ops::gelu_mul(g, u),
-                            Activation::SwigluOai => ops::swiglu_oai_mul(
-                                g,
-                                u,
-                                ops::SWIGLU_OAI_ALPHA,
-                                ops::SWIGLU_OAI_LIMIT,
-                            ),
-                        }
-                        out.copy_from_slice(g);
+                        act_fn.apply_row(&gu, t, unsafe { act_rows.row(t) });
                     }
                 });
-            }
-            w.w_down.matmul(&act, n, &mut proj, pool);
-            if let Some(lr) = &lora {
-                lr.apply(pool, l, LoraMatrix::Down, &act, c.ffn_dim, &mut proj, d);
+                lr.apply(pool, l, LoraMatrix::Down, &act, f, &mut proj, d);
             }
             scale_rows(&mut proj, c.residual_scale);
             let out = post_norm(pool, &proj, &w.post_ffn_norm, norm, &mut normed, d);

@@ -544,7 +544,7 @@ impl MoeWeights {
         }
         // Each (token, slot)'s expert output, weighted; summed per token in slot order below.
         let mut outk = vec![0f32; n * k * d];
-        let (mut x, mut gu, mut act, mut y) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let (mut x, mut gu, mut y) = (Vec::new(), Vec::new(), Vec::new());
         for (e, rows) in rows_of.iter().enumerate() {
             self.last_rows[e].store(rows.len(), Ordering::Relaxed);
             if rows.is_empty() {
@@ -557,7 +557,7 @@ impl MoeWeights {
                 x.extend_from_slice(&h[t * d..(t + 1) * d]);
             }
             let act_fn = self.activation;
-            self.experts[e].run(&x, m, self.ffn, act_fn, &mut gu, &mut act, &mut y, pool);
+            self.experts[e].run(&x, m, self.ffn, act_fn, &mut gu, &mut y, pool);
             for (i, &(t, j)) in rows.iter().enumerate() {
                 let w = sel[t * k + j].1;
                 let o = &mut outk[(t * k + j) * d..(t * k + j + 1) * d];
@@ -574,8 +574,7 @@ impl MoeWeights {
         }
         if let Some(s) = &self.shared {
             let sf = s.ffn.down.cols();
-            s.ffn
-                .run(h, n, sf, Activation::Silu, &mut gu, &mut act, &mut y, pool);
+            s.ffn.run(h, n, sf, Activation::Silu, &mut gu, &mut y, pool);
             for (t, o) in out.chunks_exact_mut(d).take(n).enumerate() {
                 let g = s.gate.as_ref().map_or(1.0, |g| {
                     let z: f32 = g
@@ -612,36 +611,23 @@ impl Expert {
         ffn: usize,
         act_fn: Activation,
         gu: &mut Vec<f32>,
-        act: &mut Vec<f32>,
         y: &mut Vec<f32>,
         pool: &ThreadPool,
     ) {
         gu.resize(m * 2 * ffn, 0.0);
-        act.resize(m * ffn, 0.0);
         y.resize(m * self.down.rows(), 0.0);
         self.gate_up.matmul(x, m, gu, pool);
-        {
-            let (gu_rows, act_rows) = (Rows::new(gu, 2 * ffn), Rows::new(act, ffn));
+        if !self.gate_up_bias.is_empty() {
+            let gu_rows = Rows::new(gu, 2 * ffn);
             par::ranges(pool, m, &|r| {
                 for t in r {
                     // SAFETY: row t belongs to this task alone.
-                    let (row, out) = unsafe { (gu_rows.row(t), act_rows.row(t)) };
-                    if !self.gate_up_bias.is_empty() {
-                        ops::add_inplace(row, &self.gate_up_bias);
-                    }
-                    let (g, u) = row.split_at_mut(ffn);
-                    match act_fn {
-                        Activation::Silu => ops::silu_mul(g, u),
-                        Activation::Gelu => ops::gelu_mul(g, u),
-                        Activation::SwigluOai => {
-                            ops::swiglu_oai_mul(g, u, ops::SWIGLU_OAI_ALPHA, ops::SWIGLU_OAI_LIMIT)
-                        }
-                    }
-                    out.copy_from_slice(g);
+                    ops::add_inplace(unsafe { gu_rows.row(t) }, &self.gate_up_bias);
                 }
             });
         }
-        self.down.matmul(act, m, y, pool);
+        // The activation runs inside the down projection's quantization.
+        self.down.matmul_gated(gu, act_fn, m, y, pool);
         if !self.down_bias.is_empty() {
             y.chunks_exact_mut(self.down_bias.len())
                 .for_each(|row| ops::add_inplace(row, &self.down_bias));

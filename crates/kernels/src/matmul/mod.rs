@@ -39,8 +39,9 @@ mod tile;
 pub use kernel::Sums;
 
 use crate::cpu::{self, Isa};
+use crate::ops::Activation;
 use crate::pool::{SendPtr, ThreadPool};
-use crate::quant_act::{ExtraSums, QuantizedActs};
+use crate::quant_act::{ExtraSums, Input, QuantizedActs};
 use ggml::SubBlock;
 use half::{bf16, f16};
 use packed::{Layout, Packed, PANEL};
@@ -556,6 +557,25 @@ impl QMatrix {
         self.matmul_with(cpu::isa(), x, n, out, pool)
     }
 
+    /// [`QMatrix::matmul`] of an FFN's down projection straight from its `[gate | up]`
+    /// rows (`gu`: `n` rows of `2 * cols`): `x = act(gate) * up` row by row as the
+    /// activations are quantized, so the activated rows are never stored in f32 (kernels
+    /// that read f32 rows get them computed first). The same bits as activating into a
+    /// buffer and calling [`QMatrix::matmul`] on it.
+    ///
+    /// # Panics
+    /// If `gu.len() != n * 2 * cols` or `out.len() != n * rows` (caller bugs).
+    pub fn matmul_gated(
+        &self,
+        gu: &[f32],
+        act: Activation,
+        n: usize,
+        out: &mut [f32],
+        pool: &ThreadPool,
+    ) {
+        self.matmul_input(cpu::isa(), Tiles::Auto, Input::Gated(gu, act), n, out, pool)
+    }
+
     /// [`QMatrix::matmul`] with a forced ISA (clamped to what the CPU supports; the
     /// quantized AVX-512 kernels need VNNI and otherwise run the AVX2 ones).
     pub fn matmul_with(&self, isa: Isa, x: &[f32], n: usize, out: &mut [f32], pool: &ThreadPool) {
@@ -572,12 +592,20 @@ impl QMatrix {
         out: &mut [f32],
         pool: &ThreadPool,
     ) {
-        assert_eq!(
-            x.len(),
-            n * self.cols,
-            "x.len() must be n * cols = {n} * {}",
-            self.cols
-        );
+        self.matmul_input(isa, tiles, Input::Rows(x), n, out, pool)
+    }
+
+    /// [`QMatrix::matmul_tiles`] of either kind of input.
+    pub fn matmul_input(
+        &self,
+        isa: Isa,
+        tiles: Tiles,
+        x: Input<'_>,
+        n: usize,
+        out: &mut [f32],
+        pool: &ThreadPool,
+    ) {
+        x.check(n, self.cols);
         assert_eq!(
             out.len(),
             n * self.rows,
@@ -604,7 +632,7 @@ impl QMatrix {
         &self,
         isa: Isa,
         tiles: Tiles,
-        x: &[f32],
+        x: Input<'_>,
         n: usize,
         outp: SendPtr<f32>,
         ostride: usize,
@@ -625,7 +653,9 @@ impl QMatrix {
             Storage::Super(_) if self.ggml.is_some() => {
                 match self.ggml.as_ref().expect("checked") {
                     // SAFETY: `matmul_with` checked the sizes of x and the output.
-                    GgmlForm::K(k) => unsafe { k.matmul(qisa, x, n, outp, ostride, pool) },
+                    GgmlForm::K(k) => unsafe {
+                        k.matmul(qisa, &x.rows(n, self.cols), n, outp, ostride, pool)
+                    },
                     GgmlForm::Q8(m) => m.matmul_raw(isa, tiles, x, n, outp, ostride, pool),
                 }
             }
@@ -635,8 +665,12 @@ impl QMatrix {
                 let run = |span: &Span| unsafe { self.run_span(qisa, tiles, span) };
                 self.quant_matmul(panels, extra, &run, qisa, x, n, (outp, ostride), pool)
             }
-            Storage::F32(w) => self.dense_matmul(w, isa, x, n, outp, ostride, pool),
-            Storage::F16(w) => self.dense_matmul(w, isa, x, n, outp, ostride, pool),
+            Storage::F32(w) => {
+                self.dense_matmul(w, isa, &x.rows(n, self.cols), n, outp, ostride, pool)
+            }
+            Storage::F16(w) => {
+                self.dense_matmul(w, isa, &x.rows(n, self.cols), n, outp, ostride, pool)
+            }
             // The fast form quantizes the activations once for all parts (a Q4_K + Q6_K QKV
             // would otherwise quantize them once a part) and spreads every part's panels over
             // the pool in one hand-off.
@@ -677,10 +711,12 @@ impl QMatrix {
                 self.quant_matmul(panels, extra, &run, qisa, x, n, (outp, ostride), pool)
             }
             Storage::Stack(parts) => {
+                // Each part reads the rows: a gated input is activated once for all.
+                let x = x.rows(n, self.cols);
                 for (r0, part) in parts {
                     // SAFETY: the part's rows r0..r0+part.rows lie inside every output row.
                     let o = SendPtr(unsafe { outp.get().add(*r0) });
-                    part.matmul_raw(isa, tiles, x, n, o, ostride, pool);
+                    part.matmul_raw(isa, tiles, Input::Rows(&x), n, o, ostride, pool);
                 }
             }
         }
@@ -745,7 +781,7 @@ impl QMatrix {
         extra: ExtraSums,
         tiles: &(dyn Fn(&Span) + Sync),
         isa: Isa,
-        x: &[f32],
+        x: Input<'_>,
         n: usize,
         (out, ostride): (SendPtr<f32>, usize),
         pool: &ThreadPool,

@@ -7,6 +7,7 @@
 //! # Panics
 //! On mismatched slice lengths (caller bugs).
 
+mod activation;
 mod gelu;
 mod lowrank;
 mod rope;
@@ -15,6 +16,7 @@ mod swiglu_oai;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
+pub use activation::Activation;
 pub use gelu::{gelu, gelu_f32, gelu_mul};
 pub use lowrank::{lowrank_add, lowrank_add_with, MAX_RANK as LOWRANK_MAX_RANK};
 pub use rope::{yarn_corr_dims, Rope, RopeRows, RopeScaling};
