@@ -4,6 +4,7 @@
 //! - [`cpu`]: runtime feature detection and the ISA choice (`FOLIO_ISA` may force a lower one).
 //! - [`pool`]: a persistent thread pool; every parallel kernel runs on it.
 //! - [`quant_act`]: activations to int8 blocks of 32 (ggml q8_1 numerics).
+//! - [`lines`]: f32 buffers that start on a cache line (streamed matmul outputs).
 //! - [`matmul`]: weight matrices repacked at load time and the batched quantized matmul
 //!   (the kernel that decides folio's speed), in ggml's summation order or the faster
 //!   block order ([`matmul::Sums`]).
@@ -21,6 +22,7 @@
 
 pub mod attn;
 pub mod cpu;
+pub mod lines;
 pub mod matmul;
 pub mod ops;
 pub mod pool;

@@ -1042,3 +1042,35 @@ fn gated_input_equals_activating_first() {
         run(&s, Sums::Block, format!("stack {a:?} + {b:?}"));
     }
 }
+
+/// A matmul into a cache-line buffer (streamed from 256 rows on the AMX kernels) writes
+/// exactly the bits of the plain matmul: whole and partial last panels, a stack whose
+/// second part starts mid-row, below and above the streaming threshold.
+#[test]
+fn matmul_into_lines_equals_matmul() {
+    use folio_kernels::lines::Lines;
+    let pool = ThreadPool::new(2);
+    // The first part streams up to its partial last panel; the second starts off a line.
+    let stack = QMatrix::stack(vec![
+        case(WeightType::Q4_K, 40, 512, 1).m,
+        case(WeightType::Q6_K, 40, 512, 2).m,
+    ])
+    .expect("same cols");
+    let mats = [
+        case(WeightType::Q4_K, 48, 512, 3).m,
+        case(WeightType::Q8_0, 40, 256, 4).m,
+        stack,
+    ];
+    for m in &mats {
+        for n in [17, 256, 300] {
+            let x = random_x(n, m.cols(), n as u64);
+            let mut want = vec![f32::NAN; n * m.rows()];
+            m.matmul(&x, n, &mut want, &pool);
+            let mut got = Lines::zeroed(n * m.rows());
+            got.fill(f32::NAN);
+            m.matmul_lines(&x, n, &mut got, &pool);
+            let same = got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits());
+            assert!(same, "{}x{} n={n}", m.rows(), m.cols());
+        }
+    }
+}

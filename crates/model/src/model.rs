@@ -10,6 +10,7 @@ use crate::{
     ModelError,
 };
 use folio_gguf::GgufFile;
+use folio_kernels::lines::Lines;
 use folio_kernels::matmul::Sums;
 use folio_kernels::ops::{self, Rope};
 use folio_kernels::pool::ThreadPool;
@@ -358,7 +359,8 @@ impl Model {
         let mut q = vec![0f32; gqa_rows * qd];
         let mut attn = vec![0f32; gqa_rows * qd];
         let mut proj = vec![0f32; n * d];
-        let mut gu = vec![0f32; n * 2 * c.ffn_dim];
+        // On a cache line, so the gate-up matmul may stream its output there.
+        let mut gu = Lines::zeroed(n * 2 * c.ffn_dim);
         // The down projection's input in f32: filled only for LoRA adapters.
         let mut act = Vec::new();
         // Gemma's post-norms need a second row buffer (the norm cannot run in place).
@@ -565,7 +567,7 @@ impl Model {
                 add_norm_rows(pool, &mut x, &proj, next_norm, norm, &mut h, d);
                 continue;
             }
-            w.w_gate_up.matmul(&h, n, &mut gu, pool);
+            w.w_gate_up.matmul_lines(&h, n, &mut gu, pool);
             if let Some(lr) = &lora {
                 lr.apply(pool, l, LoraMatrix::GateUp, &h, d, &mut gu, 2 * c.ffn_dim);
             }

@@ -39,6 +39,7 @@ mod tile;
 pub use kernel::Sums;
 
 use crate::cpu::{self, Isa};
+use crate::lines::Lines;
 use crate::ops::Activation;
 use crate::pool::{SendPtr, ThreadPool};
 use crate::quant_act::{ExtraSums, Input, QuantizedActs};
@@ -351,6 +352,15 @@ pub fn amx_available() -> bool {
     }
 }
 
+/// Where a matmul writes: activation row b's outputs start `b * stride` floats after
+/// `ptr`; `stream` lets the kernels that can write past the caches do so.
+#[derive(Clone, Copy)]
+struct Dst {
+    ptr: SendPtr<f32>,
+    stride: usize,
+    stream: bool,
+}
+
 thread_local! {
     /// Quantized activations of the calling thread, reused across calls (no allocation on
     /// the hot path once grown).
@@ -615,27 +625,48 @@ impl QMatrix {
         if n == 0 {
             return;
         }
-        self.matmul_raw(
-            isa.clamp(),
-            tiles,
-            x,
-            n,
-            SendPtr(out.as_mut_ptr()),
-            self.rows,
-            pool,
-        );
+        let dst = Dst {
+            ptr: SendPtr(out.as_mut_ptr()),
+            stride: self.rows,
+            stream: false,
+        };
+        self.matmul_raw(isa.clamp(), tiles, x, n, dst, pool);
     }
 
-    /// The matmul into `out`, whose activation row b starts `b * ostride` floats further.
-    #[allow(clippy::too_many_arguments)]
+    /// [`QMatrix::matmul`] into a cache-line-aligned buffer that the next op reads in a
+    /// pass of its own (the FFN's gate-up output): from 256 activation rows the AMX
+    /// kernels write it with streaming stores, past the caches (measured faster there;
+    /// `amx_panels::streams`). The same bits as [`QMatrix::matmul`].
+    ///
+    /// # Panics
+    /// As [`QMatrix::matmul`].
+    pub fn matmul_lines(&self, x: &[f32], n: usize, out: &mut Lines, pool: &ThreadPool) {
+        Input::Rows(x).check(n, self.cols);
+        assert_eq!(
+            out.len(),
+            n * self.rows,
+            "out.len() must be n * rows = {n} * {}",
+            self.rows
+        );
+        if n == 0 {
+            return;
+        }
+        let dst = Dst {
+            ptr: SendPtr(out.as_mut_ptr()),
+            stride: self.rows,
+            stream: true,
+        };
+        self.matmul_raw(cpu::isa(), Tiles::Auto, Input::Rows(x), n, dst, pool);
+    }
+
+    /// The matmul into `dst`.
     fn matmul_raw(
         &self,
         isa: Isa,
         tiles: Tiles,
         x: Input<'_>,
         n: usize,
-        outp: SendPtr<f32>,
-        ostride: usize,
+        dst: Dst,
         pool: &ThreadPool,
     ) {
         // The quantized AVX-512 kernels need VNNI; without it the AVX2 ones run.
@@ -654,23 +685,19 @@ impl QMatrix {
                 match self.ggml.as_ref().expect("checked") {
                     // SAFETY: `matmul_with` checked the sizes of x and the output.
                     GgmlForm::K(k) => unsafe {
-                        k.matmul(qisa, &x.rows(n, self.cols), n, outp, ostride, pool)
+                        k.matmul(qisa, &x.rows(n, self.cols), n, dst.ptr, dst.stride, pool)
                     },
-                    GgmlForm::Q8(m) => m.matmul_raw(isa, tiles, x, n, outp, ostride, pool),
+                    GgmlForm::Q8(m) => m.matmul_raw(isa, tiles, x, n, dst, pool),
                 }
             }
             Storage::Packed(_) | Storage::Super(_) => {
                 let (panels, extra) = self.quantized().expect("a quantized storage");
                 // SAFETY: as in `over_panels`; `extra` holds the sums the kernel reads.
                 let run = |span: &Span| unsafe { self.run_span(qisa, tiles, span) };
-                self.quant_matmul(panels, extra, &run, qisa, x, n, (outp, ostride), pool)
+                self.quant_matmul(panels, extra, &run, qisa, x, n, dst, pool)
             }
-            Storage::F32(w) => {
-                self.dense_matmul(w, isa, &x.rows(n, self.cols), n, outp, ostride, pool)
-            }
-            Storage::F16(w) => {
-                self.dense_matmul(w, isa, &x.rows(n, self.cols), n, outp, ostride, pool)
-            }
+            Storage::F32(w) => self.dense_matmul(w, isa, &x.rows(n, self.cols), n, dst, pool),
+            Storage::F16(w) => self.dense_matmul(w, isa, &x.rows(n, self.cols), n, dst, pool),
             // The fast form quantizes the activations once for all parts (a Q4_K + Q6_K QKV
             // would otherwise quantize them once a part) and spreads every part's panels over
             // the pool in one hand-off.
@@ -702,21 +729,25 @@ impl QMatrix {
                             // The part's rows r0..r0+m.rows lie inside every output row.
                             out: span.out.wrapping_add(*r0),
                             ostride: span.ostride,
+                            stream: span.stream,
                         };
                         // SAFETY: as in `over_panels`: the part's panels a..b are rows of
                         // this task alone; `extra` holds every part's sums.
                         unsafe { m.run_span(qisa, tiles, &part) }
                     }
                 };
-                self.quant_matmul(panels, extra, &run, qisa, x, n, (outp, ostride), pool)
+                self.quant_matmul(panels, extra, &run, qisa, x, n, dst, pool)
             }
             Storage::Stack(parts) => {
                 // Each part reads the rows: a gated input is activated once for all.
                 let x = x.rows(n, self.cols);
                 for (r0, part) in parts {
                     // SAFETY: the part's rows r0..r0+part.rows lie inside every output row.
-                    let o = SendPtr(unsafe { outp.get().add(*r0) });
-                    part.matmul_raw(isa, tiles, Input::Rows(&x), n, o, ostride, pool);
+                    let o = Dst {
+                        ptr: SendPtr(unsafe { dst.ptr.get().add(*r0) }),
+                        ..dst
+                    };
+                    part.matmul_raw(isa, tiles, Input::Rows(&x), n, o, pool);
                 }
             }
         }
@@ -772,8 +803,7 @@ impl QMatrix {
     }
 
     /// Quantizes `x` (into this thread's buffer) with the `extra` sums the kernel reads,
-    /// then runs `tiles` over the `panels` spread across the pool, writing activation row b
-    /// of the output `b * ostride` floats after `out`.
+    /// then runs `tiles` over the `panels` spread across the pool, writing into `dst`.
     #[allow(clippy::too_many_arguments)]
     fn quant_matmul(
         &self,
@@ -783,7 +813,7 @@ impl QMatrix {
         isa: Isa,
         x: Input<'_>,
         n: usize,
-        (out, ostride): (SendPtr<f32>, usize),
+        dst: Dst,
         pool: &ThreadPool,
     ) {
         let run = |acts: &mut QuantizedActs| {
@@ -795,8 +825,9 @@ impl QMatrix {
                     panels: (p0, p1),
                     acts,
                     rows,
-                    out: out.get(),
-                    ostride,
+                    out: dst.ptr.get(),
+                    ostride: dst.stride,
+                    stream: dst.stream,
                 })
             });
         };
@@ -807,17 +838,16 @@ impl QMatrix {
         })
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn dense_matmul<T: dense::DenseElem>(
         &self,
         w: &[T],
         isa: Isa,
         x: &[f32],
         n: usize,
-        out: SendPtr<f32>,
-        ostride: usize,
+        dst: Dst,
         pool: &ThreadPool,
     ) {
+        let (out, ostride) = (dst.ptr, dst.stride);
         let (rows, cols) = (self.rows, self.cols);
         let groups = rows.div_ceil(PANEL);
         let (n_tasks, per) = split(groups, pool.n_threads(), n);

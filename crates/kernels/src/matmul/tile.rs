@@ -54,6 +54,8 @@ pub(crate) struct Span<'a> {
     /// Output of activation row 0; activation row j is `ostride` floats further.
     pub out: *mut f32,
     pub ostride: usize,
+    /// Whether the caller asked for streaming stores (`amx_panels::streams`).
+    pub stream: bool,
 }
 
 /// Calls `run(tile, rows)` for the span's panels (each `panel_bytes` long from `w`) times
@@ -84,6 +86,7 @@ pub(crate) unsafe fn for_each_tile(
         rows,
         out,
         ostride,
+        ..
     } = *span;
     let cols = acts.cols();
     let nb = cols / 32;

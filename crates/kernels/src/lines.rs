@@ -1,0 +1,87 @@
+//! f32 buffers that start on a 64-byte cache line.
+//!
+//! A matmul writes its large batched outputs with streaming stores where every output
+//! line is a whole cache line (`matmul::amx_panels`); that needs the buffer's first value
+//! to start a line, which `Vec<f32>` does not promise. The FFN's gate-up output is one.
+
+use std::ops::{Deref, DerefMut};
+
+/// One cache line of floats.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Line([f32; 16]);
+
+/// `len` zero-initialised f32 values, the first at a 64-byte boundary.
+#[derive(Clone, Default)]
+pub struct Lines {
+    lines: Vec<Line>,
+    len: usize,
+}
+
+impl Lines {
+    /// `len` zeros.
+    pub fn zeroed(len: usize) -> Lines {
+        Lines {
+            lines: vec![Line([0.0; 16]); len.div_ceil(16)],
+            len,
+        }
+    }
+
+    /// Resizes to `len` values, zeros where it grows (as `Vec::resize`).
+    pub fn resize(&mut self, len: usize) {
+        if len > self.len {
+            // The tail of the last line past the old length may hold stale values.
+            let old = self.len;
+            self.lines.resize(len.div_ceil(16), Line([0.0; 16]));
+            self.len = len;
+            self[old..].fill(0.0);
+        } else {
+            self.lines.truncate(len.div_ceil(16));
+            self.len = len;
+        }
+    }
+}
+
+impl Deref for Lines {
+    type Target = [f32];
+    fn deref(&self) -> &[f32] {
+        // SAFETY: `lines` holds at least `len` contiguous, initialised f32s (a `Line` is
+        // 16 f32s with no padding: 64 bytes, align 64).
+        unsafe { std::slice::from_raw_parts(self.lines.as_ptr().cast(), self.len) }
+    }
+}
+
+impl DerefMut for Lines {
+    fn deref_mut(&mut self) -> &mut [f32] {
+        // SAFETY: as in `deref`, and `&mut self` makes the borrow unique.
+        unsafe { std::slice::from_raw_parts_mut(self.lines.as_mut_ptr().cast(), self.len) }
+    }
+}
+
+impl std::fmt::Debug for Lines {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lines").field("len", &self.len).finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn starts_on_a_line_holds_len_values_and_zeroes_what_it_grows() {
+        let mut b = Lines::zeroed(37);
+        assert_eq!(b.as_ptr() as usize % 64, 0);
+        assert_eq!(b.len(), 37);
+        assert!(b.iter().all(|&v| v == 0.0));
+        b.fill(3.0);
+        b.resize(20);
+        assert_eq!(b.len(), 20);
+        b.resize(50);
+        assert_eq!(b.len(), 50);
+        assert_eq!(&b[..20], &[3.0; 20]);
+        assert!(b[20..].iter().all(|&v| v == 0.0), "{:?}", &b[20..]);
+        assert_eq!(b.as_ptr() as usize % 64, 0);
+        assert_eq!(Lines::zeroed(0).len(), 0);
+    }
+}
