@@ -1069,7 +1069,10 @@ fn matmul_into_lines_equals_matmul() {
             let mut got = Lines::zeroed(n * m.rows());
             got.fill(f32::NAN);
             m.matmul_lines(&x, n, &mut got, &pool);
-            let same = got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits());
+            let same = got
+                .iter()
+                .zip(&want)
+                .all(|(a, b)| a.to_bits() == b.to_bits());
             assert!(same, "{}x{} n={n}", m.rows(), m.cols());
         }
     }

@@ -615,6 +615,32 @@ impl QMatrix {
         out: &mut [f32],
         pool: &ThreadPool,
     ) {
+        self.matmul_checked(isa, tiles, x, n, (out, false), pool)
+    }
+
+    /// [`QMatrix::matmul`] into a cache-line-aligned buffer that the next op reads in a
+    /// pass of its own (the FFN's gate-up output): from 256 activation rows the AMX
+    /// kernels write it with streaming stores, past the caches (measured faster there;
+    /// `amx_panels::streams`). The same bits as [`QMatrix::matmul`].
+    ///
+    /// # Panics
+    /// As [`QMatrix::matmul`].
+    pub fn matmul_lines(&self, x: &[f32], n: usize, out: &mut Lines, pool: &ThreadPool) {
+        let (isa, x) = (cpu::isa(), Input::Rows(x));
+        self.matmul_checked(isa, Tiles::Auto, x, n, (out, true), pool)
+    }
+
+    /// The sizes checked, the matmul into `out` (streamed where `stream` and the kernel
+    /// can).
+    fn matmul_checked(
+        &self,
+        isa: Isa,
+        tiles: Tiles,
+        x: Input<'_>,
+        n: usize,
+        (out, stream): (&mut [f32], bool),
+        pool: &ThreadPool,
+    ) {
         x.check(n, self.cols);
         assert_eq!(
             out.len(),
@@ -628,35 +654,9 @@ impl QMatrix {
         let dst = Dst {
             ptr: SendPtr(out.as_mut_ptr()),
             stride: self.rows,
-            stream: false,
+            stream,
         };
         self.matmul_raw(isa.clamp(), tiles, x, n, dst, pool);
-    }
-
-    /// [`QMatrix::matmul`] into a cache-line-aligned buffer that the next op reads in a
-    /// pass of its own (the FFN's gate-up output): from 256 activation rows the AMX
-    /// kernels write it with streaming stores, past the caches (measured faster there;
-    /// `amx_panels::streams`). The same bits as [`QMatrix::matmul`].
-    ///
-    /// # Panics
-    /// As [`QMatrix::matmul`].
-    pub fn matmul_lines(&self, x: &[f32], n: usize, out: &mut Lines, pool: &ThreadPool) {
-        Input::Rows(x).check(n, self.cols);
-        assert_eq!(
-            out.len(),
-            n * self.rows,
-            "out.len() must be n * rows = {n} * {}",
-            self.rows
-        );
-        if n == 0 {
-            return;
-        }
-        let dst = Dst {
-            ptr: SendPtr(out.as_mut_ptr()),
-            stride: self.rows,
-            stream: true,
-        };
-        self.matmul_raw(cpu::isa(), Tiles::Auto, Input::Rows(x), n, dst, pool);
     }
 
     /// The matmul into `dst`.
