@@ -511,3 +511,88 @@ fn sinks_join_the_softmax_denominator_on_every_isa() {
         }
     }
 }
+
+/// A tile of consecutive tokens (prefill) gives each token, bit for bit, what the per-token
+/// kernel gives it alone in the batched order: tiles starting at position 0 and after a
+/// cached prefix (inside a block and on its boundary), 1-9 tokens, groups of 1-8 heads (the
+/// kernel's 8-row score and 6-row value passes, whole and partial), head sizes 64-256,
+/// with and without sinks; the rows widened in pieces. Skips with a printed reason on a host without AVX-512.
+#[test]
+fn a_tile_of_tokens_equals_each_token_alone() {
+    let isa = *Isa::available().last().expect("an ISA");
+    let probe = Cache::one(KvFormat::F16, 64, 16, 1, 1, 0);
+    if !attn::tile_supports(isa, &probe.view(0)) {
+        println!("skipped: no tile kernel on this host ({isa:?}): it needs AVX-512");
+        return;
+    }
+    let mut cases = 0;
+    for hd in [64, 128, 256] {
+        for (first_pos, tokens, bs) in [(0, 1, 16), (0, 9, 16), (5, 8, 16), (16, 3, 4), (37, 7, 32)]
+        {
+            for group in [1, 3, 6, 8] {
+                for sinks in [false, true] {
+                    let n_max = first_pos + tokens;
+                    let c = Cache::one(KvFormat::F16, hd, bs, 3, n_max, (hd + n_max) as u64);
+                    let mut r = StdRng::seed_from_u64((group * 31 + tokens) as u64);
+                    let mut q = rand_vec(tokens * group * hd, &mut r, 1.0);
+                    round_f16(&mut q);
+                    let sink = rand_vec(group, &mut r, 2.0);
+                    let scale = 1.0 / (hd as f32).sqrt();
+                    let sinks = sinks.then_some(&sink[..]);
+                    let tile = attn::QueryTile {
+                        q: &q,
+                        tokens,
+                        group,
+                        first_pos,
+                        scale,
+                        sinks,
+                    };
+                    // Widened in two pieces (a split inside the context and one past it).
+                    let rows = n_max.next_multiple_of(16) + 16;
+                    let (mut k, mut v) = (vec![f32::NAN; rows * hd], vec![f32::NAN; rows * hd]);
+                    let cut = 16 * (n_max / 32);
+                    let (k0, k1) = k.split_at_mut(cut * hd);
+                    let (v0, v1) = v.split_at_mut(cut * hd);
+                    attn::widen(isa, &c.view(1), &c.table, 0..cut, n_max, k0, v0);
+                    attn::widen(isa, &c.view(1), &c.table, cut..rows, n_max, k1, v1);
+                    let wide = attn::WideRows {
+                        k: &k,
+                        v: &v,
+                        head_dim: hd,
+                    };
+                    let mut got = vec![f32::NAN; q.len()];
+                    attn::attend_tile(isa, &wide, &tile, &mut got);
+                    let what = format!("hd={hd} first={first_pos} tokens={tokens} group={group}");
+                    for t in 0..tokens {
+                        let rows = t * group * hd..(t + 1) * group * hd;
+                        let mut want = vec![f32::NAN; group * hd];
+                        attn::attend_with(
+                            isa,
+                            &c.view(1),
+                            &c.table,
+                            first_pos + t + 1,
+                            &attn::Queries {
+                                q: &q[rows.clone()],
+                                n: group,
+                                scale,
+                                order: SumOrder::Batched,
+                                first: 0,
+                                softcap: None,
+                                sinks,
+                            },
+                            &mut Vec::new(),
+                            &mut want,
+                        );
+                        let (g, w): (Vec<u32>, Vec<u32>) = (
+                            got[rows].iter().map(|v| v.to_bits()).collect(),
+                            want.iter().map(|v| v.to_bits()).collect(),
+                        );
+                        assert_eq!(g, w, "{what} token {t} sinks={}", sinks.is_some());
+                        cases += 1;
+                    }
+                }
+            }
+        }
+    }
+    assert_eq!(cases, 3 * (1 + 9 + 8 + 3 + 7) * 4 * 2);
+}

@@ -35,6 +35,8 @@ pub mod hadamard;
 mod iq4;
 mod lanes;
 #[cfg(target_arch = "x86_64")]
+mod tile;
+#[cfg(target_arch = "x86_64")]
 mod x86;
 #[cfg(target_arch = "x86_64")]
 mod x86_f16;
@@ -222,6 +224,129 @@ impl Queries<'_> {
     #[inline]
     pub fn sink(&self, g: usize) -> Option<f32> {
         self.sinks.map(|s| s[g])
+    }
+}
+
+/// Consecutive query tokens of one sequence (a prefill chunk), each with the query heads
+/// that share one KV head: what [`attend_tile`] takes.
+#[derive(Clone, Copy, Debug)]
+pub struct QueryTile<'a> {
+    /// `[tokens][group][head_dim]`, already rounded (as [`Queries::q`]).
+    pub q: &'a [f32],
+    pub tokens: usize,
+    /// Query heads per token (the GQA group).
+    pub group: usize,
+    /// The first token's position: token `i` sees positions `0..=first_pos + i`.
+    pub first_pos: usize,
+    /// Score scale (as [`Queries::scale`]).
+    pub scale: f32,
+    /// One sink logit per group head (as [`Queries::sinks`]); `None`: no sinks.
+    pub sinks: Option<&'a [f32]>,
+}
+
+/// One KV head's rows of one sequence, widened to f32 by [`widen`] for [`attend_tile`]:
+/// `k` and `v` are `[rows][head_dim]`, `rows` a multiple of 16 (zero past the context).
+#[derive(Clone, Copy, Debug)]
+pub struct WideRows<'a> {
+    pub k: &'a [f32],
+    pub v: &'a [f32],
+    pub head_dim: usize,
+}
+
+/// Whether [`attend_tile`] has a kernel for this ISA and cache: AVX-512, f16 K and V, a
+/// head size of 64, 128 or 256. Elsewhere callers attend token by token.
+pub fn tile_supports(isa: Isa, kv: &PagedKv) -> bool {
+    isa.clamp() == Isa::Avx512
+        && cfg!(target_arch = "x86_64")
+        && kv.k_format == KvFormat::F16
+        && kv.v_format == KvFormat::F16
+        && matches!(kv.head_dim, 64 | 128 | 256)
+}
+
+/// Widens positions `rows` of one head's K and V (f16) to f32 rows in `k` and `v`
+/// (`[rows.len()][head_dim]` each), zero rows for positions at or past `n` (the context
+/// length): the rows every [`attend_tile`] of the sequence then reads, converted once.
+///
+/// # Panics
+/// When [`tile_supports`] is false, on lengths that do not match, or on a block table that
+/// does not reach position `n - 1` (caller bugs).
+pub fn widen(
+    isa: Isa,
+    kv: &PagedKv,
+    table: &[u32],
+    rows: std::ops::Range<usize>,
+    n: usize,
+    k: &mut [f32],
+    v: &mut [f32],
+) {
+    assert!(
+        tile_supports(isa, kv),
+        "widen: no tile kernel for this ISA and cache"
+    );
+    let want = rows.len() * kv.head_dim;
+    assert!(
+        k.len() == want && v.len() == want,
+        "widen: k ({}) and v ({}) must hold {} rows x head_dim ({})",
+        k.len(),
+        v.len(),
+        rows.len(),
+        kv.head_dim
+    );
+    if n > rows.start {
+        kv.check(table, 0, n.min(rows.end));
+    }
+    // SAFETY: tile_supports guarantees AVX-512 and f16 rows; lengths and every row read
+    // are checked above.
+    #[cfg(target_arch = "x86_64")]
+    unsafe {
+        tile::widen_512(kv, table, rows, n, k, v)
+    }
+}
+
+/// Causal attention of a tile of consecutive tokens over one KV head's widened rows, in
+/// the batched order (no window, no soft-cap): each token's output bit for bit what
+/// [`attend_with`] gives it alone with `n_ctx = first_pos + i + 1` and
+/// [`SumOrder::Batched`], at a fraction of the cost (see `tile.rs`). Writes `out`:
+/// `[tokens][group][head_dim]`.
+///
+/// # Panics
+/// Without AVX-512, on a head size other than 64, 128 or 256, on lengths that do not match
+/// the tile, or on rows that do not reach the last token's position (caller bugs).
+pub fn attend_tile(isa: Isa, rows: &WideRows, tile: &QueryTile, out: &mut [f32]) {
+    let hd = rows.head_dim;
+    assert!(
+        isa.clamp() == Isa::Avx512 && matches!(hd, 64 | 128 | 256),
+        "attend_tile: no tile kernel for {isa:?} and head size {hd}"
+    );
+    let n = tile.tokens * tile.group * hd;
+    assert!(
+        tile.q.len() == n && out.len() == n,
+        "attend_tile: q ({}) and out ({}) must hold tokens ({}) x group ({}) x head_dim ({hd})",
+        tile.q.len(),
+        out.len(),
+        tile.tokens,
+        tile.group,
+    );
+    assert!(
+        tile.sinks.is_none_or(|s| s.len() == tile.group),
+        "attend_tile: {} sinks for a group of {}",
+        tile.sinks.map_or(0, |s| s.len()),
+        tile.group
+    );
+    let need = (tile.first_pos + tile.tokens).next_multiple_of(16) * hd;
+    assert!(
+        rows.k.len() >= need && rows.v.len() >= need,
+        "attend_tile: rows hold {} and {} values, the tile needs {need}",
+        rows.k.len(),
+        rows.v.len()
+    );
+    if n == 0 {
+        return;
+    }
+    // SAFETY: AVX-512 and the head size are asserted above, and every length.
+    #[cfg(target_arch = "x86_64")]
+    unsafe {
+        tile::attend_tile_512(rows, tile, out)
     }
 }
 
