@@ -27,18 +27,16 @@ impl Lines {
         }
     }
 
-    /// Resizes to `len` values, zeros where it grows (as `Vec::resize`).
-    pub fn resize(&mut self, len: usize) {
-        if len > self.len {
-            // The tail of the last line past the old length may hold stale values.
-            let old = self.len;
-            self.lines.resize(len.div_ceil(16), Line([0.0; 16]));
-            self.len = len;
-            self[old..].fill(0.0);
-        } else {
-            self.lines.truncate(len.div_ceil(16));
-            self.len = len;
+    /// Sets the length to `len` values, keeping the allocation: below the largest length
+    /// the buffer has had, the values are whatever it held; above, zeros. For a buffer
+    /// reused across calls by a kernel that overwrites what it uses (no zeroing pass, no
+    /// fresh pages to fault in per use).
+    pub fn set_len(&mut self, len: usize) {
+        let lines = len.div_ceil(16);
+        if lines > self.lines.len() {
+            self.lines.resize(lines, Line([0.0; 16]));
         }
+        self.len = len;
     }
 }
 
@@ -69,18 +67,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn starts_on_a_line_holds_len_values_and_zeroes_what_it_grows() {
+    fn starts_on_a_line_holds_len_values_and_keeps_them_across_lengths() {
         let mut b = Lines::zeroed(37);
         assert_eq!(b.as_ptr() as usize % 64, 0);
         assert_eq!(b.len(), 37);
         assert!(b.iter().all(|&v| v == 0.0));
         b.fill(3.0);
-        b.resize(20);
+        b.set_len(20);
         assert_eq!(b.len(), 20);
-        b.resize(50);
-        assert_eq!(b.len(), 50);
-        assert_eq!(&b[..20], &[3.0; 20]);
-        assert!(b[20..].iter().all(|&v| v == 0.0), "{:?}", &b[20..]);
+        let at = b.as_ptr();
+        b.set_len(40);
+        assert_eq!(b.len(), 40);
+        // The 3 lines held so far keep their values; the line it grows by is zero.
+        assert_eq!(&b[..37], &[3.0; 37]);
+        assert!(b[37..].iter().all(|&v| v == 0.0), "{:?}", &b[37..]);
+        b.set_len(48);
+        assert_eq!(b.as_ptr(), at, "no new allocation within the lines held");
         assert_eq!(b.as_ptr() as usize % 64, 0);
         assert_eq!(Lines::zeroed(0).len(), 0);
     }

@@ -182,9 +182,7 @@ pub fn attention(
                 total += 2 * n_kv_heads * e.1.next_multiple_of(16) * hd;
             }
             let mut wide = WIDE.with(|w| std::mem::take(&mut *w.borrow_mut()));
-            if wide.len() < total {
-                wide.resize(total);
-            }
+            wide.set_len(total);
             let wide_ptr = SyncPtr(wide.as_mut_ptr());
             // (sequence entry, head, first row): 64 rows per task.
             let pieces: Vec<(usize, usize, usize)> = seqs

@@ -11,6 +11,13 @@ use crate::{
 };
 use folio_gguf::GgufFile;
 use folio_kernels::lines::Lines;
+use std::cell::RefCell;
+
+thread_local! {
+    /// The FFN's gate-up output (`[tokens][2 · ffn_dim]`), kept by the thread that runs
+    /// forwards: the gate-up matmul overwrites all of it each layer.
+    static GATE_UP: RefCell<Lines> = RefCell::new(Lines::default());
+}
 use folio_kernels::matmul::Sums;
 use folio_kernels::ops::{self, Rope};
 use folio_kernels::pool::ThreadPool;
@@ -359,8 +366,10 @@ impl Model {
         let mut q = vec![0f32; gqa_rows * qd];
         let mut attn = vec![0f32; gqa_rows * qd];
         let mut proj = vec![0f32; n * d];
-        // On a cache line, so the gate-up matmul may stream its output there.
-        let mut gu = Lines::zeroed(n * 2 * c.ffn_dim);
+        // On a cache line, so the gate-up matmul may stream its output there; reused across
+        // forwards (36 MB at 512 tokens of Qwen2.5 1.5B: no fresh pages or zeroing per call).
+        let mut gu = GATE_UP.with(|b| std::mem::take(&mut *b.borrow_mut()));
+        gu.set_len(n * 2 * c.ffn_dim);
         // The down projection's input in f32: filled only for LoRA adapters.
         let mut act = Vec::new();
         // Gemma's post-norms need a second row buffer (the norm cannot run in place).
@@ -630,6 +639,7 @@ impl Model {
         for (out, r) in hidden.chunks_exact_mut(d).zip(hidden_rows) {
             norm.row(&x[r * d..(r + 1) * d], &self.weights.output_norm, out);
         }
+        GATE_UP.with(|b| *b.borrow_mut() = gu);
         Ok(ForwardOutput { logits, hidden })
     }
 

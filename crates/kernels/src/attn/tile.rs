@@ -205,9 +205,7 @@ unsafe fn tile_nc<const NC: usize>(
     let npad = n_max.next_multiple_of(KB);
     let n_q = tokens * group;
     let mut s = SCORES.with(|s| std::mem::take(&mut *s.borrow_mut()));
-    if s.len() < n_q * npad {
-        s.resize(n_q * npad);
-    }
+    s.set_len(n_q * npad);
     let (kp, vp, sp) = (rows.k.as_ptr(), rows.v.as_ptr(), s.as_mut_ptr());
     let vscale = _mm512_set1_ps(scale);
     // Scores: a block of keys is seen by the tokens at or after its first position.
