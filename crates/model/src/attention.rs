@@ -45,25 +45,28 @@ thread_local! {
 const TILE_TOKENS: usize = 8;
 
 /// The batch's tokens as `(first token, count)` runs: up to [`TILE_TOKENS`] tokens of one
-/// sequence at consecutive positions, all in the batched order (a prefill chunk), or a
-/// lone token. Costliest first (the last position a run sees), so the pool's tasks end
-/// together.
+/// sequence at consecutive positions, all in the batched order and seeing from position 0
+/// (a prefill chunk inside the `window`, if any), or a lone token. Costliest first (the
+/// last position a run sees), so the pool's tasks end together.
 fn runs(
     batch: &ForwardBatch,
     token_pos: &[(usize, usize)],
     llama_orders: bool,
+    window: Option<usize>,
 ) -> Vec<(usize, usize)> {
-    let batched = |(s, p): (usize, usize)| !llama_orders || p < batch.seqs[s].decode_from;
+    let tiles = |(s, p): (usize, usize)| {
+        (!llama_orders || p < batch.seqs[s].decode_from) && window.is_none_or(|w| p < w)
+    };
     let mut runs = Vec::new();
     let mut t = 0;
     while t < token_pos.len() {
         let (s, p) = token_pos[t];
         let mut n = 1;
-        while batched((s, p))
+        while tiles((s, p))
             && n < TILE_TOKENS
             && t + n < token_pos.len()
             && token_pos[t + n] == (s, p + n)
-            && batched((s, p + n))
+            && tiles((s, p + n))
         {
             n += 1;
         }
@@ -159,12 +162,10 @@ pub fn attention(
             attn::attend_with(isa, &views[h], table, pos + 1, &qs, scores, o);
         });
     };
-    let tiled = window.is_none()
-        && softcap.is_none()
-        && n_tokens >= 2
-        && attn::tile_supports(isa, &views[0]);
+    // A window layer tiles the tokens its window does not cut yet (Gemma 3's 512).
+    let tiled = softcap.is_none() && n_tokens >= 2 && attn::tile_supports(isa, &views[0]);
     if tiled {
-        let runs = runs(batch, token_pos, llama_orders);
+        let runs = runs(batch, token_pos, llama_orders, window);
         if runs.iter().any(|&(_, n)| n > 1) {
             // Each tiled sequence's rows, widened to f32 once for all its tiles: per
             // sequence `(index, context length, first value in WIDE)`; per head, K then V.
@@ -296,7 +297,8 @@ mod tests {
     use crate::SeqSpan;
 
     /// Runs split a prefill chunk into tiles of [`TILE_TOKENS`], keep a decode token alone,
-    /// stop at a llama-numerics sequence's first decoded position, and come costliest first.
+    /// stop at a llama-numerics sequence's first decoded position and where a window starts
+    /// to cut, and come costliest first.
     #[test]
     fn runs_tile_prefill_chunks_and_leave_decode_tokens_alone() {
         let mut b = ForwardBatch::new();
@@ -318,12 +320,31 @@ mod tests {
             .flat_map(|(s, sp)| (0..sp.len).map(move |i| (s, sp.pos + i)))
             .collect();
         assert_eq!(
-            runs(&b, &token_pos, false),
+            runs(&b, &token_pos, false, None),
             [(11, 1), (8, 3), (0, 8), (14, 4), (12, 2)]
         );
         assert_eq!(
-            runs(&b, &token_pos, true),
+            runs(&b, &token_pos, true, None),
             [(11, 1), (8, 3), (0, 8), (17, 1), (16, 1), (14, 2), (12, 2)]
+        );
+        // A window of 6: positions 6 and on see from past 0, and go alone.
+        assert_eq!(
+            runs(&b, &token_pos, false, Some(6)),
+            [
+                (11, 1),
+                (10, 1),
+                (9, 1),
+                (8, 1),
+                (7, 1),
+                (6, 1),
+                (5, 1),
+                (4, 1),
+                (3, 1),
+                (17, 1),
+                (0, 3),
+                (14, 3),
+                (12, 2)
+            ]
         );
     }
 }
