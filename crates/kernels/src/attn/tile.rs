@@ -20,7 +20,7 @@
 //!   that starts at +0 never turns −0, and adding ±0 to it changes nothing), so every
 //!   output is the reference's bits.
 
-use super::x86::{reduce16, softmax_512};
+use super::x86::{lane_tree, reduce16, softmax_512};
 use super::x86_f16::round_f16;
 use super::PagedKv;
 use crate::lines::Lines;
@@ -119,7 +119,7 @@ unsafe fn score_block<const R: usize, const NC: usize>(
 }
 
 /// `out[r] = Σ_j p[r * stride + j] · v_j` over positions `0..n` for `R` query rows, in the
-/// reference's lanes and tree (`x86::values_pass`, batched order).
+/// reference's lanes and tree ([`lane_tree`], batched order).
 #[inline(always)]
 #[allow(clippy::needless_range_loop)]
 unsafe fn value_rows<const R: usize, const NC: usize>(
@@ -155,15 +155,11 @@ unsafe fn value_rows<const R: usize, const NC: usize>(
         }
         for r in 0..R {
             for cc in 0..CB {
-                let mut t = [_mm512_setzero_ps(); 8];
-                for i in 0..8 {
-                    t[i] = _mm512_add_ps(lanes[i + 8][r][cc], lanes[i][r][cc]);
+                let mut v = [_mm512_setzero_ps(); 16];
+                for (l, v) in v.iter_mut().enumerate() {
+                    *v = lanes[l][r][cc];
                 }
-                let mut u = [_mm512_setzero_ps(); 4];
-                for i in 0..4 {
-                    u[i] = _mm512_add_ps(t[i + 4], t[i]);
-                }
-                let sum = _mm512_add_ps(_mm512_add_ps(u[0], u[2]), _mm512_add_ps(u[1], u[3]));
+                let sum = lane_tree(&v);
                 _mm512_storeu_ps(out.add(r * hd + (c0 + cc) * 16), sum);
             }
         }

@@ -239,6 +239,24 @@ pub(super) unsafe fn reduce16(v: &[__m512; 16]) -> __m512 {
     _mm512_permutexvar_ps(idx, z)
 }
 
+/// One output chunk's 16 lane sums (lane `l` summed positions `l, l + 16, …`) combined
+/// in `_mm512_reduce_add_ps`'s tree, applied across vectors: lanes `l` and `l + 8`, then
+/// `+ 4`, then `(0 + 2) + (1 + 3)`: the reference's value sums.
+#[inline(always)]
+pub(super) unsafe fn lane_tree(lanes: &[__m512; 16]) -> __m512 {
+    // Loops, not `array::from_fn`: a closure does not inherit the caller's target
+    // features, and the intrinsics inside it would not inline.
+    let mut t = [_mm512_setzero_ps(); 8];
+    for (i, t) in t.iter_mut().enumerate() {
+        *t = _mm512_add_ps(lanes[i + 8], lanes[i]);
+    }
+    let mut u = [_mm512_setzero_ps(); 4];
+    for (i, u) in u.iter_mut().enumerate() {
+        *u = _mm512_add_ps(t[i + 4], t[i]);
+    }
+    _mm512_add_ps(_mm512_add_ps(u[0], u[2]), _mm512_add_ps(u[1], u[3]))
+}
+
 /// Stores the first `k` of 16 reduced, scaled scores of each head at `s + g * s_stride`.
 #[inline(always)]
 unsafe fn flush<const G: usize>(
@@ -471,15 +489,11 @@ unsafe fn values_pass<R: Rows, const G: usize, const SINGLE: bool>(
         }
         for g in 0..G {
             for cc in 0..CB {
-                let mut t = [_mm512_setzero_ps(); 8];
-                for i in 0..8 {
-                    t[i] = _mm512_add_ps(lanes[i + 8][g][cc], lanes[i][g][cc]);
+                let mut v = [_mm512_setzero_ps(); 16];
+                for (l, v) in v.iter_mut().enumerate() {
+                    *v = lanes[l][g][cc];
                 }
-                let mut u = [_mm512_setzero_ps(); 4];
-                for i in 0..4 {
-                    u[i] = _mm512_add_ps(t[i + 4], t[i]);
-                }
-                let r = _mm512_add_ps(_mm512_add_ps(u[0], u[2]), _mm512_add_ps(u[1], u[3]));
+                let r = lane_tree(&v);
                 _mm512_storeu_ps(out.add(g * hd + (c0 + cc) * 16), r);
             }
         }
