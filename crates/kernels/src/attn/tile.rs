@@ -5,7 +5,7 @@
 //! The per-token kernel (`x86.rs`) decodes every key and value row once per token and
 //! shares it among the group's 2-4 heads in registers; a 512-token prompt thus converts
 //! each cached row ~256 times and keeps only a few accumulator chains busy. Here the
-//! sequence's rows are converted to f32 once per forward ([`widen_512`], shared by all its
+//! sequence's rows are converted to f32 once per layer ([`widen_512`], shared by all its
 //! tiles), and each loaded row then feeds up to 8 queries (scores) or 6 × 64 output values
 //! (weighted sum):
 //!
