@@ -2,9 +2,11 @@
 //! (16-row panel, 32-value block, activation row) at an assumed clock (`GHZ`, default 2.87):
 //! `cargo run --release -p folio-kernels --example matmul_speed [TYPE] [rows] [cols]`
 //! (TYPE: any ggml type folio multiplies, e.g. q4_1, q4_k, q6_k; default q4_1; `NS=16,512`
-//! picks the row counts, `THREADS=2` the pool).
+//! picks the row counts, `THREADS=2` the pool, `TILES=amx|vector` forces the AMX or the
+//! vector kernels where the default picks by row count).
 
-use folio_kernels::matmul::{QMatrix, WeightType};
+use folio_kernels::cpu;
+use folio_kernels::matmul::{QMatrix, Tiles, WeightType};
 use folio_kernels::pool::ThreadPool;
 use std::time::Instant;
 
@@ -40,6 +42,12 @@ fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(1);
     let pool = ThreadPool::new(threads);
+    let tiles = match std::env::var("TILES").as_deref() {
+        Ok("amx") => Tiles::Amx,
+        Ok("vector") => Tiles::Vector,
+        _ => Tiles::Auto,
+    };
+    let isa = cpu::isa();
     // NS=16,512: the activation-row counts to time (default 1 … 32).
     let ns: Vec<usize> = std::env::var("NS")
         .ok()
@@ -52,14 +60,14 @@ fn main() {
         let mut out = vec![0f32; n * rows];
         let reps = (400_000_000 / (rows * cols * n)).max(50);
         for _ in 0..reps / 4 {
-            m.matmul(&x, n, &mut out, &pool);
+            m.matmul_tiles(isa, tiles, &x, n, &mut out, &pool);
         }
         // The best of five timed rounds: the host's other tenants come and go.
         let mut s = f64::INFINITY;
         for _ in 0..5 {
             let t = Instant::now();
             for _ in 0..reps.div_ceil(5) {
-                m.matmul(&x, n, &mut out, &pool);
+                m.matmul_tiles(isa, tiles, &x, n, &mut out, &pool);
             }
             s = s.min(t.elapsed().as_secs_f64() / reps.div_ceil(5) as f64);
         }

@@ -308,7 +308,11 @@ fn shared_acts(parts: &[(usize, QMatrix)]) -> bool {
 /// start at 32 rows. Q6_K's tiles sum its superblock in integers (`SbType::int_superblock`)
 /// where its vector kernel multiplies two 16-value chains a block per row: 16 rows ran
 /// 216-225 GMAC/s on tiles against 158-171 (CPUID family 6 model 207, both shapes of the
-/// 1.5B's ffn_down).
+/// 1.5B's ffn_down). Q4_K and Q5_K, though their tiles now sum whole superblocks too, stay
+/// at 32: on model 167 (2 threads, 16 rows) the bare matmul ran faster on tiles (Q4_K
+/// 8,960 × 1,536 330-338 against 309-316 GMAC/s, the matrix hot in the caches), yet the
+/// 1.5B Q4_K_M's 16 × 256 decode, weights streamed from memory, fell from 137-147 to
+/// 126-131 tok/s (three interleaved rounds).
 pub fn amx_min_rows(ty: WeightType) -> Option<usize> {
     match ty {
         _ if !amx_pays(ty) => None,
