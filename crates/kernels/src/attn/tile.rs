@@ -155,11 +155,7 @@ unsafe fn value_rows<const R: usize, const NC: usize>(
         }
         for r in 0..R {
             for cc in 0..CB {
-                let mut v = [_mm512_setzero_ps(); 16];
-                for (l, v) in v.iter_mut().enumerate() {
-                    *v = lanes[l][r][cc];
-                }
-                let sum = lane_tree(&v);
+                let sum = lane_tree(&lanes, r, cc);
                 _mm512_storeu_ps(out.add(r * hd + (c0 + cc) * 16), sum);
             }
         }

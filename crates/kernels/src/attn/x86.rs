@@ -239,16 +239,21 @@ pub(super) unsafe fn reduce16(v: &[__m512; 16]) -> __m512 {
     _mm512_permutexvar_ps(idx, z)
 }
 
-/// One output chunk's 16 lane sums (lane `l` summed positions `l, l + 16, …`) combined
-/// in `_mm512_reduce_add_ps`'s tree, applied across vectors: lanes `l` and `l + 8`, then
-/// `+ 4`, then `(0 + 2) + (1 + 3)`: the reference's value sums.
+/// Output chunk `(a, b)`'s 16 lane sums `lanes[l][a][b]` (lane `l` summed positions
+/// `l, l + 16, …`) combined in `_mm512_reduce_add_ps`'s tree, applied across vectors:
+/// lanes `l` and `l + 8`, then `+ 4`, then `(0 + 2) + (1 + 3)`: the reference's value sums.
+/// The callers keep their lanes as `[lane][row or head][chunk]` arrays.
 #[inline(always)]
-pub(super) unsafe fn lane_tree(lanes: &[__m512; 16]) -> __m512 {
+pub(super) unsafe fn lane_tree<const A: usize, const B: usize>(
+    lanes: &[[[__m512; B]; A]; 16],
+    a: usize,
+    b: usize,
+) -> __m512 {
     // Loops, not `array::from_fn`: a closure does not inherit the caller's target
     // features, and the intrinsics inside it would not inline.
     let mut t = [_mm512_setzero_ps(); 8];
     for (i, t) in t.iter_mut().enumerate() {
-        *t = _mm512_add_ps(lanes[i + 8], lanes[i]);
+        *t = _mm512_add_ps(lanes[i + 8][a][b], lanes[i][a][b]);
     }
     let mut u = [_mm512_setzero_ps(); 4];
     for (i, u) in u.iter_mut().enumerate() {
@@ -489,11 +494,7 @@ unsafe fn values_pass<R: Rows, const G: usize, const SINGLE: bool>(
         }
         for g in 0..G {
             for cc in 0..CB {
-                let mut v = [_mm512_setzero_ps(); 16];
-                for (l, v) in v.iter_mut().enumerate() {
-                    *v = lanes[l][g][cc];
-                }
-                let r = lane_tree(&v);
+                let r = lane_tree(&lanes, g, cc);
                 _mm512_storeu_ps(out.add(g * hd + (c0 + cc) * 16), r);
             }
         }
