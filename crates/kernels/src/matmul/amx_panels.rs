@@ -319,6 +319,8 @@ unsafe fn panels<const T: u8>(w: Weights, span: &Span, s: &mut Scratch) {
         }
         let valid = PANEL.min(span.rows - panel * PANEL);
         let mask = mask16(valid);
+        // A partial last panel writes under its mask, through the caches.
+        let stream_lines = stream && valid == PANEL;
         for j0 in (0..n).step_by(ROWS) {
             if j0 + ROWS < n && !stream {
                 let next = out0.add((j0 + ROWS) * span.ostride);
@@ -356,7 +358,7 @@ unsafe fn panels<const T: u8>(w: Weights, span: &Span, s: &mut Scratch) {
             };
             let out = out0.add(j0 * span.ostride);
             for (j, v) in acc.iter().enumerate().take(n - j0) {
-                if stream && valid == PANEL {
+                if stream_lines {
                     _mm512_stream_ps(out.add(j * span.ostride), *v);
                 } else {
                     _mm512_mask_storeu_ps(out.add(j * span.ostride), mask, *v);
