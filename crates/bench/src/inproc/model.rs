@@ -37,6 +37,9 @@ pub struct Row {
     /// Model FLOPs utilization: the int8 multiply-accumulates the row's tokens cost in the
     /// weight matrices per second, over the host's probed int8 peak ([`Report::int8_peak`]).
     pub mfu: Option<f64>,
+    /// The same MACs over the vector units' peak ([`Report::vector_peak`]): on a host with
+    /// AMX tiles, how far the row is from what the vector kernels alone could reach.
+    pub mfu_vector: Option<f64>,
     /// The quantized matmul kernels the row ran (`avx512-vnni`, `avx2`, `scalar`).
     pub kernel: String,
     /// Decode rows: aggregate tok/s over the batch-1 decode row's at the same context (when
@@ -101,6 +104,9 @@ pub struct Report {
     /// The host's int8 dot-product peak on the pool's threads (the fastest instruction it
     /// has), what `mfu` divides by.
     pub int8_peak: Option<crate::profile::peak::Peak>,
+    /// The vector units' int8 peak (`vpdpbusd`, `vpmaddubsw`), the same as `int8_peak` on a
+    /// host without tiles; what `mfu_vector` divides by.
+    pub vector_peak: Option<crate::profile::peak::Peak>,
     /// Multiply-accumulates one token costs in the weight matrices, the output head's
     /// included (a prefill row counts the head once, for its one logit row).
     pub macs_per_token: u64,
@@ -122,7 +128,9 @@ pub fn run(
     let threads = ThreadPool::global().n_threads();
     let dram = crate::profile::probe::read_bandwidth(PROBE_BYTES, threads, 3);
     let dram_gb_s = dram / 1e9;
-    let int8_peak = crate::profile::peak::int8_peak(threads, 3);
+    let peaks = crate::profile::peak::int8_peaks(threads, 3);
+    let vector_peak = crate::profile::peak::vector_best(&peaks);
+    let int8_peak = crate::profile::peak::best(peaks);
     let macs_per_token = model.weights.macs_per_token();
     // The output head runs only for the rows that need logits: one per sequence per step
     // (a 512-token prefill asks one), so a row's MACs are its tokens through the layers
@@ -156,6 +164,9 @@ pub fn run(
             weight_gb_s: wb as f64 * steps as f64 / seconds / 1e9,
             mbu: wb as f64 * steps as f64 / seconds / dram,
             mfu: int8_peak
+                .as_ref()
+                .map(|p| macs(tokens, batch * steps) / seconds / p.macs_s),
+            mfu_vector: vector_peak
                 .as_ref()
                 .map(|p| macs(tokens, batch * steps) / seconds / p.macs_s),
             kernel: kernel.clone(),
@@ -213,6 +224,7 @@ pub fn run(
         dram_gb_s,
         probe_bytes: PROBE_BYTES,
         int8_peak,
+        vector_peak,
         macs_per_token,
         rows,
     })
@@ -244,9 +256,21 @@ pub fn print_table(report: &Report) {
         ),
         None => println!("int8 peak: no int8 dot-product instruction probed on this CPU"),
     }
+    // With AMX the tiles' peak is far above the vector units'; "MFU vec" says the same
+    // row's share of the vector units' peak, the figure a host without tiles reports.
+    let tiles = report.int8_peak.as_ref().is_some_and(|p| p.tile);
+    if let (true, Some(v)) = (tiles, &report.vector_peak) {
+        println!(
+            "vector int8 peak ({}, {} threads): {:.1} GMAC/s (MFU vec)",
+            v.instruction,
+            v.threads,
+            v.macs_s / 1e9
+        );
+    }
+    let pct = |x: Option<f64>| x.map_or("-".to_string(), |x| format!("{:.0}%", x * 100.0));
     let rows = &report.rows;
     println!(
-        "{:<8} {:<10} {:>5} {:>7} {:>7} {:>9} {:>10} {:>12} {:>9} {:>5} {:>5} {:>6}  kernel",
+        "{:<8} {:<10} {:>5} {:>7} {:>7} {:>9} {:>10} {:>12} {:>9} {:>5} {:>5}{} {:>6}  kernel",
         "test",
         "kv",
         "batch",
@@ -258,15 +282,18 @@ pub fn print_table(report: &Report) {
         "weight GB/s",
         "MBU",
         "MFU",
+        if tiles { " MFU vec" } else { "" },
         "x b1",
     );
     for r in rows {
         let vs = r.vs_batch_1.map_or(String::new(), |x| format!("{x:.2}x"));
-        let mfu = r
-            .mfu
-            .map_or("-".to_string(), |x| format!("{:.0}%", x * 100.0));
+        let mfu_vec = if tiles {
+            format!(" {:>7}", pct(r.mfu_vector))
+        } else {
+            String::new()
+        };
         println!(
-            "{:<8} {:<10} {:>5} {:>7} {:>7} {:>9.3} {:>10.1} {:>12.1} {:>9.1} {:>4.0}% {:>5} {:>6}  {}",
+            "{:<8} {:<10} {:>5} {:>7} {:>7} {:>9.3} {:>10.1} {:>12.1} {:>9.1} {:>4.0}% {:>5}{} {:>6}  {}",
             r.test,
             r.kv_format,
             r.batch,
@@ -277,7 +304,8 @@ pub fn print_table(report: &Report) {
             r.weight_bytes_per_step as f64 / 1e6,
             r.weight_gb_s,
             r.mbu * 100.0,
-            mfu,
+            pct(r.mfu),
+            mfu_vec,
             vs,
             r.kernel
         );

@@ -39,6 +39,9 @@ pub struct Peak {
     /// Multiply-accumulates per second on all threads.
     pub macs_s: f64,
     pub threads: usize,
+    /// Whether the instruction is a tile unit's (AMX), not the vector units'.
+    #[serde(default)]
+    pub tile: bool,
 }
 
 /// Instructions per accumulator per trial: 24 M instructions a thread, ~3-6 ms at 1-2 a
@@ -70,13 +73,11 @@ pub fn int8_peaks(threads: usize, reps: usize) -> Vec<Peak> {
             // One unit of `measure` is 1/64 of a `tdpbssd` (16,384 multiply-adds), so a
             // trial issues 64 times fewer of them than of the vector instructions.
             // SAFETY: the OS granted the tile state (checked above).
-            out.push(measure(
-                "AMX tdpbssd",
-                16 * 16 * 64 / 64,
-                threads,
-                reps,
-                || unsafe { x86::tdpbssd(ITERS / 64) },
-            ));
+            let mut tiles = measure("AMX tdpbssd", 16 * 16 * 64 / 64, threads, reps, || unsafe {
+                x86::tdpbssd(ITERS / 64)
+            });
+            tiles.tile = true;
+            out.push(tiles);
         }
         if std::arch::is_x86_feature_detected!("avx2") {
             // SAFETY: AVX2 is present (checked above).
@@ -108,6 +109,13 @@ pub fn has_amx_int8() -> bool {
 /// The highest of [`int8_peaks`] (None on a CPU with none of them).
 pub fn int8_peak(threads: usize, reps: usize) -> Option<Peak> {
     best(int8_peaks(threads, reps))
+}
+
+/// The fastest of `peaks` that runs on the vector units (none of AMX's tiles): what the
+/// vector kernels can reach, and the peak an MFU is compared with across hosts with and
+/// without tiles.
+pub fn vector_best(peaks: &[Peak]) -> Option<Peak> {
+    best(peaks.iter().filter(|p| !p.tile).cloned().collect())
 }
 
 /// The fastest of `peaks`.
@@ -154,6 +162,7 @@ fn measure(name: &str, macs: u64, threads: usize, reps: usize, f: impl Fn() -> i
         instruction: name.into(),
         macs_s: total / best,
         threads,
+        tile: false,
     }
 }
 
