@@ -47,7 +47,7 @@ for f in "$@"; do
   echo "### $n"
   for r in $(seq 1 "$rounds"); do
     echo "-- round $r"
-    grep -E "^(pp512|tg128|decode +f16 +16 )" "$out/$n.folio.$r.txt" | awk '{print "folio", $1, $3, $7}'
+    grep -E "^(pp512|tg128|decode +f16 +16 )" "$out/$n.folio.$r.txt" | awk '{v = ($12 ~ /%$/) ? " MFU-vec " $12 : ""; print "folio", $1, $3, $7, "MBU " $10, "MFU " $11 v}'
     grep -E "pp512|tg128" "$out/$n.llama.$r.txt" | sed 's/^/llama.cpp /'
     grep -E "^\| +256 \| +32 \| +16 " "$out/$n.llama-bb.$r.txt" | sed 's/^/llama.cpp 16x256 /'
     grep -E "pp512|tg128" "$out/$n.ik.$r.txt" | sed 's/^/ik_llama.cpp /'
