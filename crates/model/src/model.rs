@@ -581,10 +581,9 @@ impl Model {
                 lr.apply(pool, l, LoraMatrix::GateUp, &h, d, &mut gu, 2 * c.ffn_dim);
             }
             let (f, act_fn) = (c.ffn_dim, c.arch.activation());
-            // The activation runs inside the down projection's quantization.
-            w.w_down.matmul_gated(&gu, act_fn, n, &mut proj, pool);
             if let Some(lr) = &lora {
-                // The adapters read the activated rows themselves.
+                // The adapters read the activated rows too: activated once, in f32, for the
+                // down projection and the adapters (the same bits as the fused form below).
                 act.resize(n * f, 0.0);
                 let act_rows = Rows::new(&mut act, f);
                 par::ranges(pool, n, &|r| {
@@ -593,7 +592,11 @@ impl Model {
                         act_fn.apply_row(&gu, t, unsafe { act_rows.row(t) });
                     }
                 });
+                w.w_down.matmul(&act, n, &mut proj, pool);
                 lr.apply(pool, l, LoraMatrix::Down, &act, f, &mut proj, d);
+            } else {
+                // The activation runs inside the down projection's quantization.
+                w.w_down.matmul_gated(&gu, act_fn, n, &mut proj, pool);
             }
             scale_rows(&mut proj, c.residual_scale);
             let out = post_norm(pool, &proj, &w.post_ffn_norm, norm, &mut normed, d);
