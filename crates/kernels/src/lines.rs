@@ -38,6 +38,11 @@ impl Lines {
         }
         self.len = len;
     }
+
+    /// Values the allocation holds (at least `len`): what the buffer keeps in memory.
+    pub fn capacity(&self) -> usize {
+        self.lines.len() * 16
+    }
 }
 
 impl Deref for Lines {

@@ -38,6 +38,25 @@ thread_local! {
     static WIDE: RefCell<folio_kernels::lines::Lines> = RefCell::new(Default::default());
 }
 
+/// Bytes of widened rows a thread keeps from one forward to the next ([`end_forward`]):
+/// the 1.5B's rows take 2 KB a position (2 KV heads, K and V, 128 f32 each), so prompts up
+/// to 8k positions keep their buffer (below the 36 MB gate-up buffer a 512-token forward
+/// keeps anyway); a longer one's copy (64 MB at 32k) is given back when its forward ends
+/// rather than held for the life of the server.
+const KEEP_WIDE_BYTES: usize = 16 << 20;
+
+/// At a forward's end: gives the widened rows back to the allocator if a long context grew
+/// them past [`KEEP_WIDE_BYTES`] (the next long prefill allocates them again, a small cost
+/// beside its attention over that context).
+pub(crate) fn end_forward() {
+    WIDE.with(|w| {
+        let mut w = w.borrow_mut();
+        if w.capacity() * std::mem::size_of::<f32>() > KEEP_WIDE_BYTES {
+            *w = Default::default();
+        }
+    });
+}
+
 /// Tokens per prefill tile ([`attn::attend_tile`]): each cached row is converted once per
 /// tile and the tile's 8 × group query rows share it. Longer tiles spend more on the rows
 /// past a token's own position (half a tile per token on average); 8 measured fastest of
@@ -295,6 +314,19 @@ pub fn attention(
 mod tests {
     use super::*;
     use crate::SeqSpan;
+
+    /// A forward's end keeps the widened rows of a short context and gives back those of
+    /// a long one.
+    #[test]
+    fn a_forward_end_gives_back_only_a_long_contexts_rows() {
+        let floats = KEEP_WIDE_BYTES / std::mem::size_of::<f32>();
+        WIDE.with(|w| w.borrow_mut().set_len(floats));
+        end_forward();
+        assert_eq!(WIDE.with(|w| w.borrow().capacity()), floats);
+        WIDE.with(|w| w.borrow_mut().set_len(floats + 16));
+        end_forward();
+        assert_eq!(WIDE.with(|w| w.borrow().capacity()), 0);
+    }
 
     /// Runs split a prefill chunk into tiles of [`TILE_TOKENS`], keep a decode token alone,
     /// stop at a llama-numerics sequence's first decoded position and where a window starts

@@ -643,6 +643,7 @@ impl Model {
             norm.row(&x[r * d..(r + 1) * d], &self.weights.output_norm, out);
         }
         GATE_UP.with(|b| *b.borrow_mut() = gu);
+        crate::attention::end_forward();
         Ok(ForwardOutput { logits, hidden })
     }
 
