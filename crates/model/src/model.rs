@@ -11,17 +11,17 @@ use crate::{
 };
 use folio_gguf::GgufFile;
 use folio_kernels::lines::Lines;
+use folio_kernels::matmul::Sums;
+use folio_kernels::ops::{self, Rope};
+use folio_kernels::pool::ThreadPool;
 use std::cell::RefCell;
+use std::path::Path;
 
 thread_local! {
     /// The FFN's gate-up output (`[tokens][2 · ffn_dim]`), kept by the thread that runs
     /// forwards: the gate-up matmul overwrites all of it each layer.
     static GATE_UP: RefCell<Lines> = RefCell::new(Lines::default());
 }
-use folio_kernels::matmul::Sums;
-use folio_kernels::ops::{self, Rope};
-use folio_kernels::pool::ThreadPool;
-use std::path::Path;
 
 /// A loaded model: configuration, repacked weights and RoPE tables.
 pub struct Model {

@@ -152,6 +152,7 @@ pub fn run(
                steps: usize| {
         let moe = model.moe_stats();
         let wb = moe.as_ref().map_or(dense_wb, |m| m.last_step_weight_bytes);
+        let macs_s = macs(tokens, batch * steps) / seconds;
         Row {
             test: test.into(),
             kv_format: kv_label(format),
@@ -163,12 +164,8 @@ pub fn run(
             weight_bytes_per_step: wb,
             weight_gb_s: wb as f64 * steps as f64 / seconds / 1e9,
             mbu: wb as f64 * steps as f64 / seconds / dram,
-            mfu: int8_peak
-                .as_ref()
-                .map(|p| macs(tokens, batch * steps) / seconds / p.macs_s),
-            mfu_vector: vector_peak
-                .as_ref()
-                .map(|p| macs(tokens, batch * steps) / seconds / p.macs_s),
+            mfu: int8_peak.as_ref().map(|p| macs_s / p.macs_s),
+            mfu_vector: vector_peak.as_ref().map(|p| macs_s / p.macs_s),
             kernel: kernel.clone(),
             vs_batch_1: None,
             rows_per_expert: moe.map(|m| m.last_rows_per_expert()),

@@ -106,11 +106,6 @@ pub fn has_amx_int8() -> bool {
         .unwrap_or(false)
 }
 
-/// The highest of [`int8_peaks`] (None on a CPU with none of them).
-pub fn int8_peak(threads: usize, reps: usize) -> Option<Peak> {
-    best(int8_peaks(threads, reps))
-}
-
 /// The fastest of `peaks` that runs on the vector units (none of AMX's tiles): what the
 /// vector kernels can reach, and the peak an MFU is compared with across hosts with and
 /// without tiles.
