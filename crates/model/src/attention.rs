@@ -8,6 +8,7 @@
 
 use crate::{ForwardBatch, KvCache};
 use folio_kernels::attn;
+use folio_kernels::lines::{release_above, Kept, Lines};
 use folio_kernels::pool::ThreadPool;
 use std::cell::RefCell;
 
@@ -35,7 +36,7 @@ thread_local! {
 thread_local! {
     /// The tiled sequences' K and V rows in f32 ([`attn::widen`]), reused across layers
     /// and forwards (only the calling thread's: workers write disjoint parts).
-    static WIDE: RefCell<folio_kernels::lines::Lines> = RefCell::new(Default::default());
+    static WIDE: RefCell<Lines> = RefCell::new(Lines::default());
 }
 
 /// Bytes of widened rows a thread keeps from one forward to the next ([`end_forward`]):
@@ -49,12 +50,7 @@ const KEEP_WIDE_BYTES: usize = 16 << 20;
 /// them past [`KEEP_WIDE_BYTES`] (the next long prefill allocates them again, a small cost
 /// beside its attention over that context).
 pub(crate) fn end_forward() {
-    WIDE.with(|w| {
-        let mut w = w.borrow_mut();
-        if w.capacity() * std::mem::size_of::<f32>() > KEEP_WIDE_BYTES {
-            *w = Default::default();
-        }
-    });
+    release_above(&WIDE, KEEP_WIDE_BYTES);
 }
 
 /// Tokens per prefill tile ([`attn::attend_tile`]): each cached row is converted once per
@@ -201,8 +197,7 @@ pub fn attention(
                 e.2 = total;
                 total += 2 * n_kv_heads * e.1.next_multiple_of(16) * hd;
             }
-            let mut wide = WIDE.with(|w| std::mem::take(&mut *w.borrow_mut()));
-            wide.set_len(total);
+            let mut wide = Kept::take(&WIDE, total);
             let wide_ptr = SyncPtr(wide.as_mut_ptr());
             // (sequence entry, head, first row): 64 rows per task.
             let pieces: Vec<(usize, usize, usize)> = seqs
@@ -293,7 +288,6 @@ pub fn attention(
                 (t, n, Some(h)) => tile_task(t, n, h),
                 (t, _, None) => (0..n_kv_heads).for_each(|h| task(t, h)),
             });
-            WIDE.with(|w| *w.borrow_mut() = wide);
             return;
         }
     }

@@ -10,7 +10,7 @@ use crate::{
     ModelError,
 };
 use folio_gguf::GgufFile;
-use folio_kernels::lines::Lines;
+use folio_kernels::lines::{Kept, Lines};
 use folio_kernels::matmul::Sums;
 use folio_kernels::ops::{self, Rope};
 use folio_kernels::pool::ThreadPool;
@@ -368,8 +368,7 @@ impl Model {
         let mut proj = vec![0f32; n * d];
         // On a cache line, so the gate-up matmul may stream its output there; reused across
         // forwards (36 MB at 512 tokens of Qwen2.5 1.5B: no fresh pages or zeroing per call).
-        let mut gu = GATE_UP.with(|b| std::mem::take(&mut *b.borrow_mut()));
-        gu.set_len(n * 2 * c.ffn_dim);
+        let mut gu = Kept::take(&GATE_UP, n * 2 * c.ffn_dim);
         // The down projection's input in f32: filled only for LoRA adapters.
         let mut act = Vec::new();
         // Gemma's post-norms need a second row buffer (the norm cannot run in place).
@@ -642,7 +641,7 @@ impl Model {
         for (out, r) in hidden.chunks_exact_mut(d).zip(hidden_rows) {
             norm.row(&x[r * d..(r + 1) * d], &self.weights.output_norm, out);
         }
-        GATE_UP.with(|b| *b.borrow_mut() = gu);
+        drop(gu);
         crate::attention::end_forward();
         Ok(ForwardOutput { logits, hidden })
     }

@@ -23,7 +23,7 @@
 use super::x86::{lane_tree, reduce16, softmax_512};
 use super::x86_f16::round_f16;
 use super::PagedKv;
-use crate::lines::Lines;
+use crate::lines::{Kept, Lines};
 use std::arch::x86_64::*;
 use std::cell::RefCell;
 
@@ -196,8 +196,7 @@ unsafe fn tile_nc<const NC: usize>(
     let n_max = first_pos + tokens;
     let npad = n_max.next_multiple_of(KB);
     let n_q = tokens * group;
-    let mut s = SCORES.with(|s| std::mem::take(&mut *s.borrow_mut()));
-    s.set_len(n_q * npad);
+    let mut s = Kept::take(&SCORES, n_q * npad);
     let (kp, vp, sp) = (rows.k.as_ptr(), rows.v.as_ptr(), s.as_mut_ptr());
     let vscale = _mm512_set1_ps(scale);
     // Scores: a block of keys is seen by the tokens at or after its first position.
@@ -246,5 +245,4 @@ unsafe fn tile_nc<const NC: usize>(
         }
         r0 += VALUE_ROWS;
     }
-    SCORES.with(|c| *c.borrow_mut() = s);
 }
