@@ -65,6 +65,17 @@
 //! ahead ([`claim_rows`]), the epilogue a superblock behind the stores ([`rows_int`]) and
 //! the activation rows of the superblock after next pulled into L1 ([`pull_acts`]; the
 //! same for the per-block kernels, two blocks a pull, measured no faster).
+//!
+//! Tried and not kept: cutting the walk along the columns so one chunk's activation rows
+//! (1 MiB of codes) stay in L2 while the task's panels pass over them, the partial sums
+//! going to the output and back between chunks (the same FMAs in the same order, so the
+//! same bits). The down projection's 512 rows of 8,960 columns (4.6 MB) outgrow L2, and
+//! a cache-hot 1,536 × 2,048 ran 494-501 GMAC/s where 1,536 × 8,960 ran 407-449, so up to
+//! ~15% looked within reach; but the chunked walk measured 380-397 against 415-436 (Intel
+//! Xeon, CPUID family 6 model 167, 2 threads, Q4_K, 512 rows, interleaved), and even the
+//! one-chunk shapes slowed (8,960 × 1,536 511-537 against 569-611): the walk's extra
+//! state nearly doubled the kernel's vector spills (46 to 81 stack accesses in the Q4_K
+//! instance), and moving the row-group work into a function of its own ran slower still.
 
 #![cfg(target_arch = "x86_64")]
 
