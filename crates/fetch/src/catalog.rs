@@ -197,6 +197,37 @@ pub fn find(name: &str) -> Option<&'static Entry> {
     CATALOG.iter().find(|e| e.name == name)
 }
 
+/// The entry `name` means, spelled as people spell it: the exact name first, else the one
+/// entry whose name or file name (without `.gguf`) matches `name` once case, punctuation
+/// and an Ollama `:latest` tag are set aside, so `gemma-3-270m` (the file's spelling),
+/// `qwen2.5-coder:1.5b` (Ollama's) or `Qwen2.5-Coder-1.5B` find their entries. A loose
+/// name that fits two entries finds none.
+pub fn find_loose(name: &str) -> Option<&'static Entry> {
+    if let Some(e) = find(name) {
+        return Some(e);
+    }
+    let key = loose(name.strip_suffix(":latest").unwrap_or(name));
+    if key.is_empty() {
+        return None;
+    }
+    let mut hits = CATALOG.iter().filter(|e| {
+        let stem = e.file_name.strip_suffix(".gguf").unwrap_or(e.file_name);
+        loose(e.name) == key || loose(stem) == key
+    });
+    match (hits.next(), hits.next()) {
+        (Some(e), None) => Some(e),
+        _ => None,
+    }
+}
+
+/// `s` lowercased with everything but letters and digits dropped.
+fn loose(s: &str) -> String {
+    s.chars()
+        .filter(char::is_ascii_alphanumeric)
+        .map(|c| c.to_ascii_lowercase())
+        .collect()
+}
+
 /// The default model's entry.
 pub fn default_entry() -> &'static Entry {
     find(DEFAULT).expect("the default model is in the catalogue")

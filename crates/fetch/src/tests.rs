@@ -119,6 +119,21 @@ fn unknown_names_and_missing_paths_are_errors_listing_the_catalogue() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("no such file"), "{err}");
+    // The spellings people use find the entry: the file's, Ollama's, another case.
+    for (arg, name) in [
+        ("gemma-3-270m", "gemma3-270m"),
+        ("gemma-3-270m-q4_k_m", "gemma3-270m"),
+        ("qwen2.5-coder:1.5b", "qwen2.5-coder-1.5b"),
+        ("Qwen2.5-Coder-1.5B:latest", "qwen2.5-coder-1.5b"),
+        ("SmolLM2-135M", "smollm2-135m"),
+    ] {
+        match choose(Path::new(arg), |_| false) {
+            Ok(Choice::Named(e)) => assert_eq!(e.name, name, "{arg}"),
+            other => panic!("{arg}: {:?}", other.map(|_| ()).map_err(|e| e.to_string())),
+        }
+    }
+    assert!(catalog::find_loose("").is_none());
+    assert!(catalog::find_loose(":latest").is_none());
     let err = choose(Path::new("smollm2"), |_| false)
         .unwrap_err()
         .to_string();

@@ -180,6 +180,17 @@ fn pull_streams_ollamas_progress_lines() {
         &json!({"model": format!("{}:latest", entry.name), "stream": false}),
     );
     assert_eq!(v, json!({"status": "success"}));
+    // Ollama's spelling of the name (`smollm2:135m`) pulls the same entry.
+    let (family, size) = entry
+        .name
+        .rsplit_once('-')
+        .expect("a catalogue name ends -SIZE");
+    let v = post_ok(
+        s.addr,
+        "/api/pull",
+        &json!({"model": format!("{family}:{size}"), "stream": false}),
+    );
+    assert_eq!(v, json!({"status": "success"}));
 }
 
 #[test]

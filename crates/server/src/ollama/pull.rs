@@ -25,7 +25,8 @@ use std::time::Duration;
 /// How often a pull reports the size of the file being assembled.
 const PROGRESS_EVERY: Duration = Duration::from_millis(250);
 
-/// The catalogue entry an Ollama name means (`name` or `name:latest`).
+/// The catalogue entry an Ollama name means (`name`, `name:latest`, or Ollama's spelling
+/// of it: [`catalog::find_loose`]).
 fn entry(field: &str, asked: &str) -> std::result::Result<&'static Entry, ApiError> {
     if asked.starts_with("hf:") {
         return Err(ApiError::param(
@@ -33,8 +34,7 @@ fn entry(field: &str, asked: &str) -> std::result::Result<&'static Entry, ApiErr
             format!("{asked:?}: Hugging Face Hub models live in the Hugging Face cache ($HF_HOME/hub); delete them with `hf cache delete`; folio deletes its catalogue models: {}", catalog::names()),
         ));
     }
-    let name = asked.strip_suffix(":latest").unwrap_or(asked);
-    catalog::find(name).ok_or_else(|| {
+    catalog::find_loose(asked).ok_or_else(|| {
         not_found(format!(
             "model {asked:?} is not in folio's catalogue ({}); Ollama's registry is not used",
             catalog::names()
