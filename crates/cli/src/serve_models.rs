@@ -130,7 +130,8 @@ pub fn registry(engine: &EngineArgs, m: &ModelsArgs) -> Result<Arc<Registry>> {
             add(ModelSource::file(name, target, kv), &mut sources);
         } else {
             let spec = target.to_string_lossy().into_owned();
-            if folio_fetch::catalog::find(&spec).is_none() && !folio_fetch::hub::is_hub_name(&spec)
+            if folio_fetch::catalog::find_loose(&spec).is_none()
+                && !folio_fetch::hub::is_hub_name(&spec)
             {
                 bail!(
                     "--model {text}: {spec} is neither a file, a catalogue model ({}) nor hf:ORG/REPO[:QUANT]",

@@ -111,7 +111,7 @@ pub fn remove(name: &str) -> Result<Cached> {
     Ok(found.clone())
 }
 
-/// Fetches the catalogue model `name`, or the Hub model `hf:ORG/REPO[:QUANT]` (into the
+/// Fetches the catalogue model `name` (as [`catalog::find_loose`] reads it), or the Hub model `hf:ORG/REPO[:QUANT]` (into the
 /// Hugging Face cache, every part of a split GGUF), checking a file already there; the
 /// path (a split GGUF's first part).
 pub fn pull(name: &str) -> Result<PathBuf> {
@@ -119,7 +119,7 @@ pub fn pull(name: &str) -> Result<PathBuf> {
         let mut files = crate::hub::fetch(name)?;
         return Ok(files.remove(0));
     }
-    match catalog::find(name) {
+    match catalog::find_loose(name) {
         Some(e) => ensure(e),
         None => bail!(
             "{name:?} is not a catalogue model; the catalogue has: {} (`folio models` lists them)",

@@ -179,7 +179,7 @@ pub fn status(card: &Value) -> Option<&str> {
 /// The id of the card `name` means: the card called `name`, or, for a catalogue name, the
 /// card named as a server names its file (the file name without `.gguf`).
 pub fn find(cards: &[Value], name: &str) -> Option<String> {
-    let stem = folio_fetch::catalog::find(name)
+    let stem = folio_fetch::catalog::find_loose(name)
         .map(|e| e.file_name.strip_suffix(".gguf").unwrap_or(e.file_name));
     cards
         .iter()
