@@ -111,9 +111,9 @@ pub fn remove(name: &str) -> Result<Cached> {
     Ok(found.clone())
 }
 
-/// Fetches the catalogue model `name` (as [`catalog::find_loose`] reads it), or the Hub model `hf:ORG/REPO[:QUANT]` (into the
-/// Hugging Face cache, every part of a split GGUF), checking a file already there; the
-/// path (a split GGUF's first part).
+/// Fetches the catalogue model `name` (as [`catalog::find_loose`] reads it), or the Hub
+/// model `hf:ORG/REPO[:QUANT]` (into the Hugging Face cache, every part of a split GGUF),
+/// checking a file already there; the path (a split GGUF's first part).
 pub fn pull(name: &str) -> Result<PathBuf> {
     if crate::hub::is_hub_name(name) {
         let mut files = crate::hub::fetch(name)?;

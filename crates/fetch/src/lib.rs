@@ -383,7 +383,8 @@ pub enum Choice {
 }
 
 /// What `arg` names, `is_file` telling which paths exist: an existing file wins, then a
-/// catalogue name (as [`catalog::find_loose`] reads it), then `list`; anything else is an error listing the catalogue.
+/// catalogue name (as [`catalog::find_loose`] reads it), then `list`; anything else is an
+/// error listing the catalogue.
 pub fn choose(arg: &Path, is_file: impl Fn(&Path) -> bool) -> Result<Choice> {
     if is_file(arg) {
         return Ok(Choice::File(arg.to_path_buf()));
