@@ -81,8 +81,14 @@ impl<'a> Input<'a> {
     }
 }
 
+/// Values of a gated input's row activated and quantized at a time (rounded down to whole
+/// scale spans): the piece's gate and up halves and its activated values (24 KiB) stay in
+/// L1 between the activation and the two passes of the quantization (the row's extreme,
+/// then its codes), where a whole row (the 1.5B's 8,960 values, 35 KiB a half) did not.
+const GATED_PIECE: usize = 2048;
+
 thread_local! {
-    /// One activated row of a gated input, reused across calls.
+    /// One activated piece of a gated input's row ([`GATED_PIECE`]), reused across calls.
     static SCRATCH: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
@@ -182,8 +188,8 @@ impl QuantizedActs {
     /// Quantizes `x` (`n` rows of `cols`) with `isa` (clamped to what the CPU has), spreading
     /// rows over `pool` when the batch is big enough to repay the hand-off. The group sums
     /// ([`QuantizedActs::group_sums`]) and 16-sums ([`QuantizedActs::half_sums`]) are
-    /// computed only when `extra` asks for them. A gated input is activated one row at a
-    /// time into a thread's scratch row and quantized from there: the same bits as
+    /// computed only when `extra` asks for them. A gated input is activated a piece of a row
+    /// at a time ([`GATED_PIECE`]) into a thread's scratch buffer and quantized from there: the same bits as
     /// quantizing the activated rows, without writing them all out in f32 and reading
     /// them back.
     ///
@@ -265,14 +271,22 @@ impl QuantizedActs {
                     quantize_blocks(isa, shared, &x[r0 * cols..r1 * cols], q, d, s, is)
                 }
                 Input::Gated(gu, act) => SCRATCH.with(|cell| {
-                    let mut row = cell.borrow_mut();
-                    row.resize(cols, 0.0);
+                    let mut buf = cell.borrow_mut();
+                    let piece = (GATED_PIECE / span).max(1) * span;
+                    buf.resize(piece.min(cols), 0.0);
                     for t in 0..m {
-                        act.apply_row(gu, r0 + t, &mut row);
-                        let (bq, bd) = (t * cols..(t + 1) * cols, t * nb..(t + 1) * nb);
-                        let (qt, dt) = (&mut q[bq], &mut d[bd.clone()]);
-                        let (st, it) = (&mut s[bd.clone()], &mut is[bd]);
-                        quantize_blocks(isa, shared, &row, qt, dt, st, it);
+                        let (g, u) =
+                            gu[(r0 + t) * 2 * cols..(r0 + t + 1) * 2 * cols].split_at(cols);
+                        for c0 in (0..cols).step_by(piece) {
+                            let c1 = (c0 + piece).min(cols);
+                            let x = &mut buf[..c1 - c0];
+                            act.apply(&g[c0..c1], &u[c0..c1], x);
+                            let bq = t * cols + c0..t * cols + c1;
+                            let bd = t * nb + c0 / QK..t * nb + c1 / QK;
+                            let (qt, dt) = (&mut q[bq], &mut d[bd.clone()]);
+                            let (st, it) = (&mut s[bd.clone()], &mut is[bd]);
+                            quantize_blocks(isa, shared, x, qt, dt, st, it);
+                        }
                     }
                 }),
             }
@@ -376,19 +390,29 @@ pub fn f16_round(x: f32) -> f32 {
     half::f16::from_f32(x).to_f32()
 }
 
-/// The scale `d` and `s = d · isum` of a block whose scale span has largest magnitude
-/// `amax` (`id = 127 / amax` made the codes, `isum` their sum). Per 32 values through f16,
-/// as ggml stores them in its q8_0/q8_1 blocks; per superblock (`per > 1`) ggml's Q8_K
-/// scale, which it keeps in f32: `d = 1 / iscale` with `iscale = -127 / max` (`max` the
-/// signed extreme), the same magnitude as `id`, so these codes are ggml's up to a sign
-/// that `d` carries back: `d · q` is ggml's product bit for bit.
+/// The code multiplier `id = 127 / amax` and the scale `d` (before any rounding) of a
+/// scale span whose largest magnitude is `amax`: per 32 values `d = amax / 127`, as ggml's
+/// q8_0/q8_1 blocks; per superblock (`per > 1`) ggml's Q8_K scale, `d = 1 / iscale` with
+/// `iscale = -127 / max` (`max` the signed extreme), the same magnitude as `id`, so these
+/// codes are ggml's up to a sign that `d` carries back: `d · q` is ggml's product bit for
+/// bit. Once per span: its blocks share both (two divisions a span, not a block).
 #[inline(always)]
-fn block_scales(per: usize, amax: f32, id: f32, isum: i32) -> (f32, f32) {
+fn span_scales(per: usize, amax: f32) -> (f32, f32) {
+    if amax == 0.0 {
+        return (0.0, 0.0);
+    }
+    let id = 127.0 / amax;
+    (id, if per > 1 { 1.0 / id } else { amax / 127.0 })
+}
+
+/// The stored scale and `s = d · isum` of a block with span scale `d` ([`span_scales`]) and
+/// code sum `isum`: per 32 values both through f16, as ggml stores them in its q8_0/q8_1
+/// blocks; per superblock in f32, as ggml keeps Q8_K's.
+#[inline(always)]
+fn block_scales(per: usize, d: f32, isum: i32) -> (f32, f32) {
     if per > 1 {
-        let d = if amax != 0.0 { 1.0 / id } else { 0.0 };
         (d, d * isum as f32)
     } else {
-        let d = amax / 127.0;
         (f16_round(d), f16_round(d * isum as f32))
     }
 }
@@ -407,7 +431,7 @@ pub fn quantize_scalar(
         let xb = &x[b * QK..(b + 1) * QK];
         let xg = &x[g * QK..(g + per) * QK];
         let amax = xg.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-        let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
+        let (id, ds) = span_scales(per, amax);
         let mut sum = 0i32;
         for (j, &v) in xb.iter().enumerate() {
             let c = (v * id).round_ties_even() as i32;
@@ -415,7 +439,7 @@ pub fn quantize_scalar(
             q[b * QK + j] = c as i8;
             sum += c;
         }
-        (d[b], s[b]) = block_scales(per, amax, id, sum);
+        (d[b], s[b]) = block_scales(per, ds, sum);
         isum[b] = sum;
     }
 }
@@ -436,7 +460,7 @@ mod simd {
     ) {
         let lim = _mm512_set1_epi32(127);
         let nlim = _mm512_set1_epi32(-127);
-        let mut amax = 0.0;
+        let (mut id, mut ds) = (0.0, 0.0);
         for b in 0..d.len() {
             if b % per == 0 {
                 let g = x.as_ptr().add(b * QK);
@@ -444,12 +468,11 @@ mod simd {
                 for k in (0..per * QK).step_by(16) {
                     a = _mm512_max_ps(a, _mm512_abs_ps(_mm512_loadu_ps(g.add(k))));
                 }
-                amax = _mm512_reduce_max_ps(a);
+                (id, ds) = super::span_scales(per, _mm512_reduce_max_ps(a));
             }
             let p = x.as_ptr().add(b * QK);
             let v0 = _mm512_loadu_ps(p);
             let v1 = _mm512_loadu_ps(p.add(16));
-            let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
             let vid = _mm512_set1_ps(id);
             let i0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, vid));
             let i1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, vid));
@@ -459,7 +482,7 @@ mod simd {
             _mm_storeu_si128(out, _mm512_cvtepi32_epi8(i0));
             _mm_storeu_si128(out.add(1), _mm512_cvtepi32_epi8(i1));
             let sum = _mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1));
-            (d[b], s[b]) = super::block_scales(per, amax, id, sum);
+            (d[b], s[b]) = super::block_scales(per, ds, sum);
             isum[b] = sum;
         }
     }
@@ -476,7 +499,7 @@ mod simd {
         let sign = _mm256_set1_ps(-0.0);
         let lim = _mm256_set1_epi32(127);
         let nlim = _mm256_set1_epi32(-127);
-        let mut amax = 0.0;
+        let (mut id, mut ds) = (0.0, 0.0);
         for b in 0..d.len() {
             if b % per == 0 {
                 let g = x.as_ptr().add(b * QK);
@@ -487,7 +510,7 @@ mod simd {
                 let m4 = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
                 let m2 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
                 let m1 = _mm_max_ss(m2, _mm_movehdup_ps(m2));
-                amax = _mm_cvtss_f32(m1);
+                (id, ds) = super::span_scales(per, _mm_cvtss_f32(m1));
             }
             let p = x.as_ptr().add(b * QK);
             let v = [
@@ -496,7 +519,6 @@ mod simd {
                 _mm256_loadu_ps(p.add(16)),
                 _mm256_loadu_ps(p.add(24)),
             ];
-            let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
             let vid = _mm256_set1_ps(id);
             let mut codes = [0i32; QK];
             for (k, vi) in v.iter().enumerate() {
@@ -509,7 +531,7 @@ mod simd {
                 q[b * QK + j] = c as i8;
                 sum += c;
             }
-            (d[b], s[b]) = super::block_scales(per, amax, id, sum);
+            (d[b], s[b]) = super::block_scales(per, ds, sum);
             isum[b] = sum;
         }
     }

@@ -985,7 +985,9 @@ fn ggml_sums_of_q5_0_are_those_of_its_q8_0_bytes() {
 /// A down projection fed `[gate | up]` rows (the activation computed while quantizing)
 /// gives exactly the bits of activating into a buffer first, for every type, both
 /// accumulation forms, every ISA, the tiles where the host has them, serial and pooled
-/// quantization (70 rows of 512), and both forms of a stacked matrix.
+/// quantization (70 rows of 512), rows longer than the piece the quantization activates
+/// at a time (2,816 values: one piece of 2,048 and a shorter one), and both forms of a
+/// stacked matrix.
 #[test]
 fn gated_input_equals_activating_first() {
     use folio_kernels::ops::Activation;
@@ -1004,8 +1006,7 @@ fn gated_input_equals_activating_first() {
             let mut x = vec![0f32; n * cols];
             for (t, row) in x.chunks_exact_mut(cols).enumerate() {
                 let (g, u) = gu[t * 2 * cols..(t + 1) * 2 * cols].split_at(cols);
-                row.copy_from_slice(g);
-                act.apply(row, u);
+                act.apply(g, u, row);
             }
             for isa in Isa::available() {
                 for &t in &tiles {
@@ -1031,6 +1032,10 @@ fn gated_input_equals_activating_first() {
             c.m.set_sums(sums);
             run(&c.m, sums, format!("{ty:?}"));
         }
+    }
+    for ty in [WeightType::Q4_K, WeightType::Q4_0] {
+        let c = case(ty, 16, 2816, 77);
+        run(&c.m, Sums::Block, format!("{ty:?}, 2,816 columns"));
     }
     // One quantization for both parts (Q4_K + Q6_K), and one per part (Q4_0 + Q4_K).
     for (a, b) in [

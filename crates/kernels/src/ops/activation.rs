@@ -16,15 +16,17 @@ pub enum Activation {
 }
 
 impl Activation {
-    /// `gate = act(gate) * up`, each value as llama.cpp computes it.
+    /// `out = act(gate) * up`, each value as llama.cpp computes it.
     ///
     /// # Panics
     /// If the lengths differ.
-    pub fn apply(self, gate: &mut [f32], up: &[f32]) {
+    pub fn apply(self, gate: &[f32], up: &[f32], out: &mut [f32]) {
         match self {
-            Activation::Silu => silu_mul(gate, up),
-            Activation::Gelu => gelu_mul(gate, up),
-            Activation::SwigluOai => swiglu_oai_mul(gate, up, SWIGLU_OAI_ALPHA, SWIGLU_OAI_LIMIT),
+            Activation::Silu => silu_mul(gate, up, out),
+            Activation::Gelu => gelu_mul(gate, up, out),
+            Activation::SwigluOai => {
+                swiglu_oai_mul(gate, up, out, SWIGLU_OAI_ALPHA, SWIGLU_OAI_LIMIT)
+            }
         }
     }
 
@@ -36,8 +38,7 @@ impl Activation {
     pub fn apply_row(self, gu: &[f32], t: usize, out: &mut [f32]) {
         let f = out.len();
         let (g, u) = gu[t * 2 * f..(t + 1) * 2 * f].split_at(f);
-        out.copy_from_slice(g);
-        self.apply(out, u);
+        self.apply(g, u, out);
     }
 }
 
@@ -52,8 +53,8 @@ mod tests {
         for act in [Activation::Silu, Activation::Gelu, Activation::SwigluOai] {
             let mut out = [0f32; 2];
             act.apply_row(&gu, 1, &mut out);
-            let mut want = [-1.0f32, 0.5];
-            act.apply(&mut want, &[2.0, -3.0]);
+            let mut want = [0f32; 2];
+            act.apply(&[-1.0, 0.5], &[2.0, -3.0], &mut want);
             assert_eq!(out.map(f32::to_bits), want.map(f32::to_bits), "{act:?}");
         }
         // silu(1) * 3 = 3 / (1 + e^-1), to the approximation's rounding.

@@ -48,13 +48,16 @@ pub fn gelu(x: f32) -> f32 {
     lookup(table(), x)
 }
 
-/// `gate[i] = gelu(gate[i]) * up[i]` (ggml's `geglu`).
-pub fn gelu_mul(gate: &mut [f32], up: &[f32]) {
-    assert_eq!(gate.len(), up.len(), "gelu_mul: gate and up lengths differ");
+/// `out[i] = gelu(gate[i]) * up[i]` (ggml's `geglu`).
+pub fn gelu_mul(gate: &[f32], up: &[f32], out: &mut [f32]) {
+    assert!(
+        gate.len() == up.len() && gate.len() == out.len(),
+        "gelu_mul: gate, up and out lengths differ"
+    );
     // The table once per call, not once per value.
     let t = table();
-    for (g, &u) in gate.iter_mut().zip(up) {
-        *g = lookup(t, *g) * u;
+    for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
+        *o = lookup(t, g) * u;
     }
 }
 
@@ -79,10 +82,11 @@ mod tests {
 
     #[test]
     fn gelu_mul_multiplies_by_up() {
-        let mut g = vec![-20.0, -1.0, 0.5, 3.0, 15.0];
+        let x = vec![-20.0, -1.0, 0.5, 3.0, 15.0];
         let up = vec![2.0, 3.0, -1.0, 0.5, 2.0];
-        let want: Vec<f32> = g.iter().zip(&up).map(|(&x, &u)| gelu(x) * u).collect();
-        gelu_mul(&mut g, &up);
+        let want: Vec<f32> = x.iter().zip(&up).map(|(&x, &u)| gelu(x) * u).collect();
+        let mut g = vec![f32::NAN; 5];
+        gelu_mul(&x, &up, &mut g);
         assert_eq!(g, want);
         assert_eq!(g[0], 0.0);
         assert_eq!(g[4], 30.0);

@@ -80,28 +80,31 @@ pub fn rmsnorm_rows_with(isa: Isa, x: &[f32], weight: &[f32], eps: f32, out: &mu
     }
 }
 
-/// `gate = silu(gate) * up` (SwiGLU), `silu(g) = g / (1 + e^-g)` with llama.cpp's exp
+/// `out = silu(gate) * up` (SwiGLU), `silu(g) = g / (1 + e^-g)` with llama.cpp's exp
 /// approximation ([`crate::attn::expf_ggml`]), so its bits are llama.cpp's.
-pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
-    silu_mul_with(isa(), gate, up)
+pub fn silu_mul(gate: &[f32], up: &[f32], out: &mut [f32]) {
+    silu_mul_with(isa(), gate, up, out)
 }
 
 /// [`silu_mul`] with an explicit ISA.
-pub fn silu_mul_with(isa: Isa, gate: &mut [f32], up: &[f32]) {
-    assert_eq!(gate.len(), up.len(), "silu_mul: gate and up lengths differ");
+pub fn silu_mul_with(isa: Isa, gate: &[f32], up: &[f32], out: &mut [f32]) {
+    assert!(
+        gate.len() == up.len() && gate.len() == out.len(),
+        "silu_mul: gate, up and out lengths differ"
+    );
     #[cfg(target_arch = "x86_64")]
     if isa.clamp() == Isa::Avx512 {
         // SAFETY: clamp() guarantees AVX-512; lengths checked above.
-        return unsafe { x86::silu_mul_512(gate, up) };
+        return unsafe { x86::silu_mul_512(gate, up, out) };
     }
     // NOTE: no hand-written AVX2 form of llama.cpp's AVX-512 exp approximation (it scales
     // with `vscalefps`): the scalar reference, compiled with FMA, computes the same bits.
     #[cfg(target_arch = "x86_64")]
     if isa.clamp() == Isa::Avx2 {
         // SAFETY: clamp() guarantees AVX2 and FMA.
-        return unsafe { x86::silu_mul_fma(gate, up) };
+        return unsafe { x86::silu_mul_fma(gate, up, out) };
     }
-    scalar::silu_mul(gate, up)
+    scalar::silu_mul(gate, up, out)
 }
 
 /// `x += y`.

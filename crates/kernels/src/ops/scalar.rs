@@ -21,9 +21,9 @@ pub fn rmsnorm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
 }
 
 #[inline(always)]
-pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
-    for (g, &u) in gate.iter_mut().zip(up) {
-        *g = *g / (1.0 + crate::attn::expf_ggml(0.0 - *g)) * u;
+pub fn silu_mul(gate: &[f32], up: &[f32], out: &mut [f32]) {
+    for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
+        *o = g / (1.0 + crate::attn::expf_ggml(0.0 - g)) * u;
     }
 }
 

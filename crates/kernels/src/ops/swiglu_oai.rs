@@ -8,20 +8,19 @@
 pub const SWIGLU_OAI_ALPHA: f32 = 1.702;
 pub const SWIGLU_OAI_LIMIT: f32 = 7.0;
 
-/// `gate = x · σ(alpha · x) · (y + 1)` with `x = min(gate, limit)` and
+/// `out = x · σ(alpha · x) · (y + 1)` with `x = min(gate, limit)` and
 /// `y = clamp(up, −limit, limit)`, each operation as ggml's
 /// `ggml_compute_forward_swiglu_oai_f32` orders it: `x / (1 + expf(alpha · −x))`.
-pub fn swiglu_oai_mul(gate: &mut [f32], up: &[f32], alpha: f32, limit: f32) {
-    assert_eq!(
-        gate.len(),
-        up.len(),
-        "swiglu_oai_mul: gate and up lengths differ"
+pub fn swiglu_oai_mul(gate: &[f32], up: &[f32], out: &mut [f32], alpha: f32, limit: f32) {
+    assert!(
+        gate.len() == up.len() && gate.len() == out.len(),
+        "swiglu_oai_mul: gate, up and out lengths differ"
     );
-    for (g, &u) in gate.iter_mut().zip(up) {
+    for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
         let x = g.min(limit);
         let y = u.clamp(-limit, limit);
         let glu = x / (1.0 + (alpha * -x).exp());
-        *g = glu * (y + 1.0);
+        *o = glu * (y + 1.0);
     }
 }
 
@@ -33,7 +32,8 @@ mod tests {
     fn clamps_gate_above_and_up_both_sides() {
         let mut g = [0.0f32, 1.0, 100.0, -3.0, 8.0];
         let u = [0.0f32, 0.5, -100.0, 2.0, 100.0];
-        swiglu_oai_mul(&mut g, &u, SWIGLU_OAI_ALPHA, SWIGLU_OAI_LIMIT);
+        let g0 = g;
+        swiglu_oai_mul(&g0, &u, &mut g, SWIGLU_OAI_ALPHA, SWIGLU_OAI_LIMIT);
         let f = |x: f32, y: f32| x / (1.0 + (1.702f32 * -x).exp()) * (y + 1.0);
         assert_eq!(g[0], 0.0);
         assert_eq!(g[1].to_bits(), f(1.0, 0.5).to_bits());

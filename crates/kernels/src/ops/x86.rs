@@ -32,18 +32,27 @@ pub unsafe fn scale_mul_512(x: &[f32], w: &[f32], s: f32, out: &mut [f32]) {
     }
 }
 
+/// Values ahead of the one being activated whose lines [`silu_mul_512`] prefetches (2 KiB).
+const SILU_AHEAD: usize = 512;
+
 #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
-pub unsafe fn silu_mul_512(gate: &mut [f32], up: &[f32]) {
+pub unsafe fn silu_mul_512(gate: &[f32], up: &[f32], out: &mut [f32]) {
     let one = _mm512_set1_ps(1.0);
     let mut i = 0;
     while i < gate.len() {
+        // The gated FFN reads gate and up from memory (the gate-up matmul streams its
+        // output past the caches), and a vector division a line keeps the hardware
+        // prefetcher from running far enough ahead: pull each stream's line
+        // `SILU_AHEAD` values on (a prefetch past the end is dropped, never faults).
+        _mm_prefetch::<_MM_HINT_T0>(gate.as_ptr().wrapping_add(i + SILU_AHEAD) as *const i8);
+        _mm_prefetch::<_MM_HINT_T0>(up.as_ptr().wrapping_add(i + SILU_AHEAD) as *const i8);
         let m = mask16(gate.len() - i);
         let g = _mm512_maskz_loadu_ps(m, gate.as_ptr().add(i));
         let u = _mm512_maskz_loadu_ps(m, up.as_ptr().add(i));
         // llama.cpp's `ggml_v_silu`: x / (1 + e^(0 - x)) with its exp approximation.
         let e = crate::attn::expf_512(_mm512_sub_ps(_mm512_setzero_ps(), g));
         let s = _mm512_div_ps(g, _mm512_add_ps(one, e));
-        _mm512_mask_storeu_ps(gate.as_mut_ptr().add(i), m, _mm512_mul_ps(s, u));
+        _mm512_mask_storeu_ps(out.as_mut_ptr().add(i), m, _mm512_mul_ps(s, u));
         i += 16;
     }
 }
@@ -94,6 +103,6 @@ pub unsafe fn add_256(x: &mut [f32], y: &[f32]) {
 
 /// The scalar SwiGLU compiled with FMA (single-instruction `mul_add`s, same bits).
 #[target_feature(enable = "avx2,fma")]
-pub unsafe fn silu_mul_fma(gate: &mut [f32], up: &[f32]) {
-    scalar::silu_mul(gate, up)
+pub unsafe fn silu_mul_fma(gate: &[f32], up: &[f32], out: &mut [f32]) {
+    scalar::silu_mul(gate, up, out)
 }
