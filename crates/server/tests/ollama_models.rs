@@ -193,6 +193,39 @@ fn pull_streams_ollamas_progress_lines() {
     assert_eq!(v, json!({"status": "success"}));
 }
 
+/// The name a client pulled a catalogue model by (Ollama's spelling) reaches the served
+/// model of that file, as `ollama pull X` then `ollama run X` expect.
+#[test]
+fn ollamas_spelling_of_a_catalogue_name_reaches_its_served_model() {
+    let Some(s) = server() else { return };
+    let served = std::path::Path::new(&s.engine.info.model_path)
+        .canonicalize()
+        .ok();
+    let Some(entry) = folio_fetch::catalog::CATALOG
+        .iter()
+        .find(|e| folio_fetch::model_path(e).canonicalize().ok() == served)
+    else {
+        eprintln!("SKIPPED: the shared server serves no catalogue model's cached file");
+        return;
+    };
+    let (family, size) = entry.name.rsplit_once('-').unwrap();
+    let spelled = format!("{}:{}", family.to_uppercase(), size);
+    assert_ne!(spelled, name(s));
+    let show = post_ok(s.addr, "/api/show", &json!({"model": spelled}));
+    let want = post_ok(s.addr, "/api/show", &json!({"model": name(s)}));
+    assert_eq!(show["model_info"], want["model_info"]);
+    let r = post_ok(
+        s.addr,
+        "/api/generate",
+        &json!({"model": spelled, "prompt": "Hi", "stream": false,
+                "options": {"num_predict": 2, "temperature": 0}}),
+    );
+    assert_eq!(r["done"], true, "{r}");
+    assert!(r["eval_count"].as_u64().is_some_and(|n| n >= 1), "{r}");
+    let r = post(s.addr, "/api/show", &json!({"model": "smollm9:135m"}));
+    assert_eq!(r.status, 404, "{}", r.text());
+}
+
 #[test]
 fn pull_and_delete_refusals() {
     let Some(s) = server() else { return };

@@ -49,15 +49,34 @@ pub fn routes() -> Router<AppState> {
 }
 
 /// The registry's name for what an Ollama client sent: Ollama names carry a tag, and
-/// clients add `:latest` to a name without one, so `name:latest` finds `name`.
+/// clients add `:latest` to a name without one, so `name:latest` finds `name`; and the
+/// name a client pulled a catalogue model by (`/api/pull` takes Ollama's spellings,
+/// `catalog::find_loose`) finds the served model of that catalogue entry, so `pull
+/// qwen2.5-coder:1.5b` then `chat qwen2.5-coder:1.5b` reach the same model. Anything else
+/// goes to the registry as sent (its 404 lists the served names).
 pub fn resolve(st: &AppState, model: Option<&str>) -> Option<String> {
     let m = model?;
     let known = st.model_list();
     if known.iter().any(|e| e.name == m) {
         return Some(m.to_string());
     }
-    match m.strip_suffix(":latest") {
-        Some(base) if known.iter().any(|e| e.name == base) => Some(base.to_string()),
-        _ => Some(m.to_string()),
+    if let Some(base) = m.strip_suffix(":latest") {
+        if known.iter().any(|e| e.name == base) {
+            return Some(base.to_string());
+        }
     }
+    if let Some(e) = folio_fetch::catalog::find_loose(m) {
+        let mut served = known.iter().filter(|k| k.name == e.name || holds(k, e));
+        if let (Some(k), None) = (served.next(), served.next()) {
+            return Some(k.name.clone());
+        }
+    }
+    Some(m.to_string())
+}
+
+/// Whether served model `m` is catalogue entry `e`'s file, wherever the two paths came
+/// from (a model served from the cache by `--models-dir` is named by its file stem).
+fn holds(m: &crate::models::ModelEntry, e: &folio_fetch::catalog::Entry) -> bool {
+    let file = folio_fetch::model_path(e).canonicalize().ok();
+    file.is_some() && m.path.as_ref().and_then(|p| p.canonicalize().ok()) == file
 }

@@ -208,8 +208,7 @@ pub async fn delete(State(st): State<AppState>, JsonObject(body): JsonObject) ->
         .into());
     }
     for m in st.model_list() {
-        let same = m.path.as_ref().and_then(|p| p.canonicalize().ok()) == path.canonicalize().ok();
-        if same && m.status != ModelStatus::Unloaded {
+        if super::holds(&m, e) && m.status != ModelStatus::Unloaded {
             st.unload_model(&m.name)?;
         }
     }
