@@ -10,7 +10,7 @@
 //! (the SIMD conversion's default mode) and amax/sums are exact.
 
 use crate::cpu::Isa;
-use crate::ops::Activation;
+use crate::ops::{gate_up_row, Activation};
 use crate::pool::{SendPtr, ThreadPool};
 use std::borrow::Cow;
 use std::cell::RefCell;
@@ -189,9 +189,9 @@ impl QuantizedActs {
     /// rows over `pool` when the batch is big enough to repay the hand-off. The group sums
     /// ([`QuantizedActs::group_sums`]) and 16-sums ([`QuantizedActs::half_sums`]) are
     /// computed only when `extra` asks for them. A gated input is activated a piece of a row
-    /// at a time ([`GATED_PIECE`]) into a thread's scratch buffer and quantized from there: the same bits as
-    /// quantizing the activated rows, without writing them all out in f32 and reading
-    /// them back.
+    /// at a time ([`GATED_PIECE`]) into a thread's scratch buffer and quantized from there:
+    /// the same bits as quantizing the activated rows, without writing them all out in f32
+    /// and reading them back.
     ///
     /// # Panics
     /// If `cols` is not a multiple of 32 or `x` does not hold `n` rows of `cols` (caller
@@ -275,8 +275,7 @@ impl QuantizedActs {
                     let piece = (GATED_PIECE / span).max(1) * span;
                     buf.resize(piece.min(cols), 0.0);
                     for t in 0..m {
-                        let (g, u) =
-                            gu[(r0 + t) * 2 * cols..(r0 + t + 1) * 2 * cols].split_at(cols);
+                        let (g, u) = gate_up_row(gu, r0 + t, cols);
                         for c0 in (0..cols).step_by(piece) {
                             let c1 = (c0 + piece).min(cols);
                             let x = &mut buf[..c1 - c0];

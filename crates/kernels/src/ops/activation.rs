@@ -36,10 +36,17 @@ impl Activation {
     /// # Panics
     /// If `gu` holds no row `t` of `2 * out.len()` values.
     pub fn apply_row(self, gu: &[f32], t: usize, out: &mut [f32]) {
-        let f = out.len();
-        let (g, u) = gu[t * 2 * f..(t + 1) * 2 * f].split_at(f);
+        let (g, u) = gate_up_row(gu, t, out.len());
         self.apply(g, u, out);
     }
+}
+
+/// Row `t`'s gate and up halves in rows of `[gate | up]` (`2 * f` values each).
+///
+/// # Panics
+/// If `gu` holds no row `t`.
+pub fn gate_up_row(gu: &[f32], t: usize, f: usize) -> (&[f32], &[f32]) {
+    gu[t * 2 * f..(t + 1) * 2 * f].split_at(f)
 }
 
 #[cfg(test)]

@@ -16,7 +16,7 @@ mod swiglu_oai;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
-pub use activation::Activation;
+pub use activation::{gate_up_row, Activation};
 pub use gelu::{gelu, gelu_f32, gelu_mul};
 pub use lowrank::{lowrank_add, lowrank_add_with, MAX_RANK as LOWRANK_MAX_RANK};
 pub use rope::{yarn_corr_dims, Rope, RopeRows, RopeScaling};
