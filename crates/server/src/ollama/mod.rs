@@ -66,7 +66,8 @@ pub fn resolve(st: &AppState, model: Option<&str>) -> Option<String> {
         }
     }
     if let Some(e) = folio_fetch::catalog::find_loose(m) {
-        let mut served = known.iter().filter(|k| k.name == e.name || holds(k, e));
+        let file = CatalogueFile::of(e);
+        let mut served = known.iter().filter(|k| k.name == e.name || file.holds(k));
         if let (Some(k), None) = (served.next(), served.next()) {
             return Some(k.name.clone());
         }
@@ -74,9 +75,18 @@ pub fn resolve(st: &AppState, model: Option<&str>) -> Option<String> {
     Some(m.to_string())
 }
 
-/// Whether served model `m` is catalogue entry `e`'s file, wherever the two paths came
-/// from (a model served from the cache by `--models-dir` is named by its file stem).
-fn holds(m: &crate::models::ModelEntry, e: &folio_fetch::catalog::Entry) -> bool {
-    let file = folio_fetch::model_path(e).canonicalize().ok();
-    file.is_some() && m.path.as_ref().and_then(|p| p.canonicalize().ok()) == file
+/// A catalogue entry's file in the cache, canonicalised once for the served models it is
+/// compared with (`None` while it is not downloaded: then no served model holds it).
+struct CatalogueFile(Option<std::path::PathBuf>);
+
+impl CatalogueFile {
+    fn of(e: &folio_fetch::catalog::Entry) -> Self {
+        Self(folio_fetch::model_path(e).canonicalize().ok())
+    }
+
+    /// Whether served model `m` is this file, wherever the two paths came from (a model
+    /// served from the cache by `--models-dir` is named by its file stem).
+    fn holds(&self, m: &crate::models::ModelEntry) -> bool {
+        self.0.is_some() && m.path.as_ref().and_then(|p| p.canonicalize().ok()) == self.0
+    }
 }

@@ -207,8 +207,9 @@ pub async fn delete(State(st): State<AppState>, JsonObject(body): JsonObject) ->
         ))
         .into());
     }
+    let file = super::CatalogueFile::of(e);
     for m in st.model_list() {
-        if super::holds(&m, e) && m.status != ModelStatus::Unloaded {
+        if file.holds(&m) && m.status != ModelStatus::Unloaded {
             st.unload_model(&m.name)?;
         }
     }
