@@ -159,9 +159,9 @@ pub async fn send_with(
             .await
             .map_err(|_| BenchError::msg(format!("no response head within {timeout:?}")))??;
         if n == 0 {
-            return Err(BenchError::msg(format!(
-                "connection closed before the response head"
-            )));
+            return Err(BenchError::msg(
+                "connection closed before the response head".to_string(),
+            ));
         }
         buf.extend_from_slice(&tmp[..n]);
     };
@@ -257,9 +257,9 @@ impl Response {
                         }
                     }
                     if !self.fill(timeout).await? {
-                        return Err(BenchError::msg(format!(
-                            "connection closed inside a chunked body"
-                        )));
+                        return Err(BenchError::msg(
+                            "connection closed inside a chunked body".to_string(),
+                        ));
                     }
                 }
             }

@@ -178,9 +178,9 @@ async fn stream_into(
         }
     }
     if !done {
-        return Err(crate::BenchError::msg(format!(
-            "stream ended without data: [DONE]"
-        )));
+        return Err(crate::BenchError::msg(
+            "stream ended without data: [DONE]".to_string(),
+        ));
     }
     Ok(())
 }

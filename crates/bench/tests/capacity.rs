@@ -44,7 +44,7 @@ fn the_pool_holds_what_plan_counts() {
         let what = r.kv_format.clone();
         assert_eq!((r.bytes_per_token, r.pool_blocks), (bpt, blocks), "{what}");
         // Reserve-final admission: exactly the count of whole final lengths in the pool.
-        assert_eq!(r.reserve_final, fit as usize, "{what}");
+        assert_eq!(r.reserve_final, fit, "{what}");
         // On demand admits by the prompt's blocks (7), more than fit at full length, and
         // preempts the newest as they grow.
         assert!(r.on_demand >= r.reserve_final, "{what}: {}", r.on_demand);

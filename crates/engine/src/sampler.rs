@@ -284,7 +284,7 @@ impl Sampler {
                 ),
             }
         }
-        c.to_probs();
+        c.ensure_probs();
         c.normalize();
         c.c
     }

@@ -839,12 +839,12 @@ fn ggml_q2_dot(ty: WeightType, row: &[u8], x: &[f32]) -> f32 {
                 for l in 0..4 {
                     let grid = IQ2XXS_GRID[((a0 >> (8 * l)) & 255) as usize].to_le_bytes();
                     let signs = KSIGNS_IQ2XS[((a1 >> (7 * l)) & 127) as usize];
-                    for j in 0..8 {
+                    for (j, &g) in grid.iter().enumerate() {
                         let k = 32 * ib + 8 * l + j;
                         let v = if signs & (1 << j) != 0 {
-                            -(grid[j] as i32)
+                            -(g as i32)
                         } else {
-                            grid[j] as i32
+                            g as i32
                         };
                         sumi[(k % 32) / 4] += ls * v * qs[k];
                     }

@@ -124,10 +124,8 @@ pub fn scan_call(text: &str) -> CallScan {
         pos = skip_blank(text, pos + 1);
         let v = scan_value(&text[pos..]);
         match key.as_str() {
-            "name" => {
-                if v.end.is_some() {
-                    out.name = serde_json::from_str::<String>(&v.minified).ok();
-                }
+            "name" if v.end.is_some() => {
+                out.name = serde_json::from_str::<String>(&v.minified).ok();
             }
             "arguments" | "parameters" => {
                 if v.minified.starts_with('"') {

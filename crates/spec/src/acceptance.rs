@@ -115,11 +115,11 @@ impl AcceptanceCounts {
     pub fn rates(&self, prior: Option<&Acceptance>, start: f64) -> Acceptance {
         let mut rate = [0.0; TRACKED];
         let mut prev = start;
-        for j in 0..TRACKED {
+        for (j, rj) in rate.iter_mut().enumerate() {
             let base = prior.map_or(prev, |p| p.at(j));
             let r = (self.accepted[j] + PRIOR_WEIGHT * base) / (self.trials[j] + PRIOR_WEIGHT);
-            rate[j] = r.clamp(0.0, MAX_RATE);
-            prev = rate[j];
+            *rj = r.clamp(0.0, MAX_RATE);
+            prev = *rj;
         }
         Acceptance { rate }
     }

@@ -134,6 +134,49 @@ pub fn adaptive_vs_fixed(reps: &[Vec<SpecRow>]) -> Vec<Versus> {
     out
 }
 
+pub fn print(rows: &[SpecRow], versus: &[Versus]) {
+    println!(
+        "{:<10} {:<8} {:>5} {:>5} {:>8} {:>12} {:>11} {:>10} {:>9} {:>8} {:>8} {:>11}",
+        "workload",
+        "proposer",
+        "k",
+        "batch",
+        "tokens",
+        "decode tok/s",
+        "tokens/step",
+        "acceptance",
+        "declined",
+        "propose",
+        "speedup",
+        "runs"
+    );
+    for r in rows {
+        println!(
+            "{:<10} {:<8} {:>5} {:>5} {:>8} {:>12.1} {:>11.2} {:>10.2} {:>8.0}% {:>7.1}% {:>7.2}x {:>5.2}-{:<5.2}",
+            r.workload,
+            r.proposer,
+            r.k.map_or("adapt".to_string(), |k| k.to_string()),
+            r.batch,
+            r.output_tokens,
+            r.decode_tok_s,
+            r.tokens_per_step,
+            r.acceptance,
+            r.declined * 100.0,
+            r.propose_share * 100.0,
+            r.speedup,
+            r.speedup_range.0,
+            r.speedup_range.1
+        );
+    }
+    println!("= medians over --repeat runs; decode tok/s over the window where every request has its first token; tokens/step = emitted / verification rounds (ΣN/Σrounds); declined = speculating decodes the draft-length rule gave no draft; propose = time spent planning and drafting after steps, as a share of the window; speedup = median over rounds (a batch of prompts each configuration runs in turn) of the ratio to spec off in the same round; runs = the lowest and highest per-run speed-up");
+    for v in versus {
+        println!(
+            "adaptive vs best fixed k: {:<10} {:<6} batch {:>3}: {:.2}x of k={} ({:.2}x of spec off)",
+            v.workload, v.proposer, v.batch, v.vs_best_fixed, v.best_k, v.vs_off
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -225,49 +268,6 @@ mod tests {
             (v[0].vs_best_fixed - 1.05).abs() < 1e-12,
             "{}",
             v[0].vs_best_fixed
-        );
-    }
-}
-
-pub fn print(rows: &[SpecRow], versus: &[Versus]) {
-    println!(
-        "{:<10} {:<8} {:>5} {:>5} {:>8} {:>12} {:>11} {:>10} {:>9} {:>8} {:>8} {:>11}",
-        "workload",
-        "proposer",
-        "k",
-        "batch",
-        "tokens",
-        "decode tok/s",
-        "tokens/step",
-        "acceptance",
-        "declined",
-        "propose",
-        "speedup",
-        "runs"
-    );
-    for r in rows {
-        println!(
-            "{:<10} {:<8} {:>5} {:>5} {:>8} {:>12.1} {:>11.2} {:>10.2} {:>8.0}% {:>7.1}% {:>7.2}x {:>5.2}-{:<5.2}",
-            r.workload,
-            r.proposer,
-            r.k.map_or("adapt".to_string(), |k| k.to_string()),
-            r.batch,
-            r.output_tokens,
-            r.decode_tok_s,
-            r.tokens_per_step,
-            r.acceptance,
-            r.declined * 100.0,
-            r.propose_share * 100.0,
-            r.speedup,
-            r.speedup_range.0,
-            r.speedup_range.1
-        );
-    }
-    println!("= medians over --repeat runs; decode tok/s over the window where every request has its first token; tokens/step = emitted / verification rounds (ΣN/Σrounds); declined = speculating decodes the draft-length rule gave no draft; propose = time spent planning and drafting after steps, as a share of the window; speedup = median over rounds (a batch of prompts each configuration runs in turn) of the ratio to spec off in the same round; runs = the lowest and highest per-run speed-up");
-    for v in versus {
-        println!(
-            "adaptive vs best fixed k: {:<10} {:<6} batch {:>3}: {:.2}x of k={} ({:.2}x of spec off)",
-            v.workload, v.proposer, v.batch, v.vs_best_fixed, v.best_k, v.vs_off
         );
     }
 }

@@ -28,7 +28,7 @@ impl Cands {
     }
 
     /// Sorted by probability (ties: lower id first), softmax of the logits.
-    pub fn to_probs(&mut self) {
+    pub fn ensure_probs(&mut self) {
         if self.probs {
             return;
         }
@@ -49,7 +49,7 @@ impl Cands {
     /// Probabilities that sum to 1 over what is left (llama.cpp re-softmaxes the survivors).
     pub fn normalize(&mut self) {
         if !self.probs {
-            return self.to_probs();
+            return self.ensure_probs();
         }
         let s: f32 = self.c.iter().map(|x| x.1).sum();
         for x in self.c.iter_mut() {
@@ -58,7 +58,7 @@ impl Cands {
     }
 
     /// Back to logits (the log of the probabilities: the same distribution).
-    pub fn to_logits(&mut self) {
+    pub fn ensure_logits(&mut self) {
         if self.probs {
             for x in self.c.iter_mut() {
                 x.1 = x.1.ln();
@@ -69,7 +69,7 @@ impl Cands {
 
     /// Logits divided by `t` (> 0).
     pub fn temperature(&mut self, t: f32) {
-        self.to_logits();
+        self.ensure_logits();
         for x in self.c.iter_mut() {
             x.1 /= t;
         }
@@ -94,7 +94,7 @@ impl Cands {
         if min_p <= 0.0 {
             return;
         }
-        self.to_probs();
+        self.ensure_probs();
         let floor = self.c[0].1 * min_p;
         self.c.retain(|x| x.1 >= floor);
     }
@@ -104,7 +104,7 @@ impl Cands {
         if top_p >= 1.0 {
             return;
         }
-        self.to_probs();
+        self.ensure_probs();
         let mut acc = 0.0;
         let mut keep = self.c.len();
         for (i, x) in self.c.iter().enumerate() {
@@ -157,7 +157,7 @@ impl Cands {
         if n <= 0.0 || self.c.len() <= 1 {
             return;
         }
-        self.to_logits();
+        self.ensure_logits();
         let finite = || self.c.iter().map(|x| x.1).filter(|l| l.is_finite());
         let count = finite().count();
         if count == 0 {
@@ -268,7 +268,7 @@ mod tests {
     fn min_p_top_p_top_k() {
         let mut c = fixed();
         c.top_k(3);
-        c.to_probs();
+        c.ensure_probs();
         close(&c, &[(0, 0.5), (1, 0.3125), (2, 0.1875)]);
         let mut c = fixed();
         c.min_p(0.3); // floor 0.12
