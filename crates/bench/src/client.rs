@@ -160,7 +160,7 @@ pub async fn send_with(
             .map_err(|_| BenchError::msg(format!("no response head within {timeout:?}")))??;
         if n == 0 {
             return Err(BenchError::msg(
-                "connection closed before the response head".to_string(),
+                "connection closed before the response head",
             ));
         }
         buf.extend_from_slice(&tmp[..n]);
@@ -257,9 +257,7 @@ impl Response {
                         }
                     }
                     if !self.fill(timeout).await? {
-                        return Err(BenchError::msg(
-                            "connection closed inside a chunked body".to_string(),
-                        ));
+                        return Err(BenchError::msg("connection closed inside a chunked body"));
                     }
                 }
             }

@@ -30,8 +30,8 @@ pub type Result<T> = std::result::Result<T, BenchError>;
 
 impl BenchError {
     /// A failure whose message says it all.
-    pub(crate) fn msg(message: String) -> BenchError {
-        BenchError::Failed(message)
+    pub(crate) fn msg(message: impl Into<String>) -> BenchError {
+        BenchError::Failed(message.into())
     }
 
     /// For `map_err`: wraps an error with what was being done when it happened.

@@ -178,9 +178,7 @@ async fn stream_into(
         }
     }
     if !done {
-        return Err(crate::BenchError::msg(
-            "stream ended without data: [DONE]".to_string(),
-        ));
+        return Err(crate::BenchError::msg("stream ended without data: [DONE]"));
     }
     Ok(())
 }

@@ -37,7 +37,7 @@ fn main() {
         // sits is in 0x20xx (~0.008); odd bytes random.
         *b = if i % 2 == 1 { 0x20 } else { rnd() as u8 };
     }
-    // COPIES=100: cycle through that many copies of the matrix, so that (with enough
+    // COPIES=N: cycle through that many copies of the matrix, so that (with enough
     // copies to outgrow the last-level cache) every call streams its weights from DRAM,
     // as a decode step over a whole model does.
     let copies: usize = std::env::var("COPIES")

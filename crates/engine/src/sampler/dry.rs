@@ -65,8 +65,8 @@ impl Dry {
         let rev: Vec<u32> = w.iter().rev().copied().collect();
         let z = z_function(&rev);
         let mut longest: HashMap<u32, usize> = HashMap::new();
-        for (k, zk) in z.iter().enumerate().take(n).skip(1) {
-            let len = (*zk).min(rep_limit);
+        for (k, &zk) in z.iter().enumerate().take(n).skip(1) {
+            let len = zk.min(rep_limit);
             if len >= self.allowed_length {
                 let e = longest.entry(rat(k - 1)).or_default();
                 *e = (*e).max(len);
