@@ -81,7 +81,12 @@ struct CatalogueFile(Option<std::path::PathBuf>);
 
 impl CatalogueFile {
     fn of(e: &folio_fetch::catalog::Entry) -> Self {
-        Self(folio_fetch::model_path(e).canonicalize().ok())
+        Self::at(&folio_fetch::model_path(e))
+    }
+
+    /// The file at `path` (a catalogue entry's `model_path`, when the caller has it).
+    fn at(path: &std::path::Path) -> Self {
+        Self(path.canonicalize().ok())
     }
 
     /// Whether served model `m` is this file, wherever the two paths came from (a model

@@ -207,7 +207,7 @@ pub async fn delete(State(st): State<AppState>, JsonObject(body): JsonObject) ->
         ))
         .into());
     }
-    let file = super::CatalogueFile::of(e);
+    let file = super::CatalogueFile::at(&path);
     for m in st.model_list() {
         if file.holds(&m) && m.status != ModelStatus::Unloaded {
             st.unload_model(&m.name)?;
