@@ -33,6 +33,17 @@ use crate::cpu::Isa;
 /// over the superblock (8,960 x 1,536: Q4_K 207-226 -> 259-262, Q5_K 208-215 -> 233-241,
 /// Q5_0 206-208 -> 252-260, IQ4_XS 216-243 -> 250-284; Q4_K 1,536 x 8,960 207-216 ->
 /// 242-244).
+///
+/// Tried at 16 rows and not kept (Intel Xeon, CPUID family 6 model 167, Q4_K, cache-hot,
+/// interleaved in one binary, GMAC/s): two panels per tile at 8 rows, so each broadcast
+/// activation word feeds two `vpdpbusd` (one thread 1,536 x 1,536 161-163 against 164-168,
+/// two threads 8,960 x 1,536 308-311 against 319-326); Q4_K's superblock sum formed in
+/// f32 by FMA in two exact halves instead of `vpmulld` + `vpaddd` (153-158 against
+/// 157-159); the 16 rows' activation words interleaved so every broadcast is one base
+/// register plus a constant (no change). A bare loop of the 16 rows' chains with their
+/// broadcasts from L1 reads 314-321 on one thread (419 with register operands, 351-361
+/// with two panels a broadcast), so this kernel's ~160 is spent neither on the broadcast
+/// loads nor on the integer multiplies alone; the VM exposes no counters to say where.
 fn tile_rows(isa: Isa) -> usize {
     match isa {
         Isa::Avx2 => 4,
